@@ -1,0 +1,168 @@
+"""`dali-launch data prepare`: MNIST-format IDX files -> Caffe2 LMDBs that DALI reads.
+
+The output has the layout of DALI_extra's `db/MNIST`: `OUT/training/` and `OUT/testing/`, each an
+LMDB whose values are serialised `caffe2.TensorProtos` holding a JPEG (STRING tensor) and an INT32
+label -- exactly what `fn.readers.caffe2` parses (dali/operators/reader/parser/caffe2_parser.h).
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dali_launch.trainer.errors import UsageError
+
+# caffe2.TensorProto.DataType values (caffe2/proto/caffe2.proto).
+_INT32, _STRING = 2, 4
+SPLITS = {"train": "training", "t10k": "testing"}  # IDX file prefix -> DALI_extra folder name
+
+
+# --- IDX --------------------------------------------------------------------------------------
+
+def read_idx(path: Path) -> np.ndarray:
+    """Reads one (optionally gzipped) IDX file: magic 0x0000 08 NDIM, big-endian dims, uint8 data."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise UsageError(f"cannot read IDX file {path}: {e}; re-download it") from e
+    if len(raw) < 4 or raw[0:3] != b"\x00\x00\x08":
+        raise UsageError(f"{path} is not a uint8 IDX file (bad magic); expected MNIST-format data")
+    ndim = raw[3]
+    dims = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise UsageError(f"{path} is truncated: header says {dims}, found {data.size} bytes of data")
+    return data.reshape(dims)
+
+
+def find_idx_pair(from_dir: Path, prefix: str) -> tuple[Path, Path] | None:
+    """The images/labels files of one split (`train` or `t10k`), gzipped or not, if both exist."""
+    found = []
+    for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"):
+        hits = [from_dir / f"{prefix}-{kind}{ext}" for ext in (".gz", "")]
+        hits = [p for p in hits if p.is_file()]
+        if not hits:
+            return None
+        found.append(hits[0])
+    return found[0], found[1]
+
+
+def load_split(from_dir: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
+    pair = find_idx_pair(from_dir, prefix)
+    if pair is None:
+        raise UsageError(f"no {prefix}-images-idx3-ubyte[.gz] / {prefix}-labels-idx1-ubyte[.gz] in {from_dir}")
+    images, labels = read_idx(pair[0]), read_idx(pair[1])
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise UsageError(f"{from_dir}: {prefix} images {images.shape} and labels {labels.shape} do not match")
+    return images, labels
+
+
+# --- Caffe2 records ---------------------------------------------------------------------------
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _enum(number: int, value: int) -> bytes:
+    return _varint(number << 3) + _varint(value)
+
+
+def caffe2_record(jpeg: bytes, label: int) -> bytes:
+    """TensorProtos{protos: [image STRING tensor, label INT32 tensor]}, serialised by hand:
+    two tiny messages do not justify a protobuf dependency and generated code."""
+    image = _enum(2, _STRING) + _field(6, jpeg)  # data_type, string_data
+    label_t = _field(1, _varint(1)) + _enum(2, _INT32) + _field(4, _varint(label))  # dims, type, int32_data
+    return _field(1, image) + _field(1, label_t)
+
+
+def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(image, mode="L").save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def write_lmdb(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality: int) -> None:
+    """Writes one LMDB; keys are zero-padded indices so LMDB's key order is the data order."""
+    import lmdb
+
+    size = sum(len(encode_jpeg(images[i], quality)) for i in range(min(64, len(images))))
+    map_size = max(1 << 24, 4 * size * len(images) // max(1, min(64, len(images))) + (1 << 24))
+    env = lmdb.open(str(out_dir), map_size=map_size, subdir=True)
+    with env.begin(write=True) as txn:
+        for i, (image, label) in enumerate(zip(images, labels)):
+            txn.put(f"{i:08d}".encode(), caffe2_record(encode_jpeg(image, quality), int(label)))
+    env.close()
+
+
+# --- the command ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PrepareReport:
+    out_dir: Path
+    counts: dict[str, int]
+
+
+def prepare(from_dir: Path, to_dir: Path, quality: int = 95, test_fraction: float | None = None,
+            seed: int = 0) -> PrepareReport:
+    """IDX files in `from_dir` -> `to_dir/{training,testing}`, written atomically.
+
+    With both `train-*` and `t10k-*` present they become training and testing. With only one of
+    them, `test_fraction` of it (seeded permutation) becomes testing: that is how the embedded
+    MNIST test set serves as a small train/test pair.
+    """
+    if not from_dir.is_dir():
+        raise UsageError(f"--from {from_dir} is not a directory; point it at MNIST-format IDX files")
+    if not 1 <= quality <= 100:
+        raise UsageError(f"--jpeg-quality {quality} is out of range; use 1..100")
+    splits = _splits(from_dir, test_fraction, seed)
+    if to_dir.exists() and any(to_dir.iterdir()):
+        raise UsageError(f"--to {to_dir} exists and is not empty; remove it or choose another directory")
+    to_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename at the end, so an interrupted run leaves nothing behind.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{to_dir.name}.", dir=to_dir.parent))
+    try:
+        for name, (images, labels) in splits.items():
+            (tmp / name).mkdir()
+            write_lmdb(tmp / name, images, labels, quality)
+        if to_dir.exists():
+            to_dir.rmdir()
+        tmp.rename(to_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return PrepareReport(to_dir, {name: len(labels) for name, (_, labels) in splits.items()})
+
+
+def _splits(from_dir: Path, test_fraction: float | None, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    present = [p for p in SPLITS if find_idx_pair(from_dir, p)]
+    if not present:
+        raise UsageError(f"no MNIST-format IDX files (train-*/t10k-*-idx?-ubyte[.gz]) in {from_dir}")
+    if len(present) == 2 and test_fraction is None:
+        return {SPLITS[p]: load_split(from_dir, p) for p in present}
+    fraction = 0.2 if test_fraction is None else test_fraction
+    if not 0 < fraction < 1:
+        raise UsageError(f"--test-fraction {fraction} is out of range; use a value between 0 and 1")
+    images, labels = load_split(from_dir, present[0])
+    order = np.random.default_rng(seed).permutation(len(labels))
+    n_test = int(round(len(labels) * fraction))
+    test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
+    return {"training": (images[train], labels[train]), "testing": (images[test], labels[test])}

@@ -1,0 +1,1 @@
+"""What runs inside each task. Never imports the launcher."""

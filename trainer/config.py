@@ -1,0 +1,95 @@
+"""The task spec: plain, frozen, JSON-serialisable dataclasses that the launcher fills and each task reads.
+
+This module imports nothing heavy so the launcher can build flags from it instantly. Each field's
+`help` metadata is its command-line help; derived values (per-device batch, shard ids) are
+functions elsewhere, never fields.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def opt(default, help: str, **meta):
+    """A config field whose metadata doubles as its CLI flag (`choices`, `flag` may be given)."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    data_dir: str | None = opt(
+        None, "Folder holding training/ and testing/ Caffe2 LMDBs (the layout of DALI_extra's db/MNIST). "
+        "Default: $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample.")
+    reader_threads: int = opt(2, "DALI CPU threads per pipeline.")
+    decoder: str = opt("cpu", "Where JPEGs are decoded: cpu, or mixed (nvJPEG; GPU only). "
+                       "For 28x28 images the CPU decoder is the faster one.", choices=("cpu", "mixed"))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str = opt("mlp", "Model: mlp (the example's 784-784-1024-1024-10 MLP).", choices=("mlp",))
+    epochs: int = opt(5, "Training epochs.")
+    batch_size: int = opt(50, "Samples per device per step (the example's 50).")
+    global_batch_size: int | None = opt(
+        None, "Samples per step over all devices; overrides --batch-size and must divide by the device count.")
+    learning_rate: float = opt(0.1, "SGD learning rate.")
+    momentum: float = opt(0.9, "SGD momentum.")
+    seed: int = opt(0, "Seed for parameters and data shuffling.")
+    eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
+    sync_every_steps: int = opt(
+        10, "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).")
+    record_samples: bool = opt(False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.")
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """What the launcher knows about the job; what a task learns from its environment is in topology."""
+    platform: str = opt("auto", "Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).",
+                        choices=("auto", "gpu", "cpu"))
+    coordinator_address: str | None = opt(None, "host:port of process 0's coordinator; found from SLURM if unset.",
+                                          flag=None)
+    num_processes: int | None = opt(None, "Processes in the job; from the environment if unset.", flag=None)
+    local_device_count: int | None = opt(
+        None, "Devices per process; on CPU, how many CPU devices to create.", flag=None)
+    init_timeout_s: int = opt(120, "Seconds jax.distributed.initialize waits for every process.")
+    heartbeat_timeout_s: int = opt(100, "Seconds without a heartbeat before JAX declares a process dead.")
+    barrier_timeout_s: int = opt(900, "Seconds processes wait for process 0 to finish evaluating.")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything one task needs, written once to the run directory as config.json."""
+    run_dir: str
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    distributed: DistributedConfig = DistributedConfig()
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TaskSpec":
+        return from_dict(cls, json.loads(text))
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "TaskSpec":
+        from dali_launch.trainer.run_dir import RunPaths
+
+        return cls.from_json(RunPaths(run_dir).config.read_text())
+
+
+def from_dict(cls, values: dict):
+    """Rebuilds a (nested) config dataclass; unknown keys are an error, not silently dropped."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} keys: {', '.join(unknown)}")
+    kwargs = {}
+    for name, value in values.items():
+        kind = hints[name]
+        kwargs[name] = from_dict(kind, value) if dataclasses.is_dataclass(kind) else value
+    return cls(**kwargs)

@@ -1,0 +1,80 @@
+"""What a run reports: the rank map at start, one line and one JSON object per epoch, progress bars.
+
+Process 0 speaks for the job; every process writes its own rank report, merged after a barrier.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.topology import Topology, barrier
+
+
+@dataclass
+class EpochMetrics:
+    epoch: int
+    train_loss: float
+    train_samples: int
+    epoch_time_s: float
+    images_per_s: float
+    test_accuracy: float | None = None
+    test_count: int | None = None
+    eval_time_s: float | None = None
+
+
+class Reporter:
+    def __init__(self, paths: RunPaths, topology: Topology, barrier_timeout_s: int):
+        self.paths, self.topology = paths, topology
+        self.barrier_timeout_s = barrier_timeout_s
+        self.lead = topology.process_id == 0
+        self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        self.last: dict | None = None
+
+    def say(self, text: str) -> None:
+        if self.lead:
+            self.console.print(text, markup=False)
+
+    def rank_report(self, sharding, devices: list, batch_size: int) -> None:
+        """Every process writes what it is; process 0 merges them into rank_map.json and prints it."""
+        t = self.topology
+        report = {"process_id": t.process_id, "host": t.host, "num_processes": t.num_processes,
+                  "devices": [str(d) for d in devices], "dali_shard_ids": list(sharding.shard_ids),
+                  "num_shards": sharding.num_shards, "batch_size_per_device": batch_size}
+        write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
+        barrier("rank-reports-written", self.barrier_timeout_s)
+        if not self.lead:
+            return
+        ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
+        write_atomic(self.paths.rank_map, json.dumps(ranks, indent=2))
+        for r in ranks:
+            self.say(f"rank {r['process_id']} on {r['host']}: devices {', '.join(r['devices'])}; "
+                     f"DALI shards {r['dali_shard_ids']} of {r['num_shards']}")
+
+    @contextlib.contextmanager
+    def progress(self, epoch: int, steps: int):
+        """Yields `advance()`; a live bar only for process 0 on a terminal (logs get epoch lines)."""
+        if not (self.lead and self.console.is_terminal):
+            yield lambda: None
+            return
+        columns = (TextColumn(f"epoch {epoch}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=True) as bar:
+            task = bar.add_task("train", total=steps)
+            yield lambda: bar.advance(task)
+
+    def epoch(self, metrics: EpochMetrics) -> None:
+        self.last = dataclasses.asdict(metrics)
+        if not self.lead:
+            return
+        with self.paths.metrics.open("a") as f:
+            f.write(json.dumps(self.last) + "\n")
+        m = metrics
+        self.say(f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
+                 f"({m.test_count} images)  {m.images_per_s:,.0f} images/s  epoch {m.epoch_time_s:.2f} s  "
+                 f"eval {m.eval_time_s:.2f} s")

@@ -1,0 +1,30 @@
+"""What every task runs: read the spec, find its place in the job, train, report.
+
+Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through submitit calls
+`run_task(RUN_DIR)`. Either way the spec on disk is the only input, so a task can be re-run by hand.
+"""
+from __future__ import annotations
+
+import json
+
+from dali_launch.trainer import flavours
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.topology import configure_process_env, from_environment, initialize, local_devices
+
+
+def run_task(run_dir: str) -> dict:
+    spec = TaskSpec.load(run_dir)
+    topology = from_environment(spec.distributed)
+    configure_process_env(topology, spec.distributed)  # before the first `import jax`
+    flavours.check()
+    from dali_launch.trainer.metrics import Reporter
+    from dali_launch.trainer.train import train_and_evaluate
+
+    initialize(topology, spec.distributed)
+    devices = local_devices(topology, spec.distributed)
+    paths = RunPaths(run_dir)
+    result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s))
+    if topology.process_id == 0:
+        write_atomic(paths.result, json.dumps(result, indent=2))
+    return result

@@ -1,0 +1,174 @@
+"""Where this task sits in the job: process id, process count, coordinator and local devices.
+
+The launcher's local mode and SLURM describe a task through different environment variables; two
+tables map them to the same keys, so nothing after `from_environment` knows which backend started it.
+JAX's own SLURM detection is not used: it assumes one GPU per task (jax issue 16788).
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+
+from dali_launch.trainer.config import DistributedConfig
+from dali_launch.trainer.errors import UsageError
+
+LOCAL_ENV = {
+    "process_id": "DALI_LAUNCH_PROCESS_ID",
+    "num_processes": "DALI_LAUNCH_NUM_PROCESSES",
+    "local_rank": "DALI_LAUNCH_LOCAL_RANK",
+    "coordinator_address": "DALI_LAUNCH_COORDINATOR",
+}
+SLURM_ENV = {
+    "process_id": "SLURM_PROCID",
+    "num_processes": "SLURM_NTASKS",
+    "local_rank": "SLURM_LOCALID",
+    "nodelist": "SLURM_JOB_NODELIST",
+    "tasks_per_node": "SLURM_NTASKS_PER_NODE",
+    "job_id": "SLURM_JOB_ID",
+}
+
+
+@dataclass(frozen=True)
+class Topology:
+    process_id: int
+    num_processes: int
+    coordinator_address: str | None  # None: a single process, no jax.distributed
+    local_device_count: int
+    local_device_ids: tuple[int, ...] | None  # GPU ordinals for JAX; None on CPU
+    host: str
+
+
+def expand_hostlist(nodelist: str) -> list[str]:
+    """SLURM's compressed host list, e.g. `gpu[01-03,07],login1` -> gpu01 gpu02 gpu03 gpu07 login1."""
+    hosts = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
+        if plain:
+            hosts.append(plain)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            for n in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{n:0{len(lo)}d}")
+    return hosts
+
+
+def coordinator_port(job_id: str) -> int:
+    """A port every task of one SLURM job derives alike (the range JAX's own SLURM support uses)."""
+    return int(job_id) % 4096 + 61440
+
+
+def _tasks_per_node(value: str) -> int:
+    """SLURM_NTASKS_PER_NODE is `2`, or `2(x3)` in a step's view; the first count is ours."""
+    return int(re.match(r"\d+", value).group(0))
+
+
+def from_environment(config: DistributedConfig, env: dict[str, str] | None = None) -> Topology:
+    """The topology of this task: launcher values in `config` win, the environment fills the rest."""
+    env = dict(os.environ if env is None else env)
+    table = LOCAL_ENV if LOCAL_ENV["process_id"] in env else SLURM_ENV if SLURM_ENV["process_id"] in env else None
+    host = socket.gethostname()
+    if table is None:  # a plain single process (`dali-launch train`)
+        count = config.local_device_count or 1
+        return Topology(0, 1, None, count, _gpu_ids(config, 0, count, env), host)
+
+    def read(key: str) -> str:
+        try:
+            return env[table[key]]
+        except KeyError:
+            raise UsageError(f"{table[key]} is not set; start tasks through dali-launch or srun") from None
+
+    process_id = int(read("process_id"))
+    num_processes = config.num_processes or int(read("num_processes"))
+    local_rank = int(read("local_rank"))
+    address = config.coordinator_address or (
+        read("coordinator_address") if table is LOCAL_ENV
+        else f"{expand_hostlist(read('nodelist'))[0]}:{coordinator_port(read('job_id'))}")
+    count = config.local_device_count
+    if count is None:
+        raise UsageError("the launcher did not say how many devices each process has (local_device_count)")
+    if table is SLURM_ENV and num_processes != int(read("num_processes")):
+        raise UsageError(f"SLURM started {read('num_processes')} tasks but the job was planned for {num_processes}")
+    return Topology(process_id, num_processes, address if num_processes > 1 else None, count,
+                    _gpu_ids(config, local_rank, count, env), host)
+
+
+def _gpu_ids(config: DistributedConfig, local_rank: int, count: int, env: dict[str, str]) -> tuple[int, ...] | None:
+    """GPU ordinals of this process: its slice of the node's GPUs, by local rank.
+
+    If SLURM already narrowed CUDA_VISIBLE_DEVICES to this task's GPUs (--gpu-bind), they are 0..count-1.
+    """
+    if config.platform == "cpu":
+        return None
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    first = 0 if len(visible) == count else local_rank * count
+    return tuple(range(first, first + count))
+
+
+def configure_process_env(topology: Topology, config: DistributedConfig) -> None:
+    """Environment that must be set before JAX is imported: the number of CPU devices."""
+    if config.platform != "gpu":
+        flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+        flags.append(f"--xla_force_host_platform_device_count={topology.local_device_count}")
+        os.environ["XLA_FLAGS"] = " ".join(flags)
+    if config.platform == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def initialize(topology: Topology, config: DistributedConfig) -> None:
+    """jax.distributed.initialize with every value explicit and every wait bounded."""
+    import jax
+
+    if topology.coordinator_address is None:
+        return
+    gpu = config.platform == "gpu" or (config.platform == "auto" and _has_gpu())
+    jax.distributed.initialize(
+        coordinator_address=topology.coordinator_address,
+        num_processes=topology.num_processes,
+        process_id=topology.process_id,
+        local_device_ids=list(topology.local_device_ids) if gpu and topology.local_device_ids else None,
+        initialization_timeout=config.init_timeout_s,
+        heartbeat_timeout_seconds=config.heartbeat_timeout_s,
+    )
+
+
+def _has_gpu() -> bool:
+    try:
+        import jax
+
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def local_devices(topology: Topology, config: DistributedConfig) -> list:
+    """This process's devices for training: GPUs when there are any (and allowed), else CPU devices."""
+    import jax
+
+    devices = jax.local_devices()
+    if config.platform == "cpu" or devices[0].platform == "cpu":
+        devices = jax.local_devices(backend="cpu")
+    if len(devices) < topology.local_device_count:
+        raise UsageError(f"process {topology.process_id} sees {len(devices)} devices "
+                         f"but was planned for {topology.local_device_count}; lower --gpus-per-node")
+    return devices[: topology.local_device_count]
+
+
+def barrier(name: str, timeout_s: int) -> None:
+    """Waits until every process arrives, or raises after `timeout_s`.
+
+    multihost_utils.sync_global_devices has no timeout and would hang on a dead peer; the
+    distributed client's barrier is the one with a bound (Orbax uses the same client).
+    """
+    import jax
+
+    if jax.process_count() == 1:
+        return
+    from jax._src import distributed
+
+    try:
+        distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=timeout_s * 1000)
+    except Exception as e:  # XlaRuntimeError: DEADLINE_EXCEEDED, or a peer gone
+        raise TimeoutError(f"process {jax.process_index()}: barrier '{name}' not reached by every "
+                           f"process within {timeout_s} s ({e})") from e
