@@ -92,6 +92,58 @@ def caffe2_record(jpeg: bytes, label: int) -> bytes:
     return _field(1, image) + _field(1, label_t)
 
 
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated varint")
+        byte = buf[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _fields_of(buf: bytes) -> list[tuple[int, int | bytes]]:
+    """(field number, value) pairs of one protobuf message; enough to check what DALI will parse."""
+    out, i = [], 0
+    while i < len(buf):
+        key, i = _read_varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _read_varint(buf, i)
+        elif wire == 2:
+            size, i = _read_varint(buf, i)
+            if i + size > len(buf):
+                raise ValueError("truncated field")
+            value, i = buf[i:i + size], i + size
+        elif wire in (1, 5):
+            value, i = buf[i:i + (8 if wire == 1 else 4)], i + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        out.append((number, value))
+    return out
+
+
+IMAGE_MAGIC = (b"\xff\xd8", b"\x89PNG", b"BM", b"II*\x00", b"MM\x00*", b"RIFF", b"GIF8")
+
+
+def check_caffe2_record(record: bytes) -> None:
+    """Raises ValueError unless `record` holds an encoded image (or raw bytes) and a label DALI can read."""
+    protos = [v for n, v in _fields_of(record) if n == 1]
+    if len(protos) < 2:
+        raise ValueError(f"{len(protos)} tensors, expected an image and a label")
+    image = dict((n, v) for n, v in _fields_of(protos[0]))
+    if image.get(2, 1) == _STRING:
+        data = image.get(6, b"")
+        if not data.startswith(IMAGE_MAGIC):
+            raise ValueError("the image is not an encoded image (JPEG, PNG, BMP, TIFF, WebP, GIF)")
+    elif image.get(2, 1) != 3 or not image.get(5):  # BYTE: raw pixels
+        raise ValueError("the first tensor is neither an encoded image (STRING) nor raw pixels (BYTE)")
+    if dict(_fields_of(protos[1])).get(2, 1) not in (1, _INT32):
+        raise ValueError("the label tensor is neither INT32 nor FLOAT")
+
+
 def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
     from PIL import Image
 

@@ -77,9 +77,9 @@ require_bins() {
 # Alive and not a zombie (daemons get reparented to a PID 1 that may never reap them).
 alive() {
   local st
-  [[ -n ${1:-} && -r /proc/$1/stat ]] || return 1
-  st=$(cut -d')' -f2 "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2) || return 1
-  [[ -n $st && $st != Z && $st != X ]]
+  [[ -n ${1:-} ]] && { st=$(<"/proc/$1/stat"); } 2>/dev/null || return 1
+  st=${st##*) } st=${st%% *}
+  [[ $st != Z && $st != X ]]
 }
 
 # PIDs of slurmctld/slurmd started with this DIR's slurm.conf; argv is checked, not
@@ -92,7 +92,7 @@ daemon_pids() { # [slurmctld|slurmd]
     [[ $comm == slurmctld || $comm == slurmd ]] || continue
     [[ -z $want || $comm == "$want" ]] || continue
     found=0
-    while IFS= read -r -d '' arg; do [[ $arg == "$CONF" ]] && found=1; done <"/proc/$p/cmdline" 2>/dev/null || true
+    while IFS= read -r -d '' arg; do [[ $arg == "$CONF" ]] && found=1; done 2>/dev/null <"/proc/$p/cmdline" || true
     ((found)) && alive "$p" && echo "$p"
   done
   return 0
@@ -115,9 +115,10 @@ descendants() { # PID... -> those PIDs and all their descendants
   local -A kids=()
   local p ppid queue=("$@") out=()
   for p in /proc/[0-9]*/stat; do
-    read -r ppid < <(cut -d')' -f2 "$p" 2>/dev/null | cut -d' ' -f3) || continue
-    p=${p#/proc/}; p=${p%/stat}
-    [[ -n $ppid ]] && kids[$ppid]+=" $p"
+    { ppid=$(<"$p"); } 2>/dev/null || continue
+    ppid=${ppid##*) } ppid=${ppid#* } ppid=${ppid%% *}
+    p=${p#/proc/} p=${p%/stat}
+    kids[$ppid]+=" $p"
   done
   while ((${#queue[@]})); do
     p=${queue[0]}; queue=("${queue[@]:1}")
@@ -169,7 +170,7 @@ ensure_munge() {
   fi
   # No systemd, so nobody made munge's run dir; --force clears a dead daemon's socket.
   install -d -o munge -g munge -m 0755 "$MUNGE_RUN"
-  runuser -u munge -- munged --force </dev/null >/dev/null 2>&1 ||
+  runuser -u munge -- munged --force </dev/null >/dev/null 2>&1 9>&- ||
     die "munged failed to start: $(tail -n 3 /var/log/munge/munged.log 2>/dev/null | tr '\n' ' ')"
   for ((i = 0; i < 50; i++)); do munge_ok && break; sleep 0.1; done
   munge_ok || die "munged does not answer; see /var/log/munge/munged.log"
@@ -191,7 +192,7 @@ release_munge() {
     while IFS= read -r -d '' arg; do
       [[ $prev == -f ]] && other=${arg%/slurm.conf}
       prev=$arg
-    done <"/proc/$p/cmdline" 2>/dev/null || true
+    done 2>/dev/null <"/proc/$p/cmdline" || true
     if [[ -n $other && $other != "$DIR" && -f $other/$MARKER && -d $other/run ]]; then
       echo "$pid" >"$other/run/munged.pid"
       say "munged left running for the cluster in '$other'"
@@ -382,10 +383,10 @@ stop_cluster() {
 
 start_cluster() {
   local k
-  slurmctld -f "$CONF" </dev/null >>"$DIR/log/slurmctld.out" 2>&1 ||
+  slurmctld -f "$CONF" </dev/null >>"$DIR/log/slurmctld.out" 2>&1 9>&- ||
     { show_logs; return 1; }
   for ((k = 1; k <= NODES; k++)); do
-    slurmd -f "$CONF" -N "node$k" </dev/null >>"$DIR/log/slurmd-node$k.out" 2>&1 ||
+    slurmd -f "$CONF" -N "node$k" </dev/null >>"$DIR/log/slurmd-node$k.out" 2>&1 9>&- ||
       { show_logs; return 1; }
   done
 }
@@ -401,6 +402,8 @@ wait_idle() {
   return 1
 }
 
+elapsed() { LC_ALL=C awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
 summary() { # PREFIX
   echo "$1: $NODES nodes x $CPUS CPUs (node[1-$NODES], partition debug), ports $PORT_BASE-$((PORT_BASE + NODES)), dir '$DIR'; use: source '$DIR/env.sh'"
 }
@@ -414,7 +417,8 @@ guard_dir() {
   die "'$DIR' exists and was not made by $PROG; pick an empty or new --dir"
 }
 
-lock_dir() { # serialise up/down/status on one DIR
+lock_dir() { # serialise up/down on one DIR; daemons get `9>&-` so they do not inherit it
+  [[ -e $DIR ]] || trap 'rm -f "$DIR/.lock"; rmdir "$DIR" 2>/dev/null || true' EXIT # failed first up
   mkdir -p "$DIR"
   exec 9>>"$DIR/.lock"
   flock -w 60 9 || die "another $PROG holds '$DIR/.lock'"
@@ -428,7 +432,7 @@ clean_dir() {
 # ---------------------------------------------------------------- commands
 
 cmd_up() {
-  local want_nodes=$NODES want_cpus=$CPUS want_port=$PORT_BASE t0=$SECONDS k p
+  local want_nodes=$NODES want_cpus=$CPUS want_port=$PORT_BASE t0=$EPOCHREALTIME k p
   require_root
   require_bins
   guard_dir
@@ -456,13 +460,15 @@ cmd_up() {
       die "port $((PORT_BASE + k)) is in use (another cluster?); pass a different --port-base"
   done
   ensure_hosts
+  mkdir -p "$DIR/run"
   ensure_munge
   write_config
   if ! start_cluster || ! wait_idle; then
     stop_cluster
     die "cluster did not come up; logs kept in '$DIR/log' ('$PROG down' removes them)"
   fi
-  summary "up in $((SECONDS - t0))s"
+  trap - EXIT
+  summary "up in $(elapsed "$t0")s"
 }
 
 cmd_down() {

@@ -16,13 +16,13 @@ from dali_launch.trainer.topology import configure_process_env, from_environment
 def run_task(run_dir: str) -> dict:
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.distributed)
-    configure_process_env(topology, spec.distributed)  # before the first `import jax`
+    configure_process_env(topology)  # before the first `import jax`
     flavours.check()
     from dali_launch.trainer.metrics import Reporter
     from dali_launch.trainer.train import train_and_evaluate
 
     initialize(topology, spec.distributed)
-    devices = local_devices(topology, spec.distributed)
+    devices = local_devices(topology)
     paths = RunPaths(run_dir)
     result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s))
     if topology.process_id == 0:

@@ -6,6 +6,7 @@ JAX's own SLURM detection is not used: it assumes one GPU per task (jax issue 16
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 import socket
@@ -35,9 +36,10 @@ class Topology:
     process_id: int
     num_processes: int
     coordinator_address: str | None  # None: a single process, no jax.distributed
-    local_device_count: int
-    local_device_ids: tuple[int, ...] | None  # GPU ordinals for JAX; None on CPU
+    local_device_count: int | None  # None: every device this process sees
+    local_device_ids: tuple[int, ...] | None  # GPU ordinals for JAX; None: CPU, or all visible GPUs
     host: str
+    platform: str  # "gpu" or "cpu", decided before JAX starts
 
 
 def expand_hostlist(nodelist: str) -> list[str]:
@@ -68,10 +70,10 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
     """The topology of this task: launcher values in `config` win, the environment fills the rest."""
     env = dict(os.environ if env is None else env)
     table = LOCAL_ENV if LOCAL_ENV["process_id"] in env else SLURM_ENV if SLURM_ENV["process_id"] in env else None
-    host = socket.gethostname()
+    host, platform = socket.gethostname(), resolve_platform(config.platform)
     if table is None:  # a plain single process (`dali-launch train`)
-        count = config.local_device_count or 1
-        return Topology(0, 1, None, count, _gpu_ids(config, 0, count, env), host)
+        count = config.local_device_count
+        return Topology(0, 1, None, count, _gpu_ids(platform, 0, count, env), host, platform)
 
     def read(key: str) -> str:
         try:
@@ -91,29 +93,43 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
     if table is SLURM_ENV and num_processes != int(read("num_processes")):
         raise UsageError(f"SLURM started {read('num_processes')} tasks but the job was planned for {num_processes}")
     return Topology(process_id, num_processes, address if num_processes > 1 else None, count,
-                    _gpu_ids(config, local_rank, count, env), host)
+                    _gpu_ids(platform, local_rank, count, env), host, platform)
 
 
-def _gpu_ids(config: DistributedConfig, local_rank: int, count: int, env: dict[str, str]) -> tuple[int, ...] | None:
+def resolve_platform(platform: str) -> str:
+    """`auto` means GPUs when this host has NVIDIA devices and JAX has a CUDA plugin.
+
+    Decided without asking JAX: any JAX device query starts the backend, and
+    jax.distributed.initialize must come before that.
+    """
+    if platform != "auto":
+        return platform
+    from dali_launch.trainer.flavours import JAX_CUDA, installed
+
+    return "gpu" if glob.glob("/dev/nvidia[0-9]*") and installed(JAX_CUDA) else "cpu"
+
+
+def _gpu_ids(platform: str, local_rank: int, count: int | None,
+             env: dict[str, str]) -> tuple[int, ...] | None:
     """GPU ordinals of this process: its slice of the node's GPUs, by local rank.
 
     If SLURM already narrowed CUDA_VISIBLE_DEVICES to this task's GPUs (--gpu-bind), they are 0..count-1.
     """
-    if config.platform == "cpu":
+    if platform == "cpu" or count is None:
         return None
     visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
     first = 0 if len(visible) == count else local_rank * count
     return tuple(range(first, first + count))
 
 
-def configure_process_env(topology: Topology, config: DistributedConfig) -> None:
+def configure_process_env(topology: Topology) -> None:
     """Environment that must be set before JAX is imported: the number of CPU devices."""
-    if config.platform != "gpu":
-        flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
-        flags.append(f"--xla_force_host_platform_device_count={topology.local_device_count}")
-        os.environ["XLA_FLAGS"] = " ".join(flags)
-    if config.platform == "cpu":
+    if topology.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
+        if topology.local_device_count:
+            flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+            flags.append(f"--xla_force_host_platform_device_count={topology.local_device_count}")
+            os.environ["XLA_FLAGS"] = " ".join(flags)
 
 
 def initialize(topology: Topology, config: DistributedConfig) -> None:
@@ -122,37 +138,27 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
 
     if topology.coordinator_address is None:
         return
-    gpu = config.platform == "gpu" or (config.platform == "auto" and _has_gpu())
+    ids = topology.local_device_ids
     jax.distributed.initialize(
         coordinator_address=topology.coordinator_address,
         num_processes=topology.num_processes,
         process_id=topology.process_id,
-        local_device_ids=list(topology.local_device_ids) if gpu and topology.local_device_ids else None,
+        local_device_ids=list(ids) if ids else None,
         initialization_timeout=config.init_timeout_s,
         heartbeat_timeout_seconds=config.heartbeat_timeout_s,
     )
 
 
-def _has_gpu() -> bool:
-    try:
-        import jax
-
-        return bool(jax.devices("gpu"))
-    except RuntimeError:
-        return False
-
-
-def local_devices(topology: Topology, config: DistributedConfig) -> list:
+def local_devices(topology: Topology) -> list:
     """This process's devices for training: GPUs when there are any (and allowed), else CPU devices."""
     import jax
 
-    devices = jax.local_devices()
-    if config.platform == "cpu" or devices[0].platform == "cpu":
-        devices = jax.local_devices(backend="cpu")
-    if len(devices) < topology.local_device_count:
-        raise UsageError(f"process {topology.process_id} sees {len(devices)} devices "
-                         f"but was planned for {topology.local_device_count}; lower --gpus-per-node")
-    return devices[: topology.local_device_count]
+    devices = jax.local_devices(backend=topology.platform)
+    count = topology.local_device_count or len(devices)
+    if len(devices) < count:
+        raise UsageError(f"process {topology.process_id} sees {len(devices)} {devices[0].platform} devices "
+                         f"but was planned for {count}; lower --gpus-per-node")
+    return devices[:count]
 
 
 def barrier(name: str, timeout_s: int) -> None:

@@ -1,0 +1,90 @@
+"""`dali-launch`: the commands, wired. Each command's work lives in its own module.
+
+    dali-launch train                                   # one process, this machine, embedded MNIST
+    dali-launch --local --nodes 1 --gpus-per-node 2 --processes 2   # a real multi-process job, here
+    dali-launch --nodes 2 --gpus-per-node 8             # a SLURM job through submitit
+    dali-launch data prepare --from IDX_DIR --to OUT    # IDX files -> Caffe2 LMDBs
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.options import build, config_options
+from dali_launch.trainer.config import DataConfig, DistributedConfig, TrainConfig
+from dali_launch.trainer.errors import UsageError
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="Train Flax networks on DALI pipelines: here, on several local processes, or on SLURM.")
+data_app = typer.Typer(help="Prepare data sets.", rich_markup_mode=None)
+app.add_typer(data_app, name="data")
+
+RUN_OPTIONS = (("Job", (LaunchConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
+               ("Distributed", (DistributedConfig,)))
+
+
+@app.callback(invoke_without_command=True)
+@config_options(*RUN_OPTIONS)
+def launch(values: dict, ctx: typer.Context):
+    """With no command: run a job, on SLURM (default) or with --local on this machine."""
+    if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name).name != "DEFAULT"]
+        if given:
+            raise UsageError(f"{given[0]} goes after the command: dali-launch {ctx.invoked_subcommand} {given[0]} ...")
+        return
+    from dali_launch.launcher import jobs
+
+    sys.exit(jobs.launch(build(RunConfig, values)))
+
+
+@app.command()
+@config_options(*RUN_OPTIONS)
+def train(values: dict):
+    """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
+    from dali_launch.launcher import jobs
+
+    sys.exit(jobs.train_here(build(RunConfig, values)))
+
+
+@data_app.command("prepare")
+def data_prepare(
+    source: Annotated[Path, typer.Option("--from", help="Folder with MNIST-format IDX files (train-*, t10k-*).")],
+    target: Annotated[Path, typer.Option("--to", help="New folder for training/ and testing/ LMDBs.")],
+    jpeg_quality: Annotated[int, typer.Option(help="JPEG quality of the stored images.")] = 95,
+    test_fraction: Annotated[Optional[float], typer.Option(
+        help="With only one IDX split present, the fraction held out for testing (default 0.2).")] = None,
+):
+    """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout)."""
+    from dali_launch.launcher.data_prepare import prepare
+
+    report = prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction)
+    counts = ", ".join(f"{name} {n:,}" for name, n in report.counts.items())
+    typer.echo(f"wrote {report.out_dir}: {counts}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Every bad input ends as one line on stderr and exit code 2, never a traceback."""
+    try:
+        code = app(args=argv, prog_name="dali-launch", standalone_mode=False)
+    except typer.Exit as e:
+        code = e.exit_code
+    except typer.TyperException as e:  # Typer's own usage errors: unknown flag, bad value
+        print(f"dali-launch: error: {e.format_message()}; see dali-launch --help", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"dali-launch: error: {e}", file=sys.stderr)
+        return 2
+    except (typer.Abort, KeyboardInterrupt):
+        print("dali-launch: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return code if isinstance(code, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

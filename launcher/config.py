@@ -1,0 +1,94 @@
+"""The launcher's own settings, and the pure checks run before anything is written or submitted."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig, opt
+from dali_launch.trainer.errors import UsageError
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    nodes: int = opt(1, "Nodes (hosts) for the job.")
+    gpus_per_node: int | None = opt(
+        None, "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
+        "Default: 1 for `train`, required for a job.")
+    tasks_per_node: int | None = opt(
+        None, "Processes per node: 1 (one task sees all the node's GPUs) or --gpus-per-node (one task per GPU). "
+        "Default 1.", aliases=("--processes",))
+    local: bool = opt(False, "Run the job's processes on this machine instead of submitting to SLURM.")
+    run_root: str = opt("runs", "Folder under which each run gets its own directory.")
+    name: str = opt("dali-launch", "Job name; also names the run directory.")
+    local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.")
+    dry_run: bool = opt(False, "Print what would run (batch script, rank map) and start nothing.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one `dali-launch` invocation decided: flags (and later files) resolved."""
+    launch: LaunchConfig = LaunchConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    distributed: DistributedConfig = DistributedConfig()
+
+    @property
+    def tasks_per_node(self) -> int:
+        return self.launch.tasks_per_node or 1
+
+    @property
+    def num_processes(self) -> int:
+        return self.launch.nodes * self.tasks_per_node
+
+    @property
+    def devices_per_process(self) -> int:
+        return (self.launch.gpus_per_node or 1) // self.tasks_per_node
+
+    @property
+    def num_devices(self) -> int:
+        return self.launch.nodes * (self.launch.gpus_per_node or 1)
+
+
+def device_phrase(run: RunConfig) -> str:
+    return f"{run.num_devices} devices ({run.launch.nodes} nodes × {run.launch.gpus_per_node or 1} GPUs)"
+
+
+def validate(run: RunConfig) -> None:
+    """Raises UsageError with the fix for the first bad value; never changes anything."""
+    launch, train = run.launch, run.train
+    _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size,
+              eval_batch_size=train.eval_batch_size, sync_every_steps=train.sync_every_steps,
+              reader_threads=run.data.reader_threads, init_timeout_s=run.distributed.init_timeout_s,
+              barrier_timeout_s=run.distributed.barrier_timeout_s, local_timeout_s=launch.local_timeout_s)
+    if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
+    gpus, tasks = launch.gpus_per_node or 1, run.tasks_per_node
+    if tasks < 1 or gpus % tasks:
+        raise UsageError(f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
+                         f"use 1 (one task per node) or {gpus} (one task per GPU)")
+    gbs = train.global_batch_size
+    if gbs is not None and (gbs < 1 or gbs % run.num_devices):
+        raise UsageError(f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; "
+                         f"use a multiple of {run.num_devices}")
+    if not 0 < train.learning_rate < 100:
+        raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a value in (0, 100)")
+    if not 0 <= train.momentum < 1:
+        raise UsageError(f"--momentum {train.momentum} is out of range; use a value in [0, 1)")
+    if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
+        raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def _positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value} must be at least 1")
+
+
+def task_spec(run: RunConfig, run_dir: str, data_dir: str) -> TaskSpec:
+    """What every task of this run reads: the run's configs, with the launcher's knowledge filled in."""
+    from dataclasses import replace
+
+    # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
+    distributed = replace(run.distributed, num_processes=run.num_processes,
+                          local_device_count=run.devices_per_process if run.launch.gpus_per_node else None)
+    return TaskSpec(run_dir=run_dir, data=replace(run.data, data_dir=data_dir), train=run.train,
+                    distributed=distributed)

@@ -1,0 +1,74 @@
+"""Config dataclasses are the CLI: every field becomes a `--flag` with the field's help.
+
+Typer reads a command's parameters from its signature, so `config_options` gives the wrapped
+command a signature built from the dataclass fields and hands it the values as one dict.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import inspect
+import typing
+from typing import Annotated
+
+import typer
+
+
+def _fields(classes) -> list[tuple[type, dataclasses.Field, type]]:
+    out = []
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        out += [(cls, f, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata.get("flag", "") is not None]
+    return out
+
+
+def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Parameter:
+    meta = field.metadata
+    flag = "--" + field.name.replace("_", "-")
+    names = [flag, *meta.get("aliases", ())]
+    if kind is bool:
+        names = [f"{flag}/--no-{flag[2:]}"]
+    option = typer.Option(*names, help=meta.get("help"), rich_help_panel=panel, show_default=True)
+    base = typing.get_args(kind)[0] if type(None) in typing.get_args(kind) else kind
+    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    if "choices" in meta:  # Typer lists an Enum's values as the allowed choices
+        base = enum.Enum(field.name, {c: c for c in meta["choices"]}, type=str)
+        default = base(default)
+    annotation = Annotated[typing.Optional[base] if base is not kind else kind, option]
+    return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def config_options(*groups: tuple[str, tuple[type, ...]]):
+    """Decorates `command(values: dict, **own)`: adds one flag per field of each group's classes."""
+    def wrap(command):
+        hints = typing.get_type_hints(command, include_extras=True)  # resolve `from __future__` strings
+        own = [p.replace(annotation=hints.get(p.name, p.annotation))
+               for p in list(inspect.signature(command).parameters.values())[1:]]
+        generated = [_parameter(f, kind, panel) for panel, classes in groups for _, f, kind in _fields(classes)]
+        names = {p.name for p in generated}
+
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            values = {k: _plain(kwargs.pop(k)) for k in list(kwargs) if k in names}
+            return command(values, **kwargs)
+
+        wrapper.__signature__ = inspect.Signature(own + generated)
+        return wrapper
+    return wrap
+
+
+def _plain(value):
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def build(cls, values: dict):
+    """The dataclass `cls` from flag values (nested dataclass fields are built recursively)."""
+    kwargs = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = build(hints[f.name], values)
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)

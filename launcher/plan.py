@@ -1,0 +1,27 @@
+"""The planned rank map of a job: which node, task and devices each process gets, and its DALI shards.
+
+The trainer computes the same shard ids from what JAX reports; tests hold the two to agreement.
+"""
+from __future__ import annotations
+
+from dali_launch.launcher.config import RunConfig
+
+
+def rank_map(run: RunConfig) -> list[dict]:
+    rows, per_process = [], run.devices_per_process
+    for process_id in range(run.num_processes):
+        node, task = divmod(process_id, run.tasks_per_node)
+        first = process_id * per_process
+        rows.append({"process_id": process_id, "node": node, "local_rank": task,
+                     "local_devices": list(range(task * per_process, (task + 1) * per_process)),
+                     "dali_shard_ids": list(range(first, first + per_process)), "num_shards": run.num_devices})
+    return rows
+
+
+def describe(run: RunConfig) -> str:
+    lines = [f"{run.num_processes} processes on {run.launch.nodes} nodes, {run.devices_per_process} devices each, "
+             f"{run.num_devices} DALI shards"]
+    for r in rank_map(run):
+        lines.append(f"  process {r['process_id']}: node {r['node']} task {r['local_rank']} "
+                     f"devices {r['local_devices']} DALI shards {r['dali_shard_ids']}")
+    return "\n".join(lines)

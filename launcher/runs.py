@@ -1,0 +1,45 @@
+"""Creating a run directory: once, complete, or not at all."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+from dali_launch.launcher.config import RunConfig, task_spec
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
+
+
+def create(run: RunConfig, data_dir: Path) -> RunPaths:
+    """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec) and launch.json."""
+    root = Path(run.launch.run_root).absolute()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --run-root {root} ({e.strerror}); choose a writable folder") from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(100):
+        path = root / f"{_slug(run.launch.name)}-{stamp}{f'-{n}' if n else ''}"
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise UsageError(f"cannot write in --run-root {root} ({e.strerror}); choose a writable folder") from None
+    paths = RunPaths(path)
+    try:
+        write_atomic(paths.config, task_spec(run, str(path), str(data_dir)).to_json())
+        write_atomic(paths.launch, json.dumps(dataclasses.asdict(run.launch), indent=2))
+        paths.logs.mkdir()
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)  # nothing half-written stays behind
+        raise
+    return paths
