@@ -36,10 +36,10 @@ def read_idx(path: Path) -> np.ndarray:
         raise UsageError(f"{path} is not a uint8 IDX file (bad magic); expected MNIST-format data")
     ndim = raw[3]
     dims = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
-        raise UsageError(f"{path} is truncated: header says {dims}, found {data.size} bytes of data")
-    return data.reshape(dims)
+    data = raw[4 + 4 * ndim:]
+    if len(raw) < 4 + 4 * ndim or len(data) != int(np.prod(dims)):
+        raise UsageError(f"{path} is truncated: header says {dims}, found {len(data)} bytes of data")
+    return np.frombuffer(data, np.uint8).reshape(dims)
 
 
 def find_idx_pair(from_dir: Path, prefix: str) -> tuple[Path, Path] | None:

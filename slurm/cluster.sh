@@ -82,13 +82,15 @@ alive() {
   [[ $st != Z && $st != X ]]
 }
 
+comm_of() { { local c; read -r c <"/proc/$1/comm" && echo "$c"; } 2>/dev/null || true; }
+
 # PIDs of slurmctld/slurmd started with this DIR's slurm.conf; argv is checked, not
 # just pid files, so stale pid files or recycled PIDs never make us kill a stranger.
 daemon_pids() { # [slurmctld|slurmd]
   local want=${1:-} p comm arg found
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
-    comm=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+    comm=$(comm_of "$p")
     [[ $comm == slurmctld || $comm == slurmd ]] || continue
     [[ -z $want || $comm == "$want" ]] || continue
     found=0
@@ -103,7 +105,7 @@ stepd_pids() {
   local p fd
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
-    [[ $(cat "/proc/$p/comm" 2>/dev/null) == slurmstepd ]] || continue
+    [[ $(comm_of "$p") == slurmstepd ]] || continue
     for fd in "/proc/$p/fd/"*; do
       [[ $(readlink "$fd" 2>/dev/null) == "$DIR/"* ]] && { echo "$p"; break; }
     done
@@ -184,10 +186,10 @@ release_munge() {
   [[ -f $ours ]] || return 0
   pid=$(cat "$ours")
   rm -f "$ours"
-  alive "$pid" && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]] || return 0
+  alive "$pid" && [[ $(comm_of "$pid") == munged ]] || return 0
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
-    [[ $(cat "/proc/$p/comm" 2>/dev/null) == slurmctld ]] || continue
+    [[ $(comm_of "$p") == slurmctld ]] || continue
     prev="" other=""
     while IFS= read -r -d '' arg; do
       [[ $prev == -f ]] && other=${arg%/slurm.conf}
@@ -452,8 +454,9 @@ cmd_up() {
   fi
   NODES=$want_nodes CPUS=$want_cpus PORT_BASE=${want_port:-$(default_port_base)}
   ((PORT_BASE + NODES <= 65535)) || die "ports $PORT_BASE-$((PORT_BASE + NODES)) out of range"
-  # slurmstepd's unix sockets live in the spool dir; sun_path holds 107 bytes.
-  p="$DIR/spool/node$NODES/node${NODES}_4294967294.4294967294"
+  # slurmstepd's unix sockets (spool/nodeK/nodeK_JOB.STEP) must fit sun_path, else every
+  # job fails with "Unix socket path ... is too long"; allow 7-digit job ids.
+  p="$DIR/spool/node$NODES/node${NODES}_9999999.4294967294"
   ((${#p} <= 107)) || die "--dir too long for slurmstepd's unix sockets (${#p} > 107 bytes): '$DIR'"
   for ((k = 0; k <= NODES; k++)); do
     ! port_in_use $((PORT_BASE + k)) ||

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ class Reporter:
     def rank_report(self, sharding, devices: list, batch_size: int) -> None:
         """Every process writes what it is; process 0 merges them into rank_map.json and prints it."""
         t = self.topology
-        report = {"process_id": t.process_id, "host": t.host, "num_processes": t.num_processes,
+        report = {"process_id": t.process_id, "host": t.host, "pid": os.getpid(), "num_processes": t.num_processes,
                   "devices": [str(d) for d in devices], "dali_shard_ids": list(sharding.shard_ids),
                   "num_shards": sharding.num_shards, "batch_size_per_device": batch_size}
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))

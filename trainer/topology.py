@@ -10,6 +10,8 @@ import glob
 import os
 import re
 import socket
+import sys
+import threading
 from dataclasses import dataclass
 
 from dali_launch.trainer.config import DistributedConfig
@@ -138,15 +140,31 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
 
     if topology.coordinator_address is None:
         return
+    message = (f"process {topology.process_id}: not all {topology.num_processes} processes reached the "
+               f"coordinator at {topology.coordinator_address} within {config.init_timeout_s} s (--init-timeout-s); "
+               f"a rank did not start, or cannot reach that address")
+    # On this deadline JAX aborts the whole process from C++ with a page of stack; ours fires first
+    # and leaves one line. JAX keeps its own, later, deadline as the backstop.
+    watchdog = threading.Timer(config.init_timeout_s, _die, args=(message,))
+    watchdog.daemon = True
+    watchdog.start()
     ids = topology.local_device_ids
-    jax.distributed.initialize(
-        coordinator_address=topology.coordinator_address,
-        num_processes=topology.num_processes,
-        process_id=topology.process_id,
-        local_device_ids=list(ids) if ids else None,
-        initialization_timeout=config.init_timeout_s,
-        heartbeat_timeout_seconds=config.heartbeat_timeout_s,
-    )
+    try:
+        jax.distributed.initialize(
+            coordinator_address=topology.coordinator_address,
+            num_processes=topology.num_processes,
+            process_id=topology.process_id,
+            local_device_ids=list(ids) if ids else None,
+            initialization_timeout=config.init_timeout_s + 10,
+            heartbeat_timeout_seconds=config.heartbeat_timeout_s,
+        )
+    finally:
+        watchdog.cancel()
+
+
+def _die(message: str) -> None:
+    print(f"dali-launch: error: {message}", file=sys.stderr, flush=True)
+    os._exit(3)
 
 
 def local_devices(topology: Topology) -> list:

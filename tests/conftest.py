@@ -1,0 +1,51 @@
+"""Shared fixtures: real data sets prepared once per session, and the CLI run as users run it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dali_launch.launcher import datasets
+from dali_launch.launcher.data_prepare import prepare
+from dali_launch.trainer.run_dir import RunPaths
+
+FASHION_IDX = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
+
+
+@pytest.fixture(scope="session")
+def mnist_lmdb(tmp_path_factory) -> Path:
+    """The embedded MNIST sample (8,000 train / 2,000 test) as the launcher prepares it."""
+    out = tmp_path_factory.mktemp("mnist") / "lmdb"
+    prepare(datasets.EMBEDDED_IDX, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fashion_lmdb(tmp_path_factory) -> Path:
+    """Full Fashion-MNIST (60,000 / 10,000). CI installs it; elsewhere its absence skips."""
+    if not FASHION_IDX.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"{FASHION_IDX} is missing; .ci/run must apt-get install dataset-fashion-mnist")
+        pytest.skip(f"{FASHION_IDX} is missing; apt-get install dataset-fashion-mnist")
+    out = tmp_path_factory.mktemp("fashion") / "lmdb"
+    prepare(FASHION_IDX, out)
+    return out
+
+
+def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a fresh process, as a user runs it (each JAX run needs its own process)."""
+    return subprocess.run([sys.executable, "-m", "dali_launch.launcher.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def only_run(run_root: Path) -> RunPaths:
+    runs = sorted(p for p in run_root.iterdir() if p.is_dir())
+    assert len(runs) == 1, runs
+    return RunPaths(runs[0])
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"

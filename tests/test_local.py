@@ -1,0 +1,92 @@
+"""Local mode: real jax.distributed processes on this machine, through `dali-launch --local`."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import check_ok, dali_launch, only_run
+
+from dali_launch.trainer.config import DistributedConfig, TaskSpec
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def _result(run_root):
+    paths = only_run(run_root)
+    return paths, json.loads(paths.result.read_text())
+
+
+def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
+    """2 processes × 2 CPU devices vs 1 process × 2 devices, both at a global batch of 200."""
+    common = ["--data-dir", str(fashion_lmdb), "--epochs", "1", "--global-batch-size", "200"]
+    single = dali_launch("train", "--gpus-per-node", "2", *common, "--run-root", str(tmp_path / "one"))
+    check_ok(single)
+    multi = dali_launch("--local", "--nodes", "1", "--gpus-per-node", "4", "--processes", "2",
+                        "--init-timeout-s", "60", *common, "--run-root", str(tmp_path / "two"))
+    check_ok(multi)
+    _, one = _result(tmp_path / "one")
+    paths, two = _result(tmp_path / "two")
+    assert abs(one["final"]["test_accuracy"] - two["final"]["test_accuracy"]) <= 0.03, (one, two)
+    assert len(two["checksums"]) == 4 and len(set(two["checksums"])) == 1  # every replica, every process
+    assert two["final"]["train_samples"] == 60_000 and two["final"]["test_count"] == 10_000
+    ranks = json.loads(paths.rank_map.read_text())
+    assert [r["dali_shard_ids"] for r in ranks] == [[0, 1], [2, 3]] and ranks[1]["num_shards"] == 4
+    assert ranks[1]["devices"] == ["cpu:2048", "cpu:2049"]  # JAX's ids; shards never follow them
+    assert "[rank 1]" in multi.stdout and "[rank 0] epoch 0:" in multi.stdout
+    assert all(paths.log(r).read_text() for r in range(2))
+
+
+def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--gpus-per-node", "2", "--processes", "2",
+         "--epochs", "50", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        report = _wait_for(lambda: _rank_report(tmp_path, 1), timeout_s=120)
+        time.sleep(3)  # mid-epoch
+        os.kill(report["pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - killed_at < 30
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "rank 1 was killed by SIGKILL" in err, err
+    rank0 = _rank_report(tmp_path, 0)["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(rank0, 0)
+
+
+def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
+    """Process 0 of 2 waits for a peer that never comes: bounded, and the error says why."""
+    spec = TaskSpec(run_dir=str(tmp_path), distributed=DistributedConfig(
+        platform="cpu", num_processes=2, local_device_count=1, init_timeout_s=5))
+    write_atomic(RunPaths(tmp_path).config, spec.to_json())
+    env = {**os.environ, "DALI_LAUNCH_PROCESS_ID": "0", "DALI_LAUNCH_NUM_PROCESSES": "2",
+           "DALI_LAUNCH_LOCAL_RANK": "0", "DALI_LAUNCH_COORDINATOR": "127.0.0.1:29517"}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "dali_launch.trainer", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode != 0 and time.monotonic() - start < 60
+    assert "not all 2 processes reached the coordinator at 127.0.0.1:29517 within 5 s" in proc.stderr
+
+
+def _rank_report(run_root, rank):
+    runs = [p for p in run_root.iterdir() if p.is_dir()]
+    path = RunPaths(runs[0]).rank_report(rank) if runs else None
+    return json.loads(path.read_text()) if path and path.exists() else None
+
+
+def _wait_for(probe, timeout_s):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing after {timeout_s} s")

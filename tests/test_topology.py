@@ -1,0 +1,56 @@
+"""Topology from the launcher's and SLURM's variables, for both task layouts; the planned rank map."""
+from __future__ import annotations
+
+import pytest
+
+from dali_launch.launcher import plan
+from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.trainer.config import DistributedConfig
+from dali_launch.trainer.topology import coordinator_port, expand_hostlist, from_environment
+
+
+@pytest.mark.parametrize("nodelist, hosts", [
+    ("node1", ["node1"]),
+    ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
+    ("gpu[8-10],login1", ["gpu8", "gpu9", "gpu10", "login1"]),
+    ("a[1-2],b[09-10]", ["a1", "a2", "b09", "b10"]),
+])
+def test_hostlists(nodelist, hosts):
+    assert expand_hostlist(nodelist) == hosts
+
+
+def _slurm(procid, localid, ntasks, per_node, nodelist="node[01-03,07]", **extra):
+    return {"SLURM_PROCID": str(procid), "SLURM_LOCALID": str(localid), "SLURM_NTASKS": str(ntasks),
+            "SLURM_NTASKS_PER_NODE": per_node, "SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_ID": "4242", **extra}
+
+
+def test_slurm_one_task_per_node_sees_all_gpus():
+    config = DistributedConfig(platform="gpu", num_processes=4, local_device_count=8)
+    t = from_environment(config, _slurm(procid=2, localid=0, ntasks=4, per_node="1"))
+    assert (t.process_id, t.num_processes, t.local_device_ids) == (2, 4, tuple(range(8)))
+    assert t.coordinator_address == f"node01:{coordinator_port('4242')}"
+
+
+def test_slurm_one_task_per_gpu_takes_its_slice():
+    config = DistributedConfig(platform="gpu", num_processes=32, local_device_count=1)
+    t = from_environment(config, _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)"))
+    assert (t.process_id, t.local_device_ids) == (13, (5,))
+    bound = _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)", CUDA_VISIBLE_DEVICES="5")
+    assert from_environment(config, bound).local_device_ids == (0,)  # --gpu-bind left it one GPU
+
+
+def test_cpu_has_no_gpu_ids_and_local_env_wins_over_slurm():
+    config = DistributedConfig(platform="cpu", num_processes=2, local_device_count=2)
+    env = {**_slurm(0, 0, 2, "2"), "DALI_LAUNCH_PROCESS_ID": "1", "DALI_LAUNCH_NUM_PROCESSES": "2",
+           "DALI_LAUNCH_LOCAL_RANK": "1", "DALI_LAUNCH_COORDINATOR": "127.0.0.1:1234"}
+    t = from_environment(config, env)
+    assert (t.process_id, t.coordinator_address, t.local_device_ids, t.platform) == (1, "127.0.0.1:1234", None, "cpu")
+
+
+def test_planned_rank_map_matches_trainer_shards():
+    run = RunConfig(launch=LaunchConfig(nodes=2, gpus_per_node=4, tasks_per_node=2))
+    rows = plan.rank_map(run)
+    assert [r["dali_shard_ids"] for r in rows] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert [(r["node"], r["local_rank"], r["local_devices"]) for r in rows] == [
+        (0, 0, [0, 1]), (0, 1, [2, 3]), (1, 0, [0, 1]), (1, 1, [2, 3])]
+    assert all(r["num_shards"] == 8 for r in rows)
