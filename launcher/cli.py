@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
 from dali_launch.trainer.config import DataConfig, DistributedConfig, TrainConfig
 from dali_launch.trainer.errors import UsageError
@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_mar
 data_app = typer.Typer(help="Prepare data sets.", rich_markup_mode=None)
 app.add_typer(data_app, name="data")
 
-RUN_OPTIONS = (("Job", (LaunchConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
+RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
                ("Distributed", (DistributedConfig,)))
 
 
@@ -42,12 +42,43 @@ def launch(values: dict, ctx: typer.Context):
 
 
 @app.command()
-@config_options(*RUN_OPTIONS)
+@config_options(*[group for group in RUN_OPTIONS if group[0] != "SLURM"])
 def train(values: dict):
     """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
     from dali_launch.launcher import jobs
 
     sys.exit(jobs.train_here(build(RunConfig, values)))
+
+
+RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]
+JobArg = Annotated[str, typer.Argument(help="Job id, or the job's run directory.")]
+
+
+@app.command()
+def status(job: JobArg, run_root: RunRoot = "runs"):
+    """Where a submitted job stands (squeue, else sacct, else its files)."""
+    from dali_launch.launcher import job_control
+
+    typer.echo(job_control.status(job_control.find(job, run_root)))
+
+
+@app.command()
+def logs(job: JobArg, run_root: RunRoot = "runs",
+         rank: Annotated[Optional[int], typer.Option(help="Only this rank's log, unprefixed.")] = None,
+         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+         follow_timeout_s: Annotated[int, typer.Option(help="Stop following after this long.")] = 86400):
+    """A job's logs: every rank, prefixed, or one rank."""
+    from dali_launch.launcher import job_control
+
+    job_control.logs(job_control.find(job, run_root), rank, follow_timeout_s if follow else None, typer.echo)
+
+
+@app.command()
+def cancel(job: JobArg, run_root: RunRoot = "runs"):
+    """Cancel a submitted job (scancel)."""
+    from dali_launch.launcher import job_control
+
+    typer.echo(job_control.cancel_job(job_control.find(job, run_root)))
 
 
 @data_app.command("prepare")

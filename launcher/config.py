@@ -1,7 +1,7 @@
 """The launcher's own settings, and the pure checks run before anything is written or submitted."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig, opt
 from dali_launch.trainer.errors import UsageError
@@ -24,9 +24,31 @@ class LaunchConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """sbatch's knobs, passed to submitit; each one is data, never shell text (setup lines excepted)."""
+    partition: str | None = opt(None, "SLURM partition (default: the cluster's default partition).")
+    time_min: int = opt(60, "Job time limit in minutes.")
+    account: str | None = opt(None, "SLURM account to charge.")
+    qos: str | None = opt(None, "SLURM quality of service.")
+    constraint: str | None = opt(None, "Node features the job needs (sbatch --constraint).")
+    mem_gb: int | None = opt(None, "Memory per node in GB (default: the partition's).")
+    cpus_per_task: int | None = opt(None, "CPUs per task (DALI's reader and decoder threads run on them).")
+    exclusive: bool = opt(False, "Take whole nodes (sbatch --exclusive).")
+    sbatch_arg: list[str] = field(default_factory=list, metadata={
+        "help": "Extra #SBATCH line as KEY=VALUE (repeatable), e.g. --sbatch-arg mail-type=END."})
+    srun_arg: list[str] = field(default_factory=list, metadata={
+        "help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none."})
+    setup: list[str] = field(default_factory=list, metadata={
+        "help": "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs."})
+    container_image: str | None = opt(None, "Container image for pyxis/enroot sites (srun --container-image).")
+    detach: bool = opt(False, "Return once submitted instead of following the job.")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything one `dali-launch` invocation decided: flags (and later files) resolved."""
     launch: LaunchConfig = LaunchConfig()
+    slurm: SlurmConfig = SlurmConfig()
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
     distributed: DistributedConfig = DistributedConfig()

@@ -1,0 +1,107 @@
+"""Following a SLURM job: merged rank-prefixed logs while it runs, then how it ended.
+
+Never blocks without a bound: the queue is read with squeue (which works without accounting),
+results are read only once their files exist, and the whole wait has a deadline.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dali_launch.trainer.run_dir import RunPaths
+
+POLL_S = 1.0
+QUERY_TIMEOUT_S = 30
+
+
+class LogTail:
+    """New complete lines of a file that another host is still writing."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def lines(self) -> list[str]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        *done, self.partial = (self.partial + chunk).split(b"\n")
+        return [line.decode(errors="replace") for line in done]
+
+
+def queue_state(job_id: str) -> str | None:
+    """The job's state in squeue (PENDING, RUNNING, ...), or None once it has left the queue."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
+                             timeout=QUERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return "UNKNOWN"
+    if out.returncode != 0:  # squeue errors on ids it no longer knows
+        return None
+    states = out.stdout.split()
+    return states[0] if states else None
+
+
+def cancel(job_id: str) -> None:
+    subprocess.run(["scancel", str(job_id)], capture_output=True, timeout=QUERY_TIMEOUT_S)
+
+
+def task_error(job, rank: int) -> str | None:
+    """The traceback a task left in its result file, or None if it succeeded or has not finished."""
+    from submitit.core.utils import pickle_load
+
+    path = job.task(rank).paths.result_pickle
+    if not path.exists():
+        return None
+    outcome, value = pickle_load(path)
+    return value if outcome == "error" else None
+
+
+def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
+    """Prints every rank's output as it comes; returns the exit code the command should end with."""
+    ranks = range(job.num_tasks)
+    tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in ranks]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _print_new(tails, echo)
+        failed = next(((r, e) for r in ranks if (e := task_error(job, r))), None)
+        if failed:
+            cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
+            _print_new(tails, echo)
+            print(f"dali-launch: rank {failed[0]} of job {job.job_id} failed:\n{failed[1].rstrip()}",
+                  file=sys.stderr, flush=True)
+            return 1
+        if queue_state(job.job_id) is None:
+            break
+        if time.monotonic() > deadline:
+            cancel(job.job_id)
+            print(f"dali-launch: job {job.job_id} still running after {timeout_s:.0f} s; cancelled it",
+                  file=sys.stderr, flush=True)
+            return 1
+        time.sleep(POLL_S)
+    _print_new(tails, echo)
+    return _ending(job, paths)
+
+
+def _print_new(tails, echo) -> None:
+    for rank, *files in tails:
+        for tail in files:
+            for line in tail.lines():
+                echo(f"[rank {rank}] {line}")
+
+
+def _ending(job, paths: RunPaths) -> int:
+    missing = [r for r in range(job.num_tasks) if not job.task(r).paths.result_pickle.exists()]
+    if missing:
+        print(f"dali-launch: job {job.job_id} ended without a result from rank(s) {missing}: cancelled, timed "
+              f"out or killed; see `dali-launch logs {job.job_id} --rank {missing[0]}`", file=sys.stderr, flush=True)
+        return 1
+    from dali_launch.launcher.jobs import summarize
+
+    summarize(job.task(0).result(), paths)
+    return 0
