@@ -76,19 +76,21 @@ class DeviceBatches:
 
     def next(self) -> dict:
         outputs = [pipe.run() for pipe in self.pipes]
-        return {name: self._join([out[i].as_tensor() for out in outputs]) for i, name in enumerate(self.names)}
+        return {name: self._join([_dali_to_jax(out[i].as_tensor(), d) for out, d in zip(outputs, self.devices)])
+                for i, name in enumerate(self.names)}
 
-    def put(self, values: np.ndarray) -> jax.Array:
-        """Host values, one row per local device, as a job-wide array laid out like the batches."""
-        return self._join(list(values))
+    def put(self, values):
+        """Host values (arrays or pytrees), one per local device, as job-wide arrays laid out like the batches."""
+        per_device = [jax.device_put(v, d) for v, d in zip(values, self.devices)]
+        return jax.tree.map(lambda *shards: self._join(list(shards)), *per_device)
 
-    def _join(self, tensors: list) -> jax.Array:
-        shards = [_to_jax(t, d)[None] for t, d in zip(tensors, self.devices)]
+    def _join(self, arrays: list) -> jax.Array:
+        shards = [a[None] for a in arrays]
         shape = (self.global_devices, *shards[0].shape[1:])
         return jax.make_array_from_single_device_arrays(shape, self.sharding, shards)
 
 
-def _to_jax(tensor, device) -> jax.Array:
+def _dali_to_jax(tensor, device) -> jax.Array:
     """GPU outputs stay on their GPU (DLPack, then a device copy: DALI reuses its buffers)."""
     if device.platform == "gpu":
         return jax.dlpack.from_dlpack(tensor).copy()

@@ -38,8 +38,10 @@ def valid_mask(position, batch_size: int, shard_size):
     return (position + jnp.arange(batch_size) < shard_size).astype(jnp.float32)
 
 
-def train_step(state, images, labels, position, shard_size):
-    valid = valid_mask(position, images.shape[0], shard_size)
+def train_step(state, tally, images, labels, shard_size):
+    """One SGD step on the global batch. `tally` (position in the shard, loss and sample sums) stays
+    on the device, so a step costs the host one dispatch and no transfer."""
+    valid = valid_mask(tally["position"], images.shape[0], shard_size)
 
     def loss_sum(params):
         logits = state.apply_fn({"params": params}, images)
@@ -48,14 +50,16 @@ def train_step(state, images, labels, position, shard_size):
     loss, grads = jax.value_and_grad(loss_sum)(state.params)
     count = jax.lax.psum(jnp.sum(valid), AXIS)
     grads = jax.tree.map(lambda g: jax.lax.psum(g, AXIS) / count, grads)
-    return state.apply_gradients(grads=grads), (jax.lax.psum(loss, AXIS), count)
+    tally = {"position": tally["position"] + images.shape[0], "loss": tally["loss"] + jax.lax.psum(loss, AXIS),
+             "count": tally["count"] + count}
+    return state.apply_gradients(grads=grads), tally
 
 
-def eval_step(apply_fn, params, images, labels, position, shard_size):
-    valid = valid_mask(position, images.shape[0], shard_size)
-    logits = apply_fn({"params": params}, images)
-    correct = jnp.sum((jnp.argmax(logits, -1) == labels) * valid)
-    return jax.lax.psum(correct, AXIS), jax.lax.psum(jnp.sum(valid), AXIS)
+def eval_step(apply_fn, params, tally, images, labels, shard_size):
+    valid = valid_mask(tally["position"], images.shape[0], shard_size)
+    correct = jnp.sum((jnp.argmax(apply_fn({"params": params}, images), -1) == labels) * valid)
+    return {"position": tally["position"] + images.shape[0], "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
+            "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS)}
 
 
 def per_device_batch(spec: TaskSpec, global_devices: int) -> int:
@@ -72,34 +76,35 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter) -> dic
     data = input_pipeline.build(_split_dir(spec, "training"), devices, all_devices, sharding, batch, True,
                                 spec.data, spec.train.seed)
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch)
+    evaluator = Evaluator(spec, devices) if process == 0 else None
 
     state = jax_utils.replicate(create_train_state(spec, 784), devices=devices)
-    p_train = jax.pmap(train_step, AXIS, devices=all_devices, donate_argnums=(0,))
+    p_train = jax.pmap(train_step, AXIS, devices=all_devices, donate_argnums=(0, 1))
     shard_sizes = data.put(_shard_sizes(data.num_samples, sharding))
     for epoch in range(spec.train.epochs):
         state, metrics = _train_epoch(spec, data, sharding, p_train, state, shard_sizes, epoch, reporter)
-        if process == 0:
-            metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = evaluate(spec, devices, state)
+        if evaluator:
+            metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = evaluator(state.params)
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
         reporter.epoch(metrics)
     return {"checksums": replicas.gathered_checksums(state.params), "final": reporter.last}
 
 
 def _train_epoch(spec: TaskSpec, data, sharding, p_train, state, shard_sizes, epoch: int, reporter: Reporter):
-    sums, start = [], time.perf_counter()
+    start = time.perf_counter()
+    tally = data.put([{"position": np.int32(0), "loss": np.float32(0), "count": np.float32(0)}] * len(data.devices))
     recorder = replicas.SampleRecorder(spec, sharding, data, epoch) if spec.train.record_samples else None
+    # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES); GPUs run free.
+    sync_every = spec.train.sync_every_steps if data.devices[0].platform == "cpu" else data.steps
     with reporter.progress(epoch, data.steps) as advance:
         for step, batch in enumerate(data.epoch()):
-            position = data.put(np.full(len(sharding.shard_ids), step * data.batch_size, np.int32))
-            state, out = p_train(state, batch["images"], batch["labels"], position, shard_sizes)
-            sums.append(out)
+            state, tally = p_train(state, tally, batch["images"], batch["labels"], shard_sizes)
             if recorder:
                 recorder.add(step, batch)
-            if (step + 1) % spec.train.sync_every_steps == 0:
-                jax.block_until_ready(out)  # see FIELD-NOTES: unbounded queues deadlock gloo on CPU
+            if (step + 1) % sync_every == 0:
+                jax.block_until_ready(tally)
             advance()
-    loss = float(sum(_first(s[0]) for s in sums))
-    count = int(sum(_first(s[1]) for s in sums))
+    loss, count = _first(tally["loss"]), int(_first(tally["count"]))
     elapsed = time.perf_counter() - start
     if recorder:
         recorder.save()
@@ -107,22 +112,30 @@ def _train_epoch(spec: TaskSpec, data, sharding, p_train, state, shard_sizes, ep
                                images_per_s=count / elapsed)
 
 
-def evaluate(spec: TaskSpec, devices: list, state) -> tuple[float, int, float]:
-    """Process 0 alone, over its local devices: exact accuracy over the whole test set."""
-    start = time.perf_counter()
-    local = input_pipeline.Sharding(tuple(range(len(devices))), len(devices))
-    data = input_pipeline.build(_split_dir(spec, "testing"), devices, devices, local,
-                                spec.train.eval_batch_size, False, spec.data, 0)
-    params = jax.tree.map(lambda x: x.addressable_data(0)[0], state.params)
-    p_eval = jax.pmap(partial(eval_step, state.apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0),
-                      devices=devices)
-    sizes = data.put(_shard_sizes(data.num_samples, local))
-    correct = total = 0
-    for step, batch in enumerate(data.epoch()):
-        position = data.put(np.full(len(devices), step * data.batch_size, np.int32))
-        c, n = p_eval(params, batch["images"], batch["labels"], position, sizes)
-        correct, total = correct + _first(c), total + _first(n)
-    return float(correct) / total, int(total), time.perf_counter() - start
+class Evaluator:
+    """Process 0 alone, over its local devices: exact accuracy over the whole test set.
+
+    Built once: its pipelines end every evaluation exactly at the end of their shards.
+    """
+
+    def __init__(self, spec: TaskSpec, devices: list):
+        local = input_pipeline.Sharding(tuple(range(len(devices))), len(devices))
+        self.data = input_pipeline.build(_split_dir(spec, "testing"), devices, devices, local,
+                                         spec.train.eval_batch_size, False, spec.data, 0)
+        self.shard_sizes = self.data.put(_shard_sizes(self.data.num_samples, local))
+        apply_fn = create_model(spec.train.model).apply
+        self.p_eval = jax.pmap(partial(eval_step, apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
+                               donate_argnums=(1,))
+
+    def __call__(self, replicated_params) -> tuple[float, int, float]:
+        start = time.perf_counter()
+        params = jax.tree.map(lambda x: x.addressable_data(0)[0], replicated_params)
+        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0)}
+        tally = self.data.put([zero] * len(self.data.devices))
+        for batch in self.data.epoch():
+            tally = self.p_eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
+        total = int(_first(tally["count"]))
+        return _first(tally["correct"]) / total, total, time.perf_counter() - start
 
 
 def _first(x):
