@@ -9,8 +9,8 @@
 # support), each on its own port. Everything lives under DIR (default /tmp/dali-launch-slurm);
 # clients find the cluster through `source DIR/env.sh` (SLURM_CONF, PATH). Outside DIR it only
 # appends missing `127.0.0.1 nodeK` lines to /etc/hosts and may start munged (/run/munge).
-# Ports: slurmctld on P, nodeK on P+K; P defaults to a hash of DIR, so clusters in different
-# DIRs normally run side by side (on a clash `up` says so: pick another --port-base).
+# Ports: slurmctld on P, nodeK on P+K; P defaults to a free slot picked from a hash of DIR,
+# so clusters in different DIRs run side by side; an explicit --port-base must be free.
 # Needs root and Debian 12's slurmctld, slurmd, slurm-client and munge packages.
 set -euo pipefail
 
@@ -206,13 +206,24 @@ release_munge() {
 
 # ---------------------------------------------------------------- config
 
-default_port_base() { # below the ephemeral range (32768+), 64 ports per DIR
-  local h
-  h=$(printf '%s' "$DIR" | cksum | cut -d' ' -f1)
-  echo $((10000 + (h % 350) * 64))
+port_in_use() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null; }
+
+ports_free() { # BASE: are BASE..BASE+NODES all free?
+  local k
+  for ((k = 0; k <= NODES; k++)); do ! port_in_use $(($1 + k)) || return 1; done
 }
 
-port_in_use() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null; }
+# 64-port slots below the ephemeral range (32768+), starting at a hash of DIR so a DIR keeps
+# its ports; a busy slot (another cluster) moves on to the next one.
+default_port_base() {
+  local h i base
+  h=$(printf '%s' "$DIR" | cksum | cut -d' ' -f1)
+  for ((i = 0; i < 350; i++)); do
+    base=$((10000 + ((h + i) % 350) * 64))
+    ports_free "$base" && { echo "$base"; return 0; }
+  done
+  die "no free 64-port slot in 10000-32399; pass --port-base"
+}
 
 # srun and submitit (via SLURM_JOB_NODELIST) connect to nodes by name.
 ensure_hosts() {
@@ -366,7 +377,7 @@ show_logs() {
 stop_cluster() {
   local pids=() p
   if [[ -n $(daemon_pids slurmctld) ]]; then
-    slurm scancel --quiet --full --user=root >/dev/null 2>&1 || true
+    slurm scancel --quiet --partition=debug >/dev/null 2>&1 || true
     for ((p = 0; p < 50; p++)); do
       [[ -z $(slurm squeue -h -t running,completing -o %i 2>/dev/null) ]] && break
       sleep 0.2
@@ -394,9 +405,15 @@ start_cluster() {
 }
 
 wait_idle() {
-  local deadline=$((SECONDS + TIMEOUT))
-  while ((SECONDS < deadline)); do
+  local deadline=$((SECONDS + TIMEOUT)) i
+  for ((i = 0; SECONDS < deadline; i++)); do
     (($(node_states | grep -c ' idle$') == NODES)) && return 0
+    # Daemons fork before they can fail (bad node name, port taken): do not wait for nothing.
+    if ((i % 5 == 4)) && [[ -z $(daemon_pids slurmctld) || $(daemon_pids slurmd | wc -l) -lt $NODES ]]; then
+      say "a slurm daemon exited during start-up"
+      show_logs
+      return 1
+    fi
     sleep 0.2
   done
   say "nodes not idle after ${TIMEOUT}s"
@@ -434,7 +451,7 @@ clean_dir() {
 # ---------------------------------------------------------------- commands
 
 cmd_up() {
-  local want_nodes=$NODES want_cpus=$CPUS want_port=$PORT_BASE t0=$EPOCHREALTIME k p
+  local want_nodes=$NODES want_cpus=$CPUS want_port=$PORT_BASE t0=$EPOCHREALTIME p
   require_root
   require_bins
   guard_dir
@@ -452,16 +469,15 @@ cmd_up() {
     stop_cluster
     rm -rf "$DIR/state" "$DIR/spool" "$DIR/log"
   fi
-  NODES=$want_nodes CPUS=$want_cpus PORT_BASE=${want_port:-$(default_port_base)}
+  NODES=$want_nodes CPUS=$want_cpus
+  ((NODES <= 63)) || [[ -n $want_port ]] || die "more than 63 nodes needs an explicit --port-base"
+  PORT_BASE=${want_port:-$(default_port_base)}
   ((PORT_BASE + NODES <= 65535)) || die "ports $PORT_BASE-$((PORT_BASE + NODES)) out of range"
+  ports_free "$PORT_BASE" || die "ports $PORT_BASE-$((PORT_BASE + NODES)) are not all free; pass another --port-base"
   # slurmstepd's unix sockets (spool/nodeK/nodeK_JOB.STEP) must fit sun_path, else every
   # job fails with "Unix socket path ... is too long"; allow 7-digit job ids.
   p="$DIR/spool/node$NODES/node${NODES}_9999999.4294967294"
   ((${#p} <= 107)) || die "--dir too long for slurmstepd's unix sockets (${#p} > 107 bytes): '$DIR'"
-  for ((k = 0; k <= NODES; k++)); do
-    ! port_in_use $((PORT_BASE + k)) ||
-      die "port $((PORT_BASE + k)) is in use (another cluster?); pass a different --port-base"
-  done
   ensure_hosts
   mkdir -p "$DIR/run"
   ensure_munge

@@ -49,3 +49,27 @@ def only_run(run_root: Path) -> RunPaths:
 
 def check_ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+
+
+SLURM_SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "cluster.sh"
+
+
+@pytest.fixture(scope="session")
+def slurm_env() -> dict:
+    """The environment that points SLURM's clients at the local test cluster.
+
+    CI starts the cluster (DALI_LAUNCH_SLURM_DIR); elsewhere this brings one up and down again.
+    """
+    import shutil
+
+    if shutil.which("slurmctld", path=os.environ["PATH"] + ":/usr/sbin") is None or os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("SLURM tests need root and Debian's slurmctld slurmd slurm-client munge")
+        pytest.skip("needs root and Debian's slurmctld slurmd slurm-client munge")
+    given = os.environ.get("DALI_LAUNCH_SLURM_DIR")
+    cluster = Path(given or "/tmp/dali-launch-test-slurm")
+    subprocess.run(["bash", str(SLURM_SCRIPT), "up", "--nodes", "2", "--cpus-per-node", "2", "--dir", str(cluster)],
+                   check=True, timeout=120, capture_output=True)
+    yield {"SLURM_CONF": str(cluster / "slurm.conf"), "PATH": f"{cluster / 'bin'}:{os.environ['PATH']}"}
+    if not given:
+        subprocess.run(["bash", str(SLURM_SCRIPT), "down", "--dir", str(cluster)], timeout=120, capture_output=True)

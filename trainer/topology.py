@@ -72,7 +72,8 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
     """The topology of this task: launcher values in `config` win, the environment fills the rest."""
     env = dict(os.environ if env is None else env)
     table = LOCAL_ENV if LOCAL_ENV["process_id"] in env else SLURM_ENV if SLURM_ENV["process_id"] in env else None
-    host, platform = socket.gethostname(), resolve_platform(config.platform)
+    # SLURM's node name: several slurmd on one host (our test cluster) share one hostname.
+    host, platform = env.get("SLURMD_NODENAME") or socket.gethostname(), resolve_platform(config.platform)
     if table is None:  # a plain single process (`dali-launch train`)
         count = config.local_device_count
         return Topology(0, 1, None, count, _gpu_ids(platform, 0, count, env), host, platform)

@@ -1,0 +1,101 @@
+"""`dali-launch --nodes N` on a real SLURM cluster (slurm/cluster.sh): sbatch -> srun -> submitit -> JAX."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import check_ok, dali_launch, only_run
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
+CPU_JOB = ["--nodes", "2", "--gpus-per-node", "2", "--platform", "cpu", "--time-min", "15"]
+
+
+def test_two_nodes_train_fashion_mnist(slurm_env, fashion_lmdb, tmp_path):
+    proc = dali_launch(*CPU_JOB, "--epochs", "1", "--data-dir", str(fashion_lmdb), "--run-root", str(tmp_path),
+                       env=slurm_env)
+    check_ok(proc)
+    paths = only_run(tmp_path)
+    result = json.loads(paths.result.read_text())
+    assert result["final"]["test_accuracy"] >= 0.75 and result["final"]["test_count"] == 10_000
+    assert result["final"]["train_samples"] == 60_000
+    assert len(result["checksums"]) == 4 and len(set(result["checksums"])) == 1
+    assert f"done: test accuracy {result['final']['test_accuracy']:.4f}" in proc.stdout  # back at the submitter
+    ranks = json.loads(paths.rank_map.read_text())
+    assert [(r["host"], r["dali_shard_ids"]) for r in ranks] == [("node1", [0, 1]), ("node2", [2, 3])]
+
+
+def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, mnist_lmdb, tmp_path):
+    args = [*CPU_JOB, "--tasks-per-node", "2", "--epochs", "1", "--data-dir", str(mnist_lmdb),
+            "--setup", "echo 'setup ran; $HOME stays literal'"]
+    dry = dali_launch(*args, "--dry-run", "--run-root", str(tmp_path), env=slurm_env)
+    check_ok(dry)
+    assert not any(tmp_path.iterdir()), "a dry run wrote a run directory"
+    proc = dali_launch(*args, "--run-root", str(tmp_path), env=slurm_env)
+    check_ok(proc)
+    paths = only_run(tmp_path)
+    job_id = json.loads((paths.root / "job.json").read_text())["job_id"]
+    submitted = (paths.submitit / job_id / f"{job_id}_submission.sh").read_text()
+    planned = dry.stdout[dry.stdout.index("#!/bin/bash"):].replace(str(tmp_path / "RUN_DIR"), str(paths.root))
+    assert planned.strip() == submitted.strip()
+    assert "echo 'setup ran; $HOME stays literal'" in submitted
+    ranks = json.loads(paths.rank_map.read_text())
+    assert [(r["host"], len(r["devices"]), r["dali_shard_ids"]) for r in ranks] == [
+        ("node1", 1, [0]), ("node1", 1, [1]), ("node2", 1, [2]), ("node2", 1, [3])]
+    assert "process 3: node 1 task 1 devices [1] DALI shards [3]" in dry.stdout
+
+
+def test_status_logs_and_cancel_a_live_job(slurm_env, mnist_lmdb, tmp_path):
+    common = ["--run-root", str(tmp_path)]
+    proc = dali_launch(*CPU_JOB, "--epochs", "200", "--data-dir", str(mnist_lmdb), "--detach", *common, env=slurm_env)
+    check_ok(proc)
+    job_id = proc.stdout.split("submitted job ")[1].split(";")[0]
+    paths = only_run(tmp_path)
+    _wait_for(lambda: paths.metrics.exists(), timeout_s=120)
+    status = dali_launch("status", job_id, *common, env=slurm_env)
+    check_ok(status)
+    assert f"job {job_id}: RUNNING; epoch 0 test accuracy" in status.stdout
+    logs = dali_launch("logs", job_id, *common, env=slurm_env)
+    assert "[rank 0] epoch 0: loss" in logs.stdout and "[rank 1]" in logs.stdout
+    one = dali_launch("logs", str(paths.root), "--rank", "1", *common, env=slurm_env)
+    assert "[rank" not in one.stdout and "Starting with JobEnvironment" in one.stdout
+    check_ok(dali_launch("cancel", job_id, *common, env=slurm_env))
+    _wait_for(lambda: "CANCELLED" in dali_launch("status", job_id, *common, env=slurm_env).stdout, timeout_s=60)
+
+
+def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):
+    follow = subprocess.Popen([sys.executable, "-m", "dali_launch.launcher.cli", *CPU_JOB, "--epochs", "200",
+                               "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
+                              env={**os.environ, **slurm_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: any(tmp_path.glob("*/metrics.jsonl")), timeout_s=120)
+        job_id = json.loads(next(tmp_path.glob("*/job.json")).read_text())["job_id"]
+        check_ok(dali_launch("cancel", job_id, "--run-root", str(tmp_path), env=slurm_env))
+        _, err = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+    assert follow.returncode == 1 and f"job {job_id} ended without a result" in err, err
+
+
+def test_a_failing_task_surfaces_its_traceback(slurm_env, mnist_lmdb, tmp_path):
+    """The data set vanishes between submission and start (a scratch purge): the task's own error comes back."""
+    data = tmp_path / "scratch"
+    shutil.copytree(mnist_lmdb, data)
+    proc = dali_launch(*CPU_JOB, "--data-dir", str(data), "--run-root", str(tmp_path / "runs"),
+                       "--setup", f"rm -rf {data}/training", env=slurm_env)
+    assert proc.returncode == 1
+    assert "dali-launch: rank 0 of job" in proc.stderr and "Traceback" in proc.stderr
+    assert "training" in proc.stderr.split("Traceback")[-1]
+
+
+def _wait_for(probe, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if probe():
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"not true within {timeout_s} s")
