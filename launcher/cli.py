@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from dali_launch.launcher.cluster_ci import CiConfig
 from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
 from dali_launch.trainer.config import DataConfig, DistributedConfig, TrainConfig
@@ -48,6 +49,16 @@ def train(values: dict):
     from dali_launch.launcher import jobs
 
     sys.exit(jobs.train_here(build(RunConfig, values)))
+
+
+@app.command()
+@config_options(*RUN_OPTIONS, ("CI", (CiConfig,)))
+def ci(values: dict):
+    """Cluster CI: submit the test suite and a one-epoch multi-node training run, wait, write JUnit XML."""
+    from dali_launch.launcher.cluster_ci import run_ci
+
+    values = {**values, "epochs": values["epochs"] if values["epochs"] != TrainConfig.epochs else 1}
+    sys.exit(run_ci(build(RunConfig, values), build(CiConfig, values)))
 
 
 RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]

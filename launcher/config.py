@@ -105,12 +105,15 @@ def _positive(**values: int) -> None:
             raise UsageError(f"--{name.replace('_', '-')} {value} must be at least 1")
 
 
-def task_spec(run: RunConfig, run_dir: str, data_dir: str) -> TaskSpec:
-    """What every task of this run reads: the run's configs, with the launcher's knowledge filled in."""
+def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> TaskSpec:
+    """What every task of this run reads: the run's configs, with the launcher's knowledge filled in.
+
+    `backend` (none, local, slurm) names the environment table the tasks read their rank from.
+    """
     from dataclasses import replace
 
     # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
-    distributed = replace(run.distributed, num_processes=run.num_processes,
+    distributed = replace(run.distributed, backend=backend, num_processes=run.num_processes,
                           local_device_count=run.devices_per_process if run.launch.gpus_per_node else None)
     return TaskSpec(run_dir=run_dir, data=replace(run.data, data_dir=data_dir), train=run.train,
                     distributed=distributed)

@@ -15,15 +15,15 @@ def echo(text: str) -> None:
     print(text, flush=True)
 
 
-def _prepare(run: RunConfig):
+def _prepare(run: RunConfig, backend: str):
     """All checks, then the run directory; a dry run stops after printing the plan."""
     validate(run)
     data_dir = datasets.resolve(run.data.data_dir)
     if run.launch.dry_run:
         echo(plan.describe(run))
-        echo(task_spec(run, "RUN_DIR", str(data_dir)).to_json())
+        echo(task_spec(run, "RUN_DIR", str(data_dir), backend).to_json())
         return None
-    paths = runs.create(run, data_dir)
+    paths = runs.create(run, data_dir, backend)
     echo(f"run directory: {paths.root}")
     return paths
 
@@ -33,7 +33,7 @@ def train_here(run: RunConfig) -> int:
     if run.launch.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
         raise UsageError("`train` runs one process here; for several use "
                          "`dali-launch --local --nodes N --gpus-per-node G --processes P`")
-    paths = _prepare(run)
+    paths = _prepare(run, "none")
     if paths is None:
         return 0
     from dali_launch.trainer.task import run_task
@@ -49,7 +49,7 @@ def launch(run: RunConfig) -> int:
         from dali_launch.launcher import slurm
 
         return slurm.launch(run)
-    paths = _prepare(run)
+    paths = _prepare(run, "local")
     if paths is None:
         return 0
     from dali_launch.launcher.local import LocalJob

@@ -17,7 +17,7 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
 
 
-def create(run: RunConfig, data_dir: Path) -> RunPaths:
+def create(run: RunConfig, data_dir: Path, backend: str) -> RunPaths:
     """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec) and launch.json."""
     root = Path(run.launch.run_root).absolute()
     try:
@@ -36,7 +36,7 @@ def create(run: RunConfig, data_dir: Path) -> RunPaths:
             raise UsageError(f"cannot write in --run-root {root} ({e.strerror}); choose a writable folder") from None
     paths = RunPaths(path)
     try:
-        write_atomic(paths.config, task_spec(run, str(path), str(data_dir)).to_json())
+        write_atomic(paths.config, task_spec(run, str(path), str(data_dir), backend).to_json())
         write_atomic(paths.launch, json.dumps(dataclasses.asdict(run.launch), indent=2))
         paths.logs.mkdir()
     except BaseException:

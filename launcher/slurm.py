@@ -119,7 +119,23 @@ def launch(run: RunConfig) -> int:
         print(plan.describe(run))
         print(batch_script(make_executor(run, Path(run.launch.run_root).absolute() / "RUN_DIR" / "submitit")))
         return 0
-    paths = runs.create(run, data_dir)
+    job, paths = submit(run, data_dir)
+    print(f"submitted job {job.job_id}; run directory: {paths.root}", flush=True)
+    if run.slurm.detach:
+        return 0
+    from dali_launch.launcher.follow import follow
+
+    return follow(job, paths, timeout_s=follow_timeout_s(run))
+
+
+def follow_timeout_s(run: RunConfig) -> int:
+    """SLURM ends the job at its time limit; allow for the queue and the start on top."""
+    return run.slurm.time_min * 60 + 300
+
+
+def submit(run: RunConfig, data_dir: Path):
+    """Writes the run directory and submits its tasks; a refused submission leaves no directory."""
+    paths = runs.create(run, data_dir, "slurm")
     from dali_launch.trainer.task import run_task
 
     try:
@@ -128,9 +144,4 @@ def launch(run: RunConfig) -> int:
         shutil.rmtree(paths.root, ignore_errors=True)
         raise UsageError(f"sbatch refused the job: {str(e).strip().splitlines()[-1]}") from None
     write_atomic(paths.root / "job.json", json.dumps({"job_id": job.job_id, "submitit": str(paths.submitit)}))
-    print(f"submitted job {job.job_id}; run directory: {paths.root}", flush=True)
-    if run.slurm.detach:
-        return 0
-    from dali_launch.launcher.follow import follow
-
-    return follow(job, paths, timeout_s=run.slurm.time_min * 60 + 300)
+    return job, paths

@@ -12,6 +12,7 @@ from dali_launch.launcher import datasets
 from dali_launch.launcher.data_prepare import prepare
 from dali_launch.trainer.run_dir import RunPaths
 
+REPO = Path(__file__).resolve().parents[1]
 FASHION_IDX = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
 
 
@@ -37,7 +38,7 @@ def fashion_lmdb(tmp_path_factory) -> Path:
 
 def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI in a fresh process, as a user runs it (each JAX run needs its own process)."""
-    return subprocess.run([sys.executable, "-m", "dali_launch.launcher.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dali_launch.launcher.cli", *args], capture_output=True, cwd=REPO,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
@@ -51,7 +52,7 @@ def check_ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
 
 
-SLURM_SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "cluster.sh"
+SLURM_SCRIPT = REPO / "slurm" / "cluster.sh"
 
 
 @pytest.fixture(scope="session")

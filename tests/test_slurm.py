@@ -99,3 +99,26 @@ def _wait_for(probe, timeout_s: float) -> None:
             return
         time.sleep(0.5)
     raise TimeoutError(f"not true within {timeout_s} s")
+
+
+def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_path):
+    """`dali-launch ci` against the local cluster: pytest on a node plus a 2-node training run."""
+    import xml.etree.ElementTree as ET
+
+    junit = tmp_path / "ci.xml"
+    proc = dali_launch("ci", *CPU_JOB, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path / "runs"),
+                       "--tests", "tests/test_flavours.py tests/test_topology.py", "--pytest-args", "-q",
+                       "--min-accuracy", "0.85", "--junit", str(junit), env=slurm_env)
+    check_ok(proc)
+    suites = {s.get("name"): s for s in ET.parse(junit).getroot()}
+    training = suites.pop("dali-launch.training")
+    assert [c.get("name") for c in training] == ["rank-0", "rank-1", "accuracy"] and training.get("failures") == "0"
+    (pytest_suite,) = suites.values()
+    assert int(pytest_suite.get("tests")) >= 10 and pytest_suite.get("failures") == "0"
+    assert "training rank 1: exit 0" in proc.stdout and "test job: exit 0" in proc.stdout
+    bad = dali_launch("ci", *CPU_JOB, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path / "runs"),
+                      "--tests", "tests/test_flavours.py", "--pytest-args", "-q -k mismatches",
+                      "--min-accuracy", "0.999", "--junit", str(junit), env=slurm_env)
+    assert bad.returncode == 1
+    accuracy = ET.parse(junit).getroot().find("testsuite[@name='dali-launch.training']/testcase[@name='accuracy']")
+    assert "below --min-accuracy 0.999" in accuracy.find("failure").text

@@ -25,26 +25,29 @@ def _slurm(procid, localid, ntasks, per_node, nodelist="node[01-03,07]", **extra
 
 
 def test_slurm_one_task_per_node_sees_all_gpus():
-    config = DistributedConfig(platform="gpu", num_processes=4, local_device_count=8)
+    config = DistributedConfig(backend="slurm", platform="gpu", num_processes=4, local_device_count=8)
     t = from_environment(config, _slurm(procid=2, localid=0, ntasks=4, per_node="1"))
     assert (t.process_id, t.num_processes, t.local_device_ids) == (2, 4, tuple(range(8)))
     assert t.coordinator_address == f"node01:{coordinator_port('4242')}"
 
 
 def test_slurm_one_task_per_gpu_takes_its_slice():
-    config = DistributedConfig(platform="gpu", num_processes=32, local_device_count=1)
+    config = DistributedConfig(backend="slurm", platform="gpu", num_processes=32, local_device_count=1)
     t = from_environment(config, _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)"))
     assert (t.process_id, t.local_device_ids) == (13, (5,))
     bound = _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)", CUDA_VISIBLE_DEVICES="5")
     assert from_environment(config, bound).local_device_ids == (0,)  # --gpu-bind left it one GPU
 
 
-def test_cpu_has_no_gpu_ids_and_local_env_wins_over_slurm():
-    config = DistributedConfig(platform="cpu", num_processes=2, local_device_count=2)
+def test_the_launcher_names_the_table_not_whichever_variables_exist():
+    """Local mode started inside an salloc, and `train` inside one, ignore SLURM's variables."""
     env = {**_slurm(0, 0, 2, "2"), "DALI_LAUNCH_PROCESS_ID": "1", "DALI_LAUNCH_NUM_PROCESSES": "2",
            "DALI_LAUNCH_LOCAL_RANK": "1", "DALI_LAUNCH_COORDINATOR": "127.0.0.1:1234"}
-    t = from_environment(config, env)
+    local = DistributedConfig(backend="local", platform="cpu", num_processes=2, local_device_count=2)
+    t = from_environment(local, env)
     assert (t.process_id, t.coordinator_address, t.local_device_ids, t.platform) == (1, "127.0.0.1:1234", None, "cpu")
+    alone = from_environment(DistributedConfig(platform="cpu"), env)
+    assert (alone.process_id, alone.num_processes, alone.coordinator_address) == (0, 1, None)
 
 
 def test_planned_rank_map_matches_trainer_shards():

@@ -47,6 +47,7 @@ class TrainConfig:
 @dataclass(frozen=True)
 class DistributedConfig:
     """What the launcher knows about the job; what a task learns from its environment is in topology."""
+    backend: str = opt("none", "Who started the tasks: none (one process), local, or slurm.", flag=None)
     platform: str = opt("auto", "Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).",
                         choices=("auto", "gpu", "cpu"))
     coordinator_address: str | None = opt(None, "host:port of process 0's coordinator; found from SLURM if unset.",

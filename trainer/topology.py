@@ -71,7 +71,8 @@ def _tasks_per_node(value: str) -> int:
 def from_environment(config: DistributedConfig, env: dict[str, str] | None = None) -> Topology:
     """The topology of this task: launcher values in `config` win, the environment fills the rest."""
     env = dict(os.environ if env is None else env)
-    table = LOCAL_ENV if LOCAL_ENV["process_id"] in env else SLURM_ENV if SLURM_ENV["process_id"] in env else None
+    # The launcher says which table applies: a `train` run inside an salloc must not read SLURM's.
+    table = {"local": LOCAL_ENV, "slurm": SLURM_ENV, "none": None}[config.backend]
     # SLURM's node name: several slurmd on one host (our test cluster) share one hostname.
     host, platform = env.get("SLURMD_NODENAME") or socket.gethostname(), resolve_platform(config.platform)
     if table is None:  # a plain single process (`dali-launch train`)

@@ -1,0 +1,116 @@
+"""`dali-launch ci`: the project's tests and a short multi-node training run on a real SLURM queue.
+
+Two jobs: pytest on one node (its own JUnit XML), and a one-epoch training job over --nodes ×
+--gpus-per-node. Both are waited for with a deadline and cancelled on timeout; one JUnit file
+then holds pytest's cases and one case per training rank, which CI systems read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from dali_launch.launcher import datasets, slurm
+from dali_launch.launcher.config import RunConfig, validate
+from dali_launch.launcher.follow import POLL_S, cancel, queue_state, task_error
+from dali_launch.trainer.config import opt
+from dali_launch.trainer.errors import UsageError
+
+
+@dataclass(frozen=True)
+class CiConfig:
+    tests: str = opt("tests", "What pytest runs on the cluster: folders or files of this checkout, space-separated.")
+    pytest_args: str = opt("-m 'not slurm'", "Arguments for pytest, as one shell-quoted string.")
+    junit: str = opt("ci-results.xml", "Where to write the combined JUnit XML.")
+    min_accuracy: float = opt(0.8, "Smallest test accuracy the training run must reach.")
+
+
+def run_ci(run: RunConfig, ci: CiConfig) -> int:
+    validate(run)
+    slurm.validate_slurm(run)
+    targets = shlex.split(ci.tests)
+    missing = [t for t in targets if not Path(t).exists()]
+    if missing or not targets:
+        raise UsageError(f"--tests {' '.join(missing) or repr(ci.tests)} not found here; run from the project's "
+                         f"checkout or pass existing test folders or files")
+    data_dir = datasets.resolve(run.data.data_dir)
+    train_job, paths = slurm.submit(run, data_dir)
+    test_job = _submit_tests(run, paths.root, targets, ci)
+    print(f"submitted training job {train_job.job_id} and test job {test_job.job_id}; run directory {paths.root}",
+          flush=True)
+    finished = _wait([train_job, test_job], slurm.follow_timeout_s(run))
+    suites = [_training_suite(train_job, paths, ci.min_accuracy, finished),
+              *_pytest_suites(paths.root / "junit-pytest.xml", test_job, finished)]
+    root = ET.Element("testsuites")
+    root.extend(suites)
+    ET.ElementTree(root).write(ci.junit, encoding="utf-8", xml_declaration=True)
+    failures = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+    print(f"JUnit XML: {Path(ci.junit).absolute()} ({failures} failed)", flush=True)
+    return 1 if failures or not finished else 0
+
+
+def _submit_tests(run: RunConfig, root: Path, targets: list[str], ci: CiConfig):
+    """One node, one task: the suite runs where the training would, with the same setup lines."""
+    from dali_launch.launcher.ci_job import run_pytest
+
+    one_task = dataclasses.replace(run, launch=dataclasses.replace(run.launch, nodes=1, tasks_per_node=1,
+                                                                   name=f"{run.launch.name}-tests"))
+    executor = slurm.make_executor(one_task, root / "ci-tests")
+    args = shlex.split(ci.pytest_args)
+    return executor.submit(run_pytest, str(Path.cwd()), targets, str(root / "junit-pytest.xml"), args,
+                           run.slurm.time_min * 60)
+
+
+def _wait(jobs: list, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while any(queue_state(j.job_id) is not None for j in jobs):
+        if time.monotonic() > deadline:
+            for job in jobs:
+                cancel(job.job_id)
+            print(f"dali-launch: CI jobs still running after {timeout_s:.0f} s; cancelled them", file=sys.stderr)
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
+def _case(suite: ET.Element, name: str, failure: str | None) -> None:
+    case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name=name)
+    if failure:
+        ET.SubElement(case, "failure", message=failure.strip().splitlines()[-1][:200]).text = failure
+
+
+def _training_suite(job, paths, min_accuracy: float, finished: bool) -> ET.Element:
+    suite = ET.Element("testsuite", name="dali-launch.training")
+    for rank in range(job.num_tasks):
+        done = job.task(rank).paths.result_pickle.exists()
+        error = task_error(job, rank) or (None if done else "no result: cancelled, timed out or killed")
+        print(f"training rank {rank}: exit {'0' if done and not task_error(job, rank) else 'non-zero'}")
+        _case(suite, f"rank-{rank}", error)
+    accuracy = job.task(0).result()["final"]["test_accuracy"] if paths.result.exists() else None
+    _case(suite, "accuracy", None if accuracy is not None and accuracy >= min_accuracy
+          else f"test accuracy {accuracy} is below --min-accuracy {min_accuracy}")
+    _count(suite)
+    return suite
+
+
+def _pytest_suites(junit: Path, job, finished: bool) -> list[ET.Element]:
+    result = job.task(0).result() if job.task(0).paths.result_pickle.exists() else None
+    print(f"test job: exit {result['exit_code'] if result else 'none (no result)'}")
+    if junit.exists():
+        root = ET.parse(junit).getroot()
+        return list(root) if root.tag == "testsuites" else [root]
+    suite = ET.Element("testsuite", name="dali-launch.tests")
+    _case(suite, "pytest", result["output_tail"] if result else "the test job left no result and no JUnit XML")
+    _count(suite)
+    return [suite]
+
+
+def _count(suite: ET.Element) -> None:
+    cases = suite.findall("testcase")
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+    suite.set("errors", "0")
