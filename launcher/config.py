@@ -77,7 +77,7 @@ def device_phrase(run: RunConfig) -> str:
 def validate(run: RunConfig) -> None:
     """Raises UsageError with the fix for the first bad value; never changes anything."""
     launch, train = run.launch, run.train
-    _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size,
+    _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size, steps_per_call=train.steps_per_call,
               eval_batch_size=train.eval_batch_size, sync_every_steps=train.sync_every_steps,
               reader_threads=run.data.reader_threads, init_timeout_s=run.distributed.init_timeout_s,
               barrier_timeout_s=run.distributed.barrier_timeout_s, local_timeout_s=launch.local_timeout_s)

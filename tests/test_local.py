@@ -65,7 +65,7 @@ def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
 def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
     """Process 0 of 2 waits for a peer that never comes: bounded, and the error says why."""
     spec = TaskSpec(run_dir=str(tmp_path), distributed=DistributedConfig(
-        platform="cpu", num_processes=2, local_device_count=1, init_timeout_s=5))
+        backend="local", platform="cpu", num_processes=2, local_device_count=1, init_timeout_s=5))
     write_atomic(RunPaths(tmp_path).config, spec.to_json())
     env = {**os.environ, "DALI_LAUNCH_PROCESS_ID": "0", "DALI_LAUNCH_NUM_PROCESSES": "2",
            "DALI_LAUNCH_LOCAL_RANK": "0", "DALI_LAUNCH_COORDINATOR": "127.0.0.1:29517"}

@@ -68,3 +68,17 @@ def _reference_prints(path) -> np.ndarray:
         images, labels = pipe.run()
         prints.append(fingerprints(np.array(images.as_tensor()), np.array(labels.as_tensor())))
     return np.concatenate(prints)[:n]
+
+
+def test_fused_steps_are_the_same_sgd_steps(mnist_lmdb, tmp_path):
+    """--steps-per-call 7 (160 steps a epoch: the last call ends in a padding-only step) trains the
+    very same parameters as one step per call: only the host's dispatch changes."""
+    checksums = []
+    for k in (1, 7):
+        proc = dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "1", "--steps-per-call", str(k),
+                           "--run-root", str(tmp_path / f"k{k}"))
+        check_ok(proc)
+        paths = only_run(tmp_path / f"k{k}")
+        assert _metrics(paths)[0]["train_samples"] == 8000
+        checksums.append(json.loads(paths.result.read_text())["checksums"])
+    assert checksums[0] == checksums[1]

@@ -35,6 +35,9 @@ class TrainConfig:
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
     global_batch_size: int | None = opt(
         None, "Samples per step over all devices; overrides --batch-size and must divide by the device count.")
+    steps_per_call: int = opt(
+        1, "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
+        "over them (lax.scan). The steps stay those of --batch-size; only host dispatch gets cheaper.")
     learning_rate: float = opt(0.1, "SGD learning rate.")
     momentum: float = opt(0.9, "SGD momentum.")
     seed: int = opt(0, "Seed for parameters and data shuffling.")

@@ -49,10 +49,26 @@ def train_step(state, tally, images, labels, shard_size):
 
     loss, grads = jax.value_and_grad(loss_sum)(state.params)
     count = jax.lax.psum(jnp.sum(valid), AXIS)
-    grads = jax.tree.map(lambda g: jax.lax.psum(g, AXIS) / count, grads)
+    grads = jax.tree.map(lambda g: jax.lax.psum(g, AXIS) / jnp.maximum(count, 1), grads)
+    # A step made only of padding (the tail of a shard read k batches at a time) is no step at all:
+    # momentum must not move on a zero gradient.
+    stepped = jax.tree.map(lambda new, old: jnp.where(count > 0, new, old), state.apply_gradients(grads=grads), state)
     tally = {"position": tally["position"] + images.shape[0], "loss": tally["loss"] + jax.lax.psum(loss, AXIS),
              "count": tally["count"] + count}
-    return state.apply_gradients(grads=grads), tally
+    return stepped, tally
+
+
+def train_steps(state, tally, images, labels, shard_size, batch_size: int):
+    """Several SGD steps of `batch_size` samples from one larger DALI batch, fused by `lax.scan`:
+    the optimisation is the example's, the host dispatches once per DALI batch."""
+    steps = images.shape[0] // batch_size
+    split = lambda x: x.reshape(steps, batch_size, *x.shape[1:])  # noqa: E731
+
+    def one(carry, batch):
+        return train_step(*carry, *batch, shard_size), None
+
+    (state, tally), _ = jax.lax.scan(one, (state, tally), (split(images), split(labels)))
+    return state, tally
 
 
 def eval_step(apply_fn, params, tally, images, labels, shard_size):
@@ -73,13 +89,13 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter) -> dic
     process, local = jax.process_index(), len(devices)
     sharding = input_pipeline.Sharding(tuple(process * local + k for k in range(local)), len(all_devices))
     batch = per_device_batch(spec, len(all_devices))
-    data = input_pipeline.build(_split_dir(spec, "training"), devices, all_devices, sharding, batch, True,
-                                spec.data, spec.train.seed)
+    data = input_pipeline.build(_split_dir(spec, "training"), devices, all_devices, sharding,
+                                batch * spec.train.steps_per_call, True, spec.data, spec.train.seed)
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch)
     evaluator = Evaluator(spec, devices) if process == 0 else None
 
     state = jax_utils.replicate(create_train_state(spec, 784), devices=devices)
-    p_train = jax.pmap(train_step, AXIS, devices=all_devices, donate_argnums=(0, 1))
+    p_train = jax.pmap(partial(train_steps, batch_size=batch), AXIS, devices=all_devices, donate_argnums=(0, 1))
     shard_sizes = data.put(_shard_sizes(data.num_samples, sharding))
     for epoch in range(spec.train.epochs):
         state, metrics = _train_epoch(spec, data, sharding, p_train, state, shard_sizes, epoch, reporter)
@@ -95,7 +111,8 @@ def _train_epoch(spec: TaskSpec, data, sharding, p_train, state, shard_sizes, ep
     tally = data.put([{"position": np.int32(0), "loss": np.float32(0), "count": np.float32(0)}] * len(data.devices))
     recorder = replicas.SampleRecorder(spec, sharding, data, epoch) if spec.train.record_samples else None
     # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES); GPUs run free.
-    sync_every = spec.train.sync_every_steps if data.devices[0].platform == "cpu" else data.steps
+    calls = max(1, spec.train.sync_every_steps // spec.train.steps_per_call)
+    sync_every = calls if data.devices[0].platform == "cpu" else data.steps
     with reporter.progress(epoch, data.steps) as advance:
         for step, batch in enumerate(data.epoch()):
             state, tally = p_train(state, tally, batch["images"], batch["labels"], shard_sizes)
