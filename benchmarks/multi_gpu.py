@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Issue 3: two GPUs. The example's own multi-GPU pmap section against dali-launch, same data.
+
+  example   the notebook's multi-GPU section as written: one `mixed` pipeline per GPU (shard i of
+            2), DALI's JAX iterator over both, a pmapped step with NO gradient averaging (each GPU
+            trains its own replica: the bug we fix), a global batch of 200.
+  ours      `dali-launch --local --gpus-per-node 2 --processes 2` (2 processes x 1 GPU) and
+            `dali-launch train --gpus-per-node 2` (1 process x 2 GPUs), gradients averaged, at
+            the same global batch of 200 and at the example's 50 per device.
+
+    python benchmarks/multi_gpu.py --data DIR [--epochs 3] [--steps-per-call 1,12] [--out FILE]
+
+Times are means over epochs 1..N-1 (epoch 0 compiles); ours come from each run's metrics.jsonl,
+which also holds the launch -> first step time of local mode.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run_example(data_dir: Path, epochs: int, global_batch: int = 200) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import jax_utils
+    from flax import linen as nn
+    from flax.training import train_state
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin import jax as dax
+
+    gpus = jax.devices()[:2]
+    per_gpu = global_batch // len(gpus)
+
+    @pipeline_def(num_threads=4, seed=0)
+    def mnist_pipeline(data_path, random_shuffle, shard_id, num_shards):
+        jpegs, labels = fn.readers.caffe2(path=data_path, random_shuffle=random_shuffle, name="mnist_caffe2_reader",
+                                          shard_id=shard_id, num_shards=num_shards)
+        images = fn.decoders.image(jpegs, device="mixed", output_type=types.GRAY)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.], output_layout="CHW")
+        images = fn.reshape(images, shape=[-1])
+        labels = labels.gpu()
+        return images, (fn.one_hot(labels, num_classes=10) if random_shuffle else labels)
+
+    def iterator(split, shuffle):
+        pipes = [mnist_pipeline(data_path=str(data_dir / split), random_shuffle=shuffle, shard_id=i,
+                                num_shards=len(gpus), batch_size=per_gpu, device_id=i) for i in range(len(gpus))]
+        for p in pipes:
+            p.build()
+        return dax.DALIGenericIterator(pipes, ["images", "labels"], reader_name="mnist_caffe2_reader",
+                                       auto_reset=True)
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for width in (784, 1024, 1024):
+                x = nn.relu(nn.Dense(width)(x))
+            return nn.Dense(10)(x)
+
+    model = MLP()
+    state = train_state.TrainState.create(apply_fn=model.apply, params=model.init(jax.random.PRNGKey(0),
+                                          jnp.ones([784]))["params"], tx=optax.sgd(0.1, 0.9))
+    state = jax_utils.replicate(state, devices=gpus)
+
+    def train_step(state, batch):  # as in the notebook: no pmean, each replica on its own
+        grads = jax.grad(lambda p: optax.softmax_cross_entropy(
+            state.apply_fn({"params": p}, batch["images"]), batch["labels"]).mean())(state.params)
+        return state.apply_gradients(grads=grads)
+
+    p_train = jax.pmap(train_step, devices=gpus)
+    p_correct = jax.pmap(lambda s, b: jnp.sum(b["labels"].ravel() == jnp.argmax(
+        s.apply_fn({"params": s.params}, b["images"]), -1)), devices=gpus)
+    train_it, test_it = iterator("training", True), iterator("testing", False)
+    epochs_out = []
+    for epoch in range(epochs):
+        start = time.perf_counter()
+        for batch in train_it:
+            state = p_train(state, batch)
+        jax.block_until_ready(state)
+        train_s = time.perf_counter() - start
+        start = time.perf_counter()
+        correct = sum(int(c.sum()) for c in (p_correct(state, b) for b in test_it))
+        eval_s = time.perf_counter() - start
+        epochs_out.append({"epoch": epoch, "train_s": train_s, "eval_s": eval_s, "test_accuracy": correct / 10_000})
+        print(f"  example epoch {epoch}: train {train_s:.2f} s  eval {eval_s:.2f} s  accuracy (replica 0 + 1 "
+              f"halves) {correct / 10_000:.4f}", flush=True)
+    return {"name": "example 1 proc x 2 GPU (no averaging)", "epochs": epochs_out}
+
+
+def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path) -> dict:
+    run_root = root / name.replace(" ", "_")
+    cmd = [sys.executable, "-m", "dali_launch.launcher.cli", *args, "--platform", "gpu", "--epochs", str(epochs),
+           "--data-dir", str(data_dir), "--run-root", str(run_root)]
+    print(f"ours: {' '.join(cmd[2:])}", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+        return {"name": name, "failed": True}
+    metrics = next(run_root.glob("*/metrics.jsonl")).read_text().splitlines()
+    epochs_out = [{"epoch": m["epoch"], "train_s": m["epoch_time_s"], "eval_s": m["eval_time_s"],
+                   "test_accuracy": m["test_accuracy"], "first_step_s": m.get("first_step_s"),
+                   "data_wait": m.get("data_wait_fraction")} for m in map(json.loads, metrics)]
+    return {"name": name, "epochs": epochs_out}
+
+
+def table(results: list[dict]) -> str:
+    base = results[0]
+    mean = lambda r, k: sum(e[k] for e in r["epochs"][1:]) / max(1, len(r["epochs"]) - 1)  # noqa: E731
+    rows = [f"{'':<48}{'train s':>8}{'eval s':>8}{'x ex':>7}{'img/s':>9}{'acc':>8}{'1st step s':>11}"]
+    for r in results:
+        if r.get("failed"):
+            rows.append(f"{r['name']:<48}FAILED")
+            continue
+        t = mean(r, "train_s")
+        first = r["epochs"][0].get("first_step_s")
+        rows.append(f"{r['name']:<48}{t:>8.2f}{mean(r, 'eval_s'):>8.2f}{t / mean(base, 'train_s'):>6.2f}x"
+                    f"{60_000 / t:>9,.0f}{r['epochs'][-1]['test_accuracy']:>8.4f}"
+                    f"{(f'{first:.1f}' if first else '-'):>11}")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--steps-per-call", default="1,12", help="Our --steps-per-call values, e.g. 1,12.")
+    parser.add_argument("--reader-threads", type=int, default=4)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--example-only", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    data, root = args.data.absolute(), Path(tempfile.mkdtemp(prefix="multi-gpu-"))
+    if args.example_only:
+        args.example_only.write_text(json.dumps(run_example(data, args.epochs)))
+        return 0
+    # The example runs in a child process: JAX keeps most of both GPUs' memory until its process ends.
+    subprocess.run([sys.executable, __file__, "--data", str(data), "--epochs", str(args.epochs),
+                    "--example-only", str(root / "example.json")], check=True, timeout=900)
+    results = [json.loads((root / "example.json").read_text())]
+    threads = ["--reader-threads", str(args.reader_threads)]
+    for k in args.steps_per_call.split(","):
+        fused = ["--steps-per-call", k, *threads]
+        results.append(run_ours(f"ours 2 proc x 1 GPU, global 200, k={k}", [
+            "--local", "--gpus-per-node", "2", "--processes", "2", "--global-batch-size", "200", *fused],
+            data, args.epochs, root))
+        results.append(run_ours(f"ours 1 proc x 2 GPU, global 200, k={k}", [
+            "train", "--gpus-per-node", "2", "--global-batch-size", "200", *fused], data, args.epochs, root))
+        results.append(run_ours(f"ours 2 proc x 1 GPU, 50/device, k={k}", [
+            "--local", "--gpus-per-node", "2", "--processes", "2", *fused], data, args.epochs, root))
+    text = table(results)
+    print("\n" + text + "\ntrain s / eval s: mean of epochs 1..N-1; x ex: train time / the example's; img/s: "
+          "60,000 / train s; 1st step: launch -> first step done (local mode)")
+    if args.out:
+        args.out.write_text(json.dumps({"table": text, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
