@@ -4,9 +4,11 @@
     dali-launch --local --nodes 1 --gpus-per-node 2 --processes 2   # a real multi-process job, here
     dali-launch --nodes 2 --gpus-per-node 8             # a SLURM job through submitit
     dali-launch data prepare --from IDX_DIR --to OUT    # IDX files -> Caffe2 LMDBs
+    dali-launch config show --config run.toml --epochs 3   # the effective settings, as TOML
 """
 from __future__ import annotations
 
+import enum
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,16 +18,18 @@ import typer
 from dali_launch.launcher.cluster_ci import CiConfig
 from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
-from dali_launch.trainer.config import DataConfig, DistributedConfig, TrainConfig
+from dali_launch.trainer.config import DataConfig, DistributedConfig, ResilienceConfig, TrainConfig
 from dali_launch.trainer.errors import UsageError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Train Flax networks on DALI pipelines: here, on several local processes, or on SLURM.")
 data_app = typer.Typer(help="Prepare data sets.", rich_markup_mode=None)
 app.add_typer(data_app, name="data")
+config_app = typer.Typer(help="Configuration files (--config FILE.toml).", rich_markup_mode=None)
+app.add_typer(config_app, name="config")
 
 RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
-               ("Distributed", (DistributedConfig,)))
+               ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)))
 
 
 @app.callback(invoke_without_command=True)
@@ -61,6 +65,18 @@ def ci(values: dict):
     sys.exit(run_ci(build(RunConfig, values), build(CiConfig, values)))
 
 
+@config_app.command("show")
+@config_options(*RUN_OPTIONS)
+def config_show(values: dict):
+    """Print the effective configuration (defaults < --config FILE < flags) as TOML, itself a --config file."""
+    from dali_launch.launcher.config import validate
+    from dali_launch.launcher.config_file import dumps
+
+    run = build(RunConfig, values)
+    validate(run)
+    typer.echo(dumps(run), nl=False)
+
+
 RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]
 JobArg = Annotated[str, typer.Argument(help="Job id, or the job's run directory.")]
 
@@ -92,18 +108,26 @@ def cancel(job: JobArg, run_root: RunRoot = "runs"):
     typer.echo(job_control.cancel_job(job_control.find(job, run_root)))
 
 
+class DataFormat(str, enum.Enum):
+    lmdb = "lmdb"
+    folders = "folders"
+
+
 @data_app.command("prepare")
 def data_prepare(
     source: Annotated[Path, typer.Option("--from", help="Folder with MNIST-format IDX files (train-*, t10k-*).")],
-    target: Annotated[Path, typer.Option("--to", help="New folder for training/ and testing/ LMDBs.")],
+    target: Annotated[Path, typer.Option("--to", help="New folder for training/ and testing/.")],
     jpeg_quality: Annotated[int, typer.Option(help="JPEG quality of the stored images.")] = 95,
     test_fraction: Annotated[Optional[float], typer.Option(
         help="With only one IDX split present, the fraction held out for testing (default 0.2).")] = None,
+    layout: Annotated[DataFormat, typer.Option(
+        "--format", help="lmdb: Caffe2 LMDBs (--pipeline mnist); folders: SPLIT/<label>/<n>.jpg (--pipeline folders).")
+    ] = DataFormat.lmdb,
 ):
-    """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout)."""
+    """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout), or JPEG class folders."""
     from dali_launch.launcher.data_prepare import prepare
 
-    report = prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction)
+    report = prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction, layout=layout.value)
     counts = ", ".join(f"{name} {n:,}" for name, n in report.counts.items())
     typer.echo(f"wrote {report.out_dir}: {counts}")
 
@@ -123,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         print("dali-launch: interrupted", file=sys.stderr)
         return 130
-    except SystemExit as e:
+    except SystemExit as e:  # sys.exit("message") from a task run in this process
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr, flush=True)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return code if isinstance(code, int) else 0
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig, opt
+from dali_launch.trainer.config import DataConfig, DistributedConfig, ResilienceConfig, TaskSpec, TrainConfig, opt
 from dali_launch.trainer.errors import UsageError
 
 
@@ -21,6 +21,8 @@ class LaunchConfig:
     name: str = opt("dali-launch", "Job name; also names the run directory.")
     local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.")
     dry_run: bool = opt(False, "Print what would run (batch script, rank map) and start nothing.")
+    resume: str | None = opt(None, "Continue the run in this run directory from its newest checkpoint, with "
+                             "its own configuration (other training flags are ignored).")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class SlurmConfig:
     srun_arg: list[str] = field(default_factory=list, metadata={
         "help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none."})
     setup: list[str] = field(default_factory=list, metadata={
-        "help": "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs."})
+        "help": "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs. "
+                "It is shell, run as written: quote what must stay data. One line per flag, no newline."})
     container_image: str | None = opt(None, "Container image for pyxis/enroot sites (srun --container-image).")
     detach: bool = opt(False, "Return once submitted instead of following the job.")
 
@@ -52,6 +55,7 @@ class RunConfig:
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
     distributed: DistributedConfig = DistributedConfig()
+    resilience: ResilienceConfig = ResilienceConfig()
 
     @property
     def tasks_per_node(self) -> int:
@@ -79,10 +83,16 @@ def validate(run: RunConfig) -> None:
     launch, train = run.launch, run.train
     _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size, steps_per_call=train.steps_per_call,
               eval_batch_size=train.eval_batch_size, sync_every_steps=train.sync_every_steps,
-              reader_threads=run.data.reader_threads, init_timeout_s=run.distributed.init_timeout_s,
-              barrier_timeout_s=run.distributed.barrier_timeout_s, local_timeout_s=launch.local_timeout_s)
+              reader_threads=run.data.reader_threads, num_classes=run.data.num_classes,
+              image_size=run.data.image_size, init_timeout_s=run.distributed.init_timeout_s,
+              barrier_timeout_s=run.distributed.barrier_timeout_s, local_timeout_s=launch.local_timeout_s,
+              heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,
+              keep_checkpoints=run.resilience.keep_checkpoints)
+    _resilience(run.resilience)
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
+    if launch.tasks_per_node is not None and launch.tasks_per_node < 1:  # 0 must not fall back to 1
+        raise UsageError(f"--tasks-per-node {launch.tasks_per_node} must be at least 1")
     gpus, tasks = launch.gpus_per_node or 1, run.tasks_per_node
     if tasks < 1 or gpus % tasks:
         raise UsageError(f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
@@ -95,8 +105,20 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a value in (0, 100)")
     if not 0 <= train.momentum < 1:
         raise UsageError(f"--momentum {train.momentum} is out of range; use a value in [0, 1)")
+    if train.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
+        raise UsageError(f"--seed {train.seed} must be 0 or more")
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def _resilience(r: ResilienceConfig) -> None:
+    if r.checkpoint_every_steps < 0:
+        raise UsageError(f"--checkpoint-every-steps {r.checkpoint_every_steps} must be 0 (epoch ends only) or more")
+    if r.max_requeues < 0:
+        raise UsageError(f"--max-requeues {r.max_requeues} must be 0 or more")
+    if r.watchdog_s < 10:
+        raise UsageError(f"--watchdog-s {r.watchdog_s} is too short to tell a stopped rank from a busy one; "
+                         f"use 10 or more")
 
 
 def _positive(**values: int) -> None:
@@ -116,4 +138,4 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     distributed = replace(run.distributed, backend=backend, num_processes=run.num_processes,
                           local_device_count=run.devices_per_process if run.launch.gpus_per_node else None)
     return TaskSpec(run_dir=run_dir, data=replace(run.data, data_dir=data_dir), train=run.train,
-                    distributed=distributed)
+                    distributed=distributed, resilience=run.resilience)

@@ -5,6 +5,7 @@ results are read only once their files exist, and the whole wait has a deadline.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
+SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 QUERY_TIMEOUT_S = 30
 
 
@@ -73,8 +75,8 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
         if failed:
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
             _print_new(tails, echo)
-            print(f"dali-launch: rank {failed[0]} of job {job.job_id} failed:\n{failed[1].rstrip()}",
-                  file=sys.stderr, flush=True)
+            print("\n".join([*_said(job), f"dali-launch: rank {failed[0]} of job {job.job_id} failed:",
+                             failed[1].rstrip()]), file=sys.stderr, flush=True)
             return 1
         if queue_state(job.job_id) is None:
             break
@@ -95,11 +97,31 @@ def _print_new(tails, echo) -> None:
                 echo(f"[rank {rank}] {line}")
 
 
+def _said(job) -> list[str]:
+    """What to read first: srun's word on tasks that died ("task 1: Killed") and our tasks' one-line
+    errors (watchdog, timeouts); a rank that fails only because a peer died comes after them."""
+    lines = []
+    for rank in range(job.num_tasks):
+        try:
+            text = job.task(rank).paths.stderr.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            died = SRUN_TASK.match(line)
+            if died:  # srun counts tasks as we count ranks
+                node, tasks, what = died.groups()
+                lines.append(f"dali-launch: rank{'s' if tasks[1:] else ''} {tasks} on {node}: {what} (srun)")
+            elif line.startswith("dali-launch: "):
+                lines.append(line)
+    return list(dict.fromkeys(lines))
+
+
 def _ending(job, paths: RunPaths) -> int:
     missing = [r for r in range(job.num_tasks) if not job.task(r).paths.result_pickle.exists()]
     if missing:
-        print(f"dali-launch: job {job.job_id} ended without a result from rank(s) {missing}: cancelled, timed "
-              f"out or killed; see `dali-launch logs {job.job_id} --rank {missing[0]}`", file=sys.stderr, flush=True)
+        print("\n".join([*_said(job), f"dali-launch: job {job.job_id} ended without a result from rank(s) {missing}: "
+                         f"cancelled, timed out or killed; see `dali-launch logs {job.job_id} --rank {missing[0]}`"]),
+              file=sys.stderr, flush=True)
         return 1
     from dali_launch.launcher.jobs import summarize
 

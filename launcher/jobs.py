@@ -7,6 +7,7 @@ import sys
 
 from dali_launch.launcher import datasets, plan, runs
 from dali_launch.launcher.config import RunConfig, task_spec, validate
+from dali_launch.trainer import entry_points, flavours
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -18,7 +19,15 @@ def echo(text: str) -> None:
 def _prepare(run: RunConfig, backend: str):
     """All checks, then the run directory; a dry run stops after printing the plan."""
     validate(run)
-    data_dir = datasets.resolve(run.data.data_dir)
+    flavours.check()  # before any device is taken; the task checks again
+    entry_points.check("model", run.train.model)
+    entry_points.check("pipeline", run.data.pipeline)
+    if run.launch.resume:
+        paths = runs.reopen(run, backend)
+        echo(f"resuming run directory: {paths.root}")
+        return paths
+    runs.check_root(run.launch.run_root)
+    data_dir = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
     if run.launch.dry_run:
         echo(plan.describe(run))
         echo(task_spec(run, "RUN_DIR", str(data_dir), backend).to_json())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from dali_launch.launcher.config import RunConfig
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.topology import LOCAL_ENV
+from dali_launch.trainer.topology import LAUNCHED_AT, LOCAL_ENV
 
 GRACE_S = 5  # SIGTERM, then SIGKILL after this long
 
@@ -52,8 +52,9 @@ class LocalJob:
 
     def start(self) -> None:
         coordinator = f"127.0.0.1:{free_port()}"
+        launched = {LAUNCHED_AT: repr(time.time()), "PYTHONUNBUFFERED": "1"}
         for rank in range(self.run.num_processes):
-            env = {**os.environ, **rank_env(self.run, rank, coordinator), "PYTHONUNBUFFERED": "1"}
+            env = {**os.environ, **rank_env(self.run, rank, coordinator), **launched}
             # Own session: Ctrl-C reaches us alone, and we stop the ranks in order.
             proc = subprocess.Popen(command(self.paths), env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import time
 from pathlib import Path
 
+from dali_launch.launcher import config_file
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
@@ -17,8 +19,19 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
 
 
+def check_root(run_root: str) -> None:
+    """--run-root, checked without writing: a writable folder, or one that can be made (dry runs see it too)."""
+    root = Path(run_root).absolute()
+    existing = next(p for p in (root, *root.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise UsageError(f"cannot create --run-root {root}: {existing} is not a folder; choose another --run-root")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write in --run-root {root}: {existing} is not writable for this user; "
+                         f"choose a writable folder")
+
+
 def create(run: RunConfig, data_dir: Path, backend: str) -> RunPaths:
-    """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec) and launch.json."""
+    """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec), config.toml and launch.json."""
     root = Path(run.launch.run_root).absolute()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -37,9 +50,30 @@ def create(run: RunConfig, data_dir: Path, backend: str) -> RunPaths:
     paths = RunPaths(path)
     try:
         write_atomic(paths.config, task_spec(run, str(path), str(data_dir), backend).to_json())
+        resolved = dataclasses.replace(run, data=dataclasses.replace(run.data, data_dir=str(data_dir)))
+        write_atomic(paths.config_toml, config_file.dumps(resolved))
         write_atomic(paths.launch, json.dumps(dataclasses.asdict(run.launch), indent=2))
         paths.logs.mkdir()
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # nothing half-written stays behind
         raise
+    return paths
+
+
+def reopen(run: RunConfig, backend: str) -> RunPaths:
+    """--resume RUN_DIR: the existing run directory, if this launch can continue it as it was."""
+    from dali_launch.trainer.config import TaskSpec
+
+    paths = RunPaths(Path(run.launch.resume).absolute())
+    if not paths.config.is_file():
+        raise UsageError(f"--resume {paths.root} is not a run directory (no config.json); pass one under "
+                         f"--run-root that an earlier dali-launch wrote")
+    spec = TaskSpec.load(paths.root)
+    if spec.distributed.backend != backend:
+        how = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}
+        raise UsageError(f"--resume {paths.root} was started by `{how[spec.distributed.backend]}`; "
+                         f"resume it the same way: {how[spec.distributed.backend]} --resume {paths.root}")
+    if spec.distributed.num_processes != run.num_processes and backend != "none":
+        raise UsageError(f"--resume {paths.root} ran {spec.distributed.num_processes} processes, these flags plan "
+                         f"{run.num_processes}; give the run's own --nodes, --gpus-per-node and --tasks-per-node")
     return paths

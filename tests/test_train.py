@@ -51,17 +51,19 @@ def test_two_devices_identical_replicas_and_exactly_once_epochs(mnist_lmdb, tmp_
     assert rank["dali_shard_ids"] == [0, 1] and rank["num_shards"] == 2
     expected = collections.Counter(_reference_prints(mnist_lmdb / "training").tolist())
     for epoch in range(2):
-        seen = collections.Counter(np.load(paths.sample_record(epoch, 0)).tolist())
+        seen = collections.Counter(np.load(paths.sample_records(epoch)[0]).tolist())
         assert seen == expected, f"epoch {epoch}: {sum(seen.values())} prints, {len(seen - expected)} extra"
 
 
 def _reference_prints(path) -> np.ndarray:
     """Fingerprints of every training sample, read once in order through the same pipeline."""
-    from dali_launch.trainer.input_pipeline import mnist_pipeline
+    from dali_launch.trainer.input_pipeline import PipelineArgs, graph
+    from dali_launch.trainer.pipelines import mnist
     from dali_launch.trainer.replicas import fingerprints
 
-    pipe = mnist_pipeline(path=str(path), shard_id=0, num_shards=1, training=False, decoder="cpu", on_gpu=False,
-                          batch_size=1000, num_threads=2, device_id=None)
+    args = PipelineArgs(path=str(path), shard_id=0, num_shards=1, batch_size=1000, training=False, on_gpu=False,
+                        decoder="cpu", seed=0, num_classes=10, image_size=28)
+    pipe = graph(mnist, args, "mnist", batch_size=1000, num_threads=2, device_id=None)
     pipe.build()
     n, prints = pipe.epoch_size("caffe2"), []
     for _ in range(-(-n // 1000)):

@@ -21,16 +21,24 @@ def opt(default, help: str, **meta):
 @dataclass(frozen=True)
 class DataConfig:
     data_dir: str | None = opt(
-        None, "Folder holding training/ and testing/ Caffe2 LMDBs (the layout of DALI_extra's db/MNIST). "
-        "Default: $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample.")
+        None, "Folder holding training/ and testing/ in the pipeline's format: Caffe2 LMDBs for mnist (the layout "
+        "of DALI_extra's db/MNIST), JPEG class folders for folders. "
+        "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample.")
+    pipeline: str = opt(
+        "mnist", "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
+        "crop, flip, normalize), or package.module:function of your own (see README).")
+    num_classes: int = opt(10, "Classes in the data set: the model's output width and the one-hot depth.")
+    image_size: int = opt(224, "Side in pixels of the square crops the folders pipeline feeds the model.")
     reader_threads: int = opt(2, "DALI CPU threads per pipeline.")
-    decoder: str = opt("cpu", "Where JPEGs are decoded: cpu, or mixed (nvJPEG; GPU only). "
-                       "For 28x28 images the CPU decoder is the faster one.", choices=("cpu", "mixed"))
+    decoder: str = opt("auto", "Where JPEGs are decoded: cpu, mixed (nvJPEG; GPU only), or auto: each pipeline "
+                       "picks (mnist: cpu, faster for 28x28 images; folders: mixed on GPUs).",
+                       choices=("auto", "cpu", "mixed"))
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    model: str = opt("mlp", "Model: mlp (the example's 784-784-1024-1024-10 MLP).", choices=("mlp",))
+    model: str = opt("mlp", "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), "
+                     "resnet18 (GroupNorm), or package.module:factory of your own (see README).")
     epochs: int = opt(5, "Training epochs.")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
     global_batch_size: int | None = opt(
@@ -64,12 +72,25 @@ class DistributedConfig:
 
 
 @dataclass(frozen=True)
+class ResilienceConfig:
+    """Checkpoints, preemption and the step watchdog."""
+    checkpoint_every_steps: int = opt(
+        500, "Also checkpoint every N SGD steps within an epoch (0: only at epoch ends).")
+    keep_checkpoints: int = opt(3, "Checkpoints kept; older ones are deleted once a newer one is complete.")
+    max_requeues: int = opt(3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.")
+    watchdog_s: int = opt(60, "A rank whose heartbeat is older than this (stopped, hung, dead) stops the job.")
+    on_stuck: str = opt("stop", "What the watchdog does: stop the job, or requeue it from its last checkpoint.",
+                        choices=("stop", "requeue"))
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """Everything one task needs, written once to the run directory as config.json."""
     run_dir: str
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
     distributed: DistributedConfig = DistributedConfig()
+    resilience: ResilienceConfig = ResilienceConfig()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

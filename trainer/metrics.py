@@ -25,6 +25,10 @@ class EpochMetrics:
     train_samples: int
     epoch_time_s: float
     images_per_s: float
+    images_per_s_per_device: float | None = None
+    data_wait_fraction: float | None = None  # share of the epoch the host spent waiting for DALI
+    compile_s: float | None = None  # the run's first device call, compilation included
+    first_step_s: float | None = None  # launch -> first step done (local mode knows the launch time)
     test_accuracy: float | None = None
     test_count: int | None = None
     eval_time_s: float | None = None
@@ -58,15 +62,24 @@ class Reporter:
             self.say(f"rank {r['process_id']} on {r['host']}: devices {', '.join(r['devices'])}; "
                      f"DALI shards {r['dali_shard_ids']} of {r['num_shards']}")
 
+    def resumed(self, epoch: int, calls_done: int, step: int) -> None:
+        """Metrics of epochs from `epoch` on will be written again: drop any earlier copies."""
+        if self.lead and self.paths.metrics.exists():
+            lines = self.paths.metrics.read_text().splitlines()
+            kept = [line for line in lines if json.loads(line)["epoch"] < epoch]
+            write_atomic(self.paths.metrics, "".join(line + "\n" for line in kept))
+            self.last = json.loads(kept[-1]) if kept else None
+        self.say(f"resumed from checkpoint {step}: epoch {epoch}, {calls_done} device calls into it")
+
     @contextlib.contextmanager
-    def progress(self, epoch: int, steps: int):
+    def progress(self, epoch: int, steps: int, done: int = 0):
         """Yields `advance()`; a live bar only for process 0 on a terminal (logs get epoch lines)."""
         if not (self.lead and self.console.is_terminal):
             yield lambda: None
             return
         columns = (TextColumn(f"epoch {epoch}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=self.console, transient=True) as bar:
-            task = bar.add_task("train", total=steps)
+            task = bar.add_task("train", total=steps, completed=done)
             yield lambda: bar.advance(task)
 
     def epoch(self, metrics: EpochMetrics) -> None:
@@ -76,6 +89,9 @@ class Reporter:
         with self.paths.metrics.open("a") as f:
             f.write(json.dumps(self.last) + "\n")
         m = metrics
+        extra = f"  compile {m.compile_s:.1f} s" if m.compile_s is not None else ""
+        extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
         self.say(f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
-                 f"({m.test_count} images)  {m.images_per_s:,.0f} images/s  epoch {m.epoch_time_s:.2f} s  "
-                 f"eval {m.eval_time_s:.2f} s")
+                 f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
+                 f"device)  epoch {m.epoch_time_s:.2f} s ({m.data_wait_fraction:.0%} waiting for data)  "
+                 f"eval {m.eval_time_s:.2f} s{extra}")

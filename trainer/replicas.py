@@ -7,7 +7,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from dali_launch.trainer.input_pipeline import shard_size
+from dali_launch.trainer.input_pipeline import class_ids, shard_size
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -42,21 +42,25 @@ def fingerprints(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
 class SampleRecorder:
     """--record-samples: the fingerprints of the real (unpadded) training samples this process saw."""
 
-    def __init__(self, spec, sharding, data, epoch: int):
+    def __init__(self, spec, sharding, data, epoch: int, first_call: int):
         self.spec, self.sharding, self.data, self.epoch, self.prints = spec, sharding, data, epoch, []
+        self.first_call = first_call
 
     def add(self, step: int, batch: dict) -> None:
-        images, labels = _local_rows(batch["images"]), _local_rows(batch["labels"]).argmax(-1)
+        images, labels = _local_rows(batch["images"]), class_ids(_local_rows(batch["labels"]), batch_dims=2)
         batch_size = images.shape[1]
         for k, shard_id in enumerate(self.sharding.shard_ids):
             size = shard_size(self.data.num_samples, shard_id, self.sharding.num_shards)
             real = max(0, min(batch_size, size - step * batch_size))
             self.prints.append(fingerprints(images[k, :real], labels[k, :real]))
 
-    def save(self) -> None:
+    def save(self, next_call: int) -> None:
+        """Writes what was seen since the last save: at checkpoints and at the epoch's end."""
         paths = RunPaths(self.spec.run_dir)
         paths.samples.mkdir(parents=True, exist_ok=True)
-        np.save(paths.sample_record(self.epoch, jax.process_index()), np.concatenate(self.prints))
+        record = np.concatenate(self.prints) if self.prints else np.zeros(0, np.uint64)
+        np.save(paths.sample_record(self.epoch, jax.process_index(), self.first_call), record)
+        self.prints, self.first_call = [], next_call
 
 
 def _local_rows(x: jax.Array) -> np.ndarray:

@@ -9,8 +9,10 @@ import json
 
 from dali_launch.trainer import flavours
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.manifest import write_manifest
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 from dali_launch.trainer.topology import configure_process_env, from_environment, initialize, local_devices
+from dali_launch.trainer.watchdog import Watchdog
 
 
 def run_task(run_dir: str) -> dict:
@@ -24,7 +26,15 @@ def run_task(run_dir: str) -> dict:
     initialize(topology, spec.distributed)
     devices = local_devices(topology)
     paths = RunPaths(run_dir)
-    result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s))
+    if topology.process_id == 0:
+        write_manifest(paths, spec, topology, devices)
+    watchdog = Watchdog(paths, topology.process_id, topology.num_processes, spec.resilience)
+    if topology.num_processes > 1:
+        watchdog.start()
+    try:
+        result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s))
+    finally:
+        watchdog.stop()
     if topology.process_id == 0:
         write_atomic(paths.result, json.dumps(result, indent=2))
     return result

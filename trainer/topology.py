@@ -23,6 +23,7 @@ LOCAL_ENV = {
     "local_rank": "DALI_LAUNCH_LOCAL_RANK",
     "coordinator_address": "DALI_LAUNCH_COORDINATOR",
 }
+LAUNCHED_AT = "DALI_LAUNCH_LAUNCHED_AT"  # time.time() when the launcher started the ranks (local mode)
 SLURM_ENV = {
     "process_id": "SLURM_PROCID",
     "num_processes": "SLURM_NTASKS",
@@ -130,6 +131,8 @@ def configure_process_env(topology: Topology) -> None:
     """Environment that must be set before JAX is imported: the number of CPU devices."""
     if topology.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
+        if "jax" in sys.modules:  # `train` checked a user's --model module first, and it imported JAX
+            sys.modules["jax"].config.update("jax_platforms", "cpu")
         if topology.local_device_count:
             flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
             flags.append(f"--xla_force_host_platform_device_count={topology.local_device_count}")

@@ -6,6 +6,7 @@ samples, so padding never counts and every replica applies the same update.
 """
 from __future__ import annotations
 
+import os
 import time
 from functools import partial
 
@@ -17,25 +18,28 @@ from flax import jax_utils
 from flax.training import train_state
 
 from dali_launch.trainer import input_pipeline, replicas
+from dali_launch.trainer.checkpoint import Checkpointer, Resume
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.evaluate import AXIS, Evaluator, first, shard_sizes, split_dir, valid_mask
 from dali_launch.trainer.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.models import create_model
-from dali_launch.trainer.topology import barrier
+from dali_launch.trainer.preemption import Preemption, requeue_or_exit
+from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.topology import LAUNCHED_AT, barrier
 
-AXIS = "devices"
 
-
-def create_train_state(spec: TaskSpec, num_features: int) -> train_state.TrainState:
-    model = create_model(spec.train.model)
+def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.TrainState:
+    """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images."""
+    model = create_model(spec.train.model, spec.data.num_classes)
     init = jax.jit(model.init, backend="cpu")  # eager init is seconds on a small CPU; jit is not
-    params = init(jax.random.PRNGKey(spec.train.seed), jnp.zeros((1, num_features)))["params"]
+    variables = init(jax.random.PRNGKey(spec.train.seed), example)
+    if set(variables) != {"params"}:
+        raise UsageError(f"--model {spec.train.model} keeps state besides params ({', '.join(sorted(set(variables)))}); "
+                         f"models must be stateless: use GroupNorm or LayerNorm instead of BatchNorm")
+    params = variables["params"]
     tx = optax.sgd(spec.train.learning_rate, momentum=spec.train.momentum)
     return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
-
-
-def valid_mask(position, batch_size: int, shard_size):
-    """1 for the real samples of a batch starting at `position` of a shard, 0 for DALI's padding."""
-    return (position + jnp.arange(batch_size) < shard_size).astype(jnp.float32)
 
 
 def train_step(state, tally, images, labels, shard_size):
@@ -45,7 +49,7 @@ def train_step(state, tally, images, labels, shard_size):
 
     def loss_sum(params):
         logits = state.apply_fn({"params": params}, images)
-        return jnp.sum(optax.softmax_cross_entropy(logits, labels) * valid)
+        return jnp.sum(optax.softmax_cross_entropy(logits, targets(labels, logits.shape[-1])) * valid)
 
     loss, grads = jax.value_and_grad(loss_sum)(state.params)
     count = jax.lax.psum(jnp.sum(valid), AXIS)
@@ -58,10 +62,19 @@ def train_step(state, tally, images, labels, shard_size):
     return stepped, tally
 
 
+def targets(labels, num_classes: int):
+    """One-hot targets: float labels are used as they are, integer class ids are one-hot encoded here."""
+    if labels.dtype.kind == "f":
+        return labels
+    return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
+
+
 def train_steps(state, tally, images, labels, shard_size, batch_size: int):
     """Several SGD steps of `batch_size` samples from one larger DALI batch, fused by `lax.scan`:
     the optimisation is the example's, the host dispatches once per DALI batch."""
     steps = images.shape[0] // batch_size
+    if steps == 1:  # XLA:CPU runs convolutions inside a scan ~15x slower (a CNN step: 60 vs 1,250 images/s)
+        return train_step(state, tally, images, labels, shard_size)
     split = lambda x: x.reshape(steps, batch_size, *x.shape[1:])  # noqa: E731
 
     def one(carry, batch):
@@ -71,104 +84,113 @@ def train_steps(state, tally, images, labels, shard_size, batch_size: int):
     return state, tally
 
 
-def eval_step(apply_fn, params, tally, images, labels, shard_size):
-    valid = valid_mask(tally["position"], images.shape[0], shard_size)
-    correct = jnp.sum((jnp.argmax(apply_fn({"params": params}, images), -1) == labels) * valid)
-    return {"position": tally["position"] + images.shape[0], "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
-            "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS)}
-
-
 def per_device_batch(spec: TaskSpec, global_devices: int) -> int:
     gbs = spec.train.global_batch_size
     return gbs // global_devices if gbs else spec.train.batch_size
 
 
+def zero_tally() -> dict:
+    # 0-d arrays rather than numpy scalars: Orbax restores into arrays only
+    return {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
+
+
 def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter) -> dict:
-    """Set-up, the epoch loop, the finish. `devices` are this process's; all processes call this."""
+    """Set-up (resuming from the newest checkpoint if there is one), the epoch loop, the finish.
+
+    `devices` are this process's; every process calls this.
+    """
     all_devices = jax.devices(devices[0].platform)
     process, local = jax.process_index(), len(devices)
     sharding = input_pipeline.Sharding(tuple(process * local + k for k in range(local)), len(all_devices))
     batch = per_device_batch(spec, len(all_devices))
-    data = input_pipeline.build(_split_dir(spec, "training"), devices, all_devices, sharding,
-                                batch * spec.train.steps_per_call, True, spec.data, spec.train.seed)
+    fresh = create_train_state(spec, input_pipeline.example(split_dir(spec, "training"), devices[0], spec.data))
+    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    step, resume = checkpointer.latest(fresh, zero_tally()) or (0, None)
+    data = input_pipeline.build(split_dir(spec, "training"), devices, all_devices, sharding,
+                                batch * spec.train.steps_per_call, True, spec.data, spec.train.seed,
+                                checkpoints=resume.dali if resume else None)
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch)
+    loop = Loop(spec, data, sharding, checkpointer, reporter, jax.pmap(
+        partial(train_steps, batch_size=batch), AXIS, devices=all_devices, donate_argnums=(0, 1)))
     evaluator = Evaluator(spec, devices) if process == 0 else None
-
-    state = jax_utils.replicate(create_train_state(spec, 784), devices=devices)
-    p_train = jax.pmap(partial(train_steps, batch_size=batch), AXIS, devices=all_devices, donate_argnums=(0, 1))
-    shard_sizes = data.put(_shard_sizes(data.num_samples, sharding))
-    for epoch in range(spec.train.epochs):
-        state, metrics = _train_epoch(spec, data, sharding, p_train, state, shard_sizes, epoch, reporter)
+    state = jax_utils.replicate(resume.state if resume else fresh, devices=devices)
+    first_epoch = resume.epoch if resume else 0
+    if resume:
+        reporter.resumed(first_epoch, resume.calls_done, step)
+    for epoch in range(first_epoch, spec.train.epochs):
+        state, metrics = loop.epoch(state, epoch, resume if resume and resume.epoch == epoch else None)
         if evaluator:
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = evaluator(state.params)
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
         reporter.epoch(metrics)
+        loop.save(state, epoch + 1, 0, data.put([zero_tally()] * local))
     return {"checksums": replicas.gathered_checksums(state.params), "final": reporter.last}
 
 
-def _train_epoch(spec: TaskSpec, data, sharding, p_train, state, shard_sizes, epoch: int, reporter: Reporter):
-    start = time.perf_counter()
-    tally = data.put([{"position": np.int32(0), "loss": np.float32(0), "count": np.float32(0)}] * len(data.devices))
-    recorder = replicas.SampleRecorder(spec, sharding, data, epoch) if spec.train.record_samples else None
-    # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES); GPUs run free.
-    calls = max(1, spec.train.sync_every_steps // spec.train.steps_per_call)
-    sync_every = calls if data.devices[0].platform == "cpu" else data.steps
-    with reporter.progress(epoch, data.steps) as advance:
-        for step, batch in enumerate(data.epoch()):
-            state, tally = p_train(state, tally, batch["images"], batch["labels"], shard_sizes)
+class Loop:
+    """One epoch of training, with its check points: preemption, periodic checkpoints, device syncs."""
+
+    def __init__(self, spec: TaskSpec, data, sharding, checkpointer: Checkpointer, reporter: Reporter, p_train):
+        self.spec, self.data, self.sharding, self.reporter = spec, data, sharding, reporter
+        self.checkpointer, self.p_train = checkpointer, p_train
+        self.shard_sizes = data.put(shard_sizes(data.num_samples, sharding))
+        self.preemption = Preemption()
+        k = spec.train.steps_per_call
+        # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
+        # GPUs a check point costs a host sync, so they come rarely.
+        self.check_every = max(1, (spec.train.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
+        every = spec.resilience.checkpoint_every_steps
+        self.checkpoint_every = max(1, every // k) if every else None
+        self.first_call, self.first_step_s = True, None
+
+    def epoch(self, state, epoch: int, resume: Resume | None):
+        start, done = time.perf_counter(), resume.calls_done if resume else 0
+        tally = self.data.put([resume.tally if resume else zero_tally()] * len(self.data.devices))
+        recorder = replicas.SampleRecorder(self.spec, self.sharding, self.data, epoch, done) \
+            if self.spec.train.record_samples else None
+        data_wait, compile_s = 0.0, None
+        with self.reporter.progress(epoch, self.data.steps, done) as advance:
+            for call in range(done, self.data.steps):
+                waited = time.perf_counter()
+                batch = self.data.next()
+                data_wait += time.perf_counter() - waited
+                state, tally = self.p_train(state, tally, batch["images"], batch["labels"], self.shard_sizes)
+                if compile_s is None and call == done and self.first_call:
+                    compile_s = self._first_call_done(tally, waited)
+                if recorder:
+                    recorder.add(call, batch)
+                advance()
+                if (call + 1) % self.check_every == 0 and call + 1 < self.data.steps:
+                    self._check_point(state, tally, epoch, call + 1, recorder)
+        loss, count = first(tally["loss"]), int(first(tally["count"]))
+        elapsed = time.perf_counter() - start
+        if recorder:
+            recorder.save(self.data.steps)
+        return state, EpochMetrics(
+            epoch=epoch, train_loss=loss / count, train_samples=count, epoch_time_s=elapsed,
+            images_per_s=count / elapsed, images_per_s_per_device=count / elapsed / self.sharding.num_shards,
+            data_wait_fraction=data_wait / elapsed, compile_s=compile_s,
+            first_step_s=self.first_step_s if compile_s is not None else None)
+
+    def _first_call_done(self, tally, started: float) -> float:
+        """The first device call of the run compiles: time it once (one sync), and since launch."""
+        jax.block_until_ready(tally)
+        self.first_call = False
+        if LAUNCHED_AT in os.environ:
+            self.first_step_s = time.time() - float(os.environ[LAUNCHED_AT])
+        return time.perf_counter() - started
+
+    def _check_point(self, state, tally, epoch: int, calls_done: int, recorder) -> None:
+        """Reached by every process at the same call: agree on preemption, checkpoint when due."""
+        jax.block_until_ready(tally)
+        preempted = self.preemption.agreed()
+        if preempted or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
+            self.save(state, epoch, calls_done, tally)
             if recorder:
-                recorder.add(step, batch)
-            if (step + 1) % sync_every == 0:
-                jax.block_until_ready(tally)
-            advance()
-    loss, count = _first(tally["loss"]), int(_first(tally["count"]))
-    elapsed = time.perf_counter() - start
-    if recorder:
-        recorder.save()
-    return state, EpochMetrics(epoch=epoch, train_loss=loss / count, train_samples=count, epoch_time_s=elapsed,
-                               images_per_s=count / elapsed)
+                recorder.save(calls_done)
+        if preempted:
+            requeue_or_exit(self.spec.resilience.max_requeues, self.spec.run_dir)
 
-
-class Evaluator:
-    """Process 0 alone, over its local devices: exact accuracy over the whole test set.
-
-    Built once: its pipelines end every evaluation exactly at the end of their shards.
-    """
-
-    def __init__(self, spec: TaskSpec, devices: list):
-        local = input_pipeline.Sharding(tuple(range(len(devices))), len(devices))
-        self.data = input_pipeline.build(_split_dir(spec, "testing"), devices, devices, local,
-                                         spec.train.eval_batch_size, False, spec.data, 0)
-        self.shard_sizes = self.data.put(_shard_sizes(self.data.num_samples, local))
-        apply_fn = create_model(spec.train.model).apply
-        self.p_eval = jax.pmap(partial(eval_step, apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
-                               donate_argnums=(1,))
-
-    def __call__(self, replicated_params) -> tuple[float, int, float]:
-        start = time.perf_counter()
-        params = jax.tree.map(lambda x: x.addressable_data(0)[0], replicated_params)
-        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0)}
-        tally = self.data.put([zero] * len(self.data.devices))
-        for batch in self.data.epoch():
-            tally = self.p_eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
-        total = int(_first(tally["count"]))
-        return _first(tally["correct"]) / total, total, time.perf_counter() - start
-
-
-def _first(x):
-    """A psum'd value is the same on every device; read this process's first copy."""
-    return np.asarray(x.addressable_data(0)).item()
-
-
-def _shard_sizes(num_samples: int, sharding: input_pipeline.Sharding) -> np.ndarray:
-    """One per local device; pmap scatters host arrays over the local devices."""
-    return np.array([input_pipeline.shard_size(num_samples, s, sharding.num_shards) for s in sharding.shard_ids],
-                    np.int32)
-
-
-def _replicated_scalar(value: int, devices):
-    return np.full((len(devices),), value, np.int32)
-
-
-def _split_dir(spec: TaskSpec, split: str) -> str:
-    return f"{spec.data.data_dir}/{split}"
+    def save(self, state, epoch: int, calls_done: int, tally) -> None:
+        self.checkpointer.save(epoch * self.data.steps + calls_done, epoch, calls_done, state, tally,
+                               self.data.pipes)

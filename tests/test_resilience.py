@@ -1,0 +1,147 @@
+"""Never lose work: preemption -> checkpoint -> resume gives the uninterrupted run's parameters;
+stopped or killed ranks stop the job within the watchdog's bound."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO, check_ok, dali_launch, only_run
+
+from dali_launch.trainer.run_dir import RunPaths
+
+pytestmark = [pytest.mark.slow]
+CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
+
+
+def _start(args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([*CLI, *args], cwd=REPO, env={**os.environ, **(env or {})}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _wait_for(probe, timeout_s: float):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"not true within {timeout_s} s")
+
+
+def _rank(run_root, rank: int) -> dict | None:
+    runs = [p for p in run_root.iterdir() if p.is_dir()] if run_root.exists() else []
+    report = RunPaths(runs[0]).rank_report(rank) if runs else None
+    return json.loads(report.read_text()) if report and report.exists() else None
+
+
+def _result(paths: RunPaths) -> dict:
+    return json.loads(paths.result.read_text())
+
+
+def _epoch_prints(paths: RunPaths, epoch: int) -> collections.Counter:
+    return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
+
+
+def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path):
+    """SIGUSR2 mid-epoch (what SLURM sends before a time limit): checkpoint, exit; --resume finishes
+    with the parameters of a run never interrupted, every sample seen once per epoch."""
+    common = ["--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2", "--record-samples",
+              "--checkpoint-every-steps", "0"]
+    check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
+    whole = only_run(tmp_path / "whole")
+
+    proc = _start(["train", *common, "--run-root", str(tmp_path / "cut")])
+    _wait_for(lambda: _rank(tmp_path / "cut", 0), timeout_s=120)
+    time.sleep(2)  # well into epoch 0
+    proc.send_signal(signal.SIGUSR2)
+    _, err = proc.communicate(timeout=120)
+    cut = only_run(tmp_path / "cut")
+    assert proc.returncode != 0 and "preempted; checkpoint written" in err, err
+    assert not cut.result.exists() and any(cut.checkpoints.iterdir())
+    resumed = dali_launch("train", "--resume", str(cut.root))
+    check_ok(resumed)
+    assert "resumed from checkpoint" in resumed.stdout
+    assert _result(cut)["checksums"] == _result(whole)["checksums"]
+    for epoch in range(2):
+        assert _epoch_prints(cut, epoch) == _epoch_prints(whole, epoch)
+    assert [json.loads(line)["epoch"] for line in cut.metrics.read_text().splitlines()] == [0, 1]
+
+
+def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
+    proc = _start(["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "50", "--watchdog-s", "15",
+                   "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)])
+    try:
+        pid = _wait_for(lambda: (_rank(tmp_path, 1) or {}).get("pid"), timeout_s=120)
+        time.sleep(2)
+        os.kill(pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        assert time.monotonic() - stopped_at < 60
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    assert proc.returncode != 0 and "rank 1 made no progress" in err, err
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp_path):
+    """USR2 through SLURM: every rank agrees on a step, checkpoints, the job requeues itself and the
+    next incarnation finishes with the uninterrupted run's parameters."""
+    common = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15", "--epochs", "2",
+              "--data-dir", str(mnist_lmdb), "--checkpoint-every-steps", "0", "--record-samples"]
+    check_ok(dali_launch(*common, "--run-root", str(tmp_path / "whole"), env=slurm_env))
+    whole = only_run(tmp_path / "whole")
+    proc = _start([*common, "--run-root", str(tmp_path / "cut")], env=slurm_env)
+    try:
+        _wait_for(lambda: _rank(tmp_path / "cut", 1), timeout_s=120)
+        time.sleep(2)
+        cut = only_run(tmp_path / "cut")
+        job_id = json.loads((cut.root / "job.json").read_text())["job_id"]
+        subprocess.run(["scancel", "--signal=USR2", job_id], env={**os.environ, **slurm_env}, check=True, timeout=30)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    assert proc.returncode == 0, err
+    assert "requeued (1/3)" in out and "resumed from checkpoint" in out
+    assert _result(cut)["checksums"] == _result(whole)["checksums"]
+    for epoch in range(2):
+        assert _epoch_prints(cut, epoch) == _epoch_prints(whole, epoch)
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
+    for sig, name in ((signal.SIGKILL, "kill"), (signal.SIGSTOP, "stop")):
+        root = tmp_path / name
+        proc = _start(["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--epochs", "50",
+                       "--watchdog-s", "15", "--data-dir", str(mnist_lmdb), "--run-root", str(root)], env=slurm_env)
+        try:
+            pid = _wait_for(lambda: (_rank(root, 1) or {}).get("pid"), timeout_s=120)
+            time.sleep(2)
+            os.kill(pid, sig)
+            hit = time.monotonic()
+            _, err = proc.communicate(timeout=90)
+            # a dead rank: srun ends the step (--kill-on-bad-exit); a stopped one: the watchdog
+            assert time.monotonic() - hit < (30 if sig == signal.SIGKILL else 60), name
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+            if sig == signal.SIGSTOP:
+                os.kill(pid, signal.SIGKILL) if _alive(pid) else None
+        assert proc.returncode != 0 and "rank 1" in err, (name, err)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False

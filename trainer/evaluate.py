@@ -1,0 +1,73 @@
+"""Evaluation on process 0 alone, over its local devices: exact accuracy over the whole test set.
+
+The other processes wait at a barrier meanwhile; no collective spans processes here, so the eval
+pmap names this process's devices only.
+"""
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dali_launch.trainer import input_pipeline
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.models import create_model
+
+AXIS = input_pipeline.AXIS
+
+
+def valid_mask(position, batch_size: int, shard_size):
+    """1 for the real samples of a batch starting at `position` of a shard, 0 for DALI's padding."""
+    return (position + jnp.arange(batch_size) < shard_size).astype(jnp.float32)
+
+
+def eval_step(apply_fn, params, tally, images, labels, shard_size):
+    valid = valid_mask(tally["position"], images.shape[0], shard_size)
+    predicted = jnp.argmax(apply_fn({"params": params}, images), -1)
+    correct = jnp.sum((predicted == input_pipeline.class_ids(labels)) * valid)
+    return {"position": tally["position"] + images.shape[0], "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
+            "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS)}
+
+
+class Evaluator:
+    """Process 0 alone, over its local devices: exact accuracy over the whole test set.
+
+    Built once: its pipelines end every evaluation exactly at the end of their shards.
+    """
+
+    def __init__(self, spec: TaskSpec, devices: list):
+        local = input_pipeline.Sharding(tuple(range(len(devices))), len(devices))
+        self.data = input_pipeline.build(split_dir(spec, "testing"), devices, devices, local,
+                                         spec.train.eval_batch_size, False, spec.data, 0)
+        self.shard_sizes = self.data.put(shard_sizes(self.data.num_samples, local))
+        apply_fn = create_model(spec.train.model, spec.data.num_classes).apply
+        self.p_eval = jax.pmap(partial(eval_step, apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
+                               donate_argnums=(1,))
+
+    def __call__(self, replicated_params) -> tuple[float, int, float]:
+        start = time.perf_counter()
+        params = jax.tree.map(lambda x: x.addressable_data(0)[0], replicated_params)
+        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0)}
+        tally = self.data.put([zero] * len(self.data.devices))
+        for batch in self.data.epoch():
+            tally = self.p_eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
+        total = int(first(tally["count"]))
+        return first(tally["correct"]) / total, total, time.perf_counter() - start
+
+
+def first(x):
+    """A psum'd value is the same on every device; read this process's first copy."""
+    return np.asarray(x.addressable_data(0)).item()
+
+
+def shard_sizes(num_samples: int, sharding: input_pipeline.Sharding) -> np.ndarray:
+    """One per local device; pmap scatters host arrays over the local devices."""
+    return np.array([input_pipeline.shard_size(num_samples, s, sharding.num_shards) for s in sharding.shard_ids],
+                    np.int32)
+
+
+def split_dir(spec: TaskSpec, split: str) -> str:
+    return f"{spec.data.data_dir}/{split}"
