@@ -14,8 +14,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher import datasets, slurm
-from dali_launch.launcher.config import RunConfig, validate
+from dali_launch.launcher import slurm
+from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.follow import POLL_S, cancel, queue_state, task_error
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
@@ -30,16 +30,14 @@ class CiConfig:
 
 
 def run_ci(run: RunConfig, ci: CiConfig) -> int:
-    validate(run)
-    slurm.validate_slurm(run)
-    targets = shlex.split(ci.tests)
+    targets, pytest_args = _split(ci.tests, "--tests"), _split(ci.pytest_args, "--pytest-args")
     missing = [t for t in targets if not Path(t).exists()]
     if missing or not targets:
         raise UsageError(f"--tests {' '.join(missing) or repr(ci.tests)} not found here; run from the project's "
                          f"checkout or pass existing test folders or files")
-    data_dir = datasets.resolve(run.data.data_dir)
+    data_dir = slurm.check_all(run)
     train_job, paths = slurm.submit(run, data_dir)
-    test_job = _submit_tests(run, paths.root, targets, ci)
+    test_job = _submit_tests(run, paths.root, targets, pytest_args)
     print(f"submitted training job {train_job.job_id} and test job {test_job.job_id}; run directory {paths.root}",
           flush=True)
     finished = _wait([train_job, test_job], slurm.follow_timeout_s(run))
@@ -53,15 +51,22 @@ def run_ci(run: RunConfig, ci: CiConfig) -> int:
     return 1 if failures or not finished else 0
 
 
-def _submit_tests(run: RunConfig, root: Path, targets: list[str], ci: CiConfig):
+def _split(text: str, flag: str) -> list[str]:
+    """A shell-quoted flag value as words, split before anything is submitted."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise UsageError(f"{flag} {text!r} is not valid shell quoting ({e}); balance its quotes") from None
+
+
+def _submit_tests(run: RunConfig, root: Path, targets: list[str], pytest_args: list[str]):
     """One node, one task: the suite runs where the training would, with the same setup lines."""
     from dali_launch.launcher.ci_job import run_pytest
 
     one_task = dataclasses.replace(run, launch=dataclasses.replace(run.launch, nodes=1, tasks_per_node=1,
                                                                    name=f"{run.launch.name}-tests"))
     executor = slurm.make_executor(one_task, root / "ci-tests")
-    args = shlex.split(ci.pytest_args)
-    return executor.submit(run_pytest, str(Path.cwd()), targets, str(root / "junit-pytest.xml"), args,
+    return executor.submit(run_pytest, str(Path.cwd()), targets, str(root / "junit-pytest.xml"), pytest_args,
                            run.slurm.time_min * 60)
 
 

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from dali_launch.launcher import data_prepare
+from dali_launch.launcher.images import image_size
 from dali_launch.trainer.errors import UsageError
 
 EMBEDDED_IDX = Path(__file__).parent / "data"  # the real MNIST test set (10,000 digits), shipped with us
@@ -29,32 +30,78 @@ def embedded_lmdb() -> Path:
     return out
 
 
-def resolve(data_dir: str | None) -> Path:
-    """--data-dir, else $DALI_EXTRA_PATH/db/MNIST, else the embedded sample; checked, absolute."""
+def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10) -> Path:
+    """--data-dir, else $DALI_EXTRA_PATH/db/MNIST, else the embedded sample; checked, absolute.
+
+    Checked as `pipeline` reads it: Caffe2 LMDBs (mnist), class folders (folders); a pipeline of
+    the user's own gets only the training/ and testing/ folders checked: its format is its own.
+    """
     if data_dir:
         path, origin = Path(data_dir), "--data-dir"
+    elif pipeline == "folders":
+        raise UsageError("--pipeline folders needs --data-dir, a folder holding training/ and testing/ class "
+                         "folders; make one with `dali-launch data prepare --format folders --from IDX_DIR --to DIR`")
     elif os.environ.get("DALI_EXTRA_PATH"):
         path, origin = Path(os.environ["DALI_EXTRA_PATH"]) / "db" / "MNIST", "$DALI_EXTRA_PATH/db/MNIST"
     else:
         path, origin = embedded_lmdb(), "the embedded sample"
-    check(path, origin)
+    check(path, origin, pipeline, num_classes)
     return path.resolve()
 
 
-def check(path: Path, origin: str) -> None:
+def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:
     if not path.exists():
+        how = " --format folders" if pipeline == "folders" else ""
         raise UsageError(f"{origin} {path} does not exist; make it with "
-                         f"`dali-launch data prepare --from IDX_DIR --to {path}`")
+                         f"`dali-launch data prepare{how} --from IDX_DIR --to {path}`")
+    if not path.is_dir():
+        raise UsageError(f"{origin} {path} is a file; point it at the folder holding training/ and testing/")
     if not os.access(path, os.R_OK | os.X_OK):
         raise UsageError(f"{origin} {path} is not readable; fix its permissions")
-    for split in SPLITS:
-        check_lmdb(path / split, origin)
+    missing = [split for split in SPLITS if not (path / split).is_dir()]
+    if missing:
+        what = f"has no {missing[0]}/" if len(missing) == 1 else "holds neither training/ nor testing/"
+        raise UsageError(f"{origin} {path} {what}; a data set needs both training/ and testing/ LMDBs "
+                         f"(as `dali-launch data prepare` makes them)")
+    if pipeline == "folders":
+        check_folders(path, num_classes)
+    if pipeline != "mnist":  # a pipeline of the user's own reads a format of its own
+        return
+    sizes = {split: scan_lmdb(path / split, origin)[1] for split in SPLITS}
+    if sizes["training"] != sizes["testing"]:
+        raise UsageError(f"{path / 'testing'} holds {_hw(sizes['testing'])} images but {path / 'training'} "
+                         f"{_hw(sizes['training'])}; the model takes one image size, so re-create one of them")
+
+
+def check_folders(path: Path, num_classes: int) -> None:
+    """Class folders as fn.readers.file numbers them: label = index in the sorted folder names, so
+    both splits need the same folders (empty ones count) and at most --num-classes of them."""
+    classes = {split: sorted(p.name for p in (path / split).iterdir() if p.is_dir()) for split in SPLITS}
+    for split, names in classes.items():
+        images = sum(1 for name in names for f in (path / split / name).iterdir()
+                     if f.suffix.lower() in data_prepare.FILE_READER_EXTENSIONS)
+        if not images:
+            raise UsageError(f"{path / split} holds no images in class folders ({split}/<class>/<image>.jpg); "
+                             f"make the tree with `dali-launch data prepare --format folders`")
+    if classes["training"] != classes["testing"]:
+        raise UsageError(f"{path} has different class folders in training/ ({len(classes['training'])}) and "
+                         f"testing/ ({len(classes['testing'])}); give both the same ones (empty ones too) so labels match")
+    if len(classes["training"]) > num_classes:
+        raise UsageError(f"{path} has {len(classes['training'])} classes but --num-classes is {num_classes}; "
+                         f"pass --num-classes {len(classes['training'])}")
 
 
 def check_lmdb(path: Path, origin: str) -> int:
     """Opens the LMDB read-only and checks every record; returns the number of records."""
+    return scan_lmdb(path, origin)[0]
+
+
+def scan_lmdb(path: Path, origin: str) -> tuple[int, tuple[int, int]]:
+    """Checks every record as DALI will read it; returns the record count and the one image size (h, w)."""
     import lmdb
 
+    if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
+        raise UsageError(f"{path} is not readable; fix its permissions")
     if not (path / "data.mdb").is_file():
         raise UsageError(f"{path} is not an LMDB (no data.mdb); {origin} must hold training/ and testing/ "
                          f"as made by `dali-launch data prepare`")
@@ -62,15 +109,40 @@ def check_lmdb(path: Path, origin: str) -> int:
         env = lmdb.open(str(path), readonly=True, lock=False, subdir=True)
     except lmdb.Error as e:
         raise UsageError(f"{path} is not a readable LMDB ({e}); re-create it with `dali-launch data prepare`")
-    with env, env.begin() as txn:
-        count = 0
-        for key, value in txn.cursor():
-            try:
-                data_prepare.check_caffe2_record(value)
-            except ValueError as e:
-                raise UsageError(f"record {key.decode(errors='replace')} of {path} is corrupt ({e}); "
-                                 f"re-create the data set with `dali-launch data prepare`") from None
-            count += 1
+    with env:
+        # Pages past the end of a cut-short file are mapped but absent: reading them is SIGBUS, here and in DALI.
+        need, have = (env.info()["last_pgno"] + 1) * env.stat()["psize"], (path / "data.mdb").stat().st_size
+        if have < need:
+            raise UsageError(f"{path / 'data.mdb'} is truncated ({have:,} of {need:,} bytes); copy it again "
+                             f"or re-create it with `dali-launch data prepare`")
+        count, size = 0, None
+        with env.begin() as txn:
+            for key, value in txn.cursor():
+                size = _check_record(key.decode(errors="replace"), value, path, size)
+                count += 1
     if count == 0:
         raise UsageError(f"{path} holds no records; point {origin} at a non-empty data set")
-    return count
+    return count, size
+
+
+def _check_record(key: str, value: bytes, path: Path, size: tuple[int, int] | None) -> tuple[int, int]:
+    """One record as DALI's Caffe2 reader and image decoder will take it; returns its image size."""
+    fix = "re-create the data set with `dali-launch data prepare`"
+    try:
+        image = data_prepare.check_caffe2_record(value)
+    except ValueError as e:
+        raise UsageError(f"record {key} of {path} is corrupt ({e}); {fix}") from None
+    if image is None:
+        raise UsageError(f"record {key} of {path} holds raw pixels, but the pipeline decodes encoded images; {fix}")
+    try:
+        this = image_size(image)
+    except ValueError as e:
+        raise UsageError(f"record {key} of {path} {e}; {fix} (it writes JPEGs)") from None
+    if size is not None and this != size:
+        raise UsageError(f"record {key} of {path} is a {_hw(this)} image but the records before it are "
+                         f"{_hw(size)}; the model takes one image size, so resize them")
+    return this
+
+
+def _hw(size: tuple[int, int]) -> str:
+    return f"{size[0]}×{size[1]}"
