@@ -1,8 +1,9 @@
-"""`dali-launch data prepare`: MNIST-format IDX files -> Caffe2 LMDBs that DALI reads.
+"""`dali-launch data prepare`: MNIST-format IDX files -> Caffe2 LMDBs, or JPEG class folders, for DALI.
 
-The output has the layout of DALI_extra's `db/MNIST`: `OUT/training/` and `OUT/testing/`, each an
-LMDB whose values are serialised `caffe2.TensorProtos` holding a JPEG (STRING tensor) and an INT32
-label -- exactly what `fn.readers.caffe2` parses (dali/operators/reader/parser/caffe2_parser.h).
+The default output has the layout of DALI_extra's `db/MNIST`: `OUT/training/` and `OUT/testing/`,
+each an LMDB whose values are serialised `caffe2.TensorProtos` holding a JPEG (STRING tensor) and an
+INT32 label -- exactly what `fn.readers.caffe2` parses (dali/operators/reader/parser/caffe2_parser.h).
+`--format folders` writes `OUT/{training,testing}/<label>/<n>.jpg` for `fn.readers.file`.
 """
 from __future__ import annotations
 
@@ -128,8 +129,10 @@ def _fields_of(buf: bytes) -> list[tuple[int, int | bytes]]:
 IMAGE_MAGIC = (b"\xff\xd8", b"\x89PNG", b"BM", b"II*\x00", b"MM\x00*", b"RIFF", b"GIF8")
 
 
-def check_caffe2_record(record: bytes) -> None:
-    """Raises ValueError unless `record` holds an encoded image (or raw bytes) and a label DALI can read."""
+def check_caffe2_record(record: bytes) -> bytes | None:
+    """Raises ValueError unless `record` holds an encoded image (or raw bytes) and a label DALI can read.
+
+    Returns the encoded image, or None for raw pixels."""
     protos = [v for n, v in _fields_of(record) if n == 1]
     if len(protos) < 2:
         raise ValueError(f"{len(protos)} tensors, expected an image and a label")
@@ -142,6 +145,7 @@ def check_caffe2_record(record: bytes) -> None:
         raise ValueError("the first tensor is neither an encoded image (STRING) nor raw pixels (BYTE)")
     if dict(_fields_of(protos[1])).get(2, 1) not in (1, _INT32):
         raise ValueError("the label tensor is neither INT32 nor FLOAT")
+    return image.get(6, b"") if image.get(2, 1) == _STRING else None
 
 
 def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
@@ -165,7 +169,25 @@ def write_lmdb(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality: i
     env.close()
 
 
+# fn.readers.file's own filter (lower-cased): files with other suffixes in a class folder are skipped.
+FILE_READER_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm",
+                          ".jp2", ".webp"}
+
+
+def write_folders(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality: int, classes: int) -> None:
+    """One folder per class, every class in every split (even if empty there): fn.readers.file labels
+    a folder by its index among the sorted names, so zero-padded names keep label = folder name."""
+    width = len(str(classes - 1))
+    for label in range(classes):
+        (out_dir / f"{label:0{width}d}").mkdir()
+    digits = len(str(max(len(images) - 1, 0)))
+    for i, (image, label) in enumerate(zip(images, labels)):
+        (out_dir / f"{int(label):0{width}d}" / f"{i:0{digits}d}.jpg").write_bytes(encode_jpeg(image, quality))
+
+
 # --- the command ------------------------------------------------------------------------------
+
+FORMATS = ("lmdb", "folders")
 
 @dataclass(frozen=True)
 class PrepareReport:
@@ -174,8 +196,8 @@ class PrepareReport:
 
 
 def prepare(from_dir: Path, to_dir: Path, quality: int = 95, test_fraction: float | None = None,
-            seed: int = 0) -> PrepareReport:
-    """IDX files in `from_dir` -> `to_dir/{training,testing}`, written atomically.
+            seed: int = 0, layout: str = "lmdb") -> PrepareReport:
+    """IDX files in `from_dir` -> `to_dir/{training,testing}` as LMDBs or class folders, written atomically.
 
     With both `train-*` and `t10k-*` present they become training and testing. With only one of
     them, `test_fraction` of it (seeded permutation) becomes testing: that is how the embedded
@@ -185,7 +207,10 @@ def prepare(from_dir: Path, to_dir: Path, quality: int = 95, test_fraction: floa
         raise UsageError(f"--from {from_dir} is not a directory; point it at MNIST-format IDX files")
     if not 1 <= quality <= 100:
         raise UsageError(f"--jpeg-quality {quality} is out of range; use 1..100")
+    if layout not in FORMATS:
+        raise UsageError(f"--format {layout} is not one of {', '.join(FORMATS)}")
     splits = _splits(from_dir, test_fraction, seed)
+    classes = 1 + max(int(labels.max(initial=0)) for _, labels in splits.values())
     if to_dir.exists() and any(to_dir.iterdir()):
         raise UsageError(f"--to {to_dir} exists and is not empty; remove it or choose another directory")
     to_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +219,10 @@ def prepare(from_dir: Path, to_dir: Path, quality: int = 95, test_fraction: floa
     try:
         for name, (images, labels) in splits.items():
             (tmp / name).mkdir()
-            write_lmdb(tmp / name, images, labels, quality)
+            if layout == "folders":
+                write_folders(tmp / name, images, labels, quality, classes)
+            else:
+                write_lmdb(tmp / name, images, labels, quality)
         if to_dir.exists():
             to_dir.rmdir()
         tmp.rename(to_dir)

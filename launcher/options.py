@@ -1,7 +1,9 @@
 """Config dataclasses are the CLI: every field becomes a `--flag` with the field's help.
 
 Typer reads a command's parameters from its signature, so `config_options` gives the wrapped
-command a signature built from the dataclass fields and hands it the values as one dict.
+command a signature built from the dataclass fields and hands it the values as one dict. Each
+such command also takes `--config FILE.toml` (config_file.py): a flag that click reports as
+given on the command line wins over the file, the file over the defaults.
 """
 from __future__ import annotations
 
@@ -47,15 +49,33 @@ def config_options(*groups: tuple[str, tuple[type, ...]]):
                for p in list(inspect.signature(command).parameters.values())[1:]]
         generated = [_parameter(f, kind, panel) for panel, classes in groups for _, f, kind in _fields(classes)]
         names = {p.name for p in generated}
+        classes = [cls for _, group in groups for cls in group]
+        # Typer hands the context to one parameter only: the command's own, if it has one.
+        own_context = next((p.name for p in own if p.annotation is typer.Context), None)
 
         @functools.wraps(command)
         def wrapper(**kwargs):
+            ctx = kwargs[own_context] if own_context else kwargs.pop(_CONTEXT.name)
+            path = kwargs.pop(_CONFIG.name)
             values = {k: _plain(kwargs.pop(k)) for k in list(kwargs) if k in names}
+            if path is not None:
+                from dali_launch.launcher import config_file
+
+                # Typer vendors click (typer._click): compare ParameterSource by name, not by class.
+                values |= {k: v for k, v in config_file.load(path, classes).items()
+                           if k in values and ctx.get_parameter_source(k).name == "DEFAULT"}
             return command(values, **kwargs)
 
-        wrapper.__signature__ = inspect.Signature(own + generated)
+        wrapper.__signature__ = inspect.Signature(own + [_CONFIG] + generated + ([] if own_context else [_CONTEXT]))
         return wrapper
     return wrap
+
+
+_CONFIG = inspect.Parameter("config_file", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+    typing.Optional[str], typer.Option("--config", metavar="FILE.toml", help=(
+        "Settings from a TOML file: tables [launch] [slurm] [data] [train] [distributed] ..., keys named like "
+        "the flags (batch_size = 64). Flags given here override it; `dali-launch config show` prints the result."))])
+_CONTEXT = inspect.Parameter("click_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
 
 
 def _plain(value):

@@ -3,6 +3,15 @@
 Exactly-once epochs: every reader pads its shard to whole batches (`pad_last_batch`) and sticks to
 it, so shard `s` holds DALI's slice [N*s/S, N*(s+1)/S) and every position past that slice in an
 epoch is padding. `valid` masks are computed from those sizes, on the device, never per sample.
+
+The pipeline contract (`--pipeline package.module:function`; built-ins in pipelines.py):
+`function(args: PipelineArgs) -> (images, labels)` is called inside our `pipeline_def`, once per
+device and split, and returns two DALI DataNodes:
+- exactly one reader, given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it),
+  reading `args.path` (DATA_DIR/training or DATA_DIR/testing); any reader name;
+- `images`: one shape and dtype for every sample, in training and in evaluation (the model is
+  initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
+- `labels`: integer class ids (shape () or (1,)), or float one-hot/soft targets (num_classes,).
 """
 from __future__ import annotations
 
@@ -11,14 +20,44 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
-from nvidia.dali import fn, pipeline_def, types
+from nvidia.dali import backend, pipeline_def
 
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.errors import UsageError
 
-READER = "caffe2"
 AXIS = "devices"  # the pmap axis name and the mesh axis name
-NUM_CLASSES = 10
+
+
+@dataclass(frozen=True)
+class PipelineArgs:
+    """What a pipeline function receives: one device's view of one split."""
+    path: str  # the split's folder: DATA_DIR/training or DATA_DIR/testing
+    shard_id: int  # this device's shard of the split, of num_shards
+    num_shards: int
+    batch_size: int  # samples per DALI batch on this device (training: --batch-size x --steps-per-call)
+    training: bool  # shuffle and augment; False: evaluation, every sample once
+    on_gpu: bool  # the device is a GPU; outputs may stay on it
+    decoder: str  # --decoder: auto, cpu or mixed; decode_device() resolves it
+    seed: int  # the pipeline's seed, already used by DALI's random operators and shuffling
+    num_classes: int  # --num-classes
+    image_size: int  # --image-size: the side of square crops, for pipelines that crop
+
+    def reader_args(self) -> dict:
+        """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
+        return {"shard_id": self.shard_id, "num_shards": self.num_shards, "random_shuffle": self.training,
+                "pad_last_batch": True, "stick_to_shard": True}
+
+    def decode_device(self, small_images: bool = False) -> str:
+        """`device=` for fn.decoders.*: --decoder, where `auto` is nvJPEG on a GPU except for small images."""
+        if self.decoder == "auto":
+            return "mixed" if self.on_gpu and not small_images else "cpu"
+        return self.decoder
+
+
+def class_ids(labels, batch_dims: int = 1):
+    """Integer class ids from either kind of labels the contract allows (numpy or jax arrays)."""
+    return labels.argmax(-1) if labels.dtype.kind == "f" else labels.reshape(labels.shape[:batch_dims])
 
 
 @dataclass(frozen=True)
@@ -39,18 +78,12 @@ def steps_per_epoch(num_samples: int, num_shards: int, batch_size: int) -> int:
 
 
 @pipeline_def(enable_conditionals=False)
-def mnist_pipeline(path: str, shard_id: int, num_shards: int, training: bool, decoder: str, on_gpu: bool):
-    """The example's pipeline: Caffe2 reader -> GRAY decode -> /255 -> flatten -> (one-hot) labels."""
-    jpegs, labels = fn.readers.caffe2(
-        path=path, name=READER, shard_id=shard_id, num_shards=num_shards,
-        random_shuffle=training, pad_last_batch=True, stick_to_shard=True)
-    images = fn.decoders.image(jpegs, device="mixed" if decoder == "mixed" else "cpu", output_type=types.GRAY)
-    if on_gpu:  # move uint8 pixels, 4x less than the normalised floats
-        images, labels = images.gpu(), labels.gpu()
-    images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
-    images = fn.reshape(images, shape=[-1])
-    labels = fn.one_hot(labels, num_classes=NUM_CLASSES) if training else fn.reshape(labels, shape=[])
-    return images, labels
+def graph(function, args: PipelineArgs, name: str):
+    """The user's (or a built-in) pipeline function inside a DALI pipeline; `name` is its --pipeline."""
+    outputs = function(args)
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
+        raise UsageError(f"--pipeline {name} returned {type(outputs).__name__}; return two DataNodes: images, labels")
+    return tuple(outputs)
 
 
 class DeviceBatches:
@@ -92,24 +125,68 @@ class DeviceBatches:
 
 def _dali_to_jax(tensor, device) -> jax.Array:
     """GPU outputs stay on their GPU (DLPack, then a device copy: DALI reuses its buffers)."""
-    if device.platform == "gpu":
+    if isinstance(tensor, backend.TensorGPU):
         return jax.dlpack.from_dlpack(tensor).copy()
     return jax.device_put(np.array(tensor), device)
 
 
 def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, batch_size: int, training: bool,
-          config: DataConfig, seed: int) -> DeviceBatches:
-    """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's."""
-    pipes = []
-    for device, shard_id in zip(devices, sharding.shard_ids):
-        on_gpu = device.platform == "gpu"
-        if config.decoder == "mixed" and not on_gpu:
-            raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
-        pipes.append(mnist_pipeline(
-            path=path, shard_id=shard_id, num_shards=sharding.num_shards, training=training,
-            decoder=config.decoder, on_gpu=on_gpu, batch_size=batch_size, num_threads=config.reader_threads,
-            device_id=device.local_hardware_id if on_gpu else None, seed=seed + shard_id,
-            prefetch_queue_depth=2))
+          config: DataConfig, seed: int, checkpoints: list[bytes] | None = None) -> DeviceBatches:
+    """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
+
+    `checkpoints` (one per local device, from `pipe.checkpoint()`) resume each reader where it was.
+    """
+    if checkpoints is not None and len(checkpoints) != len(devices):
+        raise UsageError(f"the checkpoint holds {len(checkpoints)} DALI readers for this process but it has "
+                         f"{len(devices)} devices; resume with the run's own --nodes/--gpus-per-node/--tasks-per-node")
+    function, pipes = entry_points.load("pipeline", config.pipeline), []
+    for k, (device, shard_id) in enumerate(zip(devices, sharding.shard_ids)):
+        args = pipeline_args(path, device, shard_id, sharding.num_shards, batch_size, training, config, seed + shard_id)
+        pipes.append(graph(
+            function, args, config.pipeline, batch_size=batch_size, num_threads=config.reader_threads,
+            device_id=device.local_hardware_id if args.on_gpu else None, seed=args.seed,
+            prefetch_queue_depth=2, enable_checkpointing=True, checkpoint=checkpoints[k] if checkpoints else None))
     for pipe in pipes:
         pipe.build()
-    return DeviceBatches(pipes, devices, mesh_devices, pipes[0].epoch_size(READER), batch_size)
+    sizes = {epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards)
+             for pipe, shard_id in zip(pipes, sharding.shard_ids)}
+    return DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), batch_size)
+
+
+def pipeline_args(path: str, device, shard_id: int, num_shards: int, batch_size: int, training: bool,
+                  config: DataConfig, seed: int) -> PipelineArgs:
+    on_gpu = device.platform == "gpu"
+    if config.decoder == "mixed" and not on_gpu:
+        raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
+    return PipelineArgs(path=path, shard_id=shard_id, num_shards=num_shards, batch_size=batch_size,
+                        training=training, on_gpu=on_gpu, decoder=config.decoder, seed=seed,
+                        num_classes=config.num_classes, image_size=config.image_size)
+
+
+def epoch_size(pipe, name: str, shard_id: int, num_shards: int) -> int:
+    """Samples in the split, from the pipeline's one reader, checked to shard and pad as the masks assume."""
+    readers = pipe.reader_meta()
+    if len(readers) != 1:
+        raise UsageError(f"--pipeline {name} has {len(readers)} readers; use exactly one, given **args.reader_args()")
+    meta = next(iter(readers.values()))
+    if (meta["shard_id"], meta["number_of_shards"], meta["pad_last_batch"], meta["stick_to_shard"]) != \
+            (shard_id, num_shards, 1, 1):
+        raise UsageError(f"--pipeline {name}: its reader does not read shard {shard_id} of {num_shards} padded to "
+                         f"whole batches; pass **args.reader_args() to it")
+    return meta["epoch_size"]
+
+
+def example(path: str, device, config: DataConfig) -> np.ndarray:
+    """One zero sample shaped like the pipeline's images (batch of 1): what a model is initialised on.
+
+    A throw-away evaluation pipeline reads one sample: the training pipelines may resume from a
+    checkpoint that needs the initialised state first.
+    """
+    args = pipeline_args(path, device, 0, 1, 1, False, config, 0)
+    pipe = graph(entry_points.load("pipeline", config.pipeline), args, config.pipeline, batch_size=1,
+                 num_threads=1, device_id=device.local_hardware_id if args.on_gpu else None, seed=0)
+    pipe.build()
+    images = pipe.run()[0]
+    images = np.array((images.as_cpu() if isinstance(images, backend.TensorListGPU) else images).as_tensor())
+    del pipe
+    return np.zeros(images.shape, images.dtype)

@@ -1,0 +1,54 @@
+"""`--model` and `--pipeline` values: a built-in name, or `package.module:attribute` of the user's own.
+
+    dali-launch train --model cnn                                    # built-in
+    dali-launch train --model mypkg.models:build --pipeline mypkg.pipe:make --data-dir DIR
+
+The module must be importable where the tasks run: installed, or its folder on PYTHONPATH (local
+tasks inherit the environment; sbatch exports it by default). What the attribute must be is
+documented where it is used: models.py (a model factory), input_pipeline.py (a pipeline function).
+This module imports nothing heavy, so the launcher checks built-in names without starting JAX.
+"""
+from __future__ import annotations
+
+import importlib
+
+from dali_launch.trainer.errors import UsageError
+
+BUILTIN = {
+    "model": {"mlp": "dali_launch.trainer.models:MLP", "cnn": "dali_launch.trainer.models:CNN",
+              "resnet18": "dali_launch.trainer.models:ResNet18"},
+    "pipeline": {"mnist": "dali_launch.trainer.pipelines:mnist", "folders": "dali_launch.trainer.pipelines:folders"},
+}
+
+
+def load(kind: str, name: str):
+    """The callable `name` stands for (`kind` is model or pipeline), or a one-line UsageError with the fix."""
+    flag, target = f"--{kind} {name}", BUILTIN[kind].get(name, name)
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"unknown {flag}; use one of {', '.join(BUILTIN[kind])}, or package.module:{_factory(kind)}")
+    try:
+        value = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"{flag}: cannot import {module_name} ({e}); install it or put its folder on PYTHONPATH") \
+            from None
+    except Exception as e:  # the module itself is broken: say where, not a traceback
+        raise UsageError(f"{flag}: importing {module_name} failed ({type(e).__name__}: {e}); fix that module") \
+            from None
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise UsageError(f"{flag}: module {module_name} has no attribute {attribute}; check the name after ':'")
+        value = getattr(value, part)
+    if not callable(value):
+        raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
+    return value
+
+
+def check(kind: str, name: str) -> None:
+    """What the launcher calls before writing anything: built-in names cost nothing, others are imported."""
+    if name not in BUILTIN[kind]:
+        load(kind, name)
+
+
+def _factory(kind: str) -> str:
+    return {"model": "factory", "pipeline": "function"}[kind]

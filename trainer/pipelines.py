@@ -1,0 +1,53 @@
+"""Built-in pipeline functions (`--pipeline NAME`); each meets the contract in input_pipeline.py.
+
+    mnist    the DALI + Flax example's: Caffe2 LMDB -> grey JPEG decode -> /255 -> flat 784 floats,
+             one-hot labels for training, class ids for evaluation (DALI_extra's db/MNIST layout)
+    folders  JPEG class folders (SPLIT/<class>/<file>.jpg, classes numbered in sorted order, as
+             `dali-launch data prepare --format folders` writes them) for real image sets:
+             training: random resized crop + flip; evaluation: resize + center crop;
+             both: ImageNet mean/std normalisation, --image-size square RGB crops, HWC floats
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nvidia.dali import fn, types
+
+if TYPE_CHECKING:
+    from dali_launch.trainer.input_pipeline import PipelineArgs
+
+MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # ImageNet's, the usual start for a new image set
+STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then center-crop
+
+
+def mnist(args: PipelineArgs):
+    jpegs, labels = fn.readers.caffe2(path=args.path, name="caffe2", **args.reader_args())
+    # 28x28 JPEGs: nvJPEG is the slower decoder (FIELD-NOTES), so `auto` decodes on the CPU.
+    images = fn.decoders.image(jpegs, device=args.decode_device(small_images=True), output_type=types.GRAY)
+    if args.on_gpu:  # move uint8 pixels, 4x less than the normalised floats
+        images, labels = images.gpu(), labels.gpu()
+    images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
+    images = fn.reshape(images, shape=[-1])
+    labels = fn.one_hot(labels, num_classes=args.num_classes) if args.training else fn.reshape(labels, shape=[])
+    return images, labels
+
+
+def folders(args: PipelineArgs):
+    jpegs, labels = fn.readers.file(file_root=args.path, name="file", **args.reader_args())
+    size, device = args.image_size, args.decode_device()
+    if args.training:
+        # Decoding only the random crop's region: cheaper than decoding whole images, on either device.
+        images = fn.decoders.image_random_crop(jpegs, device=device, output_type=types.RGB,
+                                               random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        images = fn.resize(images, size=[size, size])
+        mirror = fn.random.coin_flip(probability=0.5)
+    else:
+        images = fn.decoders.image(jpegs, device=device, output_type=types.RGB)
+        images = fn.resize(images, resize_shorter=round(size * EVAL_RESIZE))
+        mirror = 0
+    if args.on_gpu:
+        images, labels = images.gpu(), labels.gpu()
+    images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, crop=[size, size], mean=MEAN, std=STD,
+                                      mirror=mirror, output_layout="HWC")
+    return images, fn.reshape(labels, shape=[])
