@@ -15,7 +15,7 @@ from dali_launch.launcher import datasets, plan, runs
 from dali_launch.launcher.config import RunConfig, validate
 from dali_launch.trainer import entry_points, flavours
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import write_atomic
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 SBATCH_KEY = re.compile(r"^[a-z][a-z0-9-]*$")

@@ -1,8 +1,10 @@
 """Shared fixtures: real data sets prepared once per session, and the CLI run as users run it."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -40,6 +42,24 @@ def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> su
     """The CLI in a fresh process, as a user runs it (each JAX run needs its own process)."""
     return subprocess.run([sys.executable, "-m", "dali_launch.launcher.cli", *args], capture_output=True, cwd=REPO,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def wait_for(probe, timeout_s: float):
+    """Polls `probe` until it returns something true, and returns that; raises after `timeout_s`."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"not true within {timeout_s} s")
+
+
+def rank_report(run_root: Path, rank: int) -> dict | None:
+    """What a rank of the (only) run under `run_root` reported of itself, once it has."""
+    runs = [p for p in run_root.iterdir() if p.is_dir()] if run_root.exists() else []
+    report = RunPaths(runs[0]).rank_report(rank) if runs else None
+    return json.loads(report.read_text()) if report and report.exists() else None
 
 
 def only_run(run_root: Path) -> RunPaths:

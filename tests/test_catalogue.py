@@ -9,7 +9,6 @@ without CAP_DAC_OVERRIDE (setpriv), so the kernel, not a mock, refuses the acces
 """
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
 import subprocess

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import check_ok, dali_launch, only_run
+from conftest import check_ok, dali_launch, only_run, rank_report, wait_for
 
 from dali_launch.trainer.config import DistributedConfig, TaskSpec
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
@@ -48,7 +48,7 @@ def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
          "--epochs", "50", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        report = _wait_for(lambda: _rank_report(tmp_path, 1), timeout_s=120)
+        report = wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
         time.sleep(3)  # mid-epoch
         os.kill(report["pid"], signal.SIGKILL)
         killed_at = time.monotonic()
@@ -57,7 +57,7 @@ def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
     finally:
         proc.kill()
     assert proc.returncode != 0 and "rank 1 was killed by SIGKILL" in err, err
-    rank0 = _rank_report(tmp_path, 0)["pid"]
+    rank0 = rank_report(tmp_path, 0)["pid"]
     with pytest.raises(ProcessLookupError):
         os.kill(rank0, 0)
 
@@ -74,19 +74,3 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
                           capture_output=True, text=True, timeout=90)
     assert proc.returncode != 0 and time.monotonic() - start < 60
     assert "not all 2 processes reached the coordinator at 127.0.0.1:29517 within 5 s" in proc.stderr
-
-
-def _rank_report(run_root, rank):
-    runs = [p for p in run_root.iterdir() if p.is_dir()]
-    path = RunPaths(runs[0]).rank_report(rank) if runs else None
-    return json.loads(path.read_text()) if path and path.exists() else None
-
-
-def _wait_for(probe, timeout_s):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing after {timeout_s} s")

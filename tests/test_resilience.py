@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run
+from conftest import REPO, check_ok, dali_launch, only_run, rank_report, wait_for
 
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -23,22 +23,6 @@ CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 def _start(args, env=None) -> subprocess.Popen:
     return subprocess.Popen([*CLI, *args], cwd=REPO, env={**os.environ, **(env or {})}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-
-
-def _wait_for(probe, timeout_s: float):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"not true within {timeout_s} s")
-
-
-def _rank(run_root, rank: int) -> dict | None:
-    runs = [p for p in run_root.iterdir() if p.is_dir()] if run_root.exists() else []
-    report = RunPaths(runs[0]).rank_report(rank) if runs else None
-    return json.loads(report.read_text()) if report and report.exists() else None
 
 
 def _result(paths: RunPaths) -> dict:
@@ -58,7 +42,7 @@ def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path):
     whole = only_run(tmp_path / "whole")
 
     proc = _start(["train", *common, "--run-root", str(tmp_path / "cut")])
-    _wait_for(lambda: _rank(tmp_path / "cut", 0), timeout_s=120)
+    wait_for(lambda: rank_report(tmp_path / "cut", 0), timeout_s=120)
     time.sleep(2)  # well into epoch 0
     proc.send_signal(signal.SIGUSR2)
     _, err = proc.communicate(timeout=120)
@@ -78,7 +62,7 @@ def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
     proc = _start(["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "50", "--watchdog-s", "15",
                    "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)])
     try:
-        pid = _wait_for(lambda: (_rank(tmp_path, 1) or {}).get("pid"), timeout_s=120)
+        pid = wait_for(lambda: (rank_report(tmp_path, 1) or {}).get("pid"), timeout_s=120)
         time.sleep(2)
         os.kill(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -102,7 +86,7 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
     whole = only_run(tmp_path / "whole")
     proc = _start([*common, "--run-root", str(tmp_path / "cut")], env=slurm_env)
     try:
-        _wait_for(lambda: _rank(tmp_path / "cut", 1), timeout_s=120)
+        wait_for(lambda: rank_report(tmp_path / "cut", 1), timeout_s=120)
         time.sleep(2)
         cut = only_run(tmp_path / "cut")
         job_id = json.loads((cut.root / "job.json").read_text())["job_id"]
@@ -125,7 +109,7 @@ def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
         proc = _start(["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--epochs", "50",
                        "--watchdog-s", "15", "--data-dir", str(mnist_lmdb), "--run-root", str(root)], env=slurm_env)
         try:
-            pid = _wait_for(lambda: (_rank(root, 1) or {}).get("pid"), timeout_s=120)
+            pid = wait_for(lambda: (rank_report(root, 1) or {}).get("pid"), timeout_s=120)
             time.sleep(2)
             os.kill(pid, sig)
             hit = time.monotonic()

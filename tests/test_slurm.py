@@ -6,10 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import check_ok, dali_launch, only_run
+from conftest import check_ok, dali_launch, only_run, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
 CPU_JOB = ["--nodes", "2", "--gpus-per-node", "2", "--platform", "cpu", "--time-min", "15"]
@@ -55,7 +54,7 @@ def test_status_logs_and_cancel_a_live_job(slurm_env, mnist_lmdb, tmp_path):
     check_ok(proc)
     job_id = proc.stdout.split("submitted job ")[1].split(";")[0]
     paths = only_run(tmp_path)
-    _wait_for(lambda: paths.metrics.exists(), timeout_s=120)
+    wait_for(lambda: paths.metrics.exists(), timeout_s=120)
     status = dali_launch("status", job_id, *common, env=slurm_env)
     check_ok(status)
     assert f"job {job_id}: RUNNING; epoch 0 test accuracy" in status.stdout
@@ -64,7 +63,7 @@ def test_status_logs_and_cancel_a_live_job(slurm_env, mnist_lmdb, tmp_path):
     one = dali_launch("logs", str(paths.root), "--rank", "1", *common, env=slurm_env)
     assert "[rank" not in one.stdout and "Starting with JobEnvironment" in one.stdout
     check_ok(dali_launch("cancel", job_id, *common, env=slurm_env))
-    _wait_for(lambda: "CANCELLED" in dali_launch("status", job_id, *common, env=slurm_env).stdout, timeout_s=60)
+    wait_for(lambda: "CANCELLED" in dali_launch("status", job_id, *common, env=slurm_env).stdout, timeout_s=60)
 
 
 def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):
@@ -72,7 +71,7 @@ def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):
                                "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
                               env={**os.environ, **slurm_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: any(tmp_path.glob("*/metrics.jsonl")), timeout_s=120)
+        wait_for(lambda: any(tmp_path.glob("*/metrics.jsonl")), timeout_s=120)
         job_id = json.loads(next(tmp_path.glob("*/job.json")).read_text())["job_id"]
         check_ok(dali_launch("cancel", job_id, "--run-root", str(tmp_path), env=slurm_env))
         _, err = follow.communicate(timeout=60)
@@ -90,15 +89,6 @@ def test_a_failing_task_surfaces_its_traceback(slurm_env, mnist_lmdb, tmp_path):
     assert proc.returncode == 1
     assert "dali-launch: rank 0 of job" in proc.stderr and "Traceback" in proc.stderr
     assert "training" in proc.stderr.split("Traceback")[-1]
-
-
-def _wait_for(probe, timeout_s: float) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if probe():
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"not true within {timeout_s} s")
 
 
 def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_path):
