@@ -114,6 +114,8 @@ def validate(run: RunConfig) -> None:
 def _resilience(r: ResilienceConfig) -> None:
     if r.checkpoint_every_steps < 0:
         raise UsageError(f"--checkpoint-every-steps {r.checkpoint_every_steps} must be 0 (epoch ends only) or more")
+    if r.checkpoint_every_min < 0:
+        raise UsageError(f"--checkpoint-every-min {r.checkpoint_every_min} must be 0 (not by time) or more")
     if r.max_requeues < 0:
         raise UsageError(f"--max-requeues {r.max_requeues} must be 0 or more")
     if r.watchdog_s < 10:

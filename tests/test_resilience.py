@@ -129,3 +129,12 @@ def _alive(pid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(mnist_lmdb, tmp_path):
+    """--checkpoint-every-min: a clock decides, every process agrees; only --keep-checkpoints stay."""
+    check_ok(dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "1", "--checkpoint-every-min", "0.0005",
+                         "--keep-checkpoints", "4", "--run-root", str(tmp_path)))
+    steps = sorted(int(p.name) for p in only_run(tmp_path).checkpoints.iterdir() if p.name.isdigit())
+    assert len(steps) == 4 and steps[-1] == 160  # 8,000 samples / 50: the epoch-end checkpoint
+    assert all(s % 10 == 0 and s < 160 for s in steps[:-1])  # mid-epoch, at check points

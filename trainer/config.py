@@ -75,7 +75,10 @@ class DistributedConfig:
 class ResilienceConfig:
     """Checkpoints, preemption and the step watchdog."""
     checkpoint_every_steps: int = opt(
-        500, "Also checkpoint every N SGD steps within an epoch (0: only at epoch ends).")
+        0, "Also checkpoint every N SGD steps within an epoch (0: not by steps).")
+    checkpoint_every_min: float = opt(
+        10.0, "Also checkpoint when this many minutes passed since the last checkpoint (0: not by time). "
+        "Checkpoints are always taken at epoch ends.")
     keep_checkpoints: int = opt(3, "Checkpoints kept; older ones are deleted once a newer one is complete.")
     max_requeues: int = opt(3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.")
     watchdog_s: int = opt(60, "A rank whose heartbeat is older than this (stopped, hung, dead) stops the job.")

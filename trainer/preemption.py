@@ -30,12 +30,17 @@ class Preemption:
     def _on_signal(self, signum, frame) -> None:
         self.requested = True
 
-    def agreed(self) -> bool:
-        """True on every process when any process was signalled; a collective: all must call it."""
+    def agreed(self, *also: bool) -> list[bool]:
+        """[any process signalled, any process's `also[i]` true, ...], the same on every process.
+
+        A collective (all processes call it at the same point); other per-process decisions, like a
+        clock saying a checkpoint is due, ride along so every process acts alike.
+        """
+        local = np.array([self.requested, *also], np.int32)
         if jax.process_count() == 1:
-            return self.requested
-        flags = multihost_utils.process_allgather(np.array([int(self.requested)], np.int32))
-        return bool(np.max(np.asarray(flags)))
+            return [bool(v) for v in local]
+        flags = np.asarray(multihost_utils.process_allgather(local)).reshape(-1, local.size)
+        return [bool(v) for v in flags.max(axis=0)]
 
 
 def requeue_or_exit(max_requeues: int, run_dir: str) -> None:

@@ -142,6 +142,7 @@ class Loop:
         every = spec.resilience.checkpoint_every_steps
         self.checkpoint_every = max(1, every // k) if every else None
         self.first_call, self.first_step_s = True, None
+        self.saved_at = time.monotonic()
 
     def epoch(self, state, epoch: int, resume: Resume | None):
         start, done = time.perf_counter(), resume.calls_done if resume else 0
@@ -183,8 +184,9 @@ class Loop:
     def _check_point(self, state, tally, epoch: int, calls_done: int, recorder) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
-        preempted = self.preemption.agreed()
-        if preempted or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
+        minutes = self.spec.resilience.checkpoint_every_min
+        preempted, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
+        if preempted or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
             self.save(state, epoch, calls_done, tally)
             if recorder:
                 recorder.save(calls_done)
@@ -192,5 +194,6 @@ class Loop:
             requeue_or_exit(self.spec.resilience.max_requeues, self.spec.run_dir)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
+        self.saved_at = time.monotonic()
         self.checkpointer.save(epoch * self.data.steps + calls_done, epoch, calls_done, state, tally,
                                self.data.pipes)
