@@ -14,6 +14,7 @@ from pathlib import Path
 from dali_launch.launcher import datasets, plan, runs
 from dali_launch.launcher.config import RunConfig, validate
 from dali_launch.trainer import entry_points, flavours
+from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import write_atomic
 
@@ -172,8 +173,11 @@ def check_all(run: RunConfig) -> Path:
     flavours.check()  # the tasks check again; a mismatch found here costs no queue time
     entry_points.check("model", run.train.model)
     entry_points.check("pipeline", run.data.pipeline)
-    runs.check_root(run.launch.run_root)
     check_cluster(run)
+    if run.launch.resume:  # the run continues with its own data, not the flags'
+        data = TaskSpec.load(runs.reopen(run, "slurm").root).data
+        return datasets.resolve(data.data_dir, data.pipeline, data.num_classes)
+    runs.check_root(run.launch.run_root)
     return datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
 
 

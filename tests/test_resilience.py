@@ -138,3 +138,17 @@ def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(mnist_lmdb, tmp_
     steps = sorted(int(p.name) for p in only_run(tmp_path).checkpoints.iterdir() if p.name.isdigit())
     assert len(steps) == 4 and steps[-1] == 160  # 8,000 samples / 50: the epoch-end checkpoint
     assert all(s % 10 == 0 and s < 160 for s in steps[:-1])  # mid-epoch, at check points
+
+
+@pytest.mark.slurm
+def test_slurm_resume_by_hand_uses_the_runs_own_data(slurm_env, mnist_lmdb, tmp_path):
+    """`dali-launch --resume RUN_DIR` submits the run again; it resumes from its checkpoint, and the
+    data flags of this command line do not matter (the run keeps its own)."""
+    job = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "10"]
+    check_ok(dali_launch(*job, "--epochs", "1", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path),
+                         env=slurm_env))
+    paths = only_run(tmp_path)
+    before = _result(paths)
+    again = dali_launch(*job, "--resume", str(paths.root), "--data-dir", str(tmp_path / "elsewhere"), env=slurm_env)
+    check_ok(again)
+    assert "resumed from checkpoint" in again.stdout and _result(paths)["checksums"] == before["checksums"]
