@@ -16,12 +16,17 @@ def echo(text: str) -> None:
     print(text, flush=True)
 
 
-def _prepare(run: RunConfig, backend: str):
-    """All checks, then the run directory; a dry run stops after printing the plan."""
+def check_common(run: RunConfig) -> None:
+    """The checks every launch mode runs first; they write nothing."""
     validate(run)
-    flavours.check()  # before any device is taken; the task checks again
+    flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.train.model)
     entry_points.check("pipeline", run.data.pipeline)
+
+
+def _prepare(run: RunConfig, backend: str):
+    """All checks, then the run directory; a dry run stops after printing the plan."""
+    check_common(run)
     if run.launch.resume:
         paths = runs.reopen(run, backend)
         echo(f"resuming run directory: {paths.root}")

@@ -25,7 +25,6 @@ GRACE_S = 5  # SIGTERM, then SIGKILL after this long
 class Outcome:
     ok: bool
     message: str
-    failed_rank: int | None = None
 
 
 def free_port() -> int:
@@ -80,7 +79,7 @@ class LocalJob:
                 if failed:
                     rank, code = failed[0]
                     self.stop()
-                    return Outcome(False, self._failure(rank, code), rank)
+                    return Outcome(False, self._failure(rank, code))
                 if all(c == 0 for c in codes):
                     self._drain()
                     return Outcome(True, "all ranks finished")

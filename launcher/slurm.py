@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 from dali_launch.launcher import datasets, plan, runs
-from dali_launch.launcher.config import RunConfig, validate
-from dali_launch.trainer import entry_points, flavours
+from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.jobs import check_common
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import write_atomic
@@ -168,11 +168,8 @@ def check_cluster(run: RunConfig) -> None:
 
 def check_all(run: RunConfig) -> Path:
     """Every check a submission needs, cheapest first; writes nothing. Returns the data folder."""
-    validate(run)
+    check_common(run)
     validate_slurm(run)
-    flavours.check()  # the tasks check again; a mismatch found here costs no queue time
-    entry_points.check("model", run.train.model)
-    entry_points.check("pipeline", run.data.pipeline)
     check_cluster(run)
     if run.launch.resume:  # the run continues with its own data, not the flags'
         data = TaskSpec.load(runs.reopen(run, "slurm").root).data

@@ -29,7 +29,6 @@ SLURM_ENV = {
     "num_processes": "SLURM_NTASKS",
     "local_rank": "SLURM_LOCALID",
     "nodelist": "SLURM_JOB_NODELIST",
-    "tasks_per_node": "SLURM_NTASKS_PER_NODE",
     "job_id": "SLURM_JOB_ID",
 }
 
@@ -62,11 +61,6 @@ def expand_hostlist(nodelist: str) -> list[str]:
 def coordinator_port(job_id: str) -> int:
     """A port every task of one SLURM job derives alike (the range JAX's own SLURM support uses)."""
     return int(job_id) % 4096 + 61440
-
-
-def _tasks_per_node(value: str) -> int:
-    """SLURM_NTASKS_PER_NODE is `2`, or `2(x3)` in a step's view; the first count is ours."""
-    return int(re.match(r"\d+", value).group(0))
 
 
 def from_environment(config: DistributedConfig, env: dict[str, str] | None = None) -> Topology:
