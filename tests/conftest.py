@@ -14,6 +14,8 @@ from dali_launch.launcher import datasets
 from dali_launch.launcher.data_prepare import prepare
 from dali_launch.trainer.run_dir import RunPaths
 
+pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its two test files
+
 REPO = Path(__file__).resolve().parents[1]
 FASHION_IDX = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
 

@@ -1,158 +1,23 @@
-"""The catalogue of bad inputs: each ends with one exact line on stderr and exit code 2, nothing written,
-no job submitted, no device taken.
+"""The catalogue of bad inputs, part 2: flags, layouts, SLURM values, CUDA flavours, run roots (part 1,
+data sets, is test_catalogue_data.py). Each ends with one exact line on stderr and exit code 2,
+nothing written, no job submitted, no device taken.
 
-Each entry is (arguments, the exact message after `dali-launch: error: `, what to set up). `{tmp}`,
-`{root}` (the --run-root, which must never appear) and `{data}` (a good small data set unless the
-entry makes a bad one) are filled in per test. Entries run in-process through `cli.main`; those
-that need SLURM's own answer use the local cluster; the two permission entries run the CLI as root
-without CAP_DAC_OVERRIDE (setpriv), so the kernel, not a mock, refuses the access.
+Each entry is (arguments, the exact message after `dali-launch: error: `). `{tmp}`, `{root}` (the
+--run-root, which must never appear) and `{data}` (a good small data set) are filled in per test.
+Entries run in-process through `cli.main`; those that need SLURM's own answer use the local cluster.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import lmdb
-import numpy as np
 import pytest
-from conftest import REPO
+from catalogue import run_entry
+from test_catalogue_data import DATA
 
-from dali_launch.launcher import data_prepare, datasets
-from dali_launch.launcher.cli import main
 from dali_launch.trainer import flavours
 
-ERROR = "dali-launch: error: "
 BS = "\\"
 
-
-# --- the data sets entries start from -----------------------------------------------------------
-
-def _image(fmt: str = "JPEG", size: int = 28) -> bytes:
-    from PIL import Image
-    import io
-
-    pixels = (np.arange(size * size) % 251).astype(np.uint8).reshape(size, size)
-    buf = io.BytesIO()
-    Image.fromarray(pixels, mode="L").save(buf, format=fmt)
-    return buf.getvalue()
-
-
-def _records(n: int = 4, image: bytes | None = None) -> list[bytes]:
-    return [data_prepare.caffe2_record(image or _image(), i % 10) for i in range(n)]
-
-
-def _lmdb(path: Path, records: list[bytes]) -> Path:
-    path.mkdir(parents=True)
-    with lmdb.open(str(path), map_size=1 << 24) as env, env.begin(write=True) as txn:
-        for i, record in enumerate(records):
-            txn.put(f"{i:08d}".encode(), record)
-    return path
-
-
-def _dataset(tmp: Path, training: list[bytes] | None = None, testing: list[bytes] | None = None,
-             splits=("training", "testing"), empty=()) -> dict:
-    """tmp/data with four good 28×28 JPEG records per split, unless a split's records are given;
-    splits not in `splits` are left out, those in `empty` are empty folders."""
-    root = tmp / "data"
-    root.mkdir()
-    for split, records in (("training", training), ("testing", testing)):
-        if split in splits:
-            _lmdb(root / split, _records() if records is None else records)
-        elif split in empty:
-            (root / split).mkdir()
-    return {"data": root}
-
-
-def _one_bad(record: bytes):
-    """A data set whose training record 00000001 is `record`."""
-    good = _records()
-    return lambda tmp: _dataset(tmp, training=[good[0], record, *good[2:]])
-
-
-def _truncated(tmp: Path) -> dict:
-    values = _dataset(tmp, training=_records(200))
-    mdb = values["data"] / "training" / "data.mdb"
-    with lmdb.open(str(mdb.parent), readonly=True, lock=False) as env:
-        need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    os.truncate(mdb, need // 2)  # a copy that stopped half way
-    return {**values, "have": f"{need // 2:,}", "need": f"{need:,}"}
-
-
-def _not_lmdb(tmp: Path) -> dict:
-    values = _dataset(tmp, splits=("testing",))
-    (values["data"] / "training").mkdir()
-    (values["data"] / "training" / "data.mdb").write_bytes(b"not an lmdb " * 1000)
-    return values
-
-
-def _raw_pixels() -> bytes:
-    raw = data_prepare._enum(2, 3) + data_prepare._field(5, bytes(784))  # a BYTE tensor: pixels, not an image
-    label = data_prepare._enum(2, 2) + data_prepare._field(4, b"\x01")
-    return data_prepare._field(1, raw) + data_prepare._field(1, label)
-
-
-def _file(tmp: Path) -> dict:
-    (tmp / "data.lmdb").write_bytes(b"")
-    return {"data": tmp / "data.lmdb"}
-
-
-def _empty_folder(tmp: Path) -> dict:
-    (tmp / "data").mkdir()
-    return {"data": tmp / "data"}
-
-
-DATA = [
-    pytest.param(["--data-dir", "{tmp}/nope"], "--data-dir {tmp}/nope does not exist; make it with "
-                 "`dali-launch data prepare --from IDX_DIR --to {tmp}/nope`", None, id="data-dir-missing"),
-    pytest.param(["--data-dir", "{data}"], "--data-dir {data} is a file; point it at the folder holding training/ "
-                 "and testing/", _file, id="data-dir-is-a-file"),
-    pytest.param(["--data-dir", "{data}"], "--data-dir {data} holds neither training/ nor testing/; a data set needs "
-                 "both training/ and testing/ LMDBs (as `dali-launch data prepare` makes them)", _empty_folder,
-                 id="data-dir-empty"),
-    pytest.param(["--data-dir", "{data}"], "--data-dir {data} has no testing/; a data set needs both training/ and "
-                 "testing/ LMDBs (as `dali-launch data prepare` makes them)",
-                 lambda tmp: _dataset(tmp, splits=("training",)), id="testing-missing"),
-    pytest.param(["--data-dir", "{data}"], "{data}/training is not an LMDB (no data.mdb); --data-dir must hold "
-                 "training/ and testing/ as made by `dali-launch data prepare`",
-                 lambda tmp: _dataset(tmp, training=None, splits=("testing",), empty=("training",)),
-                 id="split-not-an-lmdb"),
-    pytest.param(["--data-dir", "{data}"], "{data}/training is not a readable LMDB ({data}/training: MDB_INVALID: "
-                 "File is not an LMDB file); re-create it with `dali-launch data prepare`", _not_lmdb,
-                 id="data-mdb-garbage"),
-    pytest.param(["--data-dir", "{data}"], "{data}/training/data.mdb is truncated ({have} of {need} bytes); copy it "
-                 "again or re-create it with `dali-launch data prepare`", _truncated, id="lmdb-truncated"),
-    pytest.param(["--data-dir", "{data}"], "{data}/training holds no records; point --data-dir at a non-empty "
-                 "data set", lambda tmp: _dataset(tmp, training=[]), id="data-set-empty"),
-    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training is corrupt (truncated field); "
-                 "re-create the data set with `dali-launch data prepare`", _one_bad(b"\x0a\x05junk"),
-                 id="record-corrupt"),
-    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training is corrupt (the image is not an "
-                 "encoded image (JPEG, PNG, BMP, TIFF, WebP, GIF)); re-create the data set with "
-                 "`dali-launch data prepare`", _one_bad(data_prepare.caffe2_record(b"garbage" * 30, 1)),
-                 id="image-not-an-image"),
-    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training is a GIF, which DALI's image decoder "
-                 "does not read; re-create the data set with `dali-launch data prepare` (it writes JPEGs)",
-                 _one_bad(data_prepare.caffe2_record(_image("GIF"), 1)), id="image-gif"),
-    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training is not a readable JPEG (its header "
-                 "ends before the image size); re-create the data set with `dali-launch data prepare` (it writes "
-                 "JPEGs)", _one_bad(data_prepare.caffe2_record(b"\xff\xd8" + b"garbage" * 30, 1)),
-                 id="image-jpeg-garbage"),
-    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training is a truncated JPEG (it does not end "
-                 "with the end-of-image marker); re-create the data set with `dali-launch data prepare` (it writes "
-                 "JPEGs)", _one_bad(data_prepare.caffe2_record(_image()[:-10], 1)), id="image-jpeg-truncated"),
-    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training holds raw pixels, but the pipeline "
-                 "decodes encoded images; re-create the data set with `dali-launch data prepare`",
-                 _one_bad(_raw_pixels()), id="image-raw-pixels"),
-    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training is a 32×32 image but the records "
-                 "before it are 28×28; the model takes one image size, so resize them",
-                 _one_bad(data_prepare.caffe2_record(_image("PNG", 32), 1)), id="image-sizes-mixed"),
-    pytest.param(["--data-dir", "{data}"], "{data}/testing holds 32×32 images but {data}/training 28×28; the model "
-                 "takes one image size, so re-create one of them",
-                 lambda tmp: _dataset(tmp, testing=_records(image=_image("JPEG", 32))), id="split-sizes-differ"),
-]
 
 TRAIN = "dali-launch --local --nodes N --gpus-per-node G --processes P"
 CONFIG = [
@@ -259,93 +124,29 @@ OTHER = [
 ]
 
 
-# --- running an entry ---------------------------------------------------------------------------
-
-@pytest.fixture
-def nothing_starts(monkeypatch):
-    """Any job start, submission or device use fails the test loudly: the entries must stop before."""
-    import submitit
-
-    from dali_launch.launcher.local import LocalJob
-    from dali_launch.trainer import task, topology
-
-    def boom(*args, **kwargs):
-        raise AssertionError("a bad input got as far as starting a job or taking a device")
-
-    monkeypatch.setattr(task, "run_task", boom)
-    monkeypatch.setattr(LocalJob, "start", boom)
-    monkeypatch.setattr(submitit.SlurmExecutor, "submit", boom)
-    monkeypatch.setattr(topology, "initialize", boom)
-    monkeypatch.setattr(topology, "local_devices", boom)
-
-
-@pytest.fixture
-def place(tmp_path):
-    """The folder an entry runs in, with the things entries point at; `fill` formats an entry."""
-    (tmp_path / "file").write_text("")
-    (tmp_path / "empty").mkdir()
-    idx = tmp_path / "idx"
-    shutil.copytree(datasets.EMBEDDED_IDX, idx)
-    (tmp_path / "full").mkdir()
-    (tmp_path / "full" / "keep").write_text("")
-    (tmp_path / "cut").mkdir()
-    (tmp_path / "cut" / "t10k-images-idx3-ubyte").write_bytes(
-        b"\x00\x00\x08\x03" + b"".join(n.to_bytes(4, "big") for n in (10, 28, 28)) + bytes(100))
-    (tmp_path / "cut" / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01" + (10).to_bytes(4, "big") + bytes(10))
-
-    def fill(args, message, make):
-        values = make(tmp_path) if make else _dataset(tmp_path)
-        values = {"tmp": tmp_path, "root": tmp_path / "runs", "idx": idx,
-                  "newline_root": repr(f"{tmp_path}/a\nb"), **values}
-        return [a.format(**values) for a in args], message.format(**values)
-
-    yield tmp_path, fill
-
-
-def _snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
-            for p in folder.rglob("*") if not p.is_symlink()}
-
-
-def _run(capsys, folder: Path, args: list[str], message: str) -> None:
-    """The entry: exit code 2, exactly one line, exactly this message, and the folder as it was."""
-    before = _snapshot(folder)
-    code = main(args)
-    err = capsys.readouterr().err
-    assert (code, err) == (2, f"{ERROR}{message}\n")
-    assert _snapshot(folder) == before, "a bad input left something written"
-    assert not (folder / "runs").exists()
-
-
-@pytest.mark.parametrize("args, message, make", DATA)
-def test_data(capsys, place, nothing_starts, args, message, make):
-    folder, fill = place
-    args, message = fill(["train", *args, "--run-root", "{root}"], message, make)
-    _run(capsys, folder, args, message)
-
 
 @pytest.mark.parametrize("args, message", CONFIG)
 def test_config(capsys, place, nothing_starts, args, message):
     folder, fill = place
-    _run(capsys, folder, *fill(["train", *args, "--data-dir", "{data}", "--run-root", "{root}"], message, None))
+    run_entry(capsys, folder, *fill(["train", *args, "--data-dir", "{data}", "--run-root", "{root}"], message, None))
 
 
 @pytest.mark.parametrize("args, message", LAYOUT)
 def test_layout(capsys, place, nothing_starts, args, message):
     folder, fill = place
-    _run(capsys, folder, *fill([*JOB, *args], message, None))
+    run_entry(capsys, folder, *fill([*JOB, *args], message, None))
 
 
 @pytest.mark.parametrize("args, message", SCRIPT)
 def test_slurm_values(capsys, place, nothing_starts, args, message):
     folder, fill = place
-    _run(capsys, folder, *fill([*SUBMIT, *args], message, None))
+    run_entry(capsys, folder, *fill([*SUBMIT, *args], message, None))
 
 
 @pytest.mark.parametrize("args, message", OTHER)
 def test_other(capsys, place, nothing_starts, args, message):
     folder, fill = place
-    _run(capsys, folder, *fill(args, message, None))
+    run_entry(capsys, folder, *fill(args, message, None))
 
 
 # --- entries that need the installed packages, SLURM, or the kernel's permission checks ---------------
@@ -376,14 +177,14 @@ def test_flavours(capsys, place, nothing_starts, monkeypatch, command, extra, me
     both = sorted([dali, f"nvidia-dali-cuda{other}0"])
     message = message.format(dali=dali, dali_cuda=dali_cuda, other=other, both=" and ".join(both),
                              both_names=" ".join(both))
-    _run(capsys, folder, *fill([*command, "--data-dir", "{data}", "--run-root", "{root}"], message, None))
+    run_entry(capsys, folder, *fill([*command, "--data-dir", "{data}", "--run-root", "{root}"], message, None))
 
 
 def test_no_sbatch_here(capsys, place, nothing_starts, monkeypatch):
     folder, fill = place
     (folder / "bin").mkdir()
     monkeypatch.setenv("PATH", str(folder / "bin"))
-    _run(capsys, folder, *fill(SUBMIT, "sbatch is not on PATH; submit from a machine with SLURM's commands "
+    run_entry(capsys, folder, *fill(SUBMIT, "sbatch is not on PATH; submit from a machine with SLURM's commands "
                                         "(a login node), or run here with --local", None))
 
 
@@ -400,7 +201,7 @@ def test_slurm_says_no(capsys, place, nothing_starts, monkeypatch, slurm_env, ar
     folder, fill = place
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)
-    _run(capsys, folder, *fill([*SUBMIT, *args], message, None))
+    run_entry(capsys, folder, *fill([*SUBMIT, *args], message, None))
 
 
 @pytest.mark.slurm
@@ -410,61 +211,8 @@ def test_slurm_broken(capsys, place, nothing_starts, monkeypatch, slurm_env):
     (folder / "slurm.conf").write_text("ClusterName=broken\n")  # sinfo refuses it at once
     monkeypatch.setenv("PATH", slurm_env["PATH"])
     monkeypatch.setenv("SLURM_CONF", str(folder / "slurm.conf"))
-    _run(capsys, folder, *fill(SUBMIT, "SLURM does not answer (sinfo: fatal: Unable to process configuration file); "
+    run_entry(capsys, folder, *fill(SUBMIT, "SLURM does not answer (sinfo: fatal: Unable to process configuration file); "
                                        "check SLURM_CONF and that slurmctld runs, or run here with --local", None))
-
-
-def _without_dac(args: list[str]) -> subprocess.CompletedProcess:
-    """The CLI as root minus the capabilities that bypass file permissions: the kernel checks them."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv (util-linux)")
-    return subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--",
-                           sys.executable, "-m", "dali_launch.launcher.cli", *args],
-                          capture_output=True, text=True, timeout=120, cwd=REPO, stdin=subprocess.DEVNULL)
-
-
-@pytest.mark.parametrize("args, message, mode", [
-    pytest.param(["train", "--data-dir", "{data}", "--run-root", "{root}"], "--data-dir {data} is not readable; fix "
-                 "its permissions", "data", id="data-dir-unreadable"),
-    pytest.param(["train", "--data-dir", "{data}", "--run-root", "{tmp}/locked/runs"], "cannot write in --run-root "
-                 "{tmp}/locked/runs: {tmp}/locked is not writable for this user; choose a writable folder", "locked",
-                 id="run-root-unwritable"),
-])
-def test_permissions(place, args, message, mode):
-    folder, fill = place
-    args, message = fill(args, message, None)
-    target = folder / mode
-    target.mkdir(exist_ok=True)
-    target.chmod(0o000 if mode == "data" else 0o555)
-    try:
-        before = _snapshot(folder)
-        proc = _without_dac(args)
-        assert (proc.returncode, proc.stderr) == (2, f"{ERROR}{message}\n")
-        assert _snapshot(folder) == before and not (folder / "runs").exists()
-    finally:
-        target.chmod(0o755)
-
-
-# --- what the catalogue does not refuse -------------------------------------------------------------
-
-def test_png_records_are_fine(tmp_path):
-    """DALI decodes PNG (and BMP, TIFF, WebP) as well as JPEG: a set of 28×28 PNGs passes the checks, and DALI's
-    own reader and decoder read it as the pipeline does."""
-    from nvidia.dali import fn, pipeline_def, types
-
-    data = _dataset(tmp_path, training=_records(image=_image("PNG")), testing=_records(image=_image("BMP")))["data"]
-    datasets.check(data, "--data-dir")
-
-    @pipeline_def(batch_size=4, num_threads=1, device_id=None)
-    def read(path):
-        images, _ = fn.readers.caffe2(path=path)
-        return fn.decoders.image(images, device="cpu", output_type=types.GRAY)
-
-    for split in ("training", "testing"):
-        pipe = read(str(data / split))
-        pipe.build()
-        (images,) = pipe.run()
-        assert images.as_tensor().shape() == [4, 28, 28, 1]
 
 
 def test_the_catalogue_is_long_enough():

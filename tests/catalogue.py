@@ -1,0 +1,152 @@
+"""What the catalogue of bad inputs (test_catalogue*.py) shares: small data sets to break, and the
+runner that holds every entry to one exact line on stderr, exit code 2, nothing written, nothing started.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+
+from dali_launch.launcher import data_prepare, datasets
+from dali_launch.launcher.cli import main
+
+ERROR = "dali-launch: error: "
+
+
+# --- the data sets entries start from -----------------------------------------------------------
+
+def encoded_image(fmt: str = "JPEG", size: int = 28) -> bytes:
+    from PIL import Image
+    import io
+
+    pixels = (np.arange(size * size) % 251).astype(np.uint8).reshape(size, size)
+    buf = io.BytesIO()
+    Image.fromarray(pixels, mode="L").save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def good_records(n: int = 4, image: bytes | None = None) -> list[bytes]:
+    return [data_prepare.caffe2_record(image or encoded_image(), i % 10) for i in range(n)]
+
+
+def _lmdb(path: Path, records: list[bytes]) -> Path:
+    path.mkdir(parents=True)
+    with lmdb.open(str(path), map_size=1 << 24) as env, env.begin(write=True) as txn:
+        for i, record in enumerate(records):
+            txn.put(f"{i:08d}".encode(), record)
+    return path
+
+
+def dataset(tmp: Path, training: list[bytes] | None = None, testing: list[bytes] | None = None,
+             splits=("training", "testing"), empty=()) -> dict:
+    """tmp/data with four good 28×28 JPEG records per split, unless a split's records are given;
+    splits not in `splits` are left out, those in `empty` are empty folders."""
+    root = tmp / "data"
+    root.mkdir()
+    for split, records in (("training", training), ("testing", testing)):
+        if split in splits:
+            _lmdb(root / split, good_records() if records is None else records)
+        elif split in empty:
+            (root / split).mkdir()
+    return {"data": root}
+
+
+def one_bad(record: bytes):
+    """A data set whose training record 00000001 is `record`."""
+    good = good_records()
+    return lambda tmp: dataset(tmp, training=[good[0], record, *good[2:]])
+
+
+def truncated(tmp: Path) -> dict:
+    values = dataset(tmp, training=good_records(200))
+    mdb = values["data"] / "training" / "data.mdb"
+    with lmdb.open(str(mdb.parent), readonly=True, lock=False) as env:
+        need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    os.truncate(mdb, need // 2)  # a copy that stopped half way
+    return {**values, "have": f"{need // 2:,}", "need": f"{need:,}"}
+
+
+def not_lmdb(tmp: Path) -> dict:
+    values = dataset(tmp, splits=("testing",))
+    (values["data"] / "training").mkdir()
+    (values["data"] / "training" / "data.mdb").write_bytes(b"not an lmdb " * 1000)
+    return values
+
+
+def raw_pixels() -> bytes:
+    raw = data_prepare._enum(2, 3) + data_prepare._field(5, bytes(784))  # a BYTE tensor: pixels, not an image
+    label = data_prepare._enum(2, 2) + data_prepare._field(4, b"\x01")
+    return data_prepare._field(1, raw) + data_prepare._field(1, label)
+
+
+def a_file(tmp: Path) -> dict:
+    (tmp / "data.lmdb").write_bytes(b"")
+    return {"data": tmp / "data.lmdb"}
+
+
+def empty_folder(tmp: Path) -> dict:
+    (tmp / "data").mkdir()
+    return {"data": tmp / "data"}
+
+
+# --- running an entry ---------------------------------------------------------------------------
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Any job start, submission or device use fails the test loudly: the entries must stop before."""
+    import submitit
+
+    from dali_launch.launcher.local import LocalJob
+    from dali_launch.trainer import task, topology
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a bad input got as far as starting a job or taking a device")
+
+    monkeypatch.setattr(task, "run_task", boom)
+    monkeypatch.setattr(LocalJob, "start", boom)
+    monkeypatch.setattr(submitit.SlurmExecutor, "submit", boom)
+    monkeypatch.setattr(topology, "initialize", boom)
+    monkeypatch.setattr(topology, "local_devices", boom)
+
+
+@pytest.fixture
+def place(tmp_path):
+    """The folder an entry runs in, with the things entries point at; `fill` formats an entry."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "empty").mkdir()
+    idx = tmp_path / "idx"
+    shutil.copytree(datasets.EMBEDDED_IDX, idx)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep").write_text("")
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "t10k-images-idx3-ubyte").write_bytes(
+        b"\x00\x00\x08\x03" + b"".join(n.to_bytes(4, "big") for n in (10, 28, 28)) + bytes(100))
+    (tmp_path / "cut" / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01" + (10).to_bytes(4, "big") + bytes(10))
+
+    def fill(args, message, make):
+        values = make(tmp_path) if make else dataset(tmp_path)
+        values = {"tmp": tmp_path, "root": tmp_path / "runs", "idx": idx,
+                  "newline_root": repr(f"{tmp_path}/a\nb"), **values}
+        return [a.format(**values) for a in args], message.format(**values)
+
+    yield tmp_path, fill
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if not p.is_symlink()}
+
+
+def run_entry(capsys, folder: Path, args: list[str], message: str) -> None:
+    """The entry: exit code 2, exactly one line, exactly this message, and the folder as it was."""
+    before = snapshot(folder)
+    code = main(args)
+    err = capsys.readouterr().err
+    assert (code, err) == (2, f"{ERROR}{message}\n")
+    assert snapshot(folder) == before, "a bad input left something written"
+    assert not (folder / "runs").exists()
+
