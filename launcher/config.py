@@ -101,6 +101,7 @@ def validate(run: RunConfig) -> None:
     if gbs is not None and (gbs < 1 or gbs % run.num_devices):
         raise UsageError(f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; "
                          f"use a multiple of {run.num_devices}")
+    _readers(run)
     if not 0 < train.learning_rate < 100:
         raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a value in (0, 100)")
     if not 0 <= train.momentum < 1:
@@ -109,6 +110,20 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--seed {train.seed} must be 0 or more")
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def _readers(run: RunConfig) -> None:
+    """Each of a device's readers reads an equal part of its batches: the count must divide them."""
+    readers, train = run.data.readers_per_device, run.train
+    if readers < 0:
+        raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
+    per_device = train.global_batch_size // run.num_devices if train.global_batch_size else train.batch_size
+    batches = {"the training batch per device and call (batch × --steps-per-call)": per_device * train.steps_per_call,
+               "--eval-batch-size": train.eval_batch_size}
+    for name, size in batches.items():
+        if readers and size % readers:
+            raise UsageError(f"--readers-per-device {readers} does not divide {name}, {size}; "
+                             f"use a divisor of {size} or 0 (auto)")
 
 
 def _resilience(r: ResilienceConfig) -> None:

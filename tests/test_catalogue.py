@@ -49,6 +49,16 @@ CONFIG = [
                  "cpu; use --decoder cpu", id="decoder-mixed-on-cpu"),
     pytest.param(["--decoder", "gpu"], "Invalid value for '--decoder': Value error, 'gpu' is not one of 'auto', "
                  "'cpu', 'mixed'.; see dali-launch --help", id="decoder-unknown"),
+    pytest.param(["--readers-per-device", "-1"], "--readers-per-device -1 must be 0 (auto) or more",
+                 id="readers-negative"),
+    pytest.param(["--readers-per-device", "3"], "--readers-per-device 3 does not divide the training batch per "
+                 "device and call (batch × --steps-per-call), 50; use a divisor of 50 or 0 (auto)",
+                 id="readers-not-dividing-batch"),
+    pytest.param(["--readers-per-device", "4", "--batch-size", "40", "--eval-batch-size", "250"],
+                 "--readers-per-device 4 does not divide --eval-batch-size, 250; use a divisor of 250 or 0 (auto)",
+                 id="readers-not-dividing-eval-batch"),
+    pytest.param(["--parallel", "jit"], "Invalid value for '--parallel': Value error, 'jit' is not one of 'pmap', "
+                 "'sharded'.; see dali-launch --help", id="parallel-unknown"),
     pytest.param(["--model", "resnet"], "unknown --model resnet; use one of mlp, cnn, resnet18, or "
                  "package.module:factory", id="model-unknown"),
     pytest.param(["--model", "nosuchpkg.models:build"], "--model nosuchpkg.models:build: cannot import "

@@ -42,6 +42,18 @@ def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
     assert all(paths.log(r).read_text() for r in range(2))
 
 
+def test_sharded_mode_across_processes_matches_one_process(mnist_lmdb, tmp_path):
+    """--parallel sharded over 2 processes × 1 CPU device: one jit program whose all-reduce crosses
+    processes (gloo) trains the parameters of pmap in one process with 2 devices."""
+    common = ["--data-dir", str(mnist_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--steps-per-call", "4"]
+    check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "one")))
+    check_ok(dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
+                         "--run-root", str(tmp_path / "two")))
+    (_, one), (_, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
+    assert two["checksums"] == one["checksums"] and len(set(one["checksums"])) == 1
+    assert two["final"]["train_samples"] == 8000
+
+
 def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--gpus-per-node", "2", "--processes", "2",

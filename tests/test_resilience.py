@@ -33,11 +33,13 @@ def _epoch_prints(paths: RunPaths, epoch: int) -> collections.Counter:
     return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
 
 
-def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path):
+@pytest.mark.parametrize("mode", [[], ["--parallel", "sharded", "--readers-per-device", "2"]],
+                         ids=["pmap", "sharded-2-readers"])
+def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path, mode):
     """SIGUSR2 mid-epoch (what SLURM sends before a time limit): checkpoint, exit; --resume finishes
     with the parameters of a run never interrupted, every sample seen once per epoch."""
     common = ["--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2", "--record-samples",
-              "--checkpoint-every-steps", "0"]
+              "--checkpoint-every-steps", "0", *mode]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
     whole = only_run(tmp_path / "whole")
 

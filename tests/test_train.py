@@ -55,6 +55,27 @@ def test_two_devices_identical_replicas_and_exactly_once_epochs(mnist_lmdb, tmp_
         assert seen == expected, f"epoch {epoch}: {sum(seen.values())} prints, {len(seen - expected)} extra"
 
 
+def test_readers_per_device_and_sharded_mode_train_the_pmap_parameters(mnist_lmdb, tmp_path):
+    """2 readers per device (4 shards over 2 devices) and 3 steps per call, whose last call is part
+    padding: every sample once per epoch, and --parallel sharded (one jit over a mesh) trains the
+    very parameters pmap does (bit for bit on CPU)."""
+    runs = {}
+    for mode in ("pmap", "sharded"):
+        proc = dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2",
+                           "--readers-per-device", "2", "--steps-per-call", "3", "--parallel", mode,
+                           "--record-samples", "--run-root", str(tmp_path / mode))
+        check_ok(proc)
+        assert "DALI shards [0, 1] of 2, 2 readers each" in proc.stdout
+        runs[mode] = paths = only_run(tmp_path / mode)
+        assert [e["train_samples"] for e in _metrics(paths)] == [8000, 8000]
+        expected = collections.Counter(_reference_prints(mnist_lmdb / "training").tolist())
+        for epoch in range(2):
+            assert collections.Counter(np.load(paths.sample_records(epoch)[0]).tolist()) == expected, (mode, epoch)
+    pmap, sharded = (json.loads(runs[m].result.read_text()) for m in ("pmap", "sharded"))
+    assert len(set(pmap["checksums"])) == 1 and sharded["checksums"] == pmap["checksums"]
+    assert sharded["final"]["train_loss"] == pmap["final"]["train_loss"]
+
+
 def _reference_prints(path) -> np.ndarray:
     """Fingerprints of every training sample, read once in order through the same pipeline."""
     from dali_launch.trainer.input_pipeline import PipelineArgs, graph

@@ -29,11 +29,11 @@ class Resume:
     calls_done: int
     state: object  # host TrainState, one replica
     tally: dict
-    dali: list[bytes]  # this process's pipelines, in local device order
+    dali: list[bytes]  # this process's pipelines, in local order (device, then reader)
 
 
 def one_replica(tree):
-    """The first local replica of a pmapped pytree, as host numpy."""
+    """The first local device's row of a pytree laid out one row per device, as host numpy."""
     return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)[0]), tree)
 
 
@@ -56,9 +56,13 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
 
     def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes) -> None:
-        """All processes call this at the same `step` (global count of device calls)."""
+        """All processes call this at the same `step` (global count of device calls).
+
+        `state` is one replica (as --parallel lays it out); `tally` is per device, as the batches.
+        """
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
-        args = ocp.args.Composite(state=ocp.args.StandardSave(serialization.to_state_dict(one_replica(state))),
+        host_state = jax.tree.map(np.asarray, state)
+        args = ocp.args.Composite(state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
                                   tally=ocp.args.StandardSave(one_replica(tally)), meta=ocp.args.JsonSave(meta))
         self.manager.save(step, args=args, force=True)
         self.manager.wait_until_finished()

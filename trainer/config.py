@@ -29,7 +29,10 @@ class DataConfig:
         "crop, flip, normalize), or package.module:function of your own (see README).")
     num_classes: int = opt(10, "Classes in the data set: the model's output width and the one-hot depth.")
     image_size: int = opt(224, "Side in pixels of the square crops the folders pipeline feeds the model.")
-    reader_threads: int = opt(2, "DALI CPU threads per pipeline.")
+    reader_threads: int = opt(2, "DALI CPU threads per pipeline (per reader).")
+    readers_per_device: int = opt(
+        0, "DALI pipelines per device, each reading its own part of the device's shard (one Caffe2 reader is a "
+        "serial bottleneck). 0: auto (CPU: 1; GPU: the largest of 4, 2, 1 that divides the device's batch).")
     decoder: str = opt("auto", "Where JPEGs are decoded: cpu, mixed (nvJPEG; GPU only), or auto: each pipeline "
                        "picks (mnist: cpu, faster for 28x28 images; folders: mixed on GPUs).",
                        choices=("auto", "cpu", "mixed"))
@@ -46,6 +49,10 @@ class TrainConfig:
     steps_per_call: int = opt(
         1, "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
         "over them (lax.scan). The steps stay those of --batch-size; only host dispatch gets cheaper.")
+    parallel: str = opt(
+        "pmap", "How steps run on the devices: pmap (one replica per device, gradients summed by psum) or sharded "
+        "(one jit program over a job-wide device mesh; XLA partitions it). Same steps, same results.",
+        choices=("pmap", "sharded"))
     learning_rate: float = opt(0.1, "SGD learning rate.")
     momentum: float = opt(0.9, "SGD momentum.")
     seed: int = opt(0, "Seed for parameters and data shuffling.")

@@ -19,16 +19,12 @@ from dali_launch.trainer.models import create_model
 AXIS = input_pipeline.AXIS
 
 
-def valid_mask(position, batch_size: int, shard_size):
-    """1 for the real samples of a batch starting at `position` of a shard, 0 for DALI's padding."""
-    return (position + jnp.arange(batch_size) < shard_size).astype(jnp.float32)
-
-
-def eval_step(apply_fn, params, tally, images, labels, shard_size):
-    valid = valid_mask(tally["position"], images.shape[0], shard_size)
+def eval_step(apply_fn, params, tally, images, labels, shard_sizes):
+    rows = images.shape[0] // shard_sizes.shape[0]
+    valid = input_pipeline.valid_mask(tally["position"], shard_sizes, rows)
     predicted = jnp.argmax(apply_fn({"params": params}, images), -1)
     correct = jnp.sum((predicted == input_pipeline.class_ids(labels)) * valid)
-    return {"position": tally["position"] + images.shape[0], "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
+    return {"position": tally["position"] + rows, "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
             "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS)}
 
 
@@ -38,18 +34,18 @@ class Evaluator:
     Built once: its pipelines end every evaluation exactly at the end of their shards.
     """
 
-    def __init__(self, spec: TaskSpec, devices: list):
-        local = input_pipeline.Sharding(tuple(range(len(devices))), len(devices))
+    def __init__(self, spec: TaskSpec, devices: list, readers: int):
+        local = input_pipeline.Sharding(0, len(devices), len(devices), readers)
         self.data = input_pipeline.build(split_dir(spec, "testing"), devices, devices, local,
                                          spec.train.eval_batch_size, False, spec.data, 0)
-        self.shard_sizes = self.data.put(shard_sizes(self.data.num_samples, local))
+        self.shard_sizes = self.data.shard_sizes()
         apply_fn = create_model(spec.train.model, spec.data.num_classes).apply
         self.p_eval = jax.pmap(partial(eval_step, apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
                                donate_argnums=(1,))
 
-    def __call__(self, replicated_params) -> tuple[float, int, float]:
+    def __call__(self, params) -> tuple[float, int, float]:
+        """Accuracy of `params`, one replica on this process's first device."""
         start = time.perf_counter()
-        params = jax.tree.map(lambda x: x.addressable_data(0)[0], replicated_params)
         zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0)}
         tally = self.data.put([zero] * len(self.data.devices))
         for batch in self.data.epoch():
@@ -61,12 +57,6 @@ class Evaluator:
 def first(x):
     """A psum'd value is the same on every device; read this process's first copy."""
     return np.asarray(x.addressable_data(0)).item()
-
-
-def shard_sizes(num_samples: int, sharding: input_pipeline.Sharding) -> np.ndarray:
-    """One per local device; pmap scatters host arrays over the local devices."""
-    return np.array([input_pipeline.shard_size(num_samples, s, sharding.num_shards) for s in sharding.shard_ids],
-                    np.int32)
 
 
 def split_dir(spec: TaskSpec, split: str) -> str:

@@ -1,5 +1,9 @@
 """DALI pipelines: one per local device, each reading its own shard of the global data set.
 
+Each device's slice of the data set is read by `readers` pipelines (--readers-per-device), each
+with its own shard: one Caffe2 reader is a serial bottleneck (FIELD-NOTES), several read in
+parallel. A device's batch is its readers' batches end to end, reader after reader.
+
 Exactly-once epochs: every reader pads its shard to whole batches (`pad_last_batch`) and sticks to
 it, so shard `s` holds DALI's slice [N*s/S, N*(s+1)/S) and every position past that slice in an
 epoch is padding. `valid` masks are computed from those sizes, on the device, never per sample.
@@ -19,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from nvidia.dali import backend, pipeline_def
 
@@ -35,7 +40,7 @@ class PipelineArgs:
     path: str  # the split's folder: DATA_DIR/training or DATA_DIR/testing
     shard_id: int  # this device's shard of the split, of num_shards
     num_shards: int
-    batch_size: int  # samples per DALI batch on this device (training: --batch-size x --steps-per-call)
+    batch_size: int  # samples per DALI batch of this reader: the device's per call / --readers-per-device
     training: bool  # shuffle and augment; False: evaluation, every sample once
     on_gpu: bool  # the device is a GPU; outputs may stay on it
     decoder: str  # --decoder: auto, cpu or mixed; decode_device() resolves it
@@ -62,9 +67,50 @@ def class_ids(labels, batch_dims: int = 1):
 
 @dataclass(frozen=True)
 class Sharding:
-    """Which DALI shards this process reads: one per local device."""
-    shard_ids: tuple[int, ...]
-    num_shards: int
+    """Which DALI shards this process reads: `readers` per local device, device after device.
+
+    Device d of the job (global index) reads shards d*readers .. d*readers + readers-1.
+    """
+    first_device: int  # the global index of this process's first device
+    local_devices: int
+    global_devices: int
+    readers: int = 1
+
+    @property
+    def num_shards(self) -> int:
+        return self.global_devices * self.readers
+
+    @property
+    def device_ids(self) -> tuple[int, ...]:
+        """The global indices of this process's devices: the device-level slices of the data set."""
+        return tuple(range(self.first_device, self.first_device + self.local_devices))
+
+    @property
+    def shard_ids(self) -> tuple[int, ...]:
+        """Every local reader's shard, in the order of the pipelines: device-major, then reader."""
+        return tuple(range(self.first_device * self.readers, (self.first_device + self.local_devices) * self.readers))
+
+    def shard_sizes(self, num_samples: int) -> np.ndarray:
+        """Samples in each local reader's shard, shaped (local devices, readers)."""
+        sizes = [shard_size(num_samples, s, self.num_shards) for s in self.shard_ids]
+        return np.array(sizes, np.int32).reshape(self.local_devices, self.readers)
+
+
+def readers_per_device(config: DataConfig, platform: str, *batch_sizes: int) -> int:
+    """--readers-per-device, where 0 (auto) is 1 on CPU (few cores to share) and on GPUs the largest
+    of 4, 2, 1 that divides every per-device batch (each reader reads an equal part of it)."""
+    if config.readers_per_device:
+        return config.readers_per_device
+    if platform != "gpu":
+        return 1
+    return next(r for r in (4, 2, 1) if all(b % r == 0 for b in batch_sizes))
+
+
+def valid_mask(position, shard_sizes, rows_per_reader: int):
+    """1 for real samples, 0 for DALI's padding, over one device's batch: each reader's rows start
+    at `position` of its shard (all readers move in step), and its shard holds `shard_sizes[r]`."""
+    real = position + jnp.arange(rows_per_reader)[None, :] < shard_sizes[:, None]
+    return real.reshape(-1).astype(jnp.float32)
 
 
 def shard_size(num_samples: int, shard_id: int, num_shards: int) -> int:
@@ -87,7 +133,7 @@ def graph(function, args: PipelineArgs, name: str):
 
 
 class DeviceBatches:
-    """Runs one pipeline per local device and joins their outputs into one array per output name.
+    """Runs `readers` pipelines per local device and joins their outputs into one array per output name.
 
     The arrays are sharded over the job-wide device mesh (leading axis = device), the layout pmap
     and jit both take without a copy. DALI's own JAX iterator is not used: it stacks CPU outputs on
@@ -95,11 +141,13 @@ class DeviceBatches:
     """
     names = ("images", "labels")
 
-    def __init__(self, pipes: list, devices: list, mesh_devices: list, num_samples: int, batch_size: int):
-        self.pipes, self.devices, self.num_samples, self.batch_size = pipes, devices, num_samples, batch_size
-        self.steps = steps_per_epoch(num_samples, len(mesh_devices), batch_size)
+    def __init__(self, pipes: list, devices: list, mesh_devices: list, num_samples: int, sharding: Sharding,
+                 reader_batch: int):
+        self.pipes, self.devices, self.num_samples, self.sharding = pipes, devices, num_samples, sharding
+        self.readers, self.reader_batch = sharding.readers, reader_batch
+        self.steps = steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
-        self.sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+        self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.global_devices = len(mesh_devices)
 
     def epoch(self):
@@ -109,7 +157,9 @@ class DeviceBatches:
 
     def next(self) -> dict:
         outputs = [pipe.run() for pipe in self.pipes]
-        return {name: self._join([_dali_to_jax(out[i].as_tensor(), d) for out, d in zip(outputs, self.devices)])
+        r = self.readers
+        return {name: self._join([_device_batch([out[i] for out in outputs[k * r:(k + 1) * r]], device)
+                                  for k, device in enumerate(self.devices)])
                 for i, name in enumerate(self.names)}
 
     def put(self, values):
@@ -117,40 +167,57 @@ class DeviceBatches:
         per_device = [jax.device_put(v, d) for v, d in zip(values, self.devices)]
         return jax.tree.map(lambda *shards: self._join(list(shards)), *per_device)
 
+    def shard_sizes(self) -> jax.Array:
+        """Every reader's shard size, on the devices: (devices, readers), the masks' other input."""
+        return self.put(list(self.sharding.shard_sizes(self.num_samples)))
+
     def _join(self, arrays: list) -> jax.Array:
         shards = [a[None] for a in arrays]
         shape = (self.global_devices, *shards[0].shape[1:])
-        return jax.make_array_from_single_device_arrays(shape, self.sharding, shards)
+        return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
 
 
-def _dali_to_jax(tensor, device) -> jax.Array:
-    """GPU outputs stay on their GPU (DLPack, then a device copy: DALI reuses its buffers)."""
-    if isinstance(tensor, backend.TensorGPU):
-        return jax.dlpack.from_dlpack(tensor).copy()
-    return jax.device_put(np.array(tensor), device)
+def _device_batch(outputs: list, device) -> jax.Array:
+    """One device's readers' outputs, end to end, in a buffer of JAX's own (DALI reuses its buffers).
+
+    GPU outputs stay on their GPU: DLPack views, then one device copy (or concatenation).
+    """
+    tensors = [out.as_tensor() for out in outputs]
+    if isinstance(tensors[0], backend.TensorGPU):
+        views = [jax.dlpack.from_dlpack(t) for t in tensors]
+        return views[0].copy() if len(views) == 1 else jnp.concatenate(views)
+    host = np.array(tensors[0]) if len(tensors) == 1 else np.concatenate([np.asarray(t) for t in tensors])
+    return jax.device_put(host, device)
 
 
 def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, batch_size: int, training: bool,
           config: DataConfig, seed: int, checkpoints: list[bytes] | None = None) -> DeviceBatches:
     """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
 
-    `checkpoints` (one per local device, from `pipe.checkpoint()`) resume each reader where it was.
+    `batch_size` is per device and device call; each of a device's readers reads an equal part.
+    `checkpoints` (one per pipeline, from `pipe.checkpoint()`) resume each reader where it was.
     """
-    if checkpoints is not None and len(checkpoints) != len(devices):
+    if checkpoints is not None and len(checkpoints) != len(sharding.shard_ids):
         raise UsageError(f"the checkpoint holds {len(checkpoints)} DALI readers for this process but it has "
-                         f"{len(devices)} devices; resume with the run's own --nodes/--gpus-per-node/--tasks-per-node")
-    function, pipes = entry_points.load("pipeline", config.pipeline), []
-    for k, (device, shard_id) in enumerate(zip(devices, sharding.shard_ids)):
-        args = pipeline_args(path, device, shard_id, sharding.num_shards, batch_size, training, config, seed + shard_id)
+                         f"{len(sharding.shard_ids)}; resume with the run's own --nodes/--gpus-per-node/"
+                         f"--tasks-per-node/--readers-per-device")
+    if batch_size % sharding.readers:
+        raise UsageError(f"--readers-per-device {sharding.readers} does not divide the {batch_size} samples a device "
+                         f"reads per call; use a divisor of it")
+    reader_batch, function, pipes = batch_size // sharding.readers, entry_points.load("pipeline", config.pipeline), []
+    for k, shard_id in enumerate(sharding.shard_ids):
+        device = devices[k // sharding.readers]
+        args = pipeline_args(path, device, shard_id, sharding.num_shards, reader_batch, training, config,
+                             seed + shard_id)
         pipes.append(graph(
-            function, args, config.pipeline, batch_size=batch_size, num_threads=config.reader_threads,
+            function, args, config.pipeline, batch_size=reader_batch, num_threads=config.reader_threads,
             device_id=device.local_hardware_id if args.on_gpu else None, seed=args.seed,
             prefetch_queue_depth=2, enable_checkpointing=True, checkpoint=checkpoints[k] if checkpoints else None))
     for pipe in pipes:
         pipe.build()
     sizes = {epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards)
              for pipe, shard_id in zip(pipes, sharding.shard_ids)}
-    return DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), batch_size)
+    return DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch)
 
 
 def pipeline_args(path: str, device, shard_id: int, num_shards: int, batch_size: int, training: bool,

@@ -50,8 +50,9 @@ class Reporter:
         """Every process writes what it is; process 0 merges them into rank_map.json and prints it."""
         t = self.topology
         report = {"process_id": t.process_id, "host": t.host, "pid": os.getpid(), "num_processes": t.num_processes,
-                  "devices": [str(d) for d in devices], "dali_shard_ids": list(sharding.shard_ids),
-                  "num_shards": sharding.num_shards, "batch_size_per_device": batch_size}
+                  "devices": [str(d) for d in devices], "dali_shard_ids": list(sharding.device_ids),
+                  "num_shards": sharding.global_devices, "readers_per_device": sharding.readers,
+                  "batch_size_per_device": batch_size}
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
         barrier("rank-reports-written", self.barrier_timeout_s)
         if not self.lead:
@@ -59,8 +60,10 @@ class Reporter:
         ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
         write_atomic(self.paths.rank_map, json.dumps(ranks, indent=2))
         for r in ranks:
+            readers = r["readers_per_device"]
             self.say(f"rank {r['process_id']} on {r['host']}: devices {', '.join(r['devices'])}; "
-                     f"DALI shards {r['dali_shard_ids']} of {r['num_shards']}")
+                     f"DALI shards {r['dali_shard_ids']} of {r['num_shards']}"
+                     + (f", {readers} readers each" if readers > 1 else ""))
 
     def resumed(self, epoch: int, calls_done: int, step: int) -> None:
         """Metrics of epochs from `epoch` on will be written again: drop any earlier copies."""

@@ -47,11 +47,13 @@ class SampleRecorder:
         self.first_call = first_call
 
     def add(self, step: int, batch: dict) -> None:
-        images, labels = _local_rows(batch["images"]), class_ids(_local_rows(batch["labels"]), batch_dims=2)
-        batch_size = images.shape[1]
+        rows = self.data.reader_batch  # a device's rows are its readers' batches end to end
+        per_reader = lambda x: x.reshape(-1, rows, *x.shape[2:])  # noqa: E731
+        images = per_reader(_local_rows(batch["images"]))
+        labels = class_ids(per_reader(_local_rows(batch["labels"])), batch_dims=2)
         for k, shard_id in enumerate(self.sharding.shard_ids):
             size = shard_size(self.data.num_samples, shard_id, self.sharding.num_shards)
-            real = max(0, min(batch_size, size - step * batch_size))
+            real = max(0, min(rows, size - step * rows))
             self.prints.append(fingerprints(images[k, :real], labels[k, :real]))
 
     def save(self, next_call: int) -> None:
