@@ -102,6 +102,8 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; "
                          f"use a multiple of {run.num_devices}")
     _readers(run)
+    if train.eval_cache_mb < 0:
+        raise UsageError(f"--eval-cache-mb {train.eval_cache_mb} must be 0 (no cache) or more")
     if not 0 < train.learning_rate < 100:
         raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a value in (0, 100)")
     if not 0 <= train.momentum < 1:
@@ -151,8 +153,11 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     """
     from dataclasses import replace
 
+    from dali_launch.launcher.datasets import cache_root
+
     # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
     distributed = replace(run.distributed, backend=backend, num_processes=run.num_processes,
                           local_device_count=run.devices_per_process if run.launch.gpus_per_node else None)
-    return TaskSpec(run_dir=run_dir, data=replace(run.data, data_dir=data_dir), train=run.train,
+    train = replace(run.train, compile_cache=run.train.compile_cache or str(cache_root() / "xla"))
+    return TaskSpec(run_dir=run_dir, data=replace(run.data, data_dir=data_dir), train=train,
                     distributed=distributed, resilience=run.resilience)

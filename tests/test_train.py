@@ -76,6 +76,19 @@ def test_readers_per_device_and_sharded_mode_train_the_pmap_parameters(mnist_lmd
     assert sharded["final"]["train_loss"] == pmap["final"]["train_loss"]
 
 
+def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_path):
+    """After epoch 0 the decoded test set stays on the devices; later evaluations must score exactly
+    what reading it through DALI again scores."""
+    accuracies = {}
+    for cache in ("1024", "0"):
+        check_ok(dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "3", "--gpus-per-node", "2",
+                             "--eval-cache-mb", cache, "--run-root", str(tmp_path / cache)))
+        epochs = _metrics(only_run(tmp_path / cache))
+        assert [e["test_count"] for e in epochs] == [2000] * 3
+        accuracies[cache] = [e["test_accuracy"] for e in epochs]
+    assert accuracies["1024"] == accuracies["0"] and len(set(accuracies["0"])) > 1, accuracies
+
+
 def _reference_prints(path) -> np.ndarray:
     """Fingerprints of every training sample, read once in order through the same pipeline."""
     from dali_launch.trainer.input_pipeline import PipelineArgs, graph

@@ -57,8 +57,14 @@ class TrainConfig:
     momentum: float = opt(0.9, "SGD momentum.")
     seed: int = opt(0, "Seed for parameters and data shuffling.")
     eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
+    eval_cache_mb: int = opt(
+        1024, "Keep the decoded test set on the devices after the first evaluation when it takes at most this "
+        "many MiB per device; later evaluations skip DALI. 0: read it through DALI every time.")
     sync_every_steps: int = opt(
         10, "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).")
+    compile_cache: str = opt(
+        "", "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
+        "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.")
     record_samples: bool = opt(False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.")
 
 

@@ -16,6 +16,8 @@ device and split, and returns two DALI DataNodes:
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
 - `labels`: integer class ids (shape () or (1,)), or float one-hot/soft targets (num_classes,).
+Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
+(--eval-cache-mb).
 """
 from __future__ import annotations
 

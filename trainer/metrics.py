@@ -29,6 +29,8 @@ class EpochMetrics:
     data_wait_fraction: float | None = None  # share of the epoch the host spent waiting for DALI
     compile_s: float | None = None  # the run's first device call, compilation included
     first_step_s: float | None = None  # launch -> first step done (local mode knows the launch time)
+    startup: dict | None = None  # start-up phase -> seconds since startup_since, when it ended (first epoch)
+    startup_since: str | None = None
     test_accuracy: float | None = None
     test_count: int | None = None
     eval_time_s: float | None = None
@@ -98,3 +100,6 @@ class Reporter:
                  f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
                  f"device)  epoch {m.epoch_time_s:.2f} s ({m.data_wait_fraction:.0%} waiting for data)  "
                  f"eval {m.eval_time_s:.2f} s{extra}")
+        if m.startup:
+            self.say(f"  start-up, s since {m.startup_since}: "
+                     + ", ".join(f"{phase} {t:.1f}" for phase, t in m.startup.items()))

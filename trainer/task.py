@@ -11,11 +11,13 @@ from dali_launch.trainer import flavours
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.manifest import write_manifest
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.startup import Startup
 from dali_launch.trainer.topology import configure_process_env, from_environment, initialize, local_devices
 from dali_launch.trainer.watchdog import Watchdog
 
 
 def run_task(run_dir: str) -> dict:
+    startup = Startup()
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.distributed)
     configure_process_env(topology)  # before the first `import jax`
@@ -23,6 +25,8 @@ def run_task(run_dir: str) -> dict:
     from dali_launch.trainer.metrics import Reporter
     from dali_launch.trainer.train import train_and_evaluate
 
+    use_compile_cache(spec.train.compile_cache)
+    startup.mark("imports")
     initialize(topology, spec.distributed)
     devices = local_devices(topology)
     paths = RunPaths(run_dir)
@@ -32,9 +36,21 @@ def run_task(run_dir: str) -> dict:
     if topology.num_processes > 1:
         watchdog.start()
     try:
-        result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s))
+        startup.mark("jax initialized")
+        result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s),
+                                    startup)
     finally:
         watchdog.stop()
     if topology.process_id == 0:
         write_atomic(paths.result, json.dumps(result, indent=2))
     return result
+
+
+def use_compile_cache(folder: str) -> None:
+    """XLA's persistent compilation cache: a requeued or repeated run skips compiling its steps."""
+    if folder in ("", "off"):
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)  # JAX's default (1 s) skips ours on GPU

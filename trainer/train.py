@@ -5,7 +5,6 @@ section averages nothing; here every step averages gradients over the whole job'
 """
 from __future__ import annotations
 
-import os
 import time
 import jax
 import numpy as np
@@ -21,7 +20,8 @@ from dali_launch.trainer.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.models import create_model
 from dali_launch.trainer.preemption import Preemption, requeue_or_exit
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.topology import LAUNCHED_AT, barrier
+from dali_launch.trainer.startup import Startup
+from dali_launch.trainer.topology import barrier
 
 
 def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.TrainState:
@@ -47,7 +47,7 @@ def zero_tally() -> dict:
     return {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
 
 
-def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter) -> dict:
+def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup) -> dict:
     """Set-up (resuming from the newest checkpoint if there is one), the epoch loop, the finish.
 
     `devices` are this process's; every process calls this.
@@ -59,14 +59,16 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter) -> dic
     readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, per_call, spec.train.eval_batch_size)
     sharding = input_pipeline.Sharding(process * local, local, len(all_devices), readers)
     fresh = create_train_state(spec, input_pipeline.example(split_dir(spec, "training"), devices[0], spec.data))
+    startup.mark("model initialised")
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     step, resume = checkpointer.latest(fresh, zero_tally()) or (0, None)
     data = input_pipeline.build(split_dir(spec, "training"), devices, all_devices, sharding, per_call, True,
                                 spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch)
     mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
-    loop = Loop(spec, data, checkpointer, reporter, mode)
     evaluator = Evaluator(spec, devices, readers) if process == 0 else None
+    startup.mark("pipelines built")
+    loop = Loop(spec, data, checkpointer, reporter, mode, startup)
     state = mode.place(resume.state if resume else fresh)
     first_epoch = resume.epoch if resume else 0
     if resume:
@@ -84,9 +86,9 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter) -> dic
 class Loop:
     """One epoch of training, with its check points: preemption, periodic checkpoints, device syncs."""
 
-    def __init__(self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode):
+    def __init__(self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup):
         self.spec, self.data, self.sharding, self.reporter = spec, data, data.sharding, reporter
-        self.checkpointer, self.mode = checkpointer, mode
+        self.checkpointer, self.mode, self.startup = checkpointer, mode, startup
         self.shard_sizes = data.shard_sizes()
         self.preemption = Preemption()
         k = spec.train.steps_per_call
@@ -95,7 +97,7 @@ class Loop:
         self.check_every = max(1, (spec.train.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
         every = spec.resilience.checkpoint_every_steps
         self.checkpoint_every = max(1, every // k) if every else None
-        self.first_call, self.first_step_s = True, None
+        self.first_call = True
         self.saved_at = time.monotonic()
 
     def epoch(self, state, epoch: int, resume: Resume | None):
@@ -108,10 +110,11 @@ class Loop:
             for call in range(done, self.data.steps):
                 waited = time.perf_counter()
                 batch = self.data.next()
-                data_wait += time.perf_counter() - waited
+                fetched = time.perf_counter()
+                data_wait += fetched - waited
                 state, tally = self.mode.call(state, tally, batch["images"], batch["labels"], self.shard_sizes)
                 if compile_s is None and call == done and self.first_call:
-                    compile_s = self._first_call_done(tally, waited)
+                    compile_s = self._first_call_done(tally, fetched)
                 if recorder:
                     recorder.add(call, batch)
                 advance()
@@ -124,16 +127,22 @@ class Loop:
         return state, EpochMetrics(
             epoch=epoch, train_loss=loss / count, train_samples=count, epoch_time_s=elapsed,
             images_per_s=count / elapsed, images_per_s_per_device=count / elapsed / self.sharding.global_devices,
-            data_wait_fraction=data_wait / elapsed, compile_s=compile_s,
-            first_step_s=self.first_step_s if compile_s is not None else None)
+            data_wait_fraction=data_wait / elapsed, compile_s=compile_s, **self._startup(compile_s is not None))
 
     def _first_call_done(self, tally, started: float) -> float:
         """The first device call of the run compiles: time it once (one sync), and since launch."""
         jax.block_until_ready(tally)
         self.first_call = False
-        if LAUNCHED_AT in os.environ:
-            self.first_step_s = time.time() - float(os.environ[LAUNCHED_AT])
+        self.startup.mark("first step")
         return time.perf_counter() - started
+
+    def _startup(self, first: bool) -> dict:
+        """The start-up phases, with the epoch that took the run's first step."""
+        if not first:
+            return {}
+        launched = self.startup.since == "launch"
+        return {"startup": self.startup.phases, "startup_since": self.startup.since,
+                "first_step_s": self.startup.phases["first step"] if launched else None}
 
     def _check_point(self, state, tally, epoch: int, calls_done: int, recorder) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
