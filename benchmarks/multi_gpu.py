@@ -6,12 +6,14 @@
             trains its own replica: the bug we fix), a global batch of 200.
   ours      `dali-launch --local --gpus-per-node 2 --processes 2` (2 processes x 1 GPU) and
             `dali-launch train --gpus-per-node 2` (1 process x 2 GPUs), gradients averaged, at
-            the same global batch of 200 and at the example's 50 per device.
+            the same global batch of 200 (100 per GPU), for each --parallel and --steps-per-call.
 
-    python benchmarks/multi_gpu.py --data DIR [--epochs 3] [--steps-per-call 1,12] [--out FILE]
+    python benchmarks/multi_gpu.py --data DIR [--epochs 3] [--steps-per-call 24] [--parallel pmap,sharded]
 
 Times are means over epochs 1..N-1 (epoch 0 compiles); ours come from each run's metrics.jsonl,
-which also holds the launch -> first step time of local mode.
+which also holds the launch -> first step time of local mode. Each of our runs starts with an
+empty XLA compilation cache (cold); the first one is then run again on its warm cache, the
+start-up a requeued or repeated job sees.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from epoch_time import read_epochs  # the same folder: run as a script
 
 
 def run_example(data_dir: Path, epochs: int, global_batch: int = 200) -> dict:
@@ -92,43 +96,57 @@ def run_example(data_dir: Path, epochs: int, global_batch: int = 200) -> dict:
     return {"name": "example 1 proc x 2 GPU (no averaging)", "epochs": epochs_out}
 
 
-def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path) -> dict:
-    run_root = root / name.replace(" ", "_")
+def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path, cache: Path) -> dict:
+    run_root = root / name.replace(" ", "_").replace(",", "")
     cmd = [sys.executable, "-m", "dali_launch.launcher.cli", *args, "--platform", "gpu", "--epochs", str(epochs),
-           "--data-dir", str(data_dir), "--run-root", str(run_root)]
+           "--data-dir", str(data_dir), "--run-root", str(run_root), "--compile-cache", str(cache)]
     print(f"ours: {' '.join(cmd[2:])}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:])
         return {"name": name, "failed": True}
-    metrics = next(run_root.glob("*/metrics.jsonl")).read_text().splitlines()
-    epochs_out = [{"epoch": m["epoch"], "train_s": m["epoch_time_s"], "eval_s": m["eval_time_s"],
-                   "test_accuracy": m["test_accuracy"], "first_step_s": m.get("first_step_s"),
-                   "data_wait": m.get("data_wait_fraction")} for m in map(json.loads, metrics)]
-    return {"name": name, "epochs": epochs_out}
+    metrics = next(run_root.glob("*/metrics.jsonl"))
+    first = json.loads(metrics.read_text().splitlines()[0])
+    return {"name": name, "epochs": read_epochs(metrics), "first_step_s": first.get("first_step_s"),
+            "startup": first.get("startup"), "command": cmd[2:]}
 
 
 def table(results: list[dict]) -> str:
     base = results[0]
     mean = lambda r, k: sum(e[k] for e in r["epochs"][1:]) / max(1, len(r["epochs"]) - 1)  # noqa: E731
-    rows = [f"{'':<48}{'train s':>8}{'eval s':>8}{'x ex':>7}{'img/s':>9}{'acc':>8}{'1st step s':>11}"]
+    width = max(len(r["name"]) for r in results) + 2
+    rows = [f"{'':<{width}}{'train s':>8}{'x ex':>7}{'img/s':>9}{'wait':>6}{'eval s':>8}{'acc':>8}{'1st step s':>11}"]
     for r in results:
         if r.get("failed"):
-            rows.append(f"{r['name']:<48}FAILED")
+            rows.append(f"{r['name']:<{width}}FAILED")
             continue
-        t = mean(r, "train_s")
-        first = r["epochs"][0].get("first_step_s")
-        rows.append(f"{r['name']:<48}{t:>8.2f}{mean(r, 'eval_s'):>8.2f}{t / mean(base, 'train_s'):>6.2f}x"
-                    f"{60_000 / t:>9,.0f}{r['epochs'][-1]['test_accuracy']:>8.4f}"
-                    f"{(f'{first:.1f}' if first else '-'):>11}")
+        t, wait = mean(r, "train_s"), r["epochs"][-1].get("data_wait_fraction")
+        first = r.get("first_step_s")
+        rows.append(f"{r['name']:<{width}}{t:>8.2f}{t / mean(base, 'train_s'):>6.2f}x{60_000 / t:>9,.0f}"
+                    f"{(f'{wait:.0%}' if wait is not None else '-'):>6}{mean(r, 'eval_s'):>8.2f}"
+                    f"{r['epochs'][-1]['test_accuracy']:>8.4f}{(f'{first:.1f}' if first else '-'):>11}")
     return "\n".join(rows)
+
+
+def ours_runs(args) -> list[tuple[str, list[str]]]:
+    runs = []
+    for k in args.steps_per_call.split(","):
+        for mode in args.parallel.split(","):
+            flags = ["--global-batch-size", "200", "--steps-per-call", k, "--parallel", mode,
+                     "--reader-threads", str(args.reader_threads), "--readers-per-device", str(args.readers)]
+            runs.append((f"ours 2 proc x 1 GPU {mode} k={k}", ["--local", "--gpus-per-node", "2", "--processes", "2",
+                                                                *flags]))
+            runs.append((f"ours 1 proc x 2 GPU {mode} k={k}", ["train", "--gpus-per-node", "2", *flags]))
+    return runs
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--data", type=Path, required=True, help="Folder with training/ and testing/ Caffe2 LMDBs.")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--steps-per-call", default="1,12", help="Our --steps-per-call values, e.g. 1,12.")
+    parser.add_argument("--steps-per-call", default="24", help="Our --steps-per-call values, e.g. 1,24.")
+    parser.add_argument("--parallel", default="pmap,sharded", help="Our --parallel values.")
+    parser.add_argument("--readers", type=int, default=0, help="Our --readers-per-device (0: auto).")
     parser.add_argument("--reader-threads", type=int, default=4)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--example-only", type=Path, help=argparse.SUPPRESS)
@@ -141,21 +159,20 @@ def main() -> int:
     subprocess.run([sys.executable, __file__, "--data", str(data), "--epochs", str(args.epochs),
                     "--example-only", str(root / "example.json")], check=True, timeout=900)
     results = [json.loads((root / "example.json").read_text())]
-    threads = ["--reader-threads", str(args.reader_threads)]
-    for k in args.steps_per_call.split(","):
-        fused = ["--steps-per-call", k, *threads]
-        results.append(run_ours(f"ours 2 proc x 1 GPU, global 200, k={k}", [
-            "--local", "--gpus-per-node", "2", "--processes", "2", "--global-batch-size", "200", *fused],
-            data, args.epochs, root))
-        results.append(run_ours(f"ours 1 proc x 2 GPU, global 200, k={k}", [
-            "train", "--gpus-per-node", "2", "--global-batch-size", "200", *fused], data, args.epochs, root))
-        results.append(run_ours(f"ours 2 proc x 1 GPU, 50/device, k={k}", [
-            "--local", "--gpus-per-node", "2", "--processes", "2", *fused], data, args.epochs, root))
+    runs = ours_runs(args)
+    for i, (name, flags) in enumerate(runs):
+        results.append(run_ours(name + " (cold)", flags, data, args.epochs, root, root / f"xla-{i}"))
+    name, flags = runs[0]
+    results.append(run_ours(name + " (warm)", flags, data, args.epochs, root, root / "xla-0"))
     text = table(results)
     print("\n" + text + "\ntrain s / eval s: mean of epochs 1..N-1; x ex: train time / the example's; img/s: "
-          "60,000 / train s; 1st step: launch -> first step done (local mode)")
+          "60,000 / train s; wait: share of the last epoch waiting for data; 1st step: launch -> first step done "
+          "(local mode); cold: empty XLA compilation cache, warm: the cache of the run above")
+    for r in results:
+        if r.get("startup"):
+            print(f"{r['name']}: start-up " + ", ".join(f"{k} {v:.1f}" for k, v in r["startup"].items()))
     if args.out:
-        args.out.write_text(json.dumps({"table": text, "results": results}, indent=2))
+        args.out.write_text(json.dumps({"table": text, "argv": sys.argv, "results": results}, indent=2))
     return 0
 
 

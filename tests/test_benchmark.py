@@ -1,0 +1,57 @@
+"""benchmarks/epoch_time.py, the issue-6 benchmark command, run end to end with --smoke-cpu."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, check_ok
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = REPO / "benchmarks" / "epoch_time.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+OURS = ("ours-pmap-cpu-k4-r1", "ours-sharded-cpu-k4-r1")  # --readers 0 resolves to 1 on CPU
+
+
+def bench(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, cwd=REPO, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def smoke(mnist_lmdb, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One smoke run (the example and ours in pmap and sharded mode, 2 epochs), shared by the tests."""
+    out = tmp_path_factory.mktemp("bench")
+    proc = bench("--data", str(mnist_lmdb), "--smoke-cpu", "--epochs", "2", "--parallel", "pmap,sharded",
+                 "--steps-per-call", "4", "--work-dir", str(out / "runs"), "--out", str(out / "out.json"),
+                 "--plot", str(out / "out.png"), timeout=300)
+    return proc, out
+
+
+def test_smoke_run_times_every_contender_and_plots(smoke):
+    proc, out = smoke
+    check_ok(proc)
+    doc = json.loads((out / "out.json").read_text())
+    assert doc["argv"][0].endswith("epoch_time.py") and "--smoke-cpu" in doc["argv"], doc["argv"]
+    summaries = {r["name"]: r["summary"] for r in doc["results"]}
+    assert set(summaries) == {"example", *OURS} and all(summaries.values()), summaries
+    for name, s in summaries.items():
+        assert 0 <= s["data_wait_fraction"] <= 1 and s["compile_s"] > 0, (name, s)
+    # pmap and sharded take the same steps: on CPU they train identical parameters
+    assert summaries[OURS[0]]["final_accuracy"] == summaries[OURS[1]]["final_accuracy"], summaries
+    header = doc["table"].splitlines()[0]
+    assert "data wait" in header and "compile s" in header, header
+    assert doc["table"] in proc.stdout
+    assert (out / "out.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_plot_from_redraws_without_running(smoke):
+    proc, out = smoke
+    check_ok(proc)
+    again = bench("--plot-from", str(out / "out.json"), "--plot", str(out / "again.png"), timeout=120)
+    check_ok(again)
+    assert (out / "again.png").read_bytes().startswith(PNG_MAGIC)
+    assert again.stdout.strip() == f"wrote {out / 'again.png'}"  # nothing ran
