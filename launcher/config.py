@@ -83,7 +83,7 @@ def validate(run: RunConfig) -> None:
     launch, train = run.launch, run.train
     _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size, steps_per_call=train.steps_per_call,
               eval_batch_size=train.eval_batch_size, sync_every_steps=train.sync_every_steps,
-              reader_threads=run.data.reader_threads, num_classes=run.data.num_classes,
+              reader_threads=run.data.reader_threads, prefetch=run.data.prefetch, num_classes=run.data.num_classes,
               image_size=run.data.image_size, init_timeout_s=run.distributed.init_timeout_s,
               barrier_timeout_s=run.distributed.barrier_timeout_s, local_timeout_s=launch.local_timeout_s,
               heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,

@@ -30,6 +30,7 @@ CONFIG = [
     pytest.param(["--eval-batch-size", "0"], "--eval-batch-size 0 must be at least 1", id="eval-batch-zero"),
     pytest.param(["--steps-per-call", "0"], "--steps-per-call 0 must be at least 1", id="steps-per-call-zero"),
     pytest.param(["--sync-every-steps", "0"], "--sync-every-steps 0 must be at least 1", id="sync-every-zero"),
+    pytest.param(["--prefetch", "0"], "--prefetch 0 must be at least 1", id="prefetch-zero"),
     pytest.param(["--reader-threads", "0"], "--reader-threads 0 must be at least 1", id="reader-threads-zero"),
     pytest.param(["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a value in (0, 100)",
                  id="lr-zero"),

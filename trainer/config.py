@@ -33,6 +33,8 @@ class DataConfig:
     readers_per_device: int = opt(
         0, "DALI pipelines per device, each reading its own part of the device's shard (one Caffe2 reader is a "
         "serial bottleneck). 0: auto (CPU: 1; GPU: the largest of 4, 2, 1 that divides the device's batch).")
+    prefetch: int = opt(4, "Batches each DALI pipeline prepares ahead of the trainer (prefetch_queue_depth): "
+                        "a deeper queue rides out uneven batch times.")
     decoder: str = opt("auto", "Where JPEGs are decoded: cpu, mixed (nvJPEG; GPU only), or auto: each pipeline "
                        "picks (mnist: cpu, faster for 28x28 images; folders: mixed on GPUs).",
                        choices=("auto", "cpu", "mixed"))

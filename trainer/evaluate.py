@@ -31,17 +31,16 @@ def eval_step(apply_fn, params, tally, images, labels, shard_sizes):
 class Evaluator:
     """Process 0 alone, over its local devices: exact accuracy over the whole test set.
 
-    Built once: its pipelines end every evaluation exactly at the end of their shards. The test
-    split is read without randomness, so when its decoded batches fit in --eval-cache-mb per
-    device they are kept on the devices after the first evaluation, and DALI is done with.
+    Its pipelines, built at the first evaluation, end every evaluation exactly at the end of their
+    shards. The test split is read without randomness, so when its decoded batches fit in
+    --eval-cache-mb per device they are kept on the devices after the first evaluation, and DALI
+    is done with.
     """
 
     def __init__(self, spec: TaskSpec, devices: list, readers: int):
-        local = input_pipeline.Sharding(0, len(devices), len(devices), readers)
-        self.data = input_pipeline.build(split_dir(spec, "testing"), devices, devices, local,
-                                         spec.train.eval_batch_size, False, spec.data, 0)
-        self.shard_sizes = self.data.shard_sizes()
-        self.cache_bytes, self.cached = spec.train.eval_cache_mb << 20, None
+        self.spec, self.devices, self.readers = spec, devices, readers
+        self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
+        self.cache_bytes = spec.train.eval_cache_mb << 20
         apply_fn = create_model(spec.train.model, spec.data.num_classes).apply
         self.p_eval = jax.pmap(partial(eval_step, apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
                                donate_argnums=(1,))
@@ -49,6 +48,8 @@ class Evaluator:
     def __call__(self, params) -> tuple[float, int, float]:
         """Accuracy of `params`, one replica on this process's first device."""
         start = time.perf_counter()
+        if self.data is None:
+            self._build()
         zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0)}
         tally = self.data.put([zero] * len(self.data.devices))
         kept = []
@@ -60,6 +61,14 @@ class Evaluator:
             self.cached, self.data.pipes = kept, []  # DALI's threads and buffers go with the pipelines
         total = int(first(tally["count"]))
         return first(tally["correct"]) / total, total, time.perf_counter() - start
+
+    def _build(self) -> None:
+        """Not at start-up: every pipeline costs ~1 s to build on a GPU node (its nvImageCodec decoder),
+        and the job's first step waits for process 0's start-up."""
+        local = input_pipeline.Sharding(0, len(self.devices), len(self.devices), self.readers)
+        self.data = input_pipeline.build(split_dir(self.spec, "testing"), self.devices, self.devices, local,
+                                         self.spec.train.eval_batch_size, False, self.spec.data, 0)
+        self.shard_sizes = self.data.shard_sizes()
 
     def _fits(self, batch) -> bool:
         per_device = sum(x.nbytes for x in batch.values()) // self.data.global_devices
