@@ -200,7 +200,7 @@ class Ours:
 
 
 def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: Path,
-             reader_threads: int | None) -> dict:
+             reader_threads: int | None, cuda_graphs: bool = False) -> dict:
     from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig
     from dali_launch.trainer.run_dir import RunPaths
     from dali_launch.trainer.task import run_task
@@ -209,7 +209,8 @@ def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: P
     run_dir = root / name
     data = DataConfig(data_dir=str(data_dir), decoder=ours.decoder, readers_per_device=ours.readers,
                       **({"reader_threads": reader_threads} if reader_threads else {}))
-    train = TrainConfig(epochs=epochs, steps_per_call=ours.steps_per_call, parallel=ours.parallel)
+    train = TrainConfig(epochs=epochs, steps_per_call=ours.steps_per_call, parallel=ours.parallel,
+                        cuda_graphs=cuda_graphs)
     spec = TaskSpec(run_dir=str(run_dir), data=data, train=train,
                     distributed=DistributedConfig(platform=jax_platform, local_device_count=1))
     paths = RunPaths(run_dir)
@@ -379,6 +380,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Our --readers-per-device values to time, e.g. 1,4 (default 0: the trainer picks).")
     parser.add_argument("--reader-threads", type=int, help="Our DALI threads per pipeline (default: the trainer's).")
     parser.add_argument("--skip-example", action="store_true", help="Time only ours.")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="Let XLA use CUDA graphs in both contenders (ours: --cuda-graphs; off by default).")
     parser.add_argument("--work-dir", type=Path, help="Where ours writes its run directories (default: a temp dir).")
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU pipelines and CPU JAX: checks the script only.")
     args = parser.parse_args(argv)
@@ -417,7 +420,8 @@ def run_all(args: argparse.Namespace) -> list[dict]:
                             "failures": [{"error": f"{type(e).__name__}: {e}", "traceback": tb}]})
     for ours in contenders(args):
         print(f"ours (run_task): {ours.name(ours.readers or 'auto')}", flush=True)
-        results.append(run_ours(data, args.epochs, ours, "gpu" if gpu else "cpu", root, args.reader_threads))
+        results.append(run_ours(data, args.epochs, ours, "gpu" if gpu else "cpu", root, args.reader_threads,
+                                args.cuda_graphs))
     return results
 
 
@@ -428,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.smoke_cpu:
         os.environ["JAX_PLATFORMS"] = "cpu"  # before anything imports JAX
+    elif not args.cuda_graphs:  # both contenders as dali-launch runs GPUs by default (trainer/topology.py)
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer=").strip()
     results = run_all(args)
     for r in results:
         r["summary"] = summarize(r)

@@ -1,6 +1,10 @@
 """Topology from the launcher's and SLURM's variables, for both task layouts; the planned rank map."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from dali_launch.launcher import plan
@@ -57,3 +61,13 @@ def test_planned_rank_map_matches_trainer_shards():
     assert [(r["node"], r["local_rank"], r["local_devices"]) for r in rows] == [
         (0, 0, [0, 1]), (0, 1, [2, 3]), (1, 0, [0, 1]), (1, 1, [2, 3])]
     assert all(r["num_shards"] == 8 for r in rows)
+
+
+def test_a_lone_process_given_fewer_devices_than_it_sees_trains_on_those_alone():
+    """One process given 1 of the 2 devices it sees (--gpus-per-node 1 on a 2-GPU node): the job's
+    mesh is that one device, not every device JAX lists."""
+    code = ("import jax; from dali_launch.trainer.topology import job_devices; d = jax.devices(); "
+            "print(len(d), len(job_devices(d[:1])), len(job_devices(d)))")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "1", "2"], out.stderr

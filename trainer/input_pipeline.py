@@ -151,13 +151,26 @@ class DeviceBatches:
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.global_devices = len(mesh_devices)
+        self.peeked = None
 
     def epoch(self):
         """Exactly `steps` batches: with padded shards that is one pass over every shard."""
         for _ in range(self.steps):
             yield self.next()
 
+    def first_sample(self) -> np.ndarray:
+        """A zero batch of one sample shaped like the images, what a model is initialised on. Read
+        from the next batch, which `next()` still returns: a pipeline of its own would cost a build."""
+        if self.peeked is None:
+            self.peeked = self._read()
+        images = self.peeked["images"]
+        return np.zeros((1, *images.shape[2:]), images.dtype)
+
     def next(self) -> dict:
+        batch, self.peeked = self.peeked or self._read(), None
+        return batch
+
+    def _read(self) -> dict:
         outputs = [pipe.run() for pipe in self.pipes]
         r = self.readers
         return {name: self._join([_device_batch([out[i] for out in outputs[k * r:(k + 1) * r]], device)
@@ -243,19 +256,3 @@ def epoch_size(pipe, name: str, shard_id: int, num_shards: int) -> int:
         raise UsageError(f"--pipeline {name}: its reader does not read shard {shard_id} of {num_shards} padded to "
                          f"whole batches; pass **args.reader_args() to it")
     return meta["epoch_size"]
-
-
-def example(path: str, device, config: DataConfig) -> np.ndarray:
-    """One zero sample shaped like the pipeline's images (batch of 1): what a model is initialised on.
-
-    A throw-away evaluation pipeline reads one sample: the training pipelines may resume from a
-    checkpoint that needs the initialised state first.
-    """
-    args = pipeline_args(path, device, 0, 1, 1, False, config, 0)
-    pipe = graph(entry_points.load("pipeline", config.pipeline), args, config.pipeline, batch_size=1,
-                 num_threads=1, device_id=device.local_hardware_id if args.on_gpu else None, seed=0)
-    pipe.build()
-    images = pipe.run()[0]
-    images = np.array((images.as_cpu() if isinstance(images, backend.TensorListGPU) else images).as_tensor())
-    del pipe
-    return np.zeros(images.shape, images.dtype)

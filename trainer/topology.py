@@ -121,8 +121,14 @@ def _gpu_ids(platform: str, local_rank: int, count: int | None,
     return tuple(range(first, first + count))
 
 
-def configure_process_env(topology: Topology) -> None:
-    """Environment that must be set before JAX is imported: the number of CPU devices."""
+def configure_process_env(topology: Topology, cuda_graphs: bool) -> None:
+    """Environment that must be set before JAX is imported: the number of CPU devices; on GPUs,
+    whether XLA may run programs as CUDA graphs (--cuda-graphs)."""
+    if topology.platform == "gpu" and not cuda_graphs:
+        # A run on an H200 died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED while XLA captured a graph
+        # and DALI's threads worked on the same GPU. Without graphs, steps are slower, never broken.
+        flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_gpu_enable_command_buffer" not in f]
+        os.environ["XLA_FLAGS"] = " ".join([*flags, "--xla_gpu_enable_command_buffer="])
     if topology.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
         if "jax" in sys.modules:  # `train` checked a user's --model module first, and it imported JAX
@@ -176,6 +182,16 @@ def local_devices(topology: Topology) -> list:
         raise UsageError(f"process {topology.process_id} sees {len(devices)} {devices[0].platform} devices "
                          f"but was planned for {count}; lower --gpus-per-node")
     return devices[:count]
+
+
+def job_devices(devices: list) -> list:
+    """Every device the job trains on: this process's `devices` and every other process's. Other
+    processes see only their own (jax.distributed's local_device_ids); a lone process may see more
+    GPUs than it was given, and those are no part of the job."""
+    import jax
+
+    mine = jax.process_index()
+    return [d for d in jax.devices(devices[0].platform) if d.process_index != mine or d in devices]
 
 
 def barrier(name: str, timeout_s: int) -> None:

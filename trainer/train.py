@@ -21,7 +21,7 @@ from dali_launch.trainer.models import create_model
 from dali_launch.trainer.preemption import Preemption, requeue_or_exit
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.startup import Startup
-from dali_launch.trainer.topology import barrier
+from dali_launch.trainer.topology import barrier, job_devices
 
 
 def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.TrainState:
@@ -52,27 +52,29 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
 
     `devices` are this process's; every process calls this.
     """
-    all_devices = jax.devices(devices[0].platform)
-    process, local = jax.process_index(), len(devices)
+    process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     batch = per_device_batch(spec, len(all_devices))
     per_call = batch * spec.train.steps_per_call
     readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, per_call, spec.train.eval_batch_size)
     sharding = input_pipeline.Sharding(process * local, local, len(all_devices), readers)
-    fresh = create_train_state(spec, input_pipeline.example(split_dir(spec, "training"), devices[0], spec.data))
-    startup.mark("model initialised")
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
-    step, resume = checkpointer.latest(fresh, zero_tally()) or (0, None)
+    resume = checkpointer.latest()
+    startup.mark("checkpoints read")
     data = input_pipeline.build(split_dir(spec, "training"), devices, all_devices, sharding, per_call, True,
                                 spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
+    startup.mark("pipelines built")
+    fresh = create_train_state(spec, data.first_sample())
+    if resume:
+        checkpointer.restore(resume, fresh, zero_tally())
+    startup.mark("model initialised")
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch)
     mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
     evaluator = Evaluator(spec, devices, readers) if process == 0 else None
-    startup.mark("pipelines built")
     loop = Loop(spec, data, checkpointer, reporter, mode, startup)
     state = mode.place(resume.state if resume else fresh)
     first_epoch = resume.epoch if resume else 0
     if resume:
-        reporter.resumed(first_epoch, resume.calls_done, step)
+        reporter.resumed(first_epoch, resume.calls_done, resume.step)
     for epoch in range(first_epoch, spec.train.epochs):
         state, metrics = loop.epoch(state, epoch, resume if resume and resume.epoch == epoch else None)
         if evaluator:
