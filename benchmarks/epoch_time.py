@@ -20,7 +20,8 @@ accuracy and set-up seconds.
 
 On the GPU machine (the README's command; --plot needs matplotlib: `pip install 'dali-launch[bench]'`):
 
-    python benchmarks/epoch_time.py --data /tmp/fmnist --epochs 3 --plot benchmarks/epoch_time.png --out benchmarks/epoch_time.json
+    python benchmarks/epoch_time.py --data /tmp/fmnist --epochs 5 --parallel pmap,sharded --reader-threads 4 \
+        --steps-per-call 24 --plot benchmarks/results/epoch_time.png --out benchmarks/results/epoch_time.json
 
 `--out` keeps every number and the command line as JSON; `--plot FILE.png` charts epoch and eval
 times. `--plot-from RESULTS.json --plot FILE.png` redraws the chart from an earlier --out file

@@ -227,7 +227,8 @@ def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, batc
         pipes.append(graph(
             function, args, config.pipeline, batch_size=reader_batch, num_threads=config.reader_threads,
             device_id=device.local_hardware_id if args.on_gpu else None, seed=args.seed,
-            prefetch_queue_depth=config.prefetch, enable_checkpointing=True, checkpoint=checkpoints[k] if checkpoints else None))
+            prefetch_queue_depth=config.prefetch, enable_checkpointing=True,
+            checkpoint=checkpoints[k] if checkpoints else None))
     for pipe in pipes:
         pipe.build()
     sizes = {epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards)
