@@ -49,9 +49,15 @@ def test_sharded_mode_across_processes_matches_one_process(mnist_lmdb, tmp_path)
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "one")))
     check_ok(dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
                          "--run-root", str(tmp_path / "two")))
-    (_, one), (_, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
+    (_, one), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
     assert two["checksums"] == one["checksums"] and len(set(one["checksums"])) == 1
     assert two["final"]["train_samples"] == 8000
+    # Where launch -> first step went, phase by phase, in order
+    first = json.loads(paths.metrics.read_text().splitlines()[0])
+    assert first["startup_since"] == "launch" and list(first["startup"]) == [
+        "imports", "jax initialized", "checkpoints read", "pipelines built", "model initialised", "first step"]
+    times = list(first["startup"].values())
+    assert times == sorted(times) and first["first_step_s"] == times[-1] > 0
 
 
 def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):

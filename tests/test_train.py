@@ -89,6 +89,15 @@ def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_
     assert accuracies["1024"] == accuracies["0"] and len(set(accuracies["0"])) > 1, accuracies
 
 
+def test_compile_cache_is_written_and_can_be_off(mnist_lmdb, tmp_path):
+    """By default XLA's compiled steps go to $DALI_LAUNCH_CACHE/xla for the next run; off keeps none."""
+    for cache, flags in (("on", []), ("off", ["--compile-cache", "off"])):
+        check_ok(dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "1", *flags,
+                             "--run-root", str(tmp_path / "runs"), env={"DALI_LAUNCH_CACHE": str(tmp_path / cache)}))
+    assert any((tmp_path / "on" / "xla").iterdir())
+    assert not (tmp_path / "off" / "xla").exists()
+
+
 def _reference_prints(path) -> np.ndarray:
     """Fingerprints of every training sample, read once in order through the same pipeline."""
     from dali_launch.trainer.input_pipeline import PipelineArgs, graph
