@@ -1,4 +1,4 @@
-"""benchmarks/epoch_time.py, the issue-6 benchmark command, run end to end with --smoke-cpu."""
+"""The benchmark commands (epoch_time.py: issue 6; scaling.py: issue 8), run end to end with --smoke-cpu."""
 from __future__ import annotations
 
 import json
@@ -12,12 +12,13 @@ from conftest import REPO, check_ok
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "benchmarks" / "epoch_time.py"
+SCALING = REPO / "benchmarks" / "scaling.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 OURS = ("ours-pmap-cpu-k4-r1", "ours-sharded-cpu-k4-r1")  # --readers 0 resolves to 1 on CPU
 
 
-def bench(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, cwd=REPO, text=True,
+def bench(*args: str, timeout: float, script: Path = SCRIPT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, cwd=REPO, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -55,3 +56,21 @@ def test_plot_from_redraws_without_running(smoke):
     check_ok(again)
     assert (out / "again.png").read_bytes().startswith(PNG_MAGIC)
     assert again.stdout.strip() == f"wrote {out / 'again.png'}"  # nothing ran
+
+
+def test_scaling_smoke_runs_both_layouts_with_identical_replicas(mnist_lmdb, tmp_path):
+    out = tmp_path / "scaling.json"
+    proc = bench("--smoke-cpu", "--gpus", "1,2", "--layouts", "node,process", "--epochs", "2", "--steps-per-call", "4",
+                 "--data", str(mnist_lmdb), "--work-dir", str(tmp_path / "runs"), "--out", str(out), timeout=240,
+                 script=SCALING)
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    runs = {(r["gpus"], r["layout"]): r for r in doc["runs"]}
+    assert len(doc["runs"]) == 4 and set(runs) == {(1, "node"), (1, "process"), (2, "node"), (2, "process")}, runs
+    for (gpus, layout), r in runs.items():
+        s = r["summary"]
+        assert s["replicas"] == gpus and s["replicas_identical"], (gpus, layout, r["checksums"])
+        assert s["train_images_per_s"] > 0 and s["efficiency"] is not None, (gpus, layout, s)
+        assert ("--processes" in r["command"]) == (layout == "process"), r["command"]
+    assert runs[1, "node"]["summary"]["efficiency"] == runs[1, "process"]["summary"]["efficiency"] == 1.0
+    assert "efficiency" in doc["table"].splitlines()[0] and doc["table"] in proc.stdout
