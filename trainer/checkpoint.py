@@ -19,6 +19,7 @@ from flax import serialization
 from jax.experimental import multihost_utils
 
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.input_pipeline import first_row
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -36,11 +37,6 @@ class Resume:
     dali: list[bytes]  # this process's pipelines, in local order (device, then reader)
     state: object = None  # host TrainState, one replica
     tally: dict | None = None
-
-
-def one_replica(tree):
-    """The first local device's row of a pytree laid out one row per device, as host numpy."""
-    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)[0]), tree)
 
 
 def _gather(local: list[bytes]) -> list[list[str]]:
@@ -75,7 +71,7 @@ class Checkpointer:
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
         host_state = jax.tree.map(np.asarray, state)
         args = ocp.args.Composite(state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
-                                  tally=ocp.args.StandardSave(one_replica(tally)), meta=ocp.args.JsonSave(meta))
+                                  tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))), meta=ocp.args.JsonSave(meta))
         self.manager.save(step, args=args, force=True)
         self.manager.wait_until_finished()
 

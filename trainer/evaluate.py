@@ -71,13 +71,13 @@ class Evaluator:
         self.shard_sizes = self.data.shard_sizes()
 
     def _fits(self, batch) -> bool:
-        per_device = sum(x.nbytes for x in batch.values()) // self.data.global_devices
+        per_device = sum(x.nbytes for x in batch.values()) // self.data.sharding.global_devices
         return per_device * self.data.steps <= self.cache_bytes
 
 
 def first(x):
     """A psum'd value is the same on every device; read this process's first copy."""
-    return np.asarray(x.addressable_data(0)).item()
+    return input_pipeline.first_row(x).item()
 
 
 def split_dir(spec: TaskSpec, split: str) -> str:

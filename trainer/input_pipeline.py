@@ -146,11 +146,10 @@ class DeviceBatches:
     def __init__(self, pipes: list, devices: list, mesh_devices: list, num_samples: int, sharding: Sharding,
                  reader_batch: int):
         self.pipes, self.devices, self.num_samples, self.sharding = pipes, devices, num_samples, sharding
-        self.readers, self.reader_batch = sharding.readers, reader_batch
+        self.reader_batch = reader_batch
         self.steps = steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-        self.global_devices = len(mesh_devices)
         self.peeked = None
 
     def epoch(self):
@@ -172,7 +171,7 @@ class DeviceBatches:
 
     def _read(self) -> dict:
         outputs = [pipe.run() for pipe in self.pipes]
-        r = self.readers
+        r = self.sharding.readers
         return {name: self._join([_device_batch([out[i] for out in outputs[k * r:(k + 1) * r]], device)
                                   for k, device in enumerate(self.devices)])
                 for i, name in enumerate(self.names)}
@@ -188,8 +187,13 @@ class DeviceBatches:
 
     def _join(self, arrays: list) -> jax.Array:
         shards = [a[None] for a in arrays]
-        shape = (self.global_devices, *shards[0].shape[1:])
+        shape = (self.sharding.global_devices, *shards[0].shape[1:])
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
+
+
+def first_row(tree):
+    """This process's first device's row of a pytree laid out one row per device (device arrays)."""
+    return jax.tree.map(lambda x: x.addressable_data(0)[0], tree)
 
 
 def _device_batch(outputs: list, device) -> jax.Array:

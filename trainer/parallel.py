@@ -20,7 +20,7 @@ import numpy as np
 import optax
 from flax import jax_utils
 
-from dali_launch.trainer.input_pipeline import AXIS, valid_mask
+from dali_launch.trainer.input_pipeline import AXIS, first_row, valid_mask
 
 
 def sgd_step(state, images, labels, valid, total):
@@ -104,7 +104,7 @@ class Pmap:
 
     def replica(self, tree):
         """This process's first device's copy (device arrays)."""
-        return jax.tree.map(lambda x: x.addressable_data(0)[0], tree)
+        return first_row(tree)
 
 
 class Sharded:

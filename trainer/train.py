@@ -6,6 +6,7 @@ section averages nothing; here every step averages gradients over the whole job'
 from __future__ import annotations
 
 import time
+
 import jax
 import numpy as np
 import optax
@@ -115,7 +116,7 @@ class Loop:
                 fetched = time.perf_counter()
                 data_wait += fetched - waited
                 state, tally = self.mode.call(state, tally, batch["images"], batch["labels"], self.shard_sizes)
-                if compile_s is None and call == done and self.first_call:
+                if self.first_call:
                     compile_s = self._first_call_done(tally, fetched)
                 if recorder:
                     recorder.add(call, batch)
