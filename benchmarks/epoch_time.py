@@ -45,6 +45,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from dali_launch.trainer.topology import disable_cuda_graphs
+
 PARALLEL = ("pmap", "sharded")
 
 
@@ -433,8 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.smoke_cpu:
         os.environ["JAX_PLATFORMS"] = "cpu"  # before anything imports JAX
-    elif not args.cuda_graphs:  # both contenders as dali-launch runs GPUs by default (trainer/topology.py)
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer=").strip()
+    elif not args.cuda_graphs:  # both contenders as dali-launch runs GPUs by default
+        disable_cuda_graphs()
     results = run_all(args)
     for r in results:
         r["summary"] = summarize(r)

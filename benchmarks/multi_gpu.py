@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 from epoch_time import read_epochs  # the same folder: run as a script
+
+from dali_launch.trainer.topology import disable_cuda_graphs
 
 
 def run_example(data_dir: Path, epochs: int, global_batch: int = 200) -> dict:
@@ -156,8 +157,8 @@ def main() -> int:
     parser.add_argument("--example-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     data, root = args.data.absolute(), Path(tempfile.mkdtemp(prefix="multi-gpu-"))
-    if not args.cuda_graphs:  # the example as dali-launch runs GPUs by default (trainer/topology.py)
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer=").strip()
+    if not args.cuda_graphs:  # the example as dali-launch runs GPUs by default
+        disable_cuda_graphs()
     if args.example_only:
         args.example_only.write_text(json.dumps(run_example(data, args.epochs)))
         return 0

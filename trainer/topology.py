@@ -125,18 +125,25 @@ def configure_process_env(topology: Topology, cuda_graphs: bool) -> None:
     """Environment that must be set before JAX is imported: the number of CPU devices; on GPUs,
     whether XLA may run programs as CUDA graphs (--cuda-graphs)."""
     if topology.platform == "gpu" and not cuda_graphs:
-        # A run on an H200 died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED while XLA captured a graph
-        # and DALI's threads worked on the same GPU. Without graphs, steps are slower, never broken.
-        flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_gpu_enable_command_buffer" not in f]
-        os.environ["XLA_FLAGS"] = " ".join([*flags, "--xla_gpu_enable_command_buffer="])
+        disable_cuda_graphs()
     if topology.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
         if "jax" in sys.modules:  # `train` checked a user's --model module first, and it imported JAX
             sys.modules["jax"].config.update("jax_platforms", "cpu")
         if topology.local_device_count:
-            flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
-            flags.append(f"--xla_force_host_platform_device_count={topology.local_device_count}")
-            os.environ["XLA_FLAGS"] = " ".join(flags)
+            set_xla_flag("xla_force_host_platform_device_count", topology.local_device_count)
+
+
+def disable_cuda_graphs() -> None:
+    """XLA launches kernels one by one. A run on an H200 died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    while XLA captured a CUDA graph and DALI's threads worked on the same GPU: slower steps, never broken."""
+    set_xla_flag("xla_gpu_enable_command_buffer", "")
+
+
+def set_xla_flag(name: str, value) -> None:
+    """--name=value in XLA_FLAGS, replacing an earlier value; XLA reads them when JAX starts a backend."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(f"--{name}=")]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"--{name}={value}"])
 
 
 def initialize(topology: Topology, config: DistributedConfig) -> None:
