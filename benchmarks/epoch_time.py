@@ -3,7 +3,7 @@
 
 Both read the same Caffe2 LMDBs (Fashion-MNIST, from `dali-launch data prepare --from IDX_DIR --to DIR`):
 
-  example   NVIDIA's "Training neural network with DALI and Flax" notebook, re-implemented as
+  example   NVIDIA's "Training neural network with DALI and Flax" notebook (example.py), as
             written: one `mixed`-decoding pipeline (4 threads), DALI's JAX `DALIGenericIterator`,
             batch 50, a `@jax.jit` train step per batch, a jitted accuracy per test batch. Only
             timing is added: around the iterator's next() (its data wait) and one
@@ -37,7 +37,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -45,150 +44,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from example import run_example  # the same folder: run as a script
+from report import PARALLEL, add_ratios, environment, listed, plot, read_epochs, summarize, table
+
 from dali_launch.trainer.topology import disable_cuda_graphs
 
-PARALLEL = ("pmap", "sharded")
-
-
-class Waited:
-    """Iterates over `iterable`, summing in `.seconds` the time spent inside its next()."""
-
-    def __init__(self, iterable):
-        self.iterator, self.seconds = iter(iterable), 0.0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        start = time.perf_counter()
-        try:
-            return next(self.iterator)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-
-# --- (a) the example, as NVIDIA wrote it ------------------------------------------------------
-
-def run_example(data_dir: Path, epochs: int, gpu: bool, batch_size: int = 50) -> dict:
-    import jax
-    import jax.numpy as jnp
-    import optax
-    from flax import linen as nn
-    from flax.training import train_state
-    from nvidia.dali import fn, pipeline_def, types
-    from nvidia.dali.plugin import jax as dax
-
-    num_classes = 10
-    setup_start = time.perf_counter()
-
-    @pipeline_def(device_id=0 if gpu else None, num_threads=4, seed=0)
-    def mnist_pipeline(data_path, random_shuffle):
-        jpegs, labels = fn.readers.caffe2(path=data_path, random_shuffle=random_shuffle,
-                                          name="mnist_caffe2_reader")
-        images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.GRAY)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.], output_layout="CHW")
-        images = fn.reshape(images, shape=[-1])  # Flatten the output image
-        if gpu:
-            labels = labels.gpu()
-        if random_shuffle:
-            labels = fn.one_hot(labels, num_classes=num_classes)
-        return images, labels
-
-    training_pipeline = mnist_pipeline(data_path=str(data_dir / "training"), random_shuffle=True,
-                                       batch_size=batch_size)
-    validation_pipeline = mnist_pipeline(data_path=str(data_dir / "testing"), random_shuffle=False,
-                                         batch_size=batch_size)
-    training_pipeline.build()
-    validation_pipeline.build()
-    training_iterator = dax.DALIGenericIterator(training_pipeline, output_map=["images", "labels"],
-                                                reader_name="mnist_caffe2_reader", auto_reset=True)
-    validation_iterator = dax.DALIGenericIterator(validation_pipeline, output_map=["images", "labels"],
-                                                  reader_name="mnist_caffe2_reader", auto_reset=True)
-
-    class CNN(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            x = nn.Dense(features=784)(x)
-            x = nn.relu(x)
-            x = nn.Dense(features=1024)(x)
-            x = nn.relu(x)
-            x = nn.Dense(features=1024)(x)
-            x = nn.relu(x)
-            x = nn.Dense(features=10)(x)
-            return x
-
-    def create_model_state(rng, learning_rate, momentum):
-        cnn = CNN()
-        params = cnn.init(rng, jnp.ones([784]))["params"]
-        tx = optax.sgd(learning_rate, momentum)
-        return train_state.TrainState.create(apply_fn=cnn.apply, params=params, tx=tx)
-
-    @jax.jit
-    def train_step(model_state, batch):
-        def loss_fn(params):
-            logits = model_state.apply_fn({"params": params}, batch["images"])
-            return optax.softmax_cross_entropy(logits=logits, labels=batch["labels"]).mean()
-
-        grads = jax.grad(loss_fn)(model_state.params)
-        return model_state.apply_gradients(grads=grads)
-
-    @jax.jit
-    def correct_in_batch(model_state, batch):
-        logits = model_state.apply_fn({"params": model_state.params}, batch["images"])
-        return jnp.sum(batch["labels"].ravel() == jnp.argmax(logits, axis=-1))
-
-    def accuracy(model_state, iterator):
-        correct_predictions = 0
-        for batch in iterator:
-            correct_predictions = correct_predictions + correct_in_batch(model_state, batch)
-        return correct_predictions / iterator.size
-
-    def accuracy_notebook(model_state, iterator):
-        """The notebook's own accuracy(): not jitted, one eager apply per batch."""
-        correct_predictions = 0
-        for batch in iterator:
-            logits = model_state.apply_fn({"params": model_state.params}, batch["images"])
-            correct_predictions = correct_predictions + jnp.sum(batch["labels"].ravel() == jnp.argmax(logits, axis=-1))
-        return correct_predictions / iterator.size
-
-    rng = jax.random.PRNGKey(0)
-    rng, init_rng = jax.random.split(rng)
-    model_state = create_model_state(init_rng, 0.1, 0.9)
-    jax.block_until_ready(model_state)
-    setup_s = time.perf_counter() - setup_start
-
-    per_epoch, compile_s = [], None
-    for epoch in range(epochs):
-        start, steps = time.perf_counter(), 0
-        batches = Waited(training_iterator)  # the notebook's `for batch in training_iterator`, timed
-        for batch in batches:
-            step_start = time.perf_counter()
-            model_state = train_step(model_state, batch)
-            if compile_s is None:  # the very first step compiles: wait for it once, to time it
-                jax.block_until_ready(model_state)
-                compile_s = time.perf_counter() - step_start
-            steps += 1
-        jax.block_until_ready(model_state)  # the epoch ends when its last step has run
-        train_s = time.perf_counter() - start
-        start = time.perf_counter()
-        acc = float(accuracy(model_state, validation_iterator))
-        eval_s = time.perf_counter() - start
-        per_epoch.append({"epoch": epoch, "train_s": train_s, "eval_s": eval_s, "train_samples": steps * batch_size,
-                          "test_accuracy": acc, "test_count": int(validation_iterator.size),
-                          "data_wait_fraction": batches.seconds / train_s,
-                          "compile_s": compile_s if epoch == 0 else None})
-        print(f"  example epoch {epoch}: train {train_s:.2f} s ({steps} steps, {batches.seconds / train_s:.0%} waiting "
-              f"for data)  eval {eval_s:.2f} s  accuracy {acc:.4f}", flush=True)
-    start = time.perf_counter()
-    acc_nb = float(accuracy_notebook(model_state, validation_iterator))
-    notebook_eval_s = time.perf_counter() - start
-    print(f"  example, the notebook's eager accuracy(): {notebook_eval_s:.2f} s (accuracy {acc_nb:.4f})", flush=True)
-    return {"name": "example", "setup_s": setup_s, "epochs": per_epoch, "notebook_eager_eval_s": notebook_eval_s,
-            "batch_size": batch_size, "eval_batch_size": batch_size, "reader_threads": 4,
-            "decoder": "mixed" if gpu else "cpu"}
-
-
-# --- (b) ours --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Ours:
@@ -235,135 +95,6 @@ def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: P
             "setup_s": total_s - sum(e["train_s"] + e["eval_s"] for e in per_epoch),
             "batch_size": spec.train.batch_size, "eval_batch_size": spec.train.eval_batch_size,
             "reader_threads": spec.data.reader_threads, "run_dir": str(run_dir)}
-
-
-def read_epochs(metrics: Path) -> list[dict]:
-    """A run's metrics.jsonl in the example's per-epoch keys."""
-    lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return [{"epoch": m["epoch"], "train_s": m["epoch_time_s"], "eval_s": m["eval_time_s"],
-             "train_samples": m["train_samples"], "test_accuracy": m["test_accuracy"], "test_count": m["test_count"],
-             "train_loss": m["train_loss"], "data_wait_fraction": m["data_wait_fraction"], "compile_s": m["compile_s"]}
-            for m in lines]
-
-
-# --- the numbers, the table, the chart ----------------------------------------------------------
-
-def summarize(result: dict) -> dict | None:
-    epochs = result.get("epochs")
-    if not epochs:
-        return None
-    steady = epochs[1:] or epochs
-    mean = lambda key: sum(e[key] for e in steady) / len(steady)  # noqa: E731
-    train_s, eval_s = mean("train_s"), mean("eval_s")
-    return {"epoch0_train_s": epochs[0]["train_s"], "epoch0_eval_s": epochs[0]["eval_s"], "train_s": train_s,
-            "eval_s": eval_s, "train_images_per_s": mean("train_samples") / train_s,
-            "eval_images_per_s": mean("test_count") / eval_s, "data_wait_fraction": mean("data_wait_fraction"),
-            "compile_s": epochs[0]["compile_s"], "final_accuracy": epochs[-1]["test_accuracy"],
-            "steady_epochs": [e["epoch"] for e in steady], "setup_s": result.get("setup_s")}
-
-
-def add_ratios(results: list[dict]) -> None:
-    """Each summary's train and eval time over the example's (<1: faster); None without an example."""
-    base = next((r.get("summary") for r in results if r["name"] == "example"), None)
-    for s in (r["summary"] for r in results if r.get("summary")):
-        s["train_vs_example"] = s["train_s"] / base["train_s"] if base else None
-        s["eval_vs_example"] = s["eval_s"] / base["eval_s"] if base else None
-
-
-def steady_label(epochs: int) -> str:
-    """The epochs the means are over: all but epoch 0, which compiles, unless it is the only one."""
-    return {1: "epoch 0 (the only one)", 2: "epoch 1"}.get(epochs, f"epochs 1..{epochs - 1}")
-
-
-def ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def table(results: list[dict], epochs: int) -> str:
-    width = max(len(r["name"]) for r in results) + 2
-    head = (f"{'':<{width}}{'train s':>8}{'x ex':>7}{'eval s':>8}{'x ex':>7}{'eval0 s':>8}{'train img/s':>12}"
-            f"{'data wait':>10}"
-            f"{'compile s':>10}{f'acc@{epochs}':>8}{'setup s':>9}")
-    rows = [head, "-" * len(head)]
-    for r in results:
-        s = r.get("summary")
-        if s is None:
-            rows.append(f"{r['name']:<{width}}FAILED: {r['failures'][-1]['error'][:90]}")
-            continue
-        rows.append(f"{r['name']:<{width}}{s['train_s']:>8.2f}{ratio(s['train_vs_example']):>7}{s['eval_s']:>8.2f}"
-                    f"{ratio(s['eval_vs_example']):>7}{s['epoch0_eval_s']:>8.2f}{s['train_images_per_s']:>12,.0f}"
-                    f"{s['data_wait_fraction']:>10.1%}"
-                    f"{s['compile_s']:>10.2f}{s['final_accuracy']:>8.4f}{s['setup_s']:>9.1f}")
-    rows += [f"train s, eval s, data wait: means over {steady_label(epochs)}; "
-             "x ex: time / the example's (<1: faster)",
-             "data wait: share of the training epoch spent in the data iterator's next(); "
-             "compile s: first step until done",
-             "eval0 s: epoch 0's evaluation; ours reads the test set through DALI then, and keeps it decoded on "
-             "the device after (--eval-cache-mb)",
-             "eval batch: example 50, ours 500 per device; "
-             "setup s: pipelines, model init (ours: run_task total minus its epochs)"]
-    return "\n".join(rows)
-
-
-def plot(doc: dict, path: Path) -> None:
-    """One bar group per contender: train and eval seconds per epoch, labelled with the ratio to the example."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on the GPU machine
-    import matplotlib.pyplot as plt
-
-    results = doc["results"]
-    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.8 * len(results)), layout="constrained")
-    for i, r in enumerate(results):
-        s = r.get("summary")
-        if s is None:
-            ax.text(0, i, " FAILED", va="center")
-            continue
-        for offset, key, colour in ((-0.2, "train", "tab:blue"), (0.2, "eval", "tab:orange")):
-            bar = ax.barh(i + offset, s[f"{key}_s"], height=0.4, color=colour,
-                          label=("training epoch" if key == "train" else "evaluation") if i == 0 else None)
-            ax.bar_label(bar, labels=[f"{s[f'{key}_s']:.2f} s  ({ratio(s[f'{key}_vs_example'])})"], padding=3)
-    ax.set_yticks(range(len(results)), [r["name"] for r in results])
-    ax.invert_yaxis()  # the example on top
-    ax.margins(x=0.25)
-    ax.set_xlabel(f"seconds, mean over {steady_label(doc['epochs'])} (in brackets: time / the example's)")
-    device = doc.get("environment", {}).get("device_kind", "unknown device")
-    ax.set_title(f"Epoch time on {device}: the example against ours, {doc['epochs']} epochs each")
-    fig.legend(loc="outside lower center", ncols=2, frameon=False)  # clear of the bars' labels
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"wrote {path}")
-
-
-def environment() -> dict:
-    info = {"python": platform.python_version(), "host": platform.node()}
-    try:
-        import jax
-        import flax
-        import optax
-        import nvidia.dali
-
-        info.update(jax=jax.__version__, flax=flax.__version__, optax=optax.__version__,
-                    dali=nvidia.dali.__version__, devices=[str(d) for d in jax.devices()],
-                    device_kind=jax.devices()[0].device_kind)
-    except Exception as e:  # the table matters more than the inventory
-        info["error"] = repr(e)
-    return info
-
-
-# --- the command -------------------------------------------------------------------------------
-
-def listed(kind=str, choices: tuple = ()):
-    """An argparse type for comma lists, e.g. `pmap,sharded`."""
-    def parse(text: str) -> list:
-        values = [kind(v) for v in text.split(",") if v]
-        bad = [v for v in values if choices and v not in choices]
-        if bad or not values:
-            of = f" of {', '.join(choices)}" if choices else ""
-            raise argparse.ArgumentTypeError(f"{text!r}: want a comma list{of}")
-        return values
-    return parse
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -22,80 +22,12 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from epoch_time import read_epochs  # the same folder: run as a script
+from example import run_example_two_gpus  # the same folder: run as a script
+from report import read_epochs
 
 from dali_launch.trainer.topology import disable_cuda_graphs
-
-
-def run_example(data_dir: Path, epochs: int, global_batch: int = 200) -> dict:
-    import jax
-    import jax.numpy as jnp
-    import optax
-    from flax import jax_utils
-    from flax import linen as nn
-    from flax.training import train_state
-    from nvidia.dali import fn, pipeline_def, types
-    from nvidia.dali.plugin import jax as dax
-
-    gpus = jax.devices()[:2]
-    per_gpu = global_batch // len(gpus)
-
-    @pipeline_def(num_threads=4, seed=0)
-    def mnist_pipeline(data_path, random_shuffle, shard_id, num_shards):
-        jpegs, labels = fn.readers.caffe2(path=data_path, random_shuffle=random_shuffle, name="mnist_caffe2_reader",
-                                          shard_id=shard_id, num_shards=num_shards)
-        images = fn.decoders.image(jpegs, device="mixed", output_type=types.GRAY)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.], output_layout="CHW")
-        images = fn.reshape(images, shape=[-1])
-        labels = labels.gpu()
-        return images, (fn.one_hot(labels, num_classes=10) if random_shuffle else labels)
-
-    def iterator(split, shuffle):
-        pipes = [mnist_pipeline(data_path=str(data_dir / split), random_shuffle=shuffle, shard_id=i,
-                                num_shards=len(gpus), batch_size=per_gpu, device_id=i) for i in range(len(gpus))]
-        for p in pipes:
-            p.build()
-        return dax.DALIGenericIterator(pipes, ["images", "labels"], reader_name="mnist_caffe2_reader",
-                                       auto_reset=True)
-
-    class MLP(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            for width in (784, 1024, 1024):
-                x = nn.relu(nn.Dense(width)(x))
-            return nn.Dense(10)(x)
-
-    model = MLP()
-    state = train_state.TrainState.create(apply_fn=model.apply, params=model.init(jax.random.PRNGKey(0),
-                                          jnp.ones([784]))["params"], tx=optax.sgd(0.1, 0.9))
-    state = jax_utils.replicate(state, devices=gpus)
-
-    def train_step(state, batch):  # as in the notebook: no pmean, each replica on its own
-        grads = jax.grad(lambda p: optax.softmax_cross_entropy(
-            state.apply_fn({"params": p}, batch["images"]), batch["labels"]).mean())(state.params)
-        return state.apply_gradients(grads=grads)
-
-    p_train = jax.pmap(train_step, devices=gpus)
-    p_correct = jax.pmap(lambda s, b: jnp.sum(b["labels"].ravel() == jnp.argmax(
-        s.apply_fn({"params": s.params}, b["images"]), -1)), devices=gpus)
-    train_it, test_it = iterator("training", True), iterator("testing", False)
-    epochs_out = []
-    for epoch in range(epochs):
-        start = time.perf_counter()
-        for batch in train_it:
-            state = p_train(state, batch)
-        jax.block_until_ready(state)
-        train_s = time.perf_counter() - start
-        start = time.perf_counter()
-        correct = sum(int(c.sum()) for c in (p_correct(state, b) for b in test_it))
-        eval_s = time.perf_counter() - start
-        epochs_out.append({"epoch": epoch, "train_s": train_s, "eval_s": eval_s, "test_accuracy": correct / 10_000})
-        print(f"  example epoch {epoch}: train {train_s:.2f} s  eval {eval_s:.2f} s  accuracy (replica 0 + 1 "
-              f"halves) {correct / 10_000:.4f}", flush=True)
-    return {"name": "example 1 proc x 2 GPU (no averaging)", "epochs": epochs_out}
 
 
 def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path, cache: Path) -> dict:
@@ -160,7 +92,7 @@ def main() -> int:
     if not args.cuda_graphs:  # the example as dali-launch runs GPUs by default
         disable_cuda_graphs()
     if args.example_only:
-        args.example_only.write_text(json.dumps(run_example(data, args.epochs)))
+        args.example_only.write_text(json.dumps(run_example_two_gpus(data, args.epochs)))
         return 0
     # The example runs in a child process: JAX keeps most of both GPUs' memory until its process ends.
     subprocess.run([sys.executable, __file__, "--data", str(data), "--epochs", str(args.epochs),
