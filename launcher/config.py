@@ -119,7 +119,7 @@ def _readers(run: RunConfig) -> None:
     readers, train = run.data.readers_per_device, run.train
     if readers < 0:
         raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
-    per_device = train.global_batch_size // run.num_devices if train.global_batch_size else train.batch_size
+    per_device = train.per_device_batch(run.num_devices)
     batches = {"the training batch per device and call (batch × --steps-per-call)": per_device * train.steps_per_call,
                "--eval-batch-size": train.eval_batch_size}
     for name, size in batches.items():

@@ -2,7 +2,7 @@
 
 This module imports nothing heavy so the launcher can build flags from it instantly. Each field's
 `help` metadata is its command-line help; derived values (per-device batch, shard ids) are
-functions elsewhere, never fields.
+methods or functions elsewhere, never fields.
 """
 from __future__ import annotations
 
@@ -72,6 +72,10 @@ class TrainConfig:
         "", "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
         "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.")
     record_samples: bool = opt(False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.")
+
+    def per_device_batch(self, devices: int) -> int:
+        """Samples per device per step: --global-batch-size split over `devices`, else --batch-size."""
+        return self.global_batch_size // devices if self.global_batch_size else self.batch_size
 
 
 @dataclass(frozen=True)

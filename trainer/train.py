@@ -38,11 +38,6 @@ def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.Train
     return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
 
 
-def per_device_batch(spec: TaskSpec, global_devices: int) -> int:
-    gbs = spec.train.global_batch_size
-    return gbs // global_devices if gbs else spec.train.batch_size
-
-
 def zero_tally() -> dict:
     # 0-d arrays rather than numpy scalars: Orbax restores into arrays only
     return {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
@@ -54,7 +49,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     `devices` are this process's; every process calls this.
     """
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
-    batch = per_device_batch(spec, len(all_devices))
+    batch = spec.train.per_device_batch(len(all_devices))
     per_call = batch * spec.train.steps_per_call
     readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, per_call, spec.train.eval_batch_size)
     sharding = input_pipeline.Sharding(process * local, local, len(all_devices), readers)
