@@ -129,4 +129,5 @@ class Sharded:
 
 
 def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding):
-    return {"pmap": Pmap, "sharded": Sharded}[name](devices, all_devices, batch_size, data_sharding)
+    runner = next(cls for cls in (Pmap, Sharded) if cls.name == name)
+    return runner(devices, all_devices, batch_size, data_sharding)
