@@ -20,7 +20,7 @@ accuracy and set-up seconds.
 
 On the GPU machine (the README's command; --plot needs matplotlib: `pip install 'dali-launch[bench]'`):
 
-    python benchmarks/epoch_time.py --data /tmp/fmnist --epochs 5 --parallel pmap,sharded --reader-threads 4 \
+    python benchmarks/epoch_time.py --data /tmp/fmnist --epochs 5 --parallel pmap,sharded \
         --steps-per-call 24 --plot benchmarks/results/epoch_time.png --out benchmarks/results/epoch_time.json
 
 `--out` keeps every number and the command line as JSON; `--plot FILE.png` charts epoch and eval
@@ -47,6 +47,7 @@ from pathlib import Path
 from example import run_example  # the same folder: run as a script
 from report import PARALLEL, add_ratios, environment, listed, plot, read_epochs, summarize, table
 
+from dali_launch.trainer.placement import CODECS_PATH
 from dali_launch.trainer.topology import disable_cuda_graphs
 
 
@@ -63,7 +64,7 @@ class Ours:
 
 
 def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: Path,
-             reader_threads: int | None, cuda_graphs: bool = False) -> dict:
+             reader_threads: int | None, cuda_graphs: str = "auto") -> dict:
     from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig
     from dali_launch.trainer.run_dir import RunPaths
     from dali_launch.trainer.task import run_task
@@ -79,13 +80,16 @@ def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: P
     paths = RunPaths(run_dir)
     run_dir.mkdir(parents=True)
     paths.config.write_text(spec.to_json())
-    start = time.perf_counter()
+    start, codecs = time.perf_counter(), os.environ.get(CODECS_PATH)
     try:
         run_task(str(run_dir))
     except Exception as e:  # keep the others' numbers; the table says this one failed
         tb = traceback.format_exc()
         print(f"  {name} FAILED: {type(e).__name__}: {e}\n{tb}", flush=True)
         return {"name": name, "failed": True, "failures": [{"error": f"{e!r}", "traceback": tb}]}
+    finally:  # a CPU-decoding run leaves nvImageCodec its CPU codecs only; a `mixed` one after it needs nvJPEG
+        os.environ.pop(CODECS_PATH, None)
+        os.environ.update({CODECS_PATH: codecs} if codecs else {})
     total_s = time.perf_counter() - start
     per_epoch = read_epochs(paths.metrics)
     readers = json.loads(paths.rank_map.read_text())[0]["readers_per_device"]
@@ -114,8 +118,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Our --readers-per-device values to time, e.g. 1,4 (default 0: the trainer picks).")
     parser.add_argument("--reader-threads", type=int, help="Our DALI threads per pipeline (default: the trainer's).")
     parser.add_argument("--skip-example", action="store_true", help="Time only ours.")
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="Let XLA use CUDA graphs in both contenders (ours: --cuda-graphs; off by default).")
+    parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                        help="Our --cuda-graphs (default auto). One process: XLA's setting is the first "
+                             "contender's (the example's: on) for all; off turns them off for all.")
     parser.add_argument("--work-dir", type=Path, help="Where ours writes its run directories (default: a temp dir).")
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU pipelines and CPU JAX: checks the script only.")
     args = parser.parse_args(argv)
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.smoke_cpu:
         os.environ["JAX_PLATFORMS"] = "cpu"  # before anything imports JAX
-    elif not args.cuda_graphs:  # both contenders as dali-launch runs GPUs by default
+    elif args.cuda_graphs == "off":
         disable_cuda_graphs()
     results = run_all(args)
     for r in results:

@@ -68,7 +68,7 @@ def ours_runs(args) -> list[tuple[str, list[str]]]:
         for mode in args.parallel.split(","):
             flags = ["--global-batch-size", "200", "--steps-per-call", k, "--parallel", mode,
                      "--reader-threads", str(args.reader_threads), "--readers-per-device", str(args.readers),
-                     *(["--cuda-graphs"] if args.cuda_graphs else [])]
+                     "--cuda-graphs", args.cuda_graphs]
             runs.append((f"ours 2 proc x 1 GPU {mode} k={k}", ["--local", "--gpus-per-node", "2", "--processes", "2",
                                                                 *flags]))
             runs.append((f"ours 1 proc x 2 GPU {mode} k={k}", ["train", "--gpus-per-node", "2", *flags]))
@@ -82,21 +82,21 @@ def main() -> int:
     parser.add_argument("--steps-per-call", default="24", help="Our --steps-per-call values, e.g. 1,24.")
     parser.add_argument("--parallel", default="pmap,sharded", help="Our --parallel values.")
     parser.add_argument("--readers", type=int, default=0, help="Our --readers-per-device (0: auto).")
-    parser.add_argument("--reader-threads", type=int, default=4)
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="Let XLA use CUDA graphs in both contenders (ours: --cuda-graphs; off by default).")
+    parser.add_argument("--reader-threads", type=int, default=2, help="Our --reader-threads (default 2, ours').")
+    parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                        help="Our --cuda-graphs (default auto); off also turns them off for the example.")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--example-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     data, root = args.data.absolute(), Path(tempfile.mkdtemp(prefix="multi-gpu-"))
-    if not args.cuda_graphs:  # the example as dali-launch runs GPUs by default
+    if args.cuda_graphs == "off":
         disable_cuda_graphs()
     if args.example_only:
         args.example_only.write_text(json.dumps(run_example_two_gpus(data, args.epochs)))
         return 0
     # The example runs in a child process: JAX keeps most of both GPUs' memory until its process ends.
     subprocess.run([sys.executable, __file__, "--data", str(data), "--epochs", str(args.epochs),
-                    "--example-only", str(root / "example.json"), *(["--cuda-graphs"] if args.cuda_graphs else [])],
+                    "--example-only", str(root / "example.json"), "--cuda-graphs", args.cuda_graphs],
                    check=True, timeout=900)
     results = [json.loads((root / "example.json").read_text())]
     runs = ours_runs(args)

@@ -17,7 +17,7 @@ On the 8-GPU machine:
 
     dali-launch data prepare --from /usr/share/datasets/fashion-mnist --to /tmp/fmnist
     python benchmarks/scaling.py --data /tmp/fmnist --gpus 1,2,4,8 --layouts node,process --epochs 5 \
-        --steps-per-call 24 --reader-threads 4 --out benchmarks/results/scaling.json
+        --steps-per-call 24 --out benchmarks/results/scaling.json
 
 GPU counts above what JAX sees are skipped (with a line saying so). A run that fails or times out
 is recorded as failed with its last lines of stderr; the others still run, and the exit status is 1
@@ -66,7 +66,7 @@ def cli_args(args: argparse.Namespace, gpus: int, layout: str, run_root: Path, c
               "--local-timeout-s", str(args.timeout_s)])
     return [*where, "--data-dir", str(args.data.absolute()), "--epochs", str(args.epochs),
             "--steps-per-call", str(args.steps_per_call), "--reader-threads", str(args.reader_threads),
-            "--parallel", args.parallel, *(["--cuda-graphs"] if args.cuda_graphs else []),
+            "--parallel", args.parallel, "--cuda-graphs", args.cuda_graphs,
             "--platform", "cpu" if args.smoke_cpu else "gpu", "--run-root", str(run_root),
             "--compile-cache", str(cache), "--name", f"scaling-{gpus}-{layout}"]
 
@@ -175,9 +175,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="node: one process with N GPUs; process: N processes of one GPU (default both).")
     parser.add_argument("--epochs", type=int, default=5, help="Epochs per run (default 5).")
     parser.add_argument("--steps-per-call", type=int, default=24, help="dali-launch --steps-per-call (default 24).")
-    parser.add_argument("--reader-threads", type=int, default=4, help="dali-launch --reader-threads (default 4).")
+    parser.add_argument("--reader-threads", type=int, default=2, help="dali-launch --reader-threads (default 2).")
     parser.add_argument("--parallel", choices=PARALLEL, default="pmap", help="dali-launch --parallel (default pmap).")
-    parser.add_argument("--cuda-graphs", action="store_true", help="Pass --cuda-graphs to every run.")
+    parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                        help="dali-launch --cuda-graphs (default auto).")
     parser.add_argument("--timeout-s", type=int, default=900, help="Seconds one run may take (default 900).")
     parser.add_argument("--out", type=Path, help="Write the table and every run's numbers and command as JSON.")
     parser.add_argument("--work-dir", type=Path, help="Where the runs' directories go (default: a new temp dir).")

@@ -32,12 +32,14 @@ class DataConfig:
     reader_threads: int = opt(2, "DALI CPU threads per pipeline (per reader).")
     readers_per_device: int = opt(
         0, "DALI pipelines per device, each reading its own part of the device's shard (one Caffe2 reader is a "
-        "serial bottleneck). 0: auto (CPU: 1; GPU: the largest of 4, 2, 1 that divides the device's batch).")
+        "serial bottleneck). 0: auto (CPU devices: 1; GPUs: the most of 8, 4, 2, 1 that divides the device's "
+        "batch and whose --reader-threads fit the cores this process has per device).")
     prefetch: int = opt(4, "Batches each DALI pipeline prepares ahead of the trainer (prefetch_queue_depth): "
                         "a deeper queue rides out uneven batch times.")
-    decoder: str = opt("auto", "Where JPEGs are decoded: cpu, mixed (nvJPEG; GPU only), or auto: each pipeline "
-                       "picks (mnist: cpu, faster for 28x28 images; folders: mixed on GPUs).",
-                       choices=("auto", "cpu", "mixed"))
+    decoder: str = opt("auto", "Where JPEGs are decoded, and so where DALI runs: cpu (the whole pipeline on the "
+                       "CPU; JAX copies batches to the devices), mixed (nvJPEG; the pipeline on the GPU), or auto: "
+                       "cpu on CPU devices; on GPUs each pipeline picks (mnist: cpu, faster for 28x28 images; "
+                       "folders and your own: mixed).", choices=("auto", "cpu", "mixed"))
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,11 @@ class TrainConfig:
         "many MiB per device; later evaluations skip DALI. 0: read it through DALI every time.")
     sync_every_steps: int = opt(
         10, "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).")
-    cuda_graphs: bool = opt(
-        False, "Let XLA run programs as CUDA graphs (its command buffers): fused steps ran 1.2-2x faster on H200s, "
-        "but one run died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (a graph capture broken by concurrent CUDA "
-        "work, DALI's the likely one); off, XLA launches kernels one by one.")
+    cuda_graphs: str = opt(
+        "auto", "Let XLA run programs as CUDA graphs (its command buffers; fused steps ran 1.7x faster on an H200): "
+        "on, off, or auto: on while DALI runs on the CPU (--decoder), off when it also works on the GPU, whose "
+        "CUDA calls can break a graph capture (one run died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).",
+        choices=("auto", "on", "off"))
     compile_cache: str = opt(
         "", "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
         "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.")

@@ -37,8 +37,10 @@ class Evaluator:
     is done with.
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, readers: int):
-        self.spec, self.devices, self.readers = spec, devices, readers
+    def __init__(self, spec: TaskSpec, devices: list, cores_per_device: int):
+        self.spec, self.devices = spec, devices
+        self.readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, spec.train.eval_batch_size,
+                                                         cores_per_device)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
         apply_fn = create_model(spec.train.model, spec.data.num_classes).apply
@@ -63,8 +65,8 @@ class Evaluator:
         return first(tally["correct"]) / total, total, time.perf_counter() - start
 
     def _build(self) -> None:
-        """Not at start-up: every pipeline costs ~1 s to build on a GPU node (its nvImageCodec decoder),
-        and the job's first step waits for process 0's start-up."""
+        """Not at start-up: the job's first step waits for process 0's start-up, and a pipeline that
+        decodes on the GPU costs ~1 s to build (placement.py)."""
         local = input_pipeline.Sharding(0, len(self.devices), len(self.devices), self.readers)
         self.data = input_pipeline.build(split_dir(self.spec, "testing"), self.devices, self.devices, local,
                                          self.spec.train.eval_batch_size, False, self.spec.data, 0)

@@ -15,6 +15,8 @@ device and split, and returns two DALI DataNodes:
   reading `args.path` (DATA_DIR/training or DATA_DIR/testing); any reader name;
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
+  decoders are given `device=args.decode_device()`; a function whose images are so small that the
+  CPU decodes them faster may say so with an attribute, `function.auto_decoder = "cpu"` (placement.py);
 - `labels`: integer class ids (shape () or (1,)), or float one-hot/soft targets (num_classes,).
 Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
 (--eval-cache-mb).
@@ -22,6 +24,7 @@ Evaluation (`training=False`) must be deterministic: its decoded batches may be 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import jax
@@ -29,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from nvidia.dali import backend, pipeline_def
 
-from dali_launch.trainer import entry_points
+from dali_launch.trainer import entry_points, placement
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.errors import UsageError
 
@@ -44,8 +47,8 @@ class PipelineArgs:
     num_shards: int
     batch_size: int  # samples per DALI batch of this reader: the device's per call / --readers-per-device
     training: bool  # shuffle and augment; False: evaluation, every sample once
-    on_gpu: bool  # the device is a GPU; outputs may stay on it
-    decoder: str  # --decoder: auto, cpu or mixed; decode_device() resolves it
+    on_gpu: bool  # the pipeline runs on the device's GPU (decoder mixed); outputs may stay on it
+    decoder: str  # --decoder resolved (placement.decoder): cpu or mixed
     seed: int  # the pipeline's seed, already used by DALI's random operators and shuffling
     num_classes: int  # --num-classes
     image_size: int  # --image-size: the side of square crops, for pipelines that crop
@@ -55,10 +58,8 @@ class PipelineArgs:
         return {"shard_id": self.shard_id, "num_shards": self.num_shards, "random_shuffle": self.training,
                 "pad_last_batch": True, "stick_to_shard": True}
 
-    def decode_device(self, small_images: bool = False) -> str:
-        """`device=` for fn.decoders.*: --decoder, where `auto` is nvJPEG on a GPU except for small images."""
-        if self.decoder == "auto":
-            return "mixed" if self.on_gpu and not small_images else "cpu"
+    def decode_device(self) -> str:
+        """`device=` for fn.decoders.*."""
         return self.decoder
 
 
@@ -98,14 +99,22 @@ class Sharding:
         return np.array(sizes, np.int32).reshape(self.local_devices, self.readers)
 
 
-def readers_per_device(config: DataConfig, platform: str, *batch_sizes: int) -> int:
-    """--readers-per-device, where 0 (auto) is 1 on CPU (few cores to share) and on GPUs the largest
-    of 4, 2, 1 that divides every per-device batch (each reader reads an equal part of it)."""
+def readers_per_device(config: DataConfig, platform: str, batch_size: int, cores_per_device: int) -> int:
+    """--readers-per-device, where 0 (auto) is 1 on CPU devices (few cores to share) and on GPUs the most of
+    8, 4, 2, 1 that divides the per-device batch (each reader reads an equal part of it) and whose threads
+    (--reader-threads each) fit in `cores_per_device`."""
     if config.readers_per_device:
         return config.readers_per_device
     if platform != "gpu":
         return 1
-    return next(r for r in (4, 2, 1) if all(b % r == 0 for b in batch_sizes))
+    return next(r for r in (8, 4, 2, 1) if batch_size % r == 0 and (r * config.reader_threads <= cores_per_device
+                                                                    or r == 1))
+
+
+def cores_per_device(local_devices: int, processes_here: int) -> int:
+    """CPU cores this process may use (SLURM's binding included), per local device, when `processes_here`
+    processes share them (local mode starts every process on one host)."""
+    return max(1, len(os.sched_getaffinity(0)) // (local_devices * processes_here))
 
 
 def valid_mask(position, shard_sizes, rows_per_reader: int):
@@ -242,11 +251,11 @@ def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, batc
 
 def pipeline_args(path: str, device, shard_id: int, num_shards: int, batch_size: int, training: bool,
                   config: DataConfig, seed: int) -> PipelineArgs:
-    on_gpu = device.platform == "gpu"
-    if config.decoder == "mixed" and not on_gpu:
+    decoder = placement.decoder(config, device.platform)
+    if decoder == "mixed" and device.platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
     return PipelineArgs(path=path, shard_id=shard_id, num_shards=num_shards, batch_size=batch_size,
-                        training=training, on_gpu=on_gpu, decoder=config.decoder, seed=seed,
+                        training=training, on_gpu=decoder == "mixed", decoder=decoder, seed=seed,
                         num_classes=config.num_classes, image_size=config.image_size)
 
 

@@ -23,14 +23,16 @@ EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then 
 
 def mnist(args: PipelineArgs):
     jpegs, labels = fn.readers.caffe2(path=args.path, name="caffe2", **args.reader_args())
-    # 28x28 JPEGs: nvJPEG is the slower decoder (FIELD-NOTES), so `auto` decodes on the CPU.
-    images = fn.decoders.image(jpegs, device=args.decode_device(small_images=True), output_type=types.GRAY)
-    if args.on_gpu:  # move uint8 pixels, 4x less than the normalised floats
-        images, labels = images.gpu(), labels.gpu()
+    images = fn.decoders.image(jpegs, device=args.decode_device(), output_type=types.GRAY)
+    if args.on_gpu:
+        labels = labels.gpu()
     images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
     images = fn.reshape(images, shape=[-1])
     labels = fn.one_hot(labels, num_classes=args.num_classes) if args.training else fn.reshape(labels, shape=[])
     return images, labels
+
+
+mnist.auto_decoder = "cpu"  # 28x28 JPEGs: nvJPEG is the slower decoder here (FIELD-NOTES)
 
 
 def folders(args: PipelineArgs):

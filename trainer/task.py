@@ -20,7 +20,7 @@ def run_task(run_dir: str) -> dict:
     startup = Startup()
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.distributed)
-    configure_process_env(topology, spec.train.cuda_graphs)  # before the first `import jax`
+    configure_process_env(topology, spec.data, spec.train.cuda_graphs)  # before the first `import jax`
     flavours.check()
     from dali_launch.trainer.metrics import Reporter
     from dali_launch.trainer.train import train_and_evaluate

@@ -14,7 +14,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from dali_launch.trainer.config import DistributedConfig
+from dali_launch.trainer import placement
+from dali_launch.trainer.config import DataConfig, DistributedConfig
 from dali_launch.trainer.errors import UsageError
 
 LOCAL_ENV = {
@@ -121,10 +122,13 @@ def _gpu_ids(platform: str, local_rank: int, count: int | None,
     return tuple(range(first, first + count))
 
 
-def configure_process_env(topology: Topology, cuda_graphs: bool) -> None:
-    """Environment that must be set before JAX is imported: the number of CPU devices; on GPUs,
-    whether XLA may run programs as CUDA graphs (--cuda-graphs)."""
-    if topology.platform == "gpu" and not cuda_graphs:
+def configure_process_env(topology: Topology, data: DataConfig, cuda_graphs: str) -> None:
+    """Environment that must be set before JAX or DALI start: the number of CPU devices; whether XLA
+    may run programs as CUDA graphs (--cuda-graphs); nvImageCodec's codecs (placement.py)."""
+    dali_gpu = placement.dali_on_gpu(data, topology.platform)
+    if not dali_gpu:
+        placement.use_cpu_codecs_only()
+    if topology.platform == "gpu" and not placement.cuda_graphs(cuda_graphs, dali_gpu):
         disable_cuda_graphs()
     if topology.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
@@ -135,8 +139,7 @@ def configure_process_env(topology: Topology, cuda_graphs: bool) -> None:
 
 
 def disable_cuda_graphs() -> None:
-    """XLA launches kernels one by one. A run on an H200 died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-    while XLA captured a CUDA graph and DALI's threads worked on the same GPU: slower steps, never broken."""
+    """XLA launches kernels one by one: slower fused steps, but no graph capture for other CUDA work to break."""
     set_xla_flag("xla_gpu_enable_command_buffer", "")
 
 

@@ -51,7 +51,8 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     batch = spec.train.per_device_batch(len(all_devices))
     per_call = batch * spec.train.steps_per_call
-    readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, per_call, spec.train.eval_batch_size)
+    cores = input_pipeline.cores_per_device(local, jax.process_count() if spec.distributed.backend == "local" else 1)
+    readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, per_call, cores)
     sharding = input_pipeline.Sharding(process * local, local, len(all_devices), readers)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     resume = checkpointer.latest()
@@ -65,7 +66,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     startup.mark("model initialised")
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch)
     mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
-    evaluator = Evaluator(spec, devices, readers) if process == 0 else None
+    evaluator = Evaluator(spec, devices, cores) if process == 0 else None
     loop = Loop(spec, data, checkpointer, reporter, mode, startup)
     state = mode.place(resume.state if resume else fresh)
     first_epoch = resume.epoch if resume else 0

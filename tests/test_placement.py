@@ -1,0 +1,106 @@
+"""Where DALI runs (--decoder), what follows from it (CPU codecs only, --cuda-graphs), and readers per device."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dali_launch.trainer import placement
+from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.input_pipeline import readers_per_device
+
+
+@pytest.mark.parametrize("pipeline, decoder, platform, expected", [
+    ("mnist", "auto", "gpu", "cpu"),  # mnist's own auto_decoder: 28x28 JPEGs
+    ("folders", "auto", "gpu", "mixed"),
+    ("folders", "auto", "cpu", "cpu"),
+    ("test_placement:plain_pipeline", "auto", "gpu", "mixed"),  # no auto_decoder: nvJPEG on GPUs
+    ("mnist", "mixed", "gpu", "mixed"),
+    ("folders", "cpu", "gpu", "cpu"),
+])
+def test_decoder_resolution(pipeline, decoder, platform, expected):
+    config = DataConfig(pipeline=pipeline, decoder=decoder)
+    assert placement.decoder(config, platform) == expected
+    assert placement.dali_on_gpu(config, platform) == (expected == "mixed")
+
+
+def plain_pipeline(args):  # a user's pipeline function that says nothing about its decoder
+    raise AssertionError("never built here")
+
+
+@pytest.mark.parametrize("setting, dali_gpu, expected", [
+    ("auto", False, True), ("auto", True, False), ("on", True, True), ("off", False, False)])
+def test_cuda_graphs_resolution(setting, dali_gpu, expected):
+    assert placement.cuda_graphs(setting, dali_gpu) is expected
+
+
+@pytest.mark.parametrize("readers, threads, batch, cores, platform, expected", [
+    (0, 2, 1200, 16, "gpu", 8),  # the H200 machine: 16 cores per GPU
+    (0, 4, 1200, 16, "gpu", 4),
+    (0, 2, 1200, 4, "gpu", 2),
+    (0, 2, 1000, 64, "gpu", 8),
+    (0, 2, 500, 64, "gpu", 4),  # 8 does not divide 500
+    (0, 8, 1200, 2, "gpu", 1),
+    (0, 2, 1200, 64, "cpu", 1),
+    (3, 2, 1200, 1, "gpu", 3),  # asked for: as given (the launcher checked that it divides)
+])
+def test_readers_per_device(readers, threads, batch, cores, platform, expected):
+    config = DataConfig(readers_per_device=readers, reader_threads=threads)
+    assert readers_per_device(config, platform, batch, cores) == expected
+
+
+DECODE = """
+import json, sys
+import numpy as np
+from dali_launch.trainer.input_pipeline import PipelineArgs, graph
+from dali_launch.trainer import placement
+from dali_launch.trainer.pipelines import mnist
+if sys.argv[2] == "cpu-codecs":
+    placement.use_cpu_codecs_only()
+args = PipelineArgs(path=sys.argv[1], shard_id=0, num_shards=1, batch_size=500, training=False, on_gpu=False,
+                    decoder="cpu", seed=0, num_classes=10, image_size=28)
+pipe = graph(mnist, args, "mnist", batch_size=500, num_threads=2, device_id=None)
+pipe.build()
+images, labels = pipe.run()
+import os
+print(json.dumps({"sum": float(np.array(images.as_tensor()).sum()), "labels": np.array(labels.as_tensor()).tolist(),
+                  "codecs": os.environ.get("NVIMGCODEC_EXTENSIONS_PATH")}))
+"""
+
+
+def _decode(path: Path, codecs: str, env: dict | None = None) -> dict:
+    proc = subprocess.run([sys.executable, "-c", DECODE, str(path), codecs], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_cpu_codecs_decode_the_same_pixels(mnist_lmdb):
+    """nvImageCodec limited to its CPU codecs decodes exactly what the full set decodes; the folder of
+    links is the process's own and goes with it."""
+    full, cpu = _decode(mnist_lmdb / "testing", "all"), _decode(mnist_lmdb / "testing", "cpu-codecs")
+    assert full["codecs"] is None and cpu["codecs"]
+    assert (full["sum"], full["labels"]) == (cpu["sum"], cpu["labels"])
+    assert not Path(cpu["codecs"]).exists()
+
+
+def test_cpu_codecs_folder_holds_no_gpu_codec(monkeypatch):
+    source = placement._codecs_folder()
+    assert source is not None, "the nvidia-nvimgcodec wheel DALI depends on has a codec folder"
+    monkeypatch.setenv(placement.CODECS_PATH, "")  # recorded, so the test's own value is undone after it
+    monkeypatch.delenv(placement.CODECS_PATH)
+    placement.use_cpu_codecs_only()
+    folder = Path(os.environ[placement.CODECS_PATH])
+    linked = {p.name for p in folder.iterdir()}
+    assert linked and not {name.split(".so")[0] for name in linked} & placement.GPU_CODECS
+    assert linked == {p.name for p in source.iterdir() if p.name.split(".so")[0] not in placement.GPU_CODECS}
+
+
+def test_a_codecs_path_already_set_is_kept(monkeypatch, tmp_path):
+    monkeypatch.setenv(placement.CODECS_PATH, str(tmp_path))
+    placement.use_cpu_codecs_only()
+    assert os.environ[placement.CODECS_PATH] == str(tmp_path)

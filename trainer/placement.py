@@ -1,0 +1,70 @@
+"""Where DALI runs, decided from the spec before DALI or JAX start, and what follows from it.
+
+--decoder picks it: `cpu` runs each pipeline wholly on the CPU (device_id=None) and JAX copies its
+batches to the device; `mixed` decodes with nvJPEG and keeps the pipeline on the GPU. Measured on an
+H200 node (benchmarks/README), a CPU pipeline pays for the GPU only if nvImageCodec brings its GPU codecs:
+- its nvJPEG codec costs ~1.1 s per decoder even when the decoder runs on the CPU (8 pipelines built in
+  9 s), and loads libcuda; without its GPU codecs they built in 0.04 s and decoded the same pixels faster;
+- with DALI making no CUDA calls at all, nothing else in the process can break XLA's CUDA graph
+  captures (one run with GPU pipelines died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), so XLA may
+  run the fused steps as CUDA graphs, 1.7x faster there.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from dali_launch.trainer import entry_points
+from dali_launch.trainer.config import DataConfig
+
+CODECS_PATH = "NVIMGCODEC_EXTENSIONS_PATH"  # nvImageCodec's own setting: the folder it loads codecs from
+GPU_CODECS = {"libnvjpeg_ext", "libnvjpeg2k_ext", "libnvtiff_ext"}  # nvImageCodec's CUDA codecs
+
+
+def decoder(config: DataConfig, platform: str) -> str:
+    """--decoder resolved to cpu or mixed. `auto` is cpu on CPU devices; on GPUs it is the pipeline's
+    `auto_decoder` attribute if it has one (mnist: cpu, nvJPEG is slower on 28x28 images), else mixed."""
+    if config.decoder != "auto":
+        return config.decoder
+    if platform != "gpu":
+        return "cpu"
+    return getattr(entry_points.load("pipeline", config.pipeline), "auto_decoder", "mixed")
+
+
+def dali_on_gpu(config: DataConfig, platform: str) -> bool:
+    return platform == "gpu" and decoder(config, platform) == "mixed"
+
+
+def cuda_graphs(setting: str, dali_gpu: bool) -> bool:
+    """--cuda-graphs resolved: `auto` lets XLA capture CUDA graphs only while DALI stays off the GPU."""
+    return setting == "on" or (setting == "auto" and not dali_gpu)
+
+
+def use_cpu_codecs_only() -> None:
+    """Points nvImageCodec at a folder of links to its CPU codecs alone, for pipelines that never use the
+    GPU; a folder of its own for this process, removed at exit. A CODECS_PATH already set is kept."""
+    source = _codecs_folder()
+    if CODECS_PATH in os.environ or source is None:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="dali-launch-codecs-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for codec in source.iterdir():
+        if codec.name.split(".so")[0] not in GPU_CODECS:
+            (folder / codec.name).symlink_to(codec)
+    os.environ[CODECS_PATH] = str(folder)
+
+
+def _codecs_folder() -> Path | None:
+    """nvImageCodec's codec folder (the nvidia-nvimgcodec wheel DALI uses), found without importing it."""
+    try:
+        spec = importlib.util.find_spec("nvidia.nvimgcodec")
+    except ImportError:
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(location) / "extensions").is_dir():
+            return Path(location) / "extensions"
+    return None
