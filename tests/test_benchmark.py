@@ -1,4 +1,4 @@
-"""The benchmark commands (epoch_time.py: issue 6; scaling.py: issue 8), run end to end with --smoke-cpu."""
+"""The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8), run end to end with --smoke-cpu."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "benchmarks" / "epoch_time.py"
 SCALING = REPO / "benchmarks" / "scaling.py"
+COMPONENTS = REPO / "benchmarks" / "components.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 OURS = ("ours-pmap-cpu-k4-r1", "ours-sharded-cpu-k4-r1")  # --readers 0 resolves to 1 on CPU
 
@@ -74,3 +75,19 @@ def test_scaling_smoke_runs_both_layouts_with_identical_replicas(mnist_lmdb, tmp
         assert ("--processes" in r["command"]) == (layout == "process"), r["command"]
     assert runs[1, "node"]["summary"]["efficiency"] == runs[1, "process"]["summary"]["efficiency"] == 1.0
     assert "efficiency" in doc["table"].splitlines()[0] and doc["table"] in proc.stdout
+
+
+def test_components_smoke_times_every_part(mnist_lmdb, tmp_path):
+    """Both codec sets decode the same first batch; every data cell and both CUDA-graph settings are timed."""
+    out = tmp_path / "components.json"
+    proc = bench("--data", str(mnist_lmdb), "--smoke-cpu", "--readers", "2", "--data-grid", "1x1x2,2x1x2",
+                 "--steps", "48", "--out", str(out), timeout=300, script=COMPONENTS)
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    settings = [(r["component"], r["setting"]) for r in doc["rows"]]
+    assert [c for c, _ in settings] == ["codecs", "codecs", "data", "data", "steps", "steps"], settings
+    codecs = [r for r in doc["rows"] if r["component"] == "codecs"]
+    assert codecs[0]["first_batch_sum"] == codecs[1]["first_batch_sum"] > 0
+    assert all(r["images_per_s"] > 0 and r["build_s"] > 0 for r in codecs)
+    assert all(r["epoch_s"] > 0 for r in doc["rows"] if r["component"] != "codecs")
+    assert "the same with both: yes" in proc.stdout and doc["table"] in proc.stdout

@@ -2,12 +2,13 @@
 
 --decoder picks it: `cpu` runs each pipeline wholly on the CPU (device_id=None) and JAX copies its
 batches to the device; `mixed` decodes with nvJPEG and keeps the pipeline on the GPU. Measured on an
-H200 node (benchmarks/README), a CPU pipeline pays for the GPU only if nvImageCodec brings its GPU codecs:
-- its nvJPEG codec costs ~1.1 s per decoder even when the decoder runs on the CPU (8 pipelines built in
-  9 s), and loads libcuda; without its GPU codecs they built in 0.04 s and decoded the same pixels faster;
+H200 node (benchmarks/components.py, README), a CPU pipeline pays for the GPU only if nvImageCodec
+brings its GPU codecs:
+- its nvJPEG codec costs ~1.1 s per decoder even when the decoder runs on the CPU, and loads libcuda:
+  8 pipelines built in 8.8 s with it, in 0.04 s with the CPU codecs alone, decoding the same pixels;
 - with DALI making no CUDA calls at all, nothing else in the process can break XLA's CUDA graph
   captures (one run with GPU pipelines died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), so XLA may
-  run the fused steps as CUDA graphs, 1.7x faster there.
+  run the fused steps as CUDA graphs, 2.5x faster there.
 """
 from __future__ import annotations
 
