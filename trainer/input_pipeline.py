@@ -107,8 +107,8 @@ def readers_per_device(config: DataConfig, platform: str, batch_size: int, cores
         return config.readers_per_device
     if platform != "gpu":
         return 1
-    return next(r for r in (8, 4, 2, 1) if batch_size % r == 0 and (r * config.reader_threads <= cores_per_device
-                                                                    or r == 1))
+    fits = [r for r in (8, 4, 2, 1) if batch_size % r == 0 and r * config.reader_threads <= cores_per_device]
+    return fits[0] if fits else 1
 
 
 def cores_per_device(local_devices: int, processes_here: int) -> int:

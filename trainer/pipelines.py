@@ -24,7 +24,7 @@ EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then 
 def mnist(args: PipelineArgs):
     jpegs, labels = fn.readers.caffe2(path=args.path, name="caffe2", **args.reader_args())
     images = fn.decoders.image(jpegs, device=args.decode_device(), output_type=types.GRAY)
-    if args.on_gpu:
+    if args.on_gpu:  # nvJPEG's images are on the GPU: both outputs stay there
         labels = labels.gpu()
     images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
     images = fn.reshape(images, shape=[-1])
