@@ -104,3 +104,22 @@ def test_a_codecs_path_already_set_is_kept(monkeypatch, tmp_path):
     monkeypatch.setenv(placement.CODECS_PATH, str(tmp_path))
     placement.use_cpu_codecs_only()
     assert os.environ[placement.CODECS_PATH] == str(tmp_path)
+
+
+@pytest.mark.parametrize("decoder, graphs, codecs_only, graphs_off", [
+    ("auto", "auto", True, False),  # mnist on a GPU node: DALI on the CPU, CUDA graphs on
+    ("mixed", "auto", False, True),  # nvJPEG: DALI works on the GPU, graphs off
+    ("mixed", "on", False, False),
+    ("cpu", "off", True, True),
+])
+def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, graphs_off):
+    """What a GPU task sets before JAX and DALI start: nvImageCodec's codecs and XLA's CUDA graphs."""
+    from dali_launch.trainer.topology import Topology, configure_process_env
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    monkeypatch.setenv(placement.CODECS_PATH, "")
+    monkeypatch.delenv(placement.CODECS_PATH)
+    configure_process_env(Topology(0, 1, None, 1, (0,), "host", "gpu"), DataConfig(decoder=decoder), graphs)
+    assert (placement.CODECS_PATH in os.environ) is codecs_only
+    flags = os.environ["XLA_FLAGS"].split()
+    assert "--xla_dump_to=/tmp/x" in flags and ("--xla_gpu_enable_command_buffer=" in flags) is graphs_off
