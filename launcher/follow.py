@@ -15,6 +15,7 @@ from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
 SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
+CANCELLED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT (\S+) \*\*\*")  # slurmstepd's line for a scancel
 QUERY_TIMEOUT_S = 30
 
 
@@ -73,10 +74,14 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
         _print_new(tails, echo)
         failed = next(((r, e) for r in ranks if (e := task_error(job, r))), None)
         if failed:
+            # Read before our own scancel: a rank that failed because the job was cancelled (its peer
+            # killed first) is not the cause.
+            cancelled_at = _cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
             _print_new(tails, echo)
-            print("\n".join([*_said(job), f"dali-launch: rank {failed[0]} of job {job.job_id} failed:",
-                             failed[1].rstrip()]), file=sys.stderr, flush=True)
+            why = ([f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled_at}"] if cancelled_at
+                   else [f"dali-launch: rank {failed[0]} of job {job.job_id} failed:", failed[1].rstrip()])
+            print("\n".join([*_said(job), *why]), file=sys.stderr, flush=True)
             return 1
         if queue_state(job.job_id) is None:
             break
@@ -97,16 +102,25 @@ def _print_new(tails, echo) -> None:
                 echo(f"[rank {rank}] {line}")
 
 
+def _stderr(job, rank: int) -> str:
+    try:
+        return job.task(rank).paths.stderr.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _cancelled_at(job) -> str | None:
+    """When the job was cancelled (scancel), as slurmstepd wrote it into a rank's stderr, or None."""
+    found = (CANCELLED.search(_stderr(job, rank)) for rank in range(job.num_tasks))
+    return next((m.group(1) for m in found if m), None)
+
+
 def _said(job) -> list[str]:
     """What to read first: srun's word on tasks that died ("task 1: Killed") and our tasks' one-line
     errors (watchdog, timeouts); a rank that fails only because a peer died comes after them."""
     lines = []
     for rank in range(job.num_tasks):
-        try:
-            text = job.task(rank).paths.stderr.read_text(errors="replace")
-        except FileNotFoundError:
-            continue
-        for line in text.splitlines():
+        for line in _stderr(job, rank).splitlines():
             died = SRUN_TASK.match(line)
             if died:  # srun counts tasks as we count ranks
                 node, tasks, what = died.groups()

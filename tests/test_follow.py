@@ -1,0 +1,52 @@
+"""How the follow loop words a SLURM job's end, on a job's files as submitit and slurmstepd leave them."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from submitit.core.utils import cloudpickle_dump
+
+from dali_launch.launcher import follow
+from dali_launch.trainer.run_dir import RunPaths
+
+CANCEL_LINE = "slurmstepd-node1: error: *** JOB 77 ON node1 CANCELLED AT 2026-11-30T06:11:15 ***\n"
+PEER_LOST = "Traceback (most recent call last):\n  ...\nJaxRuntimeError: Gloo all-reduce failed: Connection reset by peer\n"
+
+
+def fake_job(root: Path, stderr: dict[int, str], errors: dict[int, str]):
+    """A two-rank job: per rank a stderr text and, for some, a submitit result file holding an error."""
+    def task(rank: int):
+        paths = SimpleNamespace(stdout=root / f"{rank}.out", stderr=root / f"{rank}.err",
+                                result_pickle=root / f"{rank}_result.pkl")
+        return SimpleNamespace(paths=paths)
+    for rank, text in stderr.items():
+        (root / f"{rank}.err").write_text(text)
+    for rank, text in errors.items():
+        cloudpickle_dump(("error", text), root / f"{rank}_result.pkl")
+    return SimpleNamespace(job_id="77", num_tasks=2, task=task)
+
+
+@pytest.fixture
+def cancels(monkeypatch) -> list[str]:
+    calls = []
+    monkeypatch.setattr(follow, "cancel", calls.append)
+    return calls
+
+
+def test_a_rank_that_fails_after_a_scancel_is_not_the_cause(tmp_path, capsys, cancels):
+    """scancel killed rank 0 first; rank 1 lost its peer and wrote its error before it was killed too."""
+    job = fake_job(tmp_path, {0: CANCEL_LINE + "srun: error: node1: task 0: Killed\n"}, {1: PEER_LOST})
+    assert follow.follow(job, RunPaths(tmp_path), timeout_s=10, echo=lambda line: None) == 1
+    err = capsys.readouterr().err
+    assert "rank 0 on node1: Killed (srun)" in err
+    assert err.strip().endswith("job 77 ended without a result: cancelled at 2026-11-30T06:11:15")
+    assert "Gloo" not in err and cancels == ["77"]
+
+
+def test_a_rank_that_fails_on_its_own_shows_its_traceback(tmp_path, capsys, cancels):
+    job = fake_job(tmp_path, {0: "", 1: ""}, {1: PEER_LOST})
+    assert follow.follow(job, RunPaths(tmp_path), timeout_s=10, echo=lambda line: None) == 1
+    err = capsys.readouterr().err
+    assert "dali-launch: rank 1 of job 77 failed:" in err and "Gloo all-reduce failed" in err
+    assert "cancelled" not in err and cancels == ["77"]  # the others would wait for the dead rank
