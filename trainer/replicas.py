@@ -7,7 +7,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from dali_launch.trainer.input_pipeline import class_ids, shard_size
+from dali_launch.trainer.input_pipeline import class_ids
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -42,17 +42,17 @@ def fingerprints(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
 class SampleRecorder:
     """--record-samples: the fingerprints of the real (unpadded) training samples this process saw."""
 
-    def __init__(self, spec, sharding, data, epoch: int, first_call: int):
-        self.spec, self.sharding, self.data, self.epoch, self.prints = spec, sharding, data, epoch, []
+    def __init__(self, spec, data, epoch: int, first_call: int):
+        self.spec, self.data, self.epoch, self.prints = spec, data, epoch, []
         self.first_call = first_call
+        self.shard_sizes = data.sharding.shard_sizes(data.num_samples).reshape(-1)  # per pipeline, in local order
 
     def add(self, step: int, batch: dict) -> None:
         rows = self.data.reader_batch  # a device's rows are its readers' batches end to end
         per_reader = lambda x: x.reshape(-1, rows, *x.shape[2:])  # noqa: E731
         images = per_reader(_local_rows(batch["images"]))
         labels = class_ids(per_reader(_local_rows(batch["labels"])), batch_dims=2)
-        for k, shard_id in enumerate(self.sharding.shard_ids):
-            size = shard_size(self.data.num_samples, shard_id, self.sharding.num_shards)
+        for k, size in enumerate(self.shard_sizes):
             real = max(0, min(rows, size - step * rows))
             self.prints.append(fingerprints(images[k, :real], labels[k, :real]))
 

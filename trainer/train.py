@@ -102,7 +102,7 @@ class Loop:
     def epoch(self, state, epoch: int, resume: Resume | None):
         start, done = time.perf_counter(), resume.calls_done if resume else 0
         tally = self.data.put([resume.tally if resume else zero_tally()] * len(self.data.devices))
-        recorder = replicas.SampleRecorder(self.spec, self.sharding, self.data, epoch, done) \
+        recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) \
             if self.spec.train.record_samples else None
         data_wait, compile_s = 0.0, None
         with self.reporter.progress(epoch, self.data.steps, done) as advance:
