@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dali_launch.launcher import datasets
-from dali_launch.launcher.data_prepare import prepare
+from dali_launch.launcher.data_prepare import load_split, prepare, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths
 
 pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its two test files
@@ -25,6 +25,18 @@ def mnist_lmdb(tmp_path_factory) -> Path:
     """The embedded MNIST sample (8,000 train / 2,000 test) as the launcher prepares it."""
     out = tmp_path_factory.mktemp("mnist") / "lmdb"
     prepare(datasets.EMBEDDED_IDX, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_lmdb(tmp_path_factory) -> Path:
+    """800 training / 200 test digits of the embedded sample: 8 steps of 2 x 50 a epoch, for tests
+    that compare two programs' parameters, which rounding may part after many steps (FIELD-NOTES)."""
+    images, labels = load_split(datasets.EMBEDDED_IDX, "t10k")
+    out = tmp_path_factory.mktemp("small") / "lmdb"
+    for split, part in (("training", slice(0, 800)), ("testing", slice(800, 1000))):
+        (out / split).mkdir(parents=True)
+        write_lmdb(out / split, images[part], labels[part], quality=95)
     return out
 
 
@@ -68,6 +80,32 @@ def only_run(run_root: Path) -> RunPaths:
     runs = sorted(p for p in run_root.iterdir() if p.is_dir())
     assert len(runs) == 1, runs
     return RunPaths(runs[0])
+
+
+def final_params(paths: RunPaths) -> dict:
+    """The parameters of a run's newest checkpoint (one replica), as numpy arrays by path."""
+    import orbax.checkpoint as ocp
+    from flax.traverse_util import flatten_dict
+
+    manager = ocp.CheckpointManager(paths.checkpoints.absolute())
+    state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
+    return flatten_dict(state["params"], sep="/")
+
+
+# Two different XLA programs (pmap and sharded, K steps per call or 1, one process or several) run
+# the same SGD steps but may round their reductions differently on another CPU (XLA:CPU compiles for
+# the host's instruction set), so they are compared within this bound, after few steps: rounding
+# differences grow with every step of SGD with momentum. The same program stays bit-identical.
+PARAMS_RTOL, PARAMS_ATOL = 1e-4, 1e-5
+
+
+def assert_same_params(a: RunPaths, b: RunPaths) -> None:
+    import numpy as np
+
+    pa, pb = final_params(a), final_params(b)
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        np.testing.assert_allclose(pa[name], pb[name], rtol=PARAMS_RTOL, atol=PARAMS_ATOL, err_msg=name)
 
 
 def check_ok(proc: subprocess.CompletedProcess) -> None:

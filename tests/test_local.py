@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import check_ok, dali_launch, only_run, rank_report, wait_for
+from conftest import assert_same_params, check_ok, dali_launch, only_run, rank_report, wait_for
 
 from dali_launch.trainer.config import DistributedConfig, TaskSpec
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
@@ -42,16 +42,18 @@ def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
     assert all(paths.log(r).read_text() for r in range(2))
 
 
-def test_sharded_mode_across_processes_matches_one_process(mnist_lmdb, tmp_path):
+def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path):
     """--parallel sharded over 2 processes × 1 CPU device: one jit program whose all-reduce crosses
-    processes (gloo) trains the parameters of pmap in one process with 2 devices."""
-    common = ["--data-dir", str(mnist_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--steps-per-call", "4"]
+    processes (gloo) trains the parameters of pmap in one process with 2 devices (within
+    conftest.PARAMS_*TOL: two programs), and keeps both processes' replicas bit-identical."""
+    common = ["--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--steps-per-call", "4"]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "one")))
     check_ok(dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
                          "--run-root", str(tmp_path / "two")))
-    (_, one), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
-    assert two["checksums"] == one["checksums"] and len(set(one["checksums"])) == 1
-    assert two["final"]["train_samples"] == 8000
+    (one_paths, one), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
+    assert len(two["checksums"]) == 2 and len(set(two["checksums"])) == 1
+    assert two["final"]["train_samples"] == 800
+    assert_same_params(one_paths, paths)
     # Where launch -> first step went, phase by phase, in order
     first = json.loads(paths.metrics.read_text().splitlines()[0])
     assert first["startup_since"] == "launch" and list(first["startup"]) == [
