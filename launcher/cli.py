@@ -43,7 +43,7 @@ def launch(values: dict, ctx: typer.Context):
         return
     from dali_launch.launcher import jobs
 
-    sys.exit(jobs.launch(build(RunConfig, values)))
+    sys.exit(jobs.resume_run(values, "launch") if values["resume"] else jobs.launch(build(RunConfig, values)))
 
 
 @app.command()
@@ -52,7 +52,7 @@ def train(values: dict):
     """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
     from dali_launch.launcher import jobs
 
-    sys.exit(jobs.train_here(build(RunConfig, values)))
+    sys.exit(jobs.resume_run(values, "train") if values["resume"] else jobs.train_here(build(RunConfig, values)))
 
 
 @app.command()
@@ -61,7 +61,7 @@ def ci(values: dict):
     """Cluster CI: submit the test suite and a one-epoch multi-node training run, wait, write JUnit XML."""
     from dali_launch.launcher.cluster_ci import run_ci
 
-    values = {**values, "epochs": values["epochs"] if values["epochs"] != TrainConfig.epochs else 1}
+    values = {**values, "epochs": values["epochs"] if "epochs" in values.given else 1}  # CI: one epoch by default
     sys.exit(run_ci(build(RunConfig, values), build(CiConfig, values)))
 
 
@@ -78,12 +78,12 @@ def config_show(values: dict):
 
 
 RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]
-JobArg = Annotated[str, typer.Argument(help="Job id, or the job's run directory.")]
+JobArg = Annotated[str, typer.Argument(help="A run directory (any mode), or a SLURM job id.")]
 
 
 @app.command()
 def status(job: JobArg, run_root: RunRoot = "runs"):
-    """Where a submitted job stands (squeue, else sacct, else its files)."""
+    """Where a run stands: a SLURM job (squeue, else sacct, else its files), or a local or `train` run."""
     from dali_launch.launcher import job_control
 
     typer.echo(job_control.status(job_control.find(job, run_root)))
@@ -94,7 +94,7 @@ def logs(job: JobArg, run_root: RunRoot = "runs",
          rank: Annotated[Optional[int], typer.Option(help="Only this rank's log, unprefixed.")] = None,
          follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
          follow_timeout_s: Annotated[int, typer.Option(help="Stop following after this long.")] = 86400):
-    """A job's logs: every rank, prefixed, or one rank."""
+    """A run's logs: every rank, prefixed, or one rank; --follow until it ends."""
     from dali_launch.launcher import job_control
 
     job_control.logs(job_control.find(job, run_root), rank, follow_timeout_s if follow else None, typer.echo)
@@ -102,7 +102,7 @@ def logs(job: JobArg, run_root: RunRoot = "runs",
 
 @app.command()
 def cancel(job: JobArg, run_root: RunRoot = "runs"):
-    """Cancel a submitted job (scancel)."""
+    """Stop a run: scancel a SLURM job; SIGTERM a local run's ranks (they checkpoint, then stop)."""
     from dali_launch.launcher import job_control
 
     typer.echo(job_control.cancel_job(job_control.find(job, run_root)))

@@ -12,7 +12,7 @@ class LaunchConfig:
     nodes: int = opt(1, "Nodes (hosts) for the job.")
     gpus_per_node: int | None = opt(
         None, "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
-        "Default: 1 for `train`, required for a job.")
+        "Default: `train` takes every GPU it sees (1 CPU device if none); a job (--local, SLURM) takes 1 per node.")
     tasks_per_node: int | None = opt(
         None, "Processes per node: 1 (one task sees all the node's GPUs) or --gpus-per-node (one task per GPU). "
         "Default 1.", aliases=("--processes",))
@@ -21,8 +21,10 @@ class LaunchConfig:
     name: str = opt("dali-launch", "Job name; also names the run directory.")
     local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.")
     dry_run: bool = opt(False, "Print what would run (batch script, rank map) and start nothing.")
-    resume: str | None = opt(None, "Continue the run in this run directory from its newest checkpoint, with "
-                             "its own configuration (other training flags are ignored).")
+    resume: str | None = opt(None, "Continue the run in this run directory from its newest checkpoint, in the mode it "
+                             "started in (train, --local, SLURM) and with its own configuration. Flags that change "
+                             "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
+                             "given; others that differ from the run's are refused.")
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,14 @@ class RunConfig:
         return self.launch.nodes * (self.launch.gpus_per_node or 1)
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 epoch`, `2 epochs`, `2 processes`: a count with its noun, plural when it is not one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
 def device_phrase(run: RunConfig) -> str:
-    return f"{run.num_devices} devices ({run.launch.nodes} nodes × {run.launch.gpus_per_node or 1} GPUs)"
+    return (f"{counted(run.num_devices, 'device')} ({counted(run.launch.nodes, 'node')} × "
+            f"{counted(run.launch.gpus_per_node or 1, 'GPU')})")
 
 
 def validate(run: RunConfig) -> None:
@@ -153,7 +161,7 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     """
     from dataclasses import replace
 
-    from dali_launch.launcher.datasets import cache_root
+    from dali_launch.trainer.cache import cache_root
 
     # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
     distributed = replace(run.distributed, backend=backend, num_processes=run.num_processes,

@@ -42,7 +42,7 @@ def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Para
 
 
 def config_options(*groups: tuple[str, tuple[type, ...]]):
-    """Decorates `command(values: dict, **own)`: adds one flag per field of each group's classes."""
+    """Decorates `command(values: Values, **own)`: adds one flag per field of each group's classes."""
     def wrap(command):
         hints = typing.get_type_hints(command, include_extras=True)  # resolve `from __future__` strings
         own = [p.replace(annotation=hints.get(p.name, p.annotation))
@@ -57,13 +57,15 @@ def config_options(*groups: tuple[str, tuple[type, ...]]):
         def wrapper(**kwargs):
             ctx = kwargs[own_context] if own_context else kwargs.pop(_CONTEXT.name)
             path = kwargs.pop(_CONFIG.name)
-            values = {k: _plain(kwargs.pop(k)) for k in list(kwargs) if k in names}
+            values = Values({k: _plain(kwargs.pop(k)) for k in list(kwargs) if k in names})
+            # Typer vendors click (typer._click): compare ParameterSource by name, not by class.
+            values.given = {k for k in values if ctx.get_parameter_source(k).name != "DEFAULT"}
             if path is not None:
                 from dali_launch.launcher import config_file
 
-                # Typer vendors click (typer._click): compare ParameterSource by name, not by class.
-                values |= {k: v for k, v in config_file.load(path, classes).items()
-                           if k in values and ctx.get_parameter_source(k).name == "DEFAULT"}
+                from_file = {k: v for k, v in config_file.load(path, classes).items() if k in values}
+                values |= {k: v for k, v in from_file.items() if k not in values.given}
+                values.given |= set(from_file)
             return command(values, **kwargs)
 
         wrapper.__signature__ = inspect.Signature(own + [_CONFIG] + generated + ([] if own_context else [_CONTEXT]))
@@ -76,6 +78,11 @@ _CONFIG = inspect.Parameter("config_file", inspect.Parameter.KEYWORD_ONLY, defau
         "Settings from a TOML file: tables [launch] [slurm] [data] [train] [distributed] ..., keys named like "
         "the flags (batch_size = 64). Flags given here override it; `dali-launch config show` prints the result."))])
 _CONTEXT = inspect.Parameter("click_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+
+
+class Values(dict):
+    """Field name -> value, and `given`: the names set by a flag or the --config file (not defaults)."""
+    given: set[str] = frozenset()
 
 
 def _plain(value):

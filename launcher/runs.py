@@ -60,20 +60,12 @@ def create(run: RunConfig, data_dir: Path, backend: str) -> RunPaths:
     return paths
 
 
-def reopen(run: RunConfig, backend: str) -> RunPaths:
-    """--resume RUN_DIR: the existing run directory, if this launch can continue it as it was."""
-    from dali_launch.trainer.config import TaskSpec
-
-    paths = RunPaths(Path(run.launch.resume).absolute())
-    if not paths.config.is_file():
-        raise UsageError(f"--resume {paths.root} is not a run directory (no config.json); pass one under "
-                         f"--run-root that an earlier dali-launch wrote")
-    spec = TaskSpec.load(paths.root)
-    if spec.distributed.backend != backend:
-        how = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}
-        raise UsageError(f"--resume {paths.root} was started by `{how[spec.distributed.backend]}`; "
-                         f"resume it the same way: {how[spec.distributed.backend]} --resume {paths.root}")
-    if spec.distributed.num_processes != run.num_processes and backend != "none":
-        raise UsageError(f"--resume {paths.root} ran {spec.distributed.num_processes} processes, these flags plan "
-                         f"{run.num_processes}; give the run's own --nodes, --gpus-per-node and --tasks-per-node")
+def reopen(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPaths:
+    """--resume RUN_DIR (launcher/resume.py made `run` from it): the run directory, its spec rewritten
+    when this resumption changes some of it (more epochs, other timeouts)."""
+    paths = RunPaths(Path(run.launch.resume))
+    if changed:
+        write_atomic(paths.config, task_spec(run, str(paths.root), str(data_dir), backend).to_json())
+        write_atomic(paths.config_toml, config_file.dumps(dataclasses.replace(run, launch=dataclasses.replace(
+            run.launch, resume=None, dry_run=False))))
     return paths

@@ -14,7 +14,6 @@ from pathlib import Path
 from dali_launch.launcher import datasets, plan, runs
 from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.jobs import check_common
-from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import write_atomic
 
@@ -171,10 +170,8 @@ def check_all(run: RunConfig) -> Path:
     check_common(run)
     validate_slurm(run)
     check_cluster(run)
-    if run.launch.resume:  # the run continues with its own data, not the flags'
-        data = TaskSpec.load(runs.reopen(run, "slurm").root).data
-        return datasets.resolve(data.data_dir, data.pipeline, data.num_classes)
-    runs.check_root(run.launch.run_root)
+    if not run.launch.resume:
+        runs.check_root(run.launch.run_root)
     return datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
 
 
@@ -182,13 +179,13 @@ def _gpu_count(gres: str) -> int:
     return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,()]+)?:(\d+)", gres))
 
 
-def launch(run: RunConfig) -> int:
+def launch(run: RunConfig, changed: bool = False) -> int:
     data_dir = check_all(run)
     if run.launch.dry_run:
         print(plan.describe(run))
         print(batch_script(make_executor(run, Path(run.launch.run_root).absolute() / "RUN_DIR" / "submitit")))
         return 0
-    job, paths = submit(run, data_dir)
+    job, paths = submit(run, data_dir, changed)
     print(f"submitted job {job.job_id}; run directory: {paths.root}", flush=True)
     if run.slurm.detach:
         return 0
@@ -202,10 +199,10 @@ def follow_timeout_s(run: RunConfig) -> int:
     return run.slurm.time_min * 60 + 300
 
 
-def submit(run: RunConfig, data_dir: Path):
+def submit(run: RunConfig, data_dir: Path, changed: bool = False):
     """Writes the run directory (or reopens it, --resume) and submits its tasks; a refused new
     submission leaves no directory."""
-    paths = runs.reopen(run, "slurm") if run.launch.resume else runs.create(run, data_dir, "slurm")
+    paths = runs.reopen(run, data_dir, "slurm", changed) if run.launch.resume else runs.create(run, data_dir, "slurm")
     from dali_launch.trainer.task import run_task
 
     try:
