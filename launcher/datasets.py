@@ -6,14 +6,11 @@ from pathlib import Path
 
 from dali_launch.launcher import data_prepare
 from dali_launch.launcher.images import image_size
+from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.errors import UsageError
 
 EMBEDDED_IDX = Path(__file__).parent / "data"  # the real MNIST test set (10,000 digits), shipped with us
 SPLITS = ("training", "testing")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("DALI_LAUNCH_CACHE", Path.home() / ".cache" / "dali-launch"))
 
 
 def embedded_lmdb() -> Path:

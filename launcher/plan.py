@@ -4,7 +4,7 @@ The trainer computes the same shard ids from what JAX reports; tests hold the tw
 """
 from __future__ import annotations
 
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.config import RunConfig, counted
 
 
 def rank_map(run: RunConfig) -> list[dict]:
@@ -19,8 +19,8 @@ def rank_map(run: RunConfig) -> list[dict]:
 
 
 def describe(run: RunConfig) -> str:
-    lines = [f"{run.num_processes} processes on {run.launch.nodes} nodes, {run.devices_per_process} devices each, "
-             f"{run.num_devices} DALI shards"]
+    lines = [f"{counted(run.num_processes, 'process')} on {counted(run.launch.nodes, 'node')}, "
+             f"{counted(run.devices_per_process, 'device')} each, {counted(run.num_devices, 'DALI shard')}"]
     for r in rank_map(run):
         lines.append(f"  process {r['process_id']}: node {r['node']} task {r['local_rank']} "
                      f"devices {r['local_devices']} DALI shards {r['dali_shard_ids']}")

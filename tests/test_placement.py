@@ -79,16 +79,37 @@ def _decode(path: Path, codecs: str, env: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_cpu_codecs_decode_the_same_pixels(mnist_lmdb):
+def test_cpu_codecs_decode_the_same_pixels(mnist_lmdb, tmp_path):
     """nvImageCodec limited to its CPU codecs decodes exactly what the full set decodes; the folder of
-    links is the process's own and goes with it."""
-    full, cpu = _decode(mnist_lmdb / "testing", "all"), _decode(mnist_lmdb / "testing", "cpu-codecs")
-    assert full["codecs"] is None and cpu["codecs"]
+    links is made once in the cache and shared, never in the temporary folder."""
+    env = {"DALI_LAUNCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    full = _decode(mnist_lmdb / "testing", "all", env)
+    cpu, again = (_decode(mnist_lmdb / "testing", "cpu-codecs", env) for _ in range(2))
+    assert full["codecs"] is None and cpu["codecs"] == again["codecs"]
+    assert Path(cpu["codecs"]).is_relative_to(tmp_path / "cache") and Path(cpu["codecs"]).is_dir()
     assert (full["sum"], full["labels"]) == (cpu["sum"], cpu["labels"])
-    assert not Path(cpu["codecs"]).exists()
+    assert not any((tmp_path / "tmp").iterdir())
 
 
-def test_cpu_codecs_folder_holds_no_gpu_codec(monkeypatch):
+def test_a_killed_process_leaves_no_codecs_folder(tmp_path):
+    """kill -9 right after the codecs are set up: nothing is left in the temporary folder."""
+    env = {**os.environ, "DALI_LAUNCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    code = "from dali_launch.trainer import placement; placement.use_cpu_codecs_only(); print('ready', flush=True); " \
+           "import time; time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert not any((tmp_path / "tmp").iterdir())
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["nvimgcodec-cpu"]
+
+
+def test_cpu_codecs_folder_holds_no_gpu_codec(monkeypatch, tmp_path):
+    monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path))
     source = placement._codecs_folder()
     assert source is not None, "the nvidia-nvimgcodec wheel DALI depends on has a codec folder"
     monkeypatch.setenv(placement.CODECS_PATH, "")  # recorded, so the test's own value is undone after it

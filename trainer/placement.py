@@ -12,7 +12,7 @@ brings its GPU codecs:
 """
 from __future__ import annotations
 
-import atexit
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from dali_launch.trainer import entry_points
+from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
 
 CODECS_PATH = "NVIMGCODEC_EXTENSIONS_PATH"  # nvImageCodec's own setting: the folder it loads codecs from
@@ -47,16 +48,32 @@ def cuda_graphs(setting: str, dali_gpu: bool) -> bool:
 
 def use_cpu_codecs_only() -> None:
     """Points nvImageCodec at a folder of links to its CPU codecs alone, for pipelines that never use the
-    GPU; a folder of its own for this process, removed at exit. A CODECS_PATH already set is kept."""
+    GPU. One folder per codec set in the user's cache, made once and shared by every process: a rank
+    that is killed leaves nothing behind. A CODECS_PATH already set is kept."""
     source = _codecs_folder()
     if CODECS_PATH in os.environ or source is None:
         return
-    folder = Path(tempfile.mkdtemp(prefix="dali-launch-codecs-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    for codec in source.iterdir():
-        if codec.name.split(".so")[0] not in GPU_CODECS:
-            (folder / codec.name).symlink_to(codec)
+    codecs = sorted(c for c in source.iterdir() if c.name.split(".so")[0] not in GPU_CODECS)
+    key = hashlib.sha256("\n".join(str(c) for c in codecs).encode()).hexdigest()[:16]
+    folder = cache_root() / "nvimgcodec-cpu" / key
+    if not folder.is_dir():
+        _make_links(folder, codecs)
     os.environ[CODECS_PATH] = str(folder)
+
+
+def _make_links(folder: Path, codecs: list[Path]) -> None:
+    """The folder of links, made beside its place and renamed into it: readers never see half of it."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        for codec in codecs:
+            (tmp / codec.name).symlink_to(codec)
+        tmp.rename(folder)
+    except OSError:
+        if not folder.is_dir():  # not another process's folder that won the race
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _codecs_folder() -> Path | None:
