@@ -71,9 +71,7 @@ def _changes(values: Values, recorded: dict, root: Path) -> dict:
     changes = {}
     for name in sorted(values.given):
         value, before = values[name], recorded.get(name)
-        if name in PATHS and value is not None and before is not None:
-            value, before = str(Path(value).absolute()), str(Path(before).absolute())
-        if value == before or name in ("resume", "dry_run"):
+        if value == before or name in ("resume", "dry_run") or name in PATHS and _same_path(value, before):
             continue
         if name not in MAY_CHANGE:
             flag = "--" + name.replace("_", "-")
@@ -81,3 +79,7 @@ def _changes(values: Values, recorded: dict, root: Path) -> dict:
                              f"another run; leave {flag} out to continue it, or start a new run")
         changes[name] = value
     return changes
+
+
+def _same_path(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and Path(a).resolve() == Path(b).resolve()

@@ -94,3 +94,23 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
                           capture_output=True, text=True, timeout=90)
     assert proc.returncode != 0 and time.monotonic() - start < 60
     assert "not all 2 processes reached the coordinator at 127.0.0.1:29517 within 5 s" in proc.stderr
+
+
+def test_a_local_run_resumes_from_its_directory_and_reports_itself(small_lmdb, tmp_path):
+    """`dali-launch --resume RUN` of a local run needs no other flag and runs locally again; status and
+    logs read a local run from its directory."""
+    check_ok(dali_launch("--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "1", "--data-dir",
+                         str(small_lmdb), "--init-timeout-s", "60", "--run-root", str(tmp_path)))
+    paths = only_run(tmp_path)
+    resumed = dali_launch("--resume", str(paths.root), "--epochs", "2")
+    check_ok(resumed)
+    assert f"resuming {paths.root} (started by `dali-launch --local`); changed: --epochs 2" in resumed.stdout
+    assert "[rank 1]" in resumed.stdout and "after 2 epochs; 2 replicas identical" in resumed.stdout
+    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
+    status = dali_launch("status", str(paths.root))
+    check_ok(status)
+    assert status.stdout.startswith(f"run {paths.root.name}: COMPLETED; epoch 1 test accuracy")
+    logs = dali_launch("logs", str(paths.root), "--follow")
+    check_ok(logs)
+    assert "\n[rank 1] " in logs.stdout and "[rank 0] epoch 1:" in logs.stdout
+
