@@ -126,7 +126,6 @@ def summarize(result: dict, paths: RunPaths) -> None:
     final = result["final"]
     same = len(set(result["checksums"])) == 1
     replicas = len(result["checksums"])
-    agree = ("the replica" if replicas == 1 else f"{replicas} replicas identical") if same else \
-        f"{replicas} replicas DIFFER"
+    agree = "" if replicas == 1 else f"{replicas} replicas {'identical' if same else 'DIFFER'}; "
     echo(f"done: test accuracy {final['test_accuracy']:.4f} after {counted(final['epoch'] + 1, 'epoch')}; "
-         f"{agree}; metrics in {paths.metrics}")
+         f"{agree}metrics in {paths.metrics}")
