@@ -60,10 +60,17 @@ def _sbatch_pair(arg: str) -> tuple[str, str]:
     return key, value
 
 
-def make_executor(run: RunConfig, folder: Path):
+def make_executor(run: RunConfig, folder: Path, preview: bool = False):
+    """submitit's SlurmExecutor for this run; `preview` renders the batch script on a machine without
+    SLURM's commands (a dry run from a laptop), where submitit itself refuses to start."""
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=0)
+    class Preview(submitit.SlurmExecutor):
+        @classmethod
+        def affinity(cls) -> int:  # submitit's check that `srun` exists
+            return 1
+
+    executor = (Preview if preview else submitit.SlurmExecutor)(folder=folder / "%j", max_num_timeout=0)
     executor.update_parameters(**executor_parameters(run))
     return executor
 
@@ -183,7 +190,8 @@ def launch(run: RunConfig, changed: bool = False) -> int:
     data_dir = check_all(run)
     if run.launch.dry_run:
         print(plan.describe(run))
-        print(batch_script(make_executor(run, Path(run.launch.run_root).absolute() / "RUN_DIR" / "submitit")))
+        folder = Path(run.launch.resume or Path(run.launch.run_root).absolute() / "RUN_DIR") / "submitit"
+        print(batch_script(make_executor(run, folder, preview=True)))
         return 0
     job, paths = submit(run, data_dir, changed)
     print(f"submitted job {job.job_id}; run directory: {paths.root}", flush=True)
