@@ -50,6 +50,21 @@ def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10
     return path.resolve()
 
 
+def check_reopened(run_dir: Path) -> Path:
+    """--resume RUN_DIR: the data the run started with, checked as a new run's (its config.json names it).
+
+    A deleted or changed data set would otherwise fail inside DALI with a long traceback. The
+    embedded sample is made again if its cache was cleared: it is the same data every time."""
+    from dali_launch.trainer.config import TaskSpec
+
+    data = TaskSpec.load(run_dir).data
+    path = Path(data.data_dir)
+    if path == (cache_root() / "mnist-t10k").resolve():
+        embedded_lmdb()
+    check(path, f"--resume {run_dir}: its data_dir", data.pipeline, data.num_classes)
+    return path
+
+
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:
     if not path.exists():
         how = " --format folders" if pipeline == "folders" else ""

@@ -29,6 +29,7 @@ def _prepare(run: RunConfig, backend: str):
     check_common(run)
     if run.launch.resume:
         paths = runs.reopen(run, backend)
+        datasets.check_reopened(paths.root)
         echo(f"resuming run directory: {paths.root}")
         return paths
     runs.check_root(run.launch.run_root)

@@ -15,7 +15,8 @@ from catalogue import (ERROR, a_file, class_folders, dataset, empty_folder, enco
                        label_record, not_lmdb, one_bad, raw_pixels, run_entry, snapshot, truncated)
 from conftest import REPO
 
-from dali_launch.launcher import data_prepare, datasets
+from dali_launch.launcher import data_prepare, datasets, runs
+from dali_launch.launcher.config import LaunchConfig, RunConfig
 
 DATA = [
     pytest.param(["--data-dir", "{tmp}/nope"], "--data-dir {tmp}/nope does not exist; make it with "
@@ -147,3 +148,17 @@ def test_png_records_are_fine(tmp_path):
         pipe.build()
         (images,) = pipe.run()
         assert images.as_tensor().shape() == [4, 28, 28, 1]
+
+
+@pytest.mark.parametrize("command", [["train"], ["--local"]], ids=["train", "local"])
+def test_resume_of_a_run_whose_data_is_gone(capsys, place, nothing_starts, command):
+    """--resume checks the data the run's config.json names, as a new run's: deleted, it was a DALI traceback."""
+    folder, _ = place
+    (folder / "kept").mkdir()
+    data = dataset(folder / "kept")["data"]
+    backend = "none" if command == ["train"] else "local"
+    run = RunConfig(launch=LaunchConfig(run_root=str(folder / "old-runs"), gpus_per_node=1))
+    run_dir = runs.create(run, data, backend).root
+    shutil.rmtree(data)
+    run_entry(capsys, folder, [*command, "--resume", str(run_dir)], f"--resume {run_dir}: its data_dir {data} does "
+              f"not exist; make it with `dali-launch data prepare --from IDX_DIR --to {data}`")
