@@ -20,7 +20,7 @@ def check_common(run: RunConfig) -> None:
     """The checks every launch mode runs first; they write nothing."""
     validate(run)
     flavours.check()  # before any device is taken or job queued; the task checks again
-    entry_points.check("model", run.train.model)
+    entry_points.check("model", run.train.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
 
 

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from catalogue import run_entry
 from conftest import check_ok, dali_launch, only_run
 
 from dali_launch.launcher import data_prepare, datasets
@@ -33,6 +34,22 @@ class TinyConv(nn.Module):
 
 def build(num_classes):
     return TinyConv(num_classes=num_classes)
+
+
+def wide(num_classes):
+    return TinyConv(num_classes=num_classes + 2)
+
+
+def not_a_module(num_classes):
+    return lambda x: x
+
+
+def fixed():
+    return TinyConv(num_classes=10)
+
+
+def broken(num_classes):
+    raise ValueError("no such width")
 '''
 
 PIPE = '''
@@ -50,6 +67,15 @@ def make(args):
 def no_shards(args):
     jpegs, labels = fn.readers.caffe2(path=args.path)
     return fn.decoders.image(jpegs, device="cpu"), labels
+
+
+def two_args(args, extra):
+    return make(args)
+
+
+def one_hot_wide(args):
+    images, labels = make(args)
+    return images, fn.one_hot(labels, num_classes=args.num_classes + 2)
 '''
 
 
@@ -103,6 +129,25 @@ def test_bad_entry_points_fail_before_anything_is_written(capsys, monkeypatch, u
     err = capsys.readouterr().err
     assert err.startswith("dali-launch: error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--model", "mypkg.models:not_a_module", "--model mypkg.models:not_a_module returned a function, not a "
+     "flax.linen.Module; the factory must return the module itself"),
+    ("--model", "mypkg.models:fixed", "--model mypkg.models:fixed cannot be called as factory(num_classes=N) (got an "
+     "unexpected keyword argument 'num_classes'); see the contract in the README"),
+    ("--model", "mypkg.models:broken", "--model mypkg.models:broken: factory(num_classes=10) raised ValueError: no "
+     "such width; fix the factory"),
+    ("--pipeline", "mypkg.pipe:two_args", "--pipeline mypkg.pipe:two_args cannot be called as function(args) "
+     "(missing a required argument: 'extra'); see the contract in the README"),
+])
+def test_broken_contracts_are_refused_before_anything_is_written(capsys, monkeypatch, nothing_starts, user_package,
+                                                                 mnist_lmdb, tmp_path, flag, value, message):
+    """Checked by the launcher (entry_points.check); they used to pass it and fail in the task, after the
+    run directory was written."""
+    monkeypatch.syspath_prepend(str(user_package))
+    run_entry(capsys, tmp_path, ["train", flag, value, "--data-dir", str(mnist_lmdb), "--run-root",
+                                 str(tmp_path / "runs")], message)
 
 
 @pytest.mark.slow

@@ -110,7 +110,12 @@ class ResNet18(nn.Module):
 
 def create_model(name: str, num_classes: int) -> nn.Module:
     """`--model NAME`: a built-in name or package.module:factory (see entry_points)."""
-    model = entry_points.load("model", name)(num_classes=num_classes)
+    factory = entry_points.load("model", name)
+    try:
+        model = factory(num_classes=num_classes)
+    except Exception as e:  # the user's code: say where, not a traceback
+        raise UsageError(f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; "
+                         f"fix the factory") from None
     if not isinstance(model, nn.Module):
         raise UsageError(f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
                          f"the factory must return the module itself")
