@@ -54,7 +54,8 @@ def check(kind: str, name: str, num_classes: int = 10) -> None:
         return
     load(kind, name)
     if kind == "model":
-        from dali_launch.trainer.models import create_model  # flax: the user's module has imported it already
+        # Imports flax, which the user's module has imported already.
+        from dali_launch.trainer.models import create_model
 
         create_model(name, num_classes)
 
