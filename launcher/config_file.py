@@ -54,6 +54,10 @@ def load(path: str, classes=()) -> dict:
         raise UsageError(f"{where} cannot be read ({e.strerror}); give an existing TOML file") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{where} is not valid TOML ({e}); fix that line") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8 only; tomllib decodes before it parses
+        line = e.object[:e.start].count(b"\n") + 1
+        raise UsageError(f"{where} is not UTF-8 text (byte 0x{e.object[e.start]:02x} in line {line}); "
+                         f"save it as UTF-8") from None
     known, values = settings(classes), {}
     types = {table: type_of(table, classes) for table in known}
     for table, content in data.items():

@@ -89,7 +89,8 @@ def caffe2_record(jpeg: bytes, label: int) -> bytes:
     """TensorProtos{protos: [image STRING tensor, label INT32 tensor]}, serialised by hand:
     two tiny messages do not justify a protobuf dependency and generated code."""
     image = _enum(2, _STRING) + _field(6, jpeg)  # data_type, string_data
-    label_t = _field(1, _varint(1)) + _enum(2, _INT32) + _field(4, _varint(label))  # dims, type, int32_data
+    # A negative int32 is a 10-byte varint of its 64-bit two's complement, as protobuf writes it.
+    label_t = _field(1, _varint(1)) + _enum(2, _INT32) + _field(4, _varint(label % (1 << 64)))  # dims, type, int32_data
     return _field(1, image) + _field(1, label_t)
 
 
@@ -129,10 +130,10 @@ def _fields_of(buf: bytes) -> list[tuple[int, int | bytes]]:
 IMAGE_MAGIC = (b"\xff\xd8", b"\x89PNG", b"BM", b"II*\x00", b"MM\x00*", b"RIFF", b"GIF8")
 
 
-def check_caffe2_record(record: bytes) -> bytes | None:
+def check_caffe2_record(record: bytes) -> tuple[bytes | None, int | float]:
     """Raises ValueError unless `record` holds an encoded image (or raw bytes) and a label DALI can read.
 
-    Returns the encoded image, or None for raw pixels."""
+    Returns the encoded image (None for raw pixels) and the label."""
     protos = [v for n, v in _fields_of(record) if n == 1]
     if len(protos) < 2:
         raise ValueError(f"{len(protos)} tensors, expected an image and a label")
@@ -143,9 +144,35 @@ def check_caffe2_record(record: bytes) -> bytes | None:
             raise ValueError("the image is not an encoded image (JPEG, PNG, BMP, TIFF, WebP, GIF)")
     elif image.get(2, 1) != 3 or not image.get(5):  # BYTE: raw pixels
         raise ValueError("the first tensor is neither an encoded image (STRING) nor raw pixels (BYTE)")
-    if dict(_fields_of(protos[1])).get(2, 1) not in (1, _INT32):
+    labels = _label_values(_fields_of(protos[1]))
+    if len(labels) != 1:  # DALI's reader enforces one value (a C++ assertion, mid-training)
+        shown = ", ".join(f"{v:g}" for v in labels[:3]) + (", ..." if len(labels) > 3 else "")
+        raise ValueError(f"its label holds {len(labels)} values ({shown}); the reader takes one class id per record")
+    return (image.get(6, b"") if image.get(2, 1) == _STRING else None), labels[0]
+
+
+def _label_values(fields: list) -> list[int | float]:
+    """The values of a label tensor as DALI reads them: int32_data (4) for INT32, float_data (3) for
+    FLOAT (protobuf's default type), packed or not."""
+    kind = dict(fields).get(2, 1)
+    if kind not in (1, _INT32):
         raise ValueError("the label tensor is neither INT32 nor FLOAT")
-    return image.get(6, b"") if image.get(2, 1) == _STRING else None
+    values = []
+    for number, value in fields:
+        if kind == _INT32 and number == 4:
+            values += _varints(value) if isinstance(value, bytes) else [value]
+        elif kind == 1 and number == 3 and isinstance(value, bytes) and len(value) % 4 == 0:
+            values += np.frombuffer(value, "<f4").tolist()
+    # int32 varints carry negatives as 64-bit two's complement
+    return [v - (1 << 64) if isinstance(v, int) and v >= 1 << 63 else v for v in values]
+
+
+def _varints(buf: bytes) -> list[int]:
+    out, i = [], 0
+    while i < len(buf):
+        value, i = _read_varint(buf, i)
+        out.append(value)
+    return out
 
 
 def encode_jpeg(image: np.ndarray, quality: int) -> bytes:

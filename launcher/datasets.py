@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher import data_prepare
@@ -46,6 +47,21 @@ def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10
     return path.resolve()
 
 
+def check_reopened(run_dir: Path) -> Path:
+    """--resume RUN_DIR: the data the run started with, checked as a new run's (its config.json names it).
+
+    A deleted or changed data set would otherwise fail inside DALI with a long traceback. The
+    embedded sample is made again if its cache was cleared: it is the same data every time."""
+    from dali_launch.trainer.config import TaskSpec
+
+    data = TaskSpec.load(run_dir).data
+    path = Path(data.data_dir)
+    if path == (cache_root() / "mnist-t10k").resolve():
+        embedded_lmdb()
+    check(path, f"--resume {run_dir}: its data_dir", data.pipeline, data.num_classes)
+    return path
+
+
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:
     if not path.exists():
         how = " --format folders" if pipeline == "folders" else ""
@@ -64,10 +80,24 @@ def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 1
         check_folders(path, num_classes)
     if pipeline != "mnist":  # a pipeline of the user's own reads a format of its own
         return
-    sizes = {split: scan_lmdb(path / split, origin)[1] for split in SPLITS}
-    if sizes["training"] != sizes["testing"]:
-        raise UsageError(f"{path / 'testing'} holds {_hw(sizes['testing'])} images but {path / 'training'} "
-                         f"{_hw(sizes['training'])}; the model takes one image size, so re-create one of them")
+    scans = {split: scan_lmdb(path / split, origin) for split in SPLITS}
+    if scans["training"].size != scans["testing"].size:
+        raise UsageError(f"{path / 'testing'} holds {_hw(scans['testing'].size)} images but {path / 'training'} "
+                         f"{_hw(scans['training'].size)}; the model takes one image size, so re-create one of them")
+    check_labels(path, scans, num_classes)
+
+
+def check_labels(path: Path, scans: dict[str, LmdbScan], num_classes: int) -> None:
+    """Every label a class id the model has: out of range, one_hot gives a zero row and training
+    learns nothing from that sample, yet ends with exit 0 (DALI, JAX and optax all accept it)."""
+    low, low_key, low_split = min(scan.lowest + (split,) for split, scan in scans.items())
+    high, high_key, high_split = max(scan.highest + (split,) for split, scan in scans.items())
+    if low < 0:
+        raise UsageError(f"record {low_key} of {path / low_split} has label {low}; labels are class ids from 0, "
+                         f"so re-create the data set with `dali-launch data prepare`")
+    if high >= num_classes:
+        raise UsageError(f"--num-classes {num_classes} but record {high_key} of {path / high_split} has label "
+                         f"{high}; use --num-classes {high + 1} or more")
 
 
 def check_folders(path: Path, num_classes: int) -> None:
@@ -90,11 +120,22 @@ def check_folders(path: Path, num_classes: int) -> None:
 
 def check_lmdb(path: Path, origin: str) -> int:
     """Opens the LMDB read-only and checks every record; returns the number of records."""
-    return scan_lmdb(path, origin)[0]
+    return scan_lmdb(path, origin).count
 
 
-def scan_lmdb(path: Path, origin: str) -> tuple[int, tuple[int, int]]:
-    """Checks every record as DALI will read it; returns the record count and the one image size (h, w)."""
+@dataclass(frozen=True)
+class LmdbScan:
+    count: int
+    size: tuple[int, int]  # the one image size (h, w)
+    lowest: tuple[int, str]  # the smallest label and the key of a record holding it
+    highest: tuple[int, str]
+
+
+def scan_lmdb(path: Path, origin: str) -> LmdbScan:
+    """Checks every record as DALI will read it; returns what the data set's checks compare.
+
+    Every label too: the records are read anyway, and reading labels added ~0.08 s to the ~0.7 s this
+    check takes on Fashion-MNIST's 70,000 records (2 cores, page cache warm)."""
     import lmdb
 
     if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
@@ -112,23 +153,31 @@ def scan_lmdb(path: Path, origin: str) -> tuple[int, tuple[int, int]]:
         if have < need:
             raise UsageError(f"{path / 'data.mdb'} is truncated ({have:,} of {need:,} bytes); copy it again "
                              f"or re-create it with `dali-launch data prepare`")
-        count, size = 0, None
+        count, size, lowest, highest = 0, None, None, None
         with env.begin() as txn:
             for key, value in txn.cursor():
-                size = _check_record(key.decode(errors="replace"), value, path, size)
+                name = key.decode(errors="replace")
+                size, label = _check_record(name, value, path, size)
+                if lowest is None or label < lowest[0]:
+                    lowest = (label, name)
+                if highest is None or label > highest[0]:
+                    highest = (label, name)
                 count += 1
     if count == 0:
         raise UsageError(f"{path} holds no records; point {origin} at a non-empty data set")
-    return count, size
+    return LmdbScan(count, size, lowest, highest)
 
 
-def _check_record(key: str, value: bytes, path: Path, size: tuple[int, int] | None) -> tuple[int, int]:
-    """One record as DALI's Caffe2 reader and image decoder will take it; returns its image size."""
+def _check_record(key: str, value: bytes, path: Path,
+                  size: tuple[int, int] | None) -> tuple[tuple[int, int], int]:
+    """One record as DALI's Caffe2 reader and image decoder will take it; returns its image size and label."""
     fix = "re-create the data set with `dali-launch data prepare`"
     try:
-        image = data_prepare.check_caffe2_record(value)
+        image, label = data_prepare.check_caffe2_record(value)
     except ValueError as e:
         raise UsageError(f"record {key} of {path} is corrupt ({e}); {fix}") from None
+    if isinstance(label, float) and not label.is_integer():
+        raise UsageError(f"record {key} of {path} has label {label:g}, not a class id; {fix}")
     if image is None:
         raise UsageError(f"record {key} of {path} holds raw pixels, but the pipeline decodes encoded images; {fix}")
     try:
@@ -138,7 +187,7 @@ def _check_record(key: str, value: bytes, path: Path, size: tuple[int, int] | No
     if size is not None and this != size:
         raise UsageError(f"record {key} of {path} is a {_hw(this)} image but the records before it are "
                          f"{_hw(size)}; the model takes one image size, so resize them")
-    return this
+    return this, int(label)
 
 
 def _hw(size: tuple[int, int]) -> str:

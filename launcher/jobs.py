@@ -23,7 +23,7 @@ def check_common(run: RunConfig) -> None:
     """The checks every launch mode runs first; they write nothing."""
     validate(run)
     flavours.check()  # before any device is taken or job queued; the task checks again
-    entry_points.check("model", run.train.model)
+    entry_points.check("model", run.train.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
 
 
@@ -33,7 +33,7 @@ def _prepare(run: RunConfig, backend: str, changed: bool = False):
     check_common(run)
     if not run.launch.resume:
         runs.check_root(run.launch.run_root)
-    data_dir = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+    data_dir = data_of(run)
     if run.launch.dry_run:
         echo(plan.describe(run))
         echo(task_spec(run, run.launch.resume or "RUN_DIR", str(data_dir), backend).to_json())
@@ -43,6 +43,13 @@ def _prepare(run: RunConfig, backend: str, changed: bool = False):
     paths = runs.create(run, data_dir, backend)
     echo(f"run directory: {paths.root}")
     return paths
+
+
+def data_of(run: RunConfig) -> Path:
+    """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming."""
+    if run.launch.resume:
+        return datasets.check_reopened(Path(run.launch.resume))
+    return datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
 
 
 def resume_run(values: Values, entry: str) -> int:

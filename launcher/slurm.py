@@ -11,9 +11,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from dali_launch.launcher import datasets, plan, runs
+from dali_launch.launcher import plan, runs
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.jobs import check_common
+from dali_launch.launcher.jobs import check_common, data_of
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import write_atomic
 
@@ -179,7 +179,7 @@ def check_all(run: RunConfig) -> Path:
     check_cluster(run)
     if not run.launch.resume:
         runs.check_root(run.launch.run_root)
-    return datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+    return data_of(run)
 
 
 def _gpu_count(gres: str) -> int:

@@ -83,6 +83,28 @@ def raw_pixels() -> bytes:
     return data_prepare._field(1, raw) + data_prepare._field(1, label)
 
 
+def label_record(*values: float, kind: int = data_prepare._INT32) -> bytes:
+    """A record with a good image and a label tensor holding `values` (INT32 or FLOAT, packed)."""
+    image = data_prepare._enum(2, data_prepare._STRING) + data_prepare._field(6, encoded_image())
+    if kind == data_prepare._INT32:
+        data = data_prepare._field(4, b"".join(data_prepare._varint(int(v) % (1 << 64)) for v in values))
+    else:
+        data = data_prepare._field(3, np.array(values, "<f4").tobytes())
+    label = data_prepare._enum(2, kind) + data_prepare._field(1, data_prepare._varint(len(values))) + data
+    return data_prepare._field(1, image) + data_prepare._field(1, label)
+
+
+def class_folders(classes: int):
+    """Class folders 0..classes-1 in both splits, one 28×28 JPEG in each (the folders pipeline's layout)."""
+    def make(tmp: Path) -> dict:
+        for split in ("training", "testing"):
+            for label in range(classes):
+                (tmp / "data" / split / str(label)).mkdir(parents=True)
+                (tmp / "data" / split / str(label) / "0.jpg").write_bytes(encoded_image())
+        return {"data": tmp / "data"}
+    return make
+
+
 def a_file(tmp: Path) -> dict:
     (tmp / "data.lmdb").write_bytes(b"")
     return {"data": tmp / "data.lmdb"}

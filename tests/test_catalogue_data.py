@@ -11,11 +11,12 @@ import subprocess
 import sys
 
 import pytest
-from catalogue import (ERROR, a_file, dataset, empty_folder, encoded_image, good_records, not_lmdb, one_bad,
-                       raw_pixels, run_entry, snapshot, truncated)
+from catalogue import (ERROR, a_file, class_folders, dataset, empty_folder, encoded_image, good_records,
+                       label_record, not_lmdb, one_bad, raw_pixels, run_entry, snapshot, truncated)
 from conftest import REPO
 
-from dali_launch.launcher import data_prepare, datasets
+from dali_launch.launcher import data_prepare, datasets, runs
+from dali_launch.launcher.config import LaunchConfig, RunConfig
 
 DATA = [
     pytest.param(["--data-dir", "{tmp}/nope"], "--data-dir {tmp}/nope does not exist; make it with "
@@ -65,6 +66,26 @@ DATA = [
     pytest.param(["--data-dir", "{data}"], "{data}/testing holds 32×32 images but {data}/training 28×28; the model "
                  "takes one image size, so re-create one of them",
                  lambda tmp: dataset(tmp, testing=good_records(image=encoded_image("JPEG", 32))), id="split-sizes-differ"),
+    # Labels: out of range, one_hot makes a zero row and the run ends with exit 0 having learnt nothing.
+    pytest.param(["--data-dir", "{data}"], "--num-classes 10 but record 00000001 of {data}/training has label 12; "
+                 "use --num-classes 13 or more", one_bad(label_record(12)), id="label-too-large"),
+    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training has label -1; labels are class ids "
+                 "from 0, so re-create the data set with `dali-launch data prepare`", one_bad(label_record(-1)),
+                 id="label-negative"),
+    pytest.param(["--data-dir", "{data}"], "--num-classes 10 but record 00000000 of {data}/testing has label 99; "
+                 "use --num-classes 100 or more",
+                 lambda tmp: dataset(tmp, testing=[label_record(99)] * 4), id="label-too-large-in-testing"),
+    pytest.param(["--data-dir", "{data}", "--num-classes", "5"], "--num-classes 5 but record 00000009 of "
+                 "{data}/training has label 9; use --num-classes 10 or more",
+                 lambda tmp: dataset(tmp, training=good_records(10)), id="num-classes-too-small"),
+    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training is corrupt (its label holds 2 values "
+                 "(1, 2); the reader takes one class id per record); re-create the data set with "
+                 "`dali-launch data prepare`", one_bad(label_record(1, 2)), id="label-two-values"),
+    pytest.param(["--data-dir", "{data}"], "record 00000001 of {data}/training has label 2.5, not a class id; "
+                 "re-create the data set with `dali-launch data prepare`",
+                 one_bad(label_record(2.5, kind=1)), id="label-float-not-whole"),
+    pytest.param(["--data-dir", "{data}", "--pipeline", "folders", "--num-classes", "2"], "{data} has 3 classes "
+                 "but --num-classes is 2; pass --num-classes 3", class_folders(3), id="folders-more-than-num-classes"),
 ]
 
 
@@ -127,3 +148,17 @@ def test_png_records_are_fine(tmp_path):
         pipe.build()
         (images,) = pipe.run()
         assert images.as_tensor().shape() == [4, 28, 28, 1]
+
+
+@pytest.mark.parametrize("command", [["train"], ["--local"]], ids=["train", "local"])
+def test_resume_of_a_run_whose_data_is_gone(capsys, place, nothing_starts, command):
+    """--resume checks the data the run's config.json names, as a new run's: deleted, it was a DALI traceback."""
+    folder, _ = place
+    (folder / "kept").mkdir()
+    data = dataset(folder / "kept")["data"]
+    backend = "none" if command == ["train"] else "local"
+    run = RunConfig(launch=LaunchConfig(run_root=str(folder / "old-runs"), gpus_per_node=1, local=backend == "local"))
+    run_dir = runs.create(run, data, backend).root
+    shutil.rmtree(data)
+    run_entry(capsys, folder, [*command, "--resume", str(run_dir)], f"--resume {run_dir}: its data_dir {data} does "
+              f"not exist; make it with `dali-launch data prepare --from IDX_DIR --to {data}`")

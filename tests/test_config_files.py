@@ -74,6 +74,15 @@ def test_bad_files_are_one_clear_line(capsys, tmp_path, text, message):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_file_that_is_not_utf8(capsys, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_bytes('[train]\nmodel = "cnn"\n# r\u00e9sum\u00e9\n'.encode("latin-1"))  # an editor's Latin-1
+    assert main(["train", "--config", str(path), "--run-root", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == (f"dali-launch: error: --config {path} is not UTF-8 text (byte 0xe9 in line 3); "
+                                       f"save it as UTF-8\n")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_missing_file_and_misplaced_flag(capsys, tmp_path):
     assert main(["config", "show", "--config", str(tmp_path / "none.toml")]) == 2
     assert f"--config {tmp_path / 'none.toml'} cannot be read (No such file or directory)" in capsys.readouterr().err

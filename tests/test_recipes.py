@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from catalogue import dataset, encoded_image, run_entry
 from conftest import check_ok, dali_launch, only_run
 
 from dali_launch.launcher import data_prepare, datasets
@@ -33,6 +34,22 @@ class TinyConv(nn.Module):
 
 def build(num_classes):
     return TinyConv(num_classes=num_classes)
+
+
+def wide(num_classes):
+    return TinyConv(num_classes=num_classes + 2)
+
+
+def not_a_module(num_classes):
+    return lambda x: x
+
+
+def fixed():
+    return TinyConv(num_classes=10)
+
+
+def broken(num_classes):
+    raise ValueError("no such width")
 '''
 
 PIPE = '''
@@ -50,6 +67,15 @@ def make(args):
 def no_shards(args):
     jpegs, labels = fn.readers.caffe2(path=args.path)
     return fn.decoders.image(jpegs, device="cpu"), labels
+
+
+def two_args(args, extra):
+    return make(args)
+
+
+def one_hot_wide(args):
+    images, labels = make(args)
+    return images, fn.one_hot(labels, num_classes=args.num_classes + 2)
 '''
 
 
@@ -103,6 +129,55 @@ def test_bad_entry_points_fail_before_anything_is_written(capsys, monkeypatch, u
     err = capsys.readouterr().err
     assert err.startswith("dali-launch: error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    pytest.param("--model", "mypkg.models:not_a_module", "--model mypkg.models:not_a_module returned a function, "
+                 "not a flax.linen.Module; the factory must return the module itself", id="factory-not-a-module"),
+    pytest.param("--model", "mypkg.models:fixed", "--model mypkg.models:fixed cannot be called as "
+                 "factory(num_classes=N) (got an unexpected keyword argument 'num_classes'); see the contract in the "
+                 "README", id="factory-without-num-classes"),
+    pytest.param("--model", "mypkg.models:broken", "--model mypkg.models:broken: factory(num_classes=10) raised "
+                 "ValueError: no such width; fix the factory", id="factory-raises"),
+    pytest.param("--pipeline", "mypkg.pipe:two_args", "--pipeline mypkg.pipe:two_args cannot be called as "
+                 "function(args) (missing a required argument: 'extra'); see the contract in the README",
+                 id="pipeline-signature"),
+])
+def test_broken_contracts_are_refused_before_anything_is_written(capsys, monkeypatch, nothing_starts, user_package,
+                                                                 mnist_lmdb, tmp_path, flag, value, message):
+    """Checked by the launcher (entry_points.check); they used to pass it and fail in the task, after the
+    run directory was written."""
+    monkeypatch.syspath_prepend(str(user_package))
+    run_entry(capsys, tmp_path, ["train", flag, value, "--data-dir", str(mnist_lmdb), "--run-root",
+                                 str(tmp_path / "runs")], message)
+
+
+@pytest.mark.parametrize("args, data, message", [
+    pytest.param(["--pipeline", "mypkg.pipe:make"], [99] * 8, "--num-classes 10 but --pipeline mypkg.pipe:make gave "
+                 "training label 99; use --num-classes 100 or more", id="label-too-large"),
+    pytest.param(["--pipeline", "mypkg.pipe:make"], (list(range(8)), [-1] * 8), "--pipeline mypkg.pipe:make gave "
+                 "testing label -1; labels are class ids 0..9, so fix the labels it returns", id="test-label-negative"),
+    pytest.param(["--pipeline", "mypkg.pipe:make", "--parallel", "sharded", "--num-classes", "3"], list(range(8)),
+                 "--num-classes 3 but --pipeline mypkg.pipe:make gave training label 7; use --num-classes 8 or more",
+                 id="num-classes-too-small-sharded"),
+    pytest.param(["--pipeline", "mypkg.pipe:make", "--model", "mypkg.models:wide"], list(range(8)), "--model "
+                 "mypkg.models:wide returns logits of shape (1, 12) for one sample but --num-classes is 10; make it "
+                 "return (batch, 10) (its last layer num_classes wide)", id="model-width"),
+    pytest.param(["--pipeline", "mypkg.pipe:one_hot_wide"], list(range(8)), "the pipeline gave float labels (one-hot "
+                 "or soft targets) 12 wide but --num-classes is 10; make them 10 wide, or give class ids",
+                 id="one-hot-width"),
+])
+def test_what_only_the_task_can_see_is_one_line(user_package, tmp_path, args, data, message):
+    """A pipeline of the user's own is not read before the run: its labels are checked in the steps
+    (label_check.py), the model's width at its initialisation. One line and exit 2, not a run that
+    ends with exit 0 having learnt nothing (labels) or a shape traceback (widths)."""
+    train, test = data if isinstance(data, tuple) else (data, data)
+    root = dataset(tmp_path, training=[data_prepare.caffe2_record(encoded_image(), label) for label in train],
+                   testing=[data_prepare.caffe2_record(encoded_image(), label) for label in test])["data"]
+    proc = dali_launch("train", *args, "--data-dir", str(root), "--epochs", "1", "--batch-size", "4",
+                       "--eval-batch-size", "4", "--run-root", str(tmp_path / "runs"),
+                       env={"PYTHONPATH": str(user_package)})
+    assert (proc.returncode, proc.stderr) == (2, f"dali-launch: error: {message}\n"), proc.stderr[-3000:]
 
 
 @pytest.mark.slow

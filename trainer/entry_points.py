@@ -11,6 +11,7 @@ This module imports nothing heavy, so the launcher checks built-in names without
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from dali_launch.trainer.errors import UsageError
 
@@ -41,13 +42,39 @@ def load(kind: str, name: str):
         value = getattr(value, part)
     if not callable(value):
         raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
+    _check_signature(flag, value, kind)
     return value
 
 
-def check(kind: str, name: str) -> None:
-    """What the launcher calls before writing anything: built-in names cost nothing, others are imported."""
-    if name not in BUILTIN[kind]:
-        load(kind, name)
+def check(kind: str, name: str, num_classes: int = 10) -> None:
+    """What the launcher calls before writing anything: built-in names cost nothing; others are imported,
+    and a model factory is called (cheap: a Flax module is a dataclass until it is initialised), so a
+    broken contract is refused before the run directory exists rather than at the task's start."""
+    if name in BUILTIN[kind]:
+        return
+    load(kind, name)
+    if kind == "model":
+        # Imports flax, which the user's module has imported already.
+        from dali_launch.trainer.models import create_model
+
+        create_model(name, num_classes)
+
+
+_CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}
+
+
+def _check_signature(flag: str, value, kind: str) -> None:
+    """The call the trainer will make binds to `value`'s parameters: a TypeError raised by the call
+    itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
+    call, args, kwargs = _CALLS[kind]
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # some callables (C functions) have no signature to read
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in the README") from None
 
 
 def _factory(kind: str) -> str:

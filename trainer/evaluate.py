@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dali_launch.trainer import input_pipeline
+from dali_launch.trainer import input_pipeline, label_check
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.models import create_model
 
@@ -25,7 +25,8 @@ def eval_step(apply_fn, params, tally, images, labels, shard_sizes):
     predicted = jnp.argmax(apply_fn({"params": params}, images), -1)
     correct = jnp.sum((predicted == input_pipeline.class_ids(labels)) * valid)
     return {"position": tally["position"] + rows, "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
-            "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS)}
+            "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS),
+            "labels": label_check.fold(tally["labels"], labels)}
 
 
 class Evaluator:
@@ -52,13 +53,14 @@ class Evaluator:
         start = time.perf_counter()
         if self.data is None:
             self._build()
-        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0)}
+        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
         tally = self.data.put([zero] * len(self.data.devices))
         kept = []
         for batch in self.cached or self.data.epoch():
             tally = self.p_eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
+        label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "testing")
         if self.cached is None and len(kept) == self.data.steps:
             self.cached, self.data.pipes = kept, []  # DALI's threads and buffers go with the pipelines
         total = int(first(tally["count"]))

@@ -17,7 +17,8 @@ device and split, and returns two DALI DataNodes:
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
   decoders are given `device=args.decode_device()`; a function whose images are so small that the
   CPU decodes them faster may say so with an attribute, `function.auto_decoder = "cpu"` (placement.py);
-- `labels`: integer class ids (shape () or (1,)), or float one-hot/soft targets (num_classes,).
+- `labels`: integer class ids (shape () or (1,)) in 0..num_classes-1 (checked while training:
+  label_check.py), or float one-hot/soft targets (num_classes,).
 Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
 (--eval-cache-mb).
 """

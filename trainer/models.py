@@ -3,7 +3,8 @@
 A model factory is a callable `factory(num_classes: int) -> flax.linen.Module` (a Module class with
 a `num_classes` field is one). The trainer initialises the module on one zero sample shaped like the
 pipeline's images and then calls `module.apply({"params": params}, images)` on a per-device batch
-`images` of shape `(batch, *sample_shape)`: it returns logits `(batch, num_classes)`. All state is
+`images` of shape `(batch, *sample_shape)`: it returns logits `(batch, num_classes)` (checked on the
+initialisation's own forward pass). All state is
 in `params`: no BatchNorm statistics or other mutable collections (normalise with GroupNorm or
 LayerNorm), no dropout RNGs. Built in (`--model NAME`):
 
@@ -110,7 +111,12 @@ class ResNet18(nn.Module):
 
 def create_model(name: str, num_classes: int) -> nn.Module:
     """`--model NAME`: a built-in name or package.module:factory (see entry_points)."""
-    model = entry_points.load("model", name)(num_classes=num_classes)
+    factory = entry_points.load("model", name)
+    try:
+        model = factory(num_classes=num_classes)
+    except Exception as e:  # noqa: BLE001 -- the user's code: say where, not a traceback
+        raise UsageError(f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; "
+                         f"fix the factory") from None
     if not isinstance(model, nn.Module):
         raise UsageError(f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
                          f"the factory must return the module itself")

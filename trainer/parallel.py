@@ -20,6 +20,8 @@ import numpy as np
 import optax
 from flax import jax_utils
 
+from dali_launch.trainer import label_check
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.input_pipeline import AXIS, first_row, valid_mask
 
 
@@ -41,6 +43,9 @@ def sgd_step(state, images, labels, valid, total):
 def targets(labels, num_classes: int):
     """One-hot targets: float labels are used as they are, integer class ids are one-hot encoded here."""
     if labels.dtype.kind == "f":
+        if labels.shape[-1] != num_classes:  # found while tracing: shapes are static
+            raise UsageError(f"the pipeline gave float labels (one-hot or soft targets) {labels.shape[-1]} wide but "
+                             f"--num-classes is {num_classes}; make them {num_classes} wide, or give class ids")
         return labels
     return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
 
@@ -61,10 +66,11 @@ def sgd_steps(state, images, labels, valid, total):
     return state, loss, count
 
 
-def advance(tally, rows_per_reader: int, loss, count) -> dict:
-    """The epoch's running tally after a call: each reader's position in its shard, loss and sample sums."""
+def advance(tally, rows_per_reader: int, loss, count, labels) -> dict:
+    """The epoch's running tally after a call: each reader's position in its shard, loss and sample sums,
+    and the range of class ids seen (label_check.py)."""
     return {"position": tally["position"] + rows_per_reader, "loss": tally["loss"] + loss,
-            "count": tally["count"] + count}
+            "count": tally["count"] + count, "labels": labels}
 
 
 def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
@@ -74,7 +80,7 @@ def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
     steps = lambda x: x.reshape(-1, batch_size, *x.shape[1:])  # noqa: E731
     state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid),
                                    partial(jax.lax.psum, axis_name=AXIS))
-    return state, advance(tally, rows, loss, count)
+    return state, advance(tally, rows, loss, count, label_check.fold(tally["labels"], labels))
 
 
 def sharded_call(state, tally, images, labels, shard_sizes, batch_size: int):
@@ -87,7 +93,8 @@ def sharded_call(state, tally, images, labels, shard_sizes, batch_size: int):
         return per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
 
     state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), lambda x: x)
-    return state, advance(tally, rows, loss, count)
+    seen = jax.vmap(label_check.fold)(tally["labels"], labels)  # per device, as the tally: no collective
+    return state, advance(tally, rows, loss, count, seen)
 
 
 class Pmap:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.training import train_state
 
-from dali_launch.trainer import input_pipeline, parallel, replicas
+from dali_launch.trainer import input_pipeline, label_check, parallel, replicas
 from dali_launch.trainer.checkpoint import Checkpointer, Resume
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
@@ -28,8 +29,12 @@ from dali_launch.trainer.topology import barrier, job_devices
 def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.TrainState:
     """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images."""
     model = create_model(spec.train.model, spec.data.num_classes)
-    init = jax.jit(model.init, backend="cpu")  # eager init is seconds on a small CPU; jit is not
-    variables = init(jax.random.PRNGKey(spec.train.seed), example)
+    init = jax.jit(model.init_with_output, backend="cpu")  # eager init is seconds on a small CPU; jit is not
+    logits, variables = init(jax.random.PRNGKey(spec.train.seed), example)
+    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
+        raise UsageError(f"--model {spec.train.model} returns logits of shape {jnp.shape(logits)} for one sample but "
+                         f"--num-classes is {spec.data.num_classes}; make it return (batch, {spec.data.num_classes}) "
+                         f"(its last layer num_classes wide)")
     if set(variables) != {"params"}:
         raise UsageError(f"--model {spec.train.model} keeps state besides params ({', '.join(sorted(set(variables)))}); "
                          f"models must be stateless: use GroupNorm or LayerNorm instead of BatchNorm")
@@ -39,8 +44,15 @@ def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.Train
 
 
 def zero_tally() -> dict:
+    """What a checkpoint holds of an epoch's tally."""
     # 0-d arrays rather than numpy scalars: Orbax restores into arrays only
     return {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
+
+
+def call_tally(saved: dict | None = None) -> dict:
+    """What device calls carry: a checkpoint's tally (or a zero one) and the labels' range, which is
+    checked before every checkpoint and so need not be in one (checkpoints keep their old format)."""
+    return {**(saved or zero_tally()), "labels": label_check.none()}
 
 
 def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup) -> dict:
@@ -101,7 +113,7 @@ class Loop:
 
     def epoch(self, state, epoch: int, resume: Resume | None):
         start, done = time.perf_counter(), resume.calls_done if resume else 0
-        tally = self.data.put([resume.tally if resume else zero_tally()] * len(self.data.devices))
+        tally = self.data.put([call_tally(resume.tally if resume else None)] * len(self.data.devices))
         recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) \
             if self.spec.train.record_samples else None
         data_wait, compile_s = 0.0, None
@@ -119,6 +131,7 @@ class Loop:
                 advance()
                 if (call + 1) % self.check_every == 0 and call + 1 < self.data.steps:
                     self._check_point(state, tally, epoch, call + 1, recorder)
+        self._check_labels(tally)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
         elapsed = time.perf_counter() - start
         if recorder:
@@ -143,9 +156,13 @@ class Loop:
         return {"startup": self.startup.phases, "startup_since": self.startup.since,
                 "first_step_s": self.startup.phases["first step"] if launched else None}
 
+    def _check_labels(self, tally) -> None:
+        label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "training")
+
     def _check_point(self, state, tally, epoch: int, calls_done: int, recorder) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
+        self._check_labels(tally)
         minutes = self.spec.resilience.checkpoint_every_min
         preempted, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
         if preempted or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
@@ -157,5 +174,6 @@ class Loop:
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.saved_at = time.monotonic()
+        kept = {k: v for k, v in tally.items() if k in zero_tally()}
         self.checkpointer.save(epoch * self.data.steps + calls_done, epoch, calls_done, self.mode.replica(state),
-                               tally, self.data.pipes)
+                               kept, self.data.pipes)
