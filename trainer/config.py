@@ -112,6 +112,14 @@ class ResilienceConfig:
                         choices=("stop", "requeue"))
 
 
+# How each launch mode continues a run (--resume checks the process layout against the flags).
+RESUME_COMMANDS = {
+    "none": "dali-launch train --resume {run}",
+    "local": "dali-launch --local --gpus-per-node {devices} --processes {processes} --resume {run}",
+    "slurm": "dali-launch --resume {run} (with the job's own --nodes, --gpus-per-node and --tasks-per-node)",
+}
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything one task needs, written once to the run directory as config.json."""
@@ -127,6 +135,12 @@ class TaskSpec:
     @classmethod
     def from_json(cls, text: str) -> "TaskSpec":
         return from_dict(cls, json.loads(text))
+
+    def resume_command(self) -> str:
+        """The command that continues this run from its newest checkpoint, in the mode it ran in."""
+        d = self.distributed
+        return RESUME_COMMANDS[d.backend].format(run=self.run_dir, processes=d.num_processes,
+                                                 devices=(d.num_processes or 1) * (d.local_device_count or 1))
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "TaskSpec":

@@ -32,12 +32,14 @@ def run_task(run_dir: str) -> dict:
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
     configure_process_env(topology, spec.data, spec.train.cuda_graphs)  # before the first `import jax`
     flavours.check()
+    from dali_launch.trainer import preemption
     from dali_launch.trainer.metrics import Reporter
     from dali_launch.trainer.train import train_and_evaluate
 
     use_compile_cache(spec.train.compile_cache)
     startup.mark("imports")
     initialize(topology, spec.distributed)
+    preemption.listen()  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)

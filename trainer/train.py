@@ -19,7 +19,7 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.evaluate import Evaluator, first, split_dir
 from dali_launch.trainer.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.models import create_model
-from dali_launch.trainer.preemption import Preemption, requeue_or_exit
+from dali_launch.trainer.preemption import Preemption, end
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.startup import Startup
 from dali_launch.trainer.topology import barrier, job_devices
@@ -79,6 +79,8 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
         reporter.epoch(metrics)
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * local))
+        if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
+            loop.stop_if_asked(epoch + 1)
     return {"checksums": replicas.gathered_checksums(state.params), "final": reporter.last}
 
 
@@ -147,13 +149,19 @@ class Loop:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
         minutes = self.spec.resilience.checkpoint_every_min
-        preempted, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
-        if preempted or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
+        asked, signum, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
+        if asked or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
             self.save(state, epoch, calls_done, tally)
             if recorder:
                 recorder.save(calls_done)
-        if preempted:
-            requeue_or_exit(self.spec.resilience.max_requeues, self.spec.run_dir)
+        if asked:
+            end(asked, signum, epoch * self.data.steps + calls_done, self.spec)
+
+    def stop_if_asked(self, epoch: int) -> None:
+        """At an epoch's start, its checkpoint just written: a signal that came after the last check point."""
+        asked, signum = self.preemption.agreed()
+        if asked:
+            end(asked, signum, epoch * self.data.steps, self.spec)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.saved_at = time.monotonic()
