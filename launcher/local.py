@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from dali_launch.launcher.config import RunConfig
 from dali_launch.trainer import ending
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths, hold_lock
 from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
 
 # A stop request is honoured at the next check point (at most --sync-every-steps steps away on
@@ -69,9 +70,13 @@ class LocalJob:
         self.killed: set[int] = set()  # ranks we killed
         self.signals: list[int] = []  # stop signals received, in order
         self.lock = threading.Lock()
+        self.run_lock = None
         self.started = 0.0
 
     def start(self) -> None:
+        self.run_lock = hold_lock(self.paths.lock("launcher"))  # released when we exit, however we exit
+        if self.run_lock is None:
+            raise UsageError(f"another dali-launch runs a job in {self.paths.root}; wait for it to end, or stop it")
         coordinator = f"127.0.0.1:{free_port()}"
         self.started = time.time()
         launched = {LAUNCHED_AT: repr(self.started), LAUNCHER_PID: str(os.getpid()), "PYTHONUNBUFFERED": "1"}

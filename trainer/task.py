@@ -9,8 +9,9 @@ import json
 
 from dali_launch.trainer import ending, flavours
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.manifest import write_manifest
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
 from dali_launch.trainer.startup import Startup
 from dali_launch.trainer.topology import (Topology, configure_process_env, from_environment, initialize,
                                           local_devices)
@@ -24,9 +25,23 @@ def run_task(run_dir: str) -> dict:
     paths = RunPaths(run_dir)
     ending.clear(paths, topology.process_id)
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
-        result = _train(spec, topology, paths, startup)
+        lock = _lock(paths) if topology.process_id == 0 else None
+        try:
+            result = _train(spec, topology, paths, startup)
+        finally:
+            if lock:
+                lock.close()
     ending.record(paths, topology.process_id, ending.DONE)
     return result
+
+
+def _lock(paths: RunPaths):
+    """Process 0 holds the run directory's task lock while the task runs: `--resume` refuses it."""
+    lock = hold_lock(paths.lock("task"))
+    if lock is None:
+        raise UsageError(f"another job is running in {paths.root} ({paths.lock('task')} is held); "
+                         f"wait for it to end, or stop it")
+    return lock
 
 
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
