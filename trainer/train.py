@@ -104,6 +104,7 @@ class Loop:
     def epoch(self, state, epoch: int, resume: Resume | None):
         start, done = time.perf_counter(), resume.calls_done if resume else 0
         tally = self.data.put([resume.tally if resume else zero_tally()] * len(self.data.devices))
+        counted_before = float(resume.tally["count"]) if resume else 0.0  # by the run that was interrupted
         recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) \
             if self.spec.train.record_samples else None
         data_wait, compile_s = 0.0, None
@@ -122,13 +123,14 @@ class Loop:
                 if (call + 1) % self.check_every == 0 and call + 1 < self.data.steps:
                     self._check_point(state, tally, epoch, call + 1, recorder)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
-        elapsed = time.perf_counter() - start
+        elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:
             recorder.save(self.data.steps)
         return state, EpochMetrics(
             epoch=epoch, train_loss=loss / count, train_samples=count, epoch_time_s=elapsed,
-            images_per_s=count / elapsed, images_per_s_per_device=count / elapsed / self.sharding.global_devices,
-            data_wait_fraction=data_wait / elapsed, compile_s=compile_s, **self._startup(compile_s is not None))
+            images_per_s=timed / elapsed, images_per_s_per_device=timed / elapsed / self.sharding.global_devices,
+            data_wait_fraction=data_wait / elapsed, compile_s=compile_s, resumed_at_call=done or None,
+            **self._startup(compile_s is not None))
 
     def _first_call_done(self, tally, started: float) -> float:
         """The first device call of the run compiles: time it once (one sync), and since launch."""
