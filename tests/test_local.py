@@ -47,9 +47,13 @@ def test_sharded_mode_across_processes_matches_one_process(mnist_lmdb, tmp_path)
     processes (gloo) trains the parameters of pmap in one process with 2 devices."""
     common = ["--data-dir", str(mnist_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--steps-per-call", "4"]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "one")))
-    check_ok(dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
-                         "--run-root", str(tmp_path / "two")))
+    multi = dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
+                        "--run-root", str(tmp_path / "two"))
+    check_ok(multi)
     (_, one), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
+    # Each rank's start line under its own prefix; gloo's connection lines only in the logs
+    assert "[rank 1] rank 1 on " in multi.stdout and "[rank 0] rank 1 on " not in multi.stdout
+    assert "[Gloo]" not in multi.stdout and "[Gloo] Rank" in paths.log(1).read_text()
     assert two["checksums"] == one["checksums"] and len(set(one["checksums"])) == 1
     assert two["final"]["train_samples"] == 8000
     # Where launch -> first step went, phase by phase, in order
