@@ -2,7 +2,7 @@
 
 Every mode is covered: a SLURM job (job.json, written at submission) is asked of the queue and read
 from submitit's logs; a local or `train` run is read from its run directory alone (its ranks' logs
-and reports; live while a rank process of it runs on this host).
+and reports; live while its launcher or process 0 holds the run directory's lock).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dali_launch.launcher.follow import QUERY_TIMEOUT_S, LogTail, cancel, queue_state
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, is_locked
 
 
 def _num_tasks(paths: RunPaths) -> int:
@@ -66,23 +66,21 @@ class LocalRun:
     def logs(self, rank: int) -> list[Path]:
         return [self.paths.log(rank)]
 
-    def _live_pids(self) -> list[int]:
-        """Rank processes of this run still running on this host (a reused pid runs something else)."""
+    def live(self) -> bool:
+        """A job runs in it: its launcher or process 0 holds a lock in it (released when they die)."""
+        return any(is_locked(self.paths.lock(holder)) for holder in ("launcher", "task"))
+
+    def _rank_pids(self) -> list[int]:
+        """The pids its ranks reported, those on this host."""
         pids = []
         for rank in range(self.num_tasks):
             try:
                 report = json.loads(self.paths.rank_report(rank).read_text())
-                command = Path(f"/proc/{report['pid']}/cmdline").read_bytes()
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError):
                 continue
-            if report.get("host") in (socket.gethostname(), os.environ.get("SLURMD_NODENAME")) and \
-                    b"dali" in command and (b"dali_launch.trainer" not in command or
-                                             str(self.paths.root).encode() in command):
+            if report.get("host") in (socket.gethostname(), os.environ.get("SLURMD_NODENAME")):
                 pids.append(report["pid"])
         return pids
-
-    def live(self) -> bool:
-        return bool(self._live_pids())
 
     def state(self) -> str:
         if self.paths.result.exists():
@@ -96,7 +94,7 @@ class LocalRun:
 
     def cancel(self) -> str:
         """SIGTERM to its ranks: they write a checkpoint and stop, as after Ctrl-C."""
-        pids = self._live_pids()
+        pids = self._rank_pids() if self.live() else []
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGTERM)

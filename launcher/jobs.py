@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,7 +17,10 @@ from dali_launch.trainer.run_dir import RunPaths
 
 
 def echo(text: str) -> None:
-    print(text, flush=True)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `dali-launch ... | head`: the reader left; the job goes on, and so do its logs
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def check_common(run: RunConfig) -> None:
@@ -124,7 +128,7 @@ def launch(run: RunConfig, changed: bool = False) -> int:
     outcome = job.wait(run.launch.local_timeout_s)
     if not outcome.ok:
         print(f"dali-launch: {outcome.message}", file=sys.stderr, flush=True)
-        return 1
+        return outcome.code
     summarize(json.loads(paths.result.read_text()), paths)
     return 0
 

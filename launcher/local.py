@@ -1,10 +1,17 @@
 """Local mode: the job's processes on this machine, with a localhost coordinator.
 
-Each rank's output goes to its own log and, prefixed, to one merged console view. The first rank
-that fails takes the others down; so does Ctrl-C; so does the overall timeout. Nothing outlives us.
+Each rank's output goes to its own log (appended to when a run is resumed) and, prefixed, to one
+merged console view. How the job ends:
+- a rank fails (it raises, dies, or its watchdog gives up on a peer): every rank is killed at once,
+  and the report names first the rank whose failure came first (trainer/ending.py records them);
+- Ctrl-C, SIGTERM, SIGUSR2 or SIGHUP to the launcher: the ranks are asked to checkpoint and stop
+  (SIGTERM, trainer/preemption.py) and killed after STOP_GRACE_S; a second signal kills at once;
+- the launcher itself dies, even by SIGKILL: the kernel kills the ranks (PR_SET_PDEATHSIG, set by
+  each rank at its start), so nothing outlives us.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -15,16 +22,28 @@ import time
 from dataclasses import dataclass
 
 from dali_launch.launcher.config import RunConfig
-from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.topology import LAUNCHED_AT, LOCAL_ENV
+from dali_launch.trainer import ending
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths, hold_lock
+from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
 
-GRACE_S = 5  # SIGTERM, then SIGKILL after this long
+# A stop request is honoured at the next check point (at most --sync-every-steps steps away on
+# CPU, every 256 on GPUs) plus one checkpoint; one that comes during start-up waits for the first
+# step to compile. SLURM gives 30 s (KillWait); we allow a slow start-up too.
+STOP_GRACE_S = 60
+DRAIN_S = 5  # how long the pumps get to copy what dead ranks wrote last
+POLL_S = 0.1
+# What stops the job politely; any other fatal signal ends the launcher, and with it the ranks.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
+CONSOLE_SKIPS = (b"[Gloo] ",)  # gloo's per-call connection lines: in the rank's log, not the console
 
 
 @dataclass
 class Outcome:
     ok: bool
     message: str
+    code: int = 1
 
 
 def free_port() -> int:
@@ -47,71 +66,162 @@ class LocalJob:
         self.run, self.paths, self.echo = run, paths, echo
         self.procs: list[subprocess.Popen] = []
         self.threads: list[threading.Thread] = []
+        self.exited: dict[int, tuple[int, float]] = {}  # rank -> (exit code, time.time() it ended)
+        self.killed: set[int] = set()  # ranks we killed
+        self.signals: list[int] = []  # stop signals received, in order
         self.lock = threading.Lock()
+        self.run_lock = None
+        self.started = 0.0
 
     def start(self) -> None:
+        self.run_lock = hold_lock(self.paths.lock("launcher"))  # released when we exit, however we exit
+        if self.run_lock is None:
+            raise UsageError(f"another dali-launch runs a job in {self.paths.root}; wait for it to end, or stop it")
         coordinator = f"127.0.0.1:{free_port()}"
-        launched = {LAUNCHED_AT: repr(time.time()), "PYTHONUNBUFFERED": "1"}
+        self.started = time.time()
+        launched = {LAUNCHED_AT: repr(self.started), LAUNCHER_PID: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
         for rank in range(self.run.num_processes):
             env = {**os.environ, **rank_env(self.run, rank, coordinator), **launched}
-            # Own session: Ctrl-C reaches us alone, and we stop the ranks in order.
-            proc = subprocess.Popen(command(self.paths), env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-            self.procs.append(proc)
-            thread = threading.Thread(target=self._pump, args=(rank, proc), daemon=True)
-            thread.start()
-            self.threads.append(thread)
+            # Own session: Ctrl-C reaches us alone, and we decide what it means for the ranks.
+            self.procs.append(subprocess.Popen(command(self.paths), env=env, stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                               start_new_session=True))
+        for rank, proc in enumerate(self.procs):
+            for target in (self._pump, self._reap):
+                thread = threading.Thread(target=target, args=(rank, proc), daemon=True)
+                thread.start()
+                self.threads.append(thread)
 
     def _pump(self, rank: int, proc: subprocess.Popen) -> None:
-        with self.paths.log(rank).open("wb") as log:
+        """Copies the rank's output to its log, completely, and to the console while it listens."""
+        log_path = self.paths.log(rank)
+        resumed = log_path.exists() and log_path.stat().st_size > 0
+        with log_path.open("ab") as log:
+            if resumed:
+                log.write(f"--- resumed {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                with self.lock:
-                    self.echo(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
+                if not line.startswith(CONSOLE_SKIPS):
+                    self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
+
+    def _say(self, text: str) -> None:
+        with self.lock, contextlib.suppress(OSError):  # a closed console is no failure of the job
+            self.echo(text)
+
+    def _reap(self, rank: int, proc: subprocess.Popen) -> None:
+        """When each rank ended, to the millisecond: the first to die is the likeliest cause."""
+        code = proc.wait()
+        self.exited[rank] = (code, time.time())
 
     def wait(self, timeout_s: float) -> Outcome:
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                codes = [p.poll() for p in self.procs]
-                failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-                if failed:
-                    rank, code = failed[0]
-                    self.stop()
-                    return Outcome(False, self._failure(rank, code))
-                if all(c == 0 for c in codes):
+        deadline, stop_by = time.monotonic() + timeout_s, None
+        with self._stop_signals():
+            while len(self.exited) < len(self.procs):
+                if not self.signals and self._failed():
+                    self._kill()
+                    break
+                if self.signals and stop_by is None:
+                    self._ask_to_stop()
+                    stop_by = time.monotonic() + STOP_GRACE_S
+                if len(self.signals) > 1 or (stop_by and time.monotonic() > stop_by):
+                    self._kill()
+                    break
+                if time.monotonic() > deadline:
+                    self._kill()
                     self._drain()
-                    return Outcome(True, "all ranks finished")
-                time.sleep(0.2)
-            self.stop()
-            return Outcome(False, f"the job did not finish within --local-timeout-s {timeout_s:g}; stopped every rank")
-        except KeyboardInterrupt:
-            self.stop()
-            return Outcome(False, "interrupted; stopped every rank")
-
-    def _failure(self, rank: int, code: int) -> str:
-        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                    return Outcome(False, f"the job did not finish within --local-timeout-s {timeout_s:g}; "
+                                          f"stopped every rank")
+                time.sleep(POLL_S)
         self._drain()
-        return f"rank {rank} {how}\n{traceback_of(self.paths.log(rank).read_text(errors='replace'))}"
+        return self._outcome()
 
-    def stop(self) -> None:
-        """SIGTERM every live rank's process group, SIGKILL what is left after GRACE_S."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in self.procs:
-                if p.poll() is None:
-                    try:
-                        os.killpg(p.pid, sig)
-                    except ProcessLookupError:
-                        pass
-            end = time.monotonic() + GRACE_S
-            while time.monotonic() < end and any(p.poll() is None for p in self.procs):
-                time.sleep(0.1)
-        self._drain()
+    @contextlib.contextmanager
+    def _stop_signals(self):
+        """While we wait, the stop signals only note themselves; the wait loop acts on them."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.signal(s, lambda signum, frame: self.signals.append(signum)) for s in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _ask_to_stop(self) -> None:
+        """SIGTERM means "checkpoint and stop" to a rank (trainer/preemption.py)."""
+        name = signal.Signals(self.signals[0]).name
+        print(f"dali-launch: {name}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; "
+              f"again to kill them now)", file=sys.stderr, flush=True)
+        for rank, p in enumerate(self.procs):
+            if rank not in self.exited:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGTERM)
+
+    def _kill(self) -> None:
+        """SIGKILL every live rank and what it started: a failed job has nothing left to save."""
+        for rank, p in enumerate(self.procs):
+            if rank not in self.exited:
+                self.killed.add(rank)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+        end = time.monotonic() + DRAIN_S
+        while len(self.exited) < len(self.procs) and time.monotonic() < end:
+            time.sleep(POLL_S)
 
     def _drain(self) -> None:
         for t in self.threads:
-            t.join(timeout=GRACE_S)
+            t.join(timeout=DRAIN_S)
+
+    def _failed(self) -> bool:
+        """A rank exited badly, or recorded a failure DRAIN_S ago and is still there (it leaves at once
+        once its traceback is printed; killing it sooner would cut that short)."""
+        if any(code != 0 for code, _ in self.exited.values()):
+            return True
+        causes = self._causes()
+        return bool(causes) and time.time() - causes[0][0] > DRAIN_S
+
+    def _causes(self) -> list[tuple[float, int, str]]:
+        """(when, culprit rank, what) of everything that ends the job, earliest first: failures the
+        ranks recorded, watchdog verdicts, and deaths nobody explained (a signal, an abort)."""
+        endings = ending.read(self.paths, since=self.started)
+        found = [(e["at"], e.get("culprit", e["rank"]), e["line"]) for e in endings if e["how"] in ending.CAUSES]
+        explained = {e["rank"] for e in endings}
+        for rank, (code, at) in list(self.exited.items()):
+            if code != 0 and rank not in explained and rank not in self.killed:
+                found.append((at, rank, f"rank {rank} {_how(code)}"))
+        return sorted(found)
+
+    def _outcome(self) -> Outcome:
+        codes = {rank: code for rank, (code, _) in self.exited.items()}
+        if len(codes) == len(self.procs) and not any(codes.values()):
+            return Outcome(True, "all ranks finished", 0)
+        if self.signals:
+            return self._interrupted()
+        causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed")]
+        _, culprit, what = causes[0]
+        ends = ", ".join(f"rank {r} {'was killed by the launcher' if r in self.killed else _how(c)}"
+                         for r, c in sorted(codes.items()))
+        log = self.paths.log(culprit).read_text(errors="replace") if self.paths.log(culprit).exists() else ""
+        return Outcome(False, f"{what}\nhow each rank ended: {ends}\n{traceback_of(log)}", 1)
+
+    def _interrupted(self) -> Outcome:
+        """After a stop signal: the step the ranks checkpointed at, and how to go on from it."""
+        name, code = signal.Signals(self.signals[0]).name, 128 + self.signals[0]
+        resume = TaskSpec.load(self.paths.root).resume_command()
+        stopped = [e for e in ending.read(self.paths, since=self.started) if e["how"] == ending.STOPPED]
+        if len(stopped) == len(self.procs):
+            return Outcome(False, f"interrupted ({name}); checkpoint written at step {stopped[0]['step']}; "
+                                  f"resume with `{resume}`", code)
+        newest = max((int(p.name) for p in self.paths.checkpoints.glob("*") if p.name.isdigit()), default=None)
+        then = f"the newest checkpoint is step {newest}; resume with `{resume}`" if newest is not None else \
+            "no checkpoint was written; start the run again"
+        return Outcome(False, f"interrupted ({name}); killed the ranks before they checkpointed; {then}", code)
+
+
+def _how(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
 def traceback_of(log: str, tail_lines: int = 30) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dali_launch.launcher import config_file
+from dali_launch.launcher import config_file, runs
 from dali_launch.launcher.config import RunConfig, SlurmConfig
 from dali_launch.launcher.options import Values, build
 from dali_launch.trainer.config import ResilienceConfig, TaskSpec
@@ -53,6 +53,7 @@ def reopen(values: Values, entry: str) -> Resumption:
     if not paths.config.is_file() or not paths.config_toml.is_file():
         raise UsageError(f"--resume {paths.root} is not a run directory (no config.json and config.toml); pass one "
                          f"that dali-launch made under --run-root")
+    runs.check_not_live(paths)
     backend = TaskSpec.load(paths.root).distributed.backend
     if entry == "train" and backend != "none":
         raise UsageError(f"--resume {paths.root} was started by `{COMMAND[backend]}`, not `dali-launch train`; "

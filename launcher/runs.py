@@ -12,7 +12,7 @@ from pathlib import Path
 from dali_launch.launcher import config_file
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, is_locked, write_atomic
 
 
 def _slug(name: str) -> str:
@@ -69,3 +69,21 @@ def reopen(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPa
         write_atomic(paths.config_toml, config_file.dumps(dataclasses.replace(run, launch=dataclasses.replace(
             run.launch, resume=None, dry_run=False))))
     return paths
+
+
+def check_not_live(paths: RunPaths) -> None:
+    """A run directory a job still runs in is refused: a launcher or a task holds its lock (released
+    by the kernel when they die), or its SLURM job is still queued (locks may not cross NFS hosts)."""
+    holder = next((h for h in ("launcher", "task") if is_locked(paths.lock(h))), None)
+    if holder:
+        raise UsageError(f"--resume {paths.root}: a job is still running in it (its {holder} holds "
+                         f"{paths.lock(holder).name}); wait for it to end, or stop it first")
+    job = paths.root / "job.json"
+    if job.is_file():
+        from dali_launch.launcher.follow import queue_state
+
+        job_id = json.loads(job.read_text())["job_id"]
+        state = queue_state(job_id) if shutil.which("squeue") else None
+        if state is not None:
+            raise UsageError(f"--resume {paths.root}: its SLURM job {job_id} is still {state}; wait for it to end, "
+                             f"or `dali-launch cancel {job_id}` first")

@@ -48,9 +48,13 @@ def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path)
     conftest.PARAMS_*TOL: two programs), and keeps both processes' replicas bit-identical."""
     common = ["--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--steps-per-call", "4"]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "one")))
-    check_ok(dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
-                         "--run-root", str(tmp_path / "two")))
-    (one_paths, one), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
+    multi = dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
+                        "--run-root", str(tmp_path / "two"))
+    check_ok(multi)
+    (one_paths, _), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
+    # Each rank's start line under its own prefix; gloo's connection lines only in the logs
+    assert "[rank 1] rank 1 on " in multi.stdout and "[rank 0] rank 1 on " not in multi.stdout
+    assert "[Gloo]" not in multi.stdout and "[Gloo] Rank" in paths.log(1).read_text()
     assert len(two["checksums"]) == 2 and len(set(two["checksums"])) == 1
     assert two["final"]["train_samples"] == 800
     assert_same_params(one_paths, paths)
@@ -114,3 +118,21 @@ def test_a_local_run_resumes_from_its_directory_and_reports_itself(small_lmdb, t
     check_ok(logs)
     assert "\n[rank 1] " in logs.stdout and "[rank 0] epoch 1:" in logs.stdout
 
+
+
+def test_status_and_cancel_of_a_running_local_run(mnist_lmdb, tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--gpus-per-node", "2", "--processes", "2",
+         "--epochs", "50", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
+        paths = only_run(tmp_path)
+        assert ": RUNNING" in dali_launch("status", str(paths.root)).stdout
+        cancelled = dali_launch("cancel", str(paths.root))
+        assert cancelled.stdout.startswith(f"stopping run {paths.root.name} (SIGTERM to 2 processes)"), cancelled
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert "RUNNING" not in dali_launch("status", str(paths.root)).stdout

@@ -61,7 +61,8 @@ def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path, mode
 
 
 def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
-    proc = _start(["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "50", "--watchdog-s", "15",
+    """The watchdog's verdict on the stopped rank comes first, not the exit of the rank that noticed."""
+    proc = _start(["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "50", "--watchdog-s", "10",
                    "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)])
     try:
         pid = wait_for(lambda: (rank_report(tmp_path, 1) or {}).get("pid"), timeout_s=120)
@@ -69,10 +70,11 @@ def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
         os.kill(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         _, err = proc.communicate(timeout=90)
-        assert time.monotonic() - stopped_at < 60
+        print(f"SIGSTOP: job over {time.monotonic() - stopped_at:.1f} s later (--watchdog-s 10)")
+        assert time.monotonic() - stopped_at < 45
     finally:
         os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
-    assert proc.returncode != 0 and "rank 1 made no progress" in err, err
+    assert proc.returncode != 0 and err.startswith("dali-launch: rank 1 made no progress for "), err
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 

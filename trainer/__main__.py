@@ -1,12 +1,17 @@
 """`python -m dali_launch.trainer RUN_DIR`: one task of a run, as local mode starts it."""
+import os
 import sys
 
+from dali_launch.trainer.ending import die_with_parent
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.task import run_task
+from dali_launch.trainer.topology import LAUNCHER_PID
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m dali_launch.trainer RUN_DIR")
+    if LAUNCHER_PID in os.environ:
+        die_with_parent(int(os.environ[LAUNCHER_PID]))
     try:
         run_task(sys.argv[1])
     except UsageError as e:

@@ -128,6 +128,10 @@ class TaskSpec:
     def from_json(cls, text: str) -> "TaskSpec":
         return from_dict(cls, json.loads(text))
 
+    def resume_command(self) -> str:
+        """How a user continues this run: its directory says everything else (launcher/resume.py)."""
+        return f"dali-launch --resume {self.run_dir}"
+
     @classmethod
     def load(cls, run_dir: str | Path) -> "TaskSpec":
         from dali_launch.trainer.run_dir import RunPaths

@@ -34,6 +34,7 @@ class EpochMetrics:
     test_accuracy: float | None = None
     test_count: int | None = None
     eval_time_s: float | None = None
+    resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
 
 
 class Reporter:
@@ -49,23 +50,21 @@ class Reporter:
             self.console.print(text, markup=False)
 
     def rank_report(self, sharding, devices: list, batch_size: int) -> None:
-        """Every process writes what it is; process 0 merges them into rank_map.json and prints it."""
+        """Every process writes and prints what it is; process 0 merges the reports into rank_map.json."""
         t = self.topology
         report = {"process_id": t.process_id, "host": t.host, "pid": os.getpid(), "num_processes": t.num_processes,
                   "devices": [str(d) for d in devices], "dali_shard_ids": list(sharding.device_ids),
                   "num_shards": sharding.global_devices, "readers_per_device": sharding.readers,
                   "batch_size_per_device": batch_size}
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
+        # Each rank says its own line, so it lands in its own log under its own prefix.
+        self.console.print(f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])}; DALI shards "
+                           f"{report['dali_shard_ids']} of {report['num_shards']}"
+                           + (f", {sharding.readers} readers each" if sharding.readers > 1 else ""), markup=False)
         barrier("rank-reports-written", self.barrier_timeout_s)
-        if not self.lead:
-            return
-        ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
-        write_atomic(self.paths.rank_map, json.dumps(ranks, indent=2))
-        for r in ranks:
-            readers = r["readers_per_device"]
-            self.say(f"rank {r['process_id']} on {r['host']}: devices {', '.join(r['devices'])}; "
-                     f"DALI shards {r['dali_shard_ids']} of {r['num_shards']}"
-                     + (f", {readers} readers each" if readers > 1 else ""))
+        if self.lead:
+            ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
+            write_atomic(self.paths.rank_map, json.dumps(ranks, indent=2))
 
     def resumed(self, epoch: int, calls_done: int, step: int) -> None:
         """Metrics of epochs from `epoch` on will be written again: drop any earlier copies."""
@@ -96,9 +95,10 @@ class Reporter:
         m = metrics
         extra = f"  compile {m.compile_s:.1f} s" if m.compile_s is not None else ""
         extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
+        resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""
         self.say(f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
                  f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
-                 f"device)  epoch {m.epoch_time_s:.2f} s ({m.data_wait_fraction:.0%} waiting for data)  "
+                 f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data)  "
                  f"eval {m.eval_time_s:.2f} s{extra}")
         if m.startup:
             self.say(f"  start-up, s since {m.startup_since}: "

@@ -1,10 +1,20 @@
-"""Preemption and time limits: SLURM's warning signal -> an agreed checkpoint -> requeue.
+"""What a signal means to a task: stop at an agreed step, write a checkpoint, then requeue or stop.
 
-SLURM sends SIGUSR2 (`#SBATCH --signal`, set by submitit) to every task some time before it ends
-the job. The handler only raises a flag; at the loop's next check point, which every process
-reaches at the same device call, the processes agree (any flag set -> all stop there), write one
-checkpoint and process 0 asks SLURM to requeue the job. The requeued job runs the same task,
-which resumes from that checkpoint.
+The one place that decides it; nothing else in the trainer installs a handler:
+
+    SIGUSR2  SLURM's warning before a time limit or preemption (`#SBATCH --signal`, set by submitit): requeue
+    SIGTERM  scancel, SLURM's end of a job, the local launcher passing on Ctrl-C or its own SIGTERM: stop
+    SIGINT   Ctrl-C of `dali-launch train`: stop
+
+A handler only raises a flag; at the loop's next check point, which every process reaches at the
+same device call, the processes agree (the strongest request anywhere wins: stop over requeue),
+write one checkpoint, and then process 0 asks SLURM to requeue the job (which runs the same task
+and resumes from that checkpoint), or every process records that it stopped and exits with
+128 + the signal's number, like a process the signal ended. A second stop signal exits at once.
+
+JAX's preemption service would catch SIGTERM itself ("SIGTERM caught"; topology.initialize turns
+it off) and submitit installs handlers for USR2 (an immediate requeue, before our checkpoint) and
+TERM (ignored): `listen` replaces them, after jax.distributed.initialize.
 """
 from __future__ import annotations
 
@@ -12,48 +22,76 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from dali_launch.trainer import ending
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.run_dir import RunPaths
+
+REQUEUE, STOP = 1, 2
+MEANING = {signal.SIGUSR2: REQUEUE, signal.SIGTERM: STOP, signal.SIGINT: STOP}
 REQUEUE_WAIT_S = 300  # SLURM kills a requeued job's tasks; if it never does, give up and fail
+_asked = {"what": 0, "signum": 0}  # this process's strongest request so far (signals are per process)
+
+
+def listen() -> None:
+    """From now on the signals above mean what the table says (only the main thread may install)."""
+    _asked.update(what=0, signum=0)  # a process may run several tasks (benchmarks)
+    if threading.current_thread() is threading.main_thread():
+        for signum in MEANING:
+            signal.signal(signum, _on_signal)
+
+
+def _on_signal(signum, frame) -> None:
+    if MEANING[signum] == STOP and _asked["what"] == STOP:
+        print(f"dali-launch: {signal.Signals(signum).name} again; exiting without a checkpoint", file=sys.stderr,
+              flush=True)
+        os._exit(128 + signum)
+    if MEANING[signum] >= _asked["what"]:
+        _asked.update(what=MEANING[signum], signum=signum)
 
 
 class Preemption:
-    def __init__(self):
-        self.requested = False
-        # Replaces submitit's own USR2 handler: it would requeue at once, before our checkpoint.
-        signal.signal(signal.SIGUSR2, self._on_signal)
-
-    def _on_signal(self, signum, frame) -> None:
-        self.requested = True
-
-    def agreed(self, *also: bool) -> list[bool]:
-        """[any process signalled, any process's `also[i]` true, ...], the same on every process.
+    def agreed(self, *also: bool) -> list[int]:
+        """[strongest request anywhere, its signal, any process's `also[i]`, ...], alike on every process.
 
         A collective (all processes call it at the same point); other per-process decisions, like a
         clock saying a checkpoint is due, ride along so every process acts alike.
         """
-        local = np.array([self.requested, *also], np.int32)
+        local = np.array([_asked["what"], _asked["signum"], *also], np.int32)
         if jax.process_count() == 1:
-            return [bool(v) for v in local]
+            return [int(v) for v in local]
         flags = np.asarray(multihost_utils.process_allgather(local)).reshape(-1, local.size)
-        return [bool(v) for v in flags.max(axis=0)]
+        return [int(v) for v in flags.max(axis=0)]
 
 
-def requeue_or_exit(max_requeues: int, run_dir: str) -> None:
-    """After the checkpoint: process 0 requeues the job (within --max-requeues); nobody returns."""
+def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
+    """After the agreed checkpoint at `step`: requeue (SLURM's warning, within --max-requeues) or stop.
+    Never returns."""
     job_id = os.environ.get("SLURM_JOB_ID")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-    if job_id is None or restarts >= max_requeues:
-        why = "not a SLURM job" if job_id is None else f"--max-requeues {max_requeues} reached"
-        sys.exit(f"dali-launch: preempted; checkpoint written ({why}); continue with "
-                 f"`dali-launch --resume {run_dir}`")
+    max_requeues = spec.resilience.max_requeues
+    if what == REQUEUE and job_id is not None and restarts < max_requeues:
+        _requeue(job_id, restarts, max_requeues, spec)
+    name = signal.Signals(signum).name
+    why = "" if what == STOP else f" ({'not a SLURM job' if job_id is None else f'--max-requeues {max_requeues} reached'})"
+    line = (f"{'preempted' if what == REQUEUE else f'stopped by {name}'}; checkpoint written at step {step}{why}; "
+            f"resume with `{spec.resume_command()}`")
+    ending.record(RunPaths(spec.run_dir), jax.process_index(), ending.STOPPED, line, step=step, signal=name)
+    if jax.process_index() == 0:
+        print(f"dali-launch: {line}", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
+
+
+def _requeue(job_id: str, restarts: int, max_requeues: int, spec: TaskSpec) -> None:
     if jax.process_index() == 0:
         subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
         print(f"preempted: checkpoint written, job {job_id} requeued ({restarts + 1}/{max_requeues})", flush=True)
     time.sleep(REQUEUE_WAIT_S)  # SLURM ends this incarnation; returning would report success
     sys.exit(f"dali-launch: job {job_id} was not requeued within {REQUEUE_WAIT_S} s; resume with "
-             f"`dali-launch --resume {run_dir}`")
+             f"`{spec.resume_command()}`")

@@ -1,6 +1,8 @@
 """One class names every file of a run directory; the launcher and every task use it alike."""
 from __future__ import annotations
 
+import fcntl
+import time
 from pathlib import Path
 
 
@@ -19,6 +21,8 @@ class RunPaths:
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
+    endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
+    locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
     """
 
     def __init__(self, root: str | Path):
@@ -37,6 +41,8 @@ class RunPaths:
     submitit = property(lambda self: self.root / "submitit")
     checkpoints = property(lambda self: self.root / "checkpoints")
     heartbeats = property(lambda self: self.root / "heartbeats")
+    endings = property(lambda self: self.root / "endings")
+    locks = property(lambda self: self.root / "locks")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"
@@ -46,6 +52,13 @@ class RunPaths:
 
     def heartbeat(self, rank: int) -> Path:
         return self.heartbeats / f"rank-{rank}"
+
+    def ending(self, rank: int) -> Path:
+        return self.endings / f"rank-{rank}.json"
+
+    def lock(self, holder: str) -> Path:
+        """`launcher` (local mode's launcher) or `task` (process 0 of the task, every backend)."""
+        return self.locks / f"{holder}.lock"
 
     def sample_record(self, epoch: int, rank: int, first_call: int) -> Path:
         return self.samples / f"epoch-{epoch}-rank-{rank}-from-{first_call}.npy"
@@ -61,3 +74,41 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+# A run directory is locked while a job runs in it: an exclusive flock, which the kernel drops when
+# the holder dies however it dies. Over NFS, Linux maps flock to byte-range locks that the server
+# arbitrates across clients, but mounts with `nolock` or `local_lock=flock` keep them per host; the
+# launcher therefore also asks SLURM whether a run's job is still queued (launcher/runs.py).
+LOCK_WAIT_S = 2.0  # a `--resume` check holds the lock for a moment; a starting holder waits that out
+
+
+def hold_lock(path: Path):
+    """Takes `path`'s lock for as long as the returned file stays open; None if another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a")
+    end = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() > end:
+                handle.close()
+                return None
+            time.sleep(0.1)
+
+
+def is_locked(path: Path) -> bool:
+    """Whether a live process holds `path`'s lock; writes nothing (a missing file is unlocked)."""
+    try:
+        handle = path.open("r")
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False

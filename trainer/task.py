@@ -1,4 +1,4 @@
-"""What every task runs: read the spec, find its place in the job, train, report.
+"""What every task runs: read the spec, find its place in the job, train, report how it ended.
 
 Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through submitit calls
 `run_task(RUN_DIR)`. Either way the spec on disk is the only input, so a task can be re-run by hand.
@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 
-from dali_launch.trainer import flavours
+from dali_launch.trainer import ending, flavours
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.manifest import write_manifest
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
 from dali_launch.trainer.startup import Startup
-from dali_launch.trainer.topology import configure_process_env, from_environment, initialize, local_devices
+from dali_launch.trainer.topology import (Topology, configure_process_env, from_environment, initialize,
+                                          local_devices)
 from dali_launch.trainer.watchdog import Watchdog
 
 
@@ -20,16 +22,40 @@ def run_task(run_dir: str) -> dict:
     startup = Startup()
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.distributed)
+    paths = RunPaths(run_dir)
+    ending.clear(paths, topology.process_id)
+    with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
+        lock = _lock(paths) if topology.process_id == 0 else None
+        try:
+            result = _train(spec, topology, paths, startup)
+        finally:
+            if lock:
+                lock.close()
+    ending.record(paths, topology.process_id, ending.DONE)
+    return result
+
+
+def _lock(paths: RunPaths):
+    """Process 0 holds the run directory's task lock while the task runs: `--resume` refuses it."""
+    lock = hold_lock(paths.lock("task"))
+    if lock is None:
+        raise UsageError(f"another job is running in {paths.root} ({paths.lock('task')} is held); "
+                         f"wait for it to end, or stop it")
+    return lock
+
+
+def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
     configure_process_env(topology, spec.data, spec.train.cuda_graphs)  # before the first `import jax`
     flavours.check()
+    from dali_launch.trainer import preemption
     from dali_launch.trainer.metrics import Reporter
     from dali_launch.trainer.train import train_and_evaluate
 
     use_compile_cache(spec.train.compile_cache)
     startup.mark("imports")
     initialize(topology, spec.distributed)
+    preemption.listen()  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
-    paths = RunPaths(run_dir)
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
     watchdog = Watchdog(paths, topology.process_id, topology.num_processes, spec.resilience)

@@ -6,6 +6,7 @@ JAX's own SLURM detection is not used: it assumes one GPU per task (jax issue 16
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -25,6 +26,7 @@ LOCAL_ENV = {
     "coordinator_address": "DALI_LAUNCH_COORDINATOR",
 }
 LAUNCHED_AT = "DALI_LAUNCH_LAUNCHED_AT"  # time.time() when the launcher started the ranks (local mode)
+LAUNCHER_PID = "DALI_LAUNCH_LAUNCHER_PID"  # the local launcher, whose death ends the rank
 SLURM_ENV = {
     "process_id": "SLURM_PROCID",
     "num_processes": "SLURM_NTASKS",
@@ -158,6 +160,10 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
     message = (f"process {topology.process_id}: not all {topology.num_processes} processes reached the "
                f"coordinator at {topology.coordinator_address} within {config.init_timeout_s} s (--init-timeout-s); "
                f"a rank did not start, or cannot reach that address")
+    # JAX's preemption service would take SIGTERM for itself; our handlers decide (preemption.py).
+    # Should a JAX version lack the option, preemption.listen still replaces its handler afterwards.
+    with contextlib.suppress(AttributeError):
+        jax.config.update("jax_enable_preemption_service", False)
     # On this deadline JAX aborts the whole process from C++ with a page of stack; ours fires first
     # and leaves one line. JAX keeps its own, later, deadline as the backstop.
     watchdog = threading.Timer(config.init_timeout_s, _die, args=(message,))

@@ -20,7 +20,7 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.evaluate import Evaluator, first, split_dir
 from dali_launch.trainer.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.models import create_model
-from dali_launch.trainer.preemption import Preemption, requeue_or_exit
+from dali_launch.trainer.preemption import Preemption, end
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.startup import Startup
 from dali_launch.trainer.topology import barrier, job_devices
@@ -91,6 +91,8 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
         reporter.epoch(metrics)
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * local))
+        if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
+            loop.stop_if_asked(epoch + 1)
     return {"checksums": replicas.gathered_checksums(state.params), "final": reporter.last}
 
 
@@ -114,6 +116,7 @@ class Loop:
     def epoch(self, state, epoch: int, resume: Resume | None):
         start, done = time.perf_counter(), resume.calls_done if resume else 0
         tally = self.data.put([call_tally(resume.tally if resume else None)] * len(self.data.devices))
+        counted_before = float(resume.tally["count"]) if resume else 0.0  # by the run that was interrupted
         recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) \
             if self.spec.train.record_samples else None
         data_wait, compile_s = 0.0, None
@@ -133,13 +136,14 @@ class Loop:
                     self._check_point(state, tally, epoch, call + 1, recorder)
         self._check_labels(tally)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
-        elapsed = time.perf_counter() - start
+        elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:
             recorder.save(self.data.steps)
         return state, EpochMetrics(
             epoch=epoch, train_loss=loss / count, train_samples=count, epoch_time_s=elapsed,
-            images_per_s=count / elapsed, images_per_s_per_device=count / elapsed / self.sharding.global_devices,
-            data_wait_fraction=data_wait / elapsed, compile_s=compile_s, **self._startup(compile_s is not None))
+            images_per_s=timed / elapsed, images_per_s_per_device=timed / elapsed / self.sharding.global_devices,
+            data_wait_fraction=data_wait / elapsed, compile_s=compile_s, resumed_at_call=done or None,
+            **self._startup(compile_s is not None))
 
     def _first_call_done(self, tally, started: float) -> float:
         """The first device call of the run compiles: time it once (one sync), and since launch."""
@@ -164,13 +168,19 @@ class Loop:
         jax.block_until_ready(tally)
         self._check_labels(tally)
         minutes = self.spec.resilience.checkpoint_every_min
-        preempted, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
-        if preempted or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
+        asked, signum, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
+        if asked or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
             self.save(state, epoch, calls_done, tally)
             if recorder:
                 recorder.save(calls_done)
-        if preempted:
-            requeue_or_exit(self.spec.resilience.max_requeues, self.spec.run_dir)
+        if asked:
+            end(asked, signum, epoch * self.data.steps + calls_done, self.spec)
+
+    def stop_if_asked(self, epoch: int) -> None:
+        """At an epoch's start, its checkpoint just written: a signal that came after the last check point."""
+        asked, signum = self.preemption.agreed()
+        if asked:
+            end(asked, signum, epoch * self.data.steps, self.spec)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.saved_at = time.monotonic()

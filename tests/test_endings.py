@@ -1,0 +1,211 @@
+"""How a local job ends: real launchers, real ranks (2 processes × 1 CPU device), real signals and deaths.
+
+The launcher dies: its ranks die with it. A rank raises: the job stops within seconds and names it
+first. SIGINT/SIGTERM/SIGUSR2: the ranks checkpoint and stop, and a resumed run appends to the logs
+and times its partial epoch honestly. A running run refuses `--resume`. A closed console is no failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import REPO, check_ok, dali_launch, only_run, rank_report, wait_for
+
+from dali_launch.launcher import runs
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
+LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "30"]
+
+FAILING = '''
+import itertools
+
+import flax.linen as nn
+import jax
+
+_calls = itertools.count()
+
+
+def _fail_on_rank_1(x):
+    if jax.process_index() == 1 and next(_calls) >= 15:
+        raise RuntimeError("rank 1 fails mid-epoch (injected)")
+
+
+class Failing(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        jax.debug.callback(_fail_on_rank_1, x[0, 0])  # runs on the host at every step
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+
+
+def at_start(num_classes):
+    if jax.process_index() == 1:
+        raise RuntimeError("rank 1 cannot build its model (injected)")
+    return Failing(num_classes=num_classes)
+
+
+def mid_epoch(num_classes):
+    return Failing(num_classes=num_classes)
+'''
+
+
+def _start(args, root, env=None) -> subprocess.Popen:
+    """The launcher in its own session (its process group is its pid), stderr kept for the verdict."""
+    return subprocess.Popen([*CLI, *LOCAL, *args, "--run-root", str(root)], cwd=REPO, text=True,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def _rank_pids(root) -> list[int]:
+    return [wait_for(lambda r=r: (rank_report(root, r) or {}).get("pid"), timeout_s=120) for r in range(2)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _reap(proc: subprocess.Popen, pids=()) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("how", ["kill -9", "kill -9 of its process group"])
+def test_a_killed_launcher_takes_its_ranks_and_unlocks_the_run(mnist_lmdb, tmp_path, how):
+    """While it runs, the run refuses --resume (one line, exit 2); the launcher's SIGKILL ends every
+    rank within seconds (PR_SET_PDEATHSIG), and the run can be resumed again."""
+    proc = _start(["--epochs", "50", "--data-dir", str(mnist_lmdb)], tmp_path)
+    pids = []
+    try:
+        pids = _rank_pids(tmp_path)
+        paths = only_run(tmp_path)
+        started = time.monotonic()
+        refused = dali_launch(*LOCAL, "--resume", str(paths.root), timeout=60)
+        assert refused.returncode == 2 and time.monotonic() - started < 30, refused
+        assert refused.stderr.count("\n") == 1 and "a job is still running in it" in refused.stderr, refused.stderr
+        assert "resuming" not in refused.stdout and not any("--- resumed" in paths.log(r).read_text()
+                                                            for r in range(2))
+        (os.killpg if "group" in how else os.kill)(proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda: not any(_alive(pid) for pid in pids), timeout_s=30)
+        print(f"{how}: every rank gone {time.monotonic() - killed:.2f} s after the launcher")
+        runs.check_not_live(paths)  # the kernel dropped the locks with their holders
+    finally:
+        _reap(proc, pids)
+
+
+def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
+    """SIGINT to the launcher: every rank checkpoints at the next check point and stops; the launcher
+    says where and how to resume. The resumed run appends to the ranks' logs, and its first, partial
+    epoch reports the images and time of its own part."""
+    proc = _start(["--epochs", "2", "--data-dir", str(mnist_lmdb)], tmp_path)
+    try:
+        pids = _rank_pids(tmp_path)
+        time.sleep(4)  # well into epoch 0
+        proc.send_signal(signal.SIGINT)
+        asked = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        took = time.monotonic() - asked
+    finally:
+        _reap(proc)
+    print(f"SIGINT: launcher done {took:.2f} s later")
+    paths = only_run(tmp_path)
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 130 and last.startswith("dali-launch: interrupted (SIGINT); checkpoint written at step "), err
+    assert took < 30 and not any(_alive(pid) for pid in pids)
+    assert not paths.result.exists() and any(p.name.isdigit() for p in paths.checkpoints.iterdir())
+    first_logs = [paths.log(r).read_text() for r in range(2)]
+
+    command = shlex.split(last.split("resume with `")[1].rstrip("`"))
+    assert command[0] == "dali-launch"
+    resumed = dali_launch(*command[1:])
+    check_ok(resumed)
+    assert "resumed from checkpoint" in resumed.stdout
+    for rank, before in enumerate(first_logs):
+        log = paths.log(rank).read_text()
+        assert log.startswith(before) and "--- resumed" in log[len(before):] and f"rank {rank} on" in log[len(before):]
+    metrics = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [0, 1] and metrics[1]["resumed_at_call"] is None
+    partial = metrics[0]
+    calls = partial["resumed_at_call"]
+    assert 0 < calls < 80  # 8,000 samples / (50 × 2 devices) calls per epoch
+    own = partial["images_per_s"] * partial["epoch_time_s"]
+    assert abs(own - (8000 - calls * 100)) < 1 and partial["train_samples"] == 8000
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2], ids=["SIGTERM", "SIGUSR2"])
+def test_a_job_that_finishes_within_the_grace_is_reported_finished(mnist_lmdb, tmp_path, sig):
+    """A one-epoch run with no check point inside its epoch (10 fused calls): asked to stop once both
+    ranks are up, it finishes instead, and says so (exit 0)."""
+    proc = _start(["--epochs", "1", "--steps-per-call", "8", "--sync-every-steps", "1000",
+                   "--data-dir", str(mnist_lmdb)], tmp_path)
+    try:
+        _rank_pids(tmp_path)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        _reap(proc)
+    assert proc.returncode == 0, err
+    assert f"dali-launch: {sig.name}: asking every rank to checkpoint and stop" in err
+    assert "done: test accuracy" in out and "interrupted" not in err
+
+
+@pytest.mark.parametrize("when", ["at_start", "mid_epoch"])
+def test_a_rank_that_raises_stops_the_job_and_is_named_first(mnist_lmdb, tmp_path, when):
+    """Rank 1 raises (building its model, or in its 16th step); rank 0 waits for it in a barrier or a
+    collective. Within seconds the job is over and the first line names rank 1 and its error."""
+    package = tmp_path / "code"
+    package.mkdir()
+    (package / "failing.py").write_text(textwrap.dedent(FAILING))
+    proc = _start(["--epochs", "2", "--model", f"failing:{when}", "--data-dir", str(mnist_lmdb)], tmp_path / "runs",
+                  env={"PYTHONPATH": str(package)})
+    try:
+        _, err = proc.communicate(timeout=150)
+        ended = time.time()
+    finally:
+        _reap(proc)
+    endings = [json.loads(p.read_text()) for p in only_run(tmp_path / "runs").endings.iterdir()]
+    failed_at = min(e["at"] for e in endings if e["rank"] == 1)
+    lines = err.strip().splitlines()
+    what = {"at_start": "cannot build its model", "mid_epoch": "fails mid-epoch"}[when]
+    assert proc.returncode == 1 and lines[0].startswith("dali-launch: rank 1 failed: ") and what in lines[0], err
+    assert f"RuntimeError: rank 1 {what}" in err
+    # a factory that raises is a usage error of its own (one line); an error mid-epoch comes with its traceback
+    assert ("Traceback" in err) == (when == "mid_epoch")
+    # From rank 1's failure (its own clock, this machine's) to the launcher's end: not JAX's 300 s barrier.
+    print(f"{when}: job over {ended - failed_at:.2f} s after rank 1 failed")
+    assert ended - failed_at < 30
+
+
+def test_a_closed_console_is_no_failure_of_the_job(mnist_lmdb, tmp_path):
+    """`dali-launch --local ... | head -n 2`: no BrokenPipeError, the logs complete, exit code 0."""
+    proc = _start(["--epochs", "1", "--data-dir", str(mnist_lmdb)], tmp_path)
+    try:
+        head = [proc.stdout.readline() for _ in range(2)]
+        proc.stdout.close()  # what `head` does once it has its lines
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        _reap(proc)
+    assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert head[0].startswith("run directory: ")
+    paths = only_run(tmp_path)
+    logs = [paths.log(r).read_text() for r in range(2)]
+    assert "epoch 0: loss" in logs[0] and paths.result.exists()
+    assert all(f"rank {r} on " in logs[r] and "[Gloo] Rank" in logs[r] for r in range(2))
+
