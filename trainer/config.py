@@ -114,9 +114,9 @@ class ResilienceConfig:
 
 # How each launch mode continues a run (--resume checks the process layout against the flags).
 RESUME_COMMANDS = {
-    "none": "dali-launch train --resume {run}",
-    "local": "dali-launch --local --gpus-per-node {devices} --processes {processes} --resume {run}",
-    "slurm": "dali-launch --resume {run} (with the job's own --nodes, --gpus-per-node and --tasks-per-node)",
+    "none": "`dali-launch train --resume {run}`",
+    "local": "`dali-launch --local --gpus-per-node {devices} --processes {processes} --resume {run}`",
+    "slurm": "`dali-launch --resume {run}` with the job's own --nodes, --gpus-per-node and --tasks-per-node",
 }
 
 
@@ -136,8 +136,8 @@ class TaskSpec:
     def from_json(cls, text: str) -> "TaskSpec":
         return from_dict(cls, json.loads(text))
 
-    def resume_command(self) -> str:
-        """The command that continues this run from its newest checkpoint, in the mode it ran in."""
+    def how_to_resume(self) -> str:
+        """The command (`quoted`) that continues this run from its newest checkpoint, in the mode it ran in."""
         d = self.distributed
         return RESUME_COMMANDS[d.backend].format(run=self.run_dir, processes=d.num_processes,
                                                  devices=(d.num_processes or 1) * (d.local_device_count or 1))
