@@ -209,13 +209,13 @@ class LocalJob:
     def _interrupted(self) -> Outcome:
         """After a stop signal: the step the ranks checkpointed at, and how to go on from it."""
         name, code = signal.Signals(self.signals[0]).name, 128 + self.signals[0]
-        resume = TaskSpec.load(self.paths.root).resume_command()
+        resume = TaskSpec.load(self.paths.root).how_to_resume()
         stopped = [e for e in ending.read(self.paths, since=self.started) if e["how"] == ending.STOPPED]
         if len(stopped) == len(self.procs):
             return Outcome(False, f"interrupted ({name}); checkpoint written at step {stopped[0]['step']}; "
-                                  f"resume with `{resume}`", code)
+                                  f"resume with {resume}", code)
         newest = max((int(p.name) for p in self.paths.checkpoints.glob("*") if p.name.isdigit()), default=None)
-        then = f"the newest checkpoint is step {newest}; resume with `{resume}`" if newest is not None else \
+        then = f"the newest checkpoint is step {newest}; resume with {resume}" if newest is not None else \
             "no checkpoint was written; start the run again"
         return Outcome(False, f"interrupted ({name}); killed the ranks before they checkpointed; {then}", code)
 

@@ -127,6 +127,27 @@ def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
         assert proc.returncode != 0 and "rank 1" in err, (name, err)
 
 
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_slurm_scancel_checkpoints_before_the_job_ends(slurm_env, mnist_lmdb, tmp_path):
+    """scancel sends SIGTERM: every rank agrees on a step, checkpoints it and records that it stopped."""
+    proc = _start(["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "10", "--epochs", "50",
+                   "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)], env=slurm_env)
+    try:
+        wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
+        time.sleep(3)
+        paths = only_run(tmp_path)
+        job_id = json.loads((paths.root / "job.json").read_text())["job_id"]
+        subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, check=True, timeout=30)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    endings = [json.loads(paths.ending(r).read_text()) for r in range(2)]
+    assert [e["how"] for e in endings] == ["stopped"] * 2 and endings[0]["step"] == endings[1]["step"], err
+    assert (paths.checkpoints / str(endings[0]["step"])).is_dir()
+    assert f"stopped by SIGTERM; checkpoint written at step {endings[0]['step']}" in err
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -128,9 +128,9 @@ class TaskSpec:
     def from_json(cls, text: str) -> "TaskSpec":
         return from_dict(cls, json.loads(text))
 
-    def resume_command(self) -> str:
-        """How a user continues this run: its directory says everything else (launcher/resume.py)."""
-        return f"dali-launch --resume {self.run_dir}"
+    def how_to_resume(self) -> str:
+        """The command (`quoted`) that continues this run: its directory says everything else (launcher/resume.py)."""
+        return f"`dali-launch --resume {self.run_dir}`"
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "TaskSpec":

@@ -81,7 +81,7 @@ def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
     name = signal.Signals(signum).name
     why = "" if what == STOP else f" ({'not a SLURM job' if job_id is None else f'--max-requeues {max_requeues} reached'})"
     line = (f"{'preempted' if what == REQUEUE else f'stopped by {name}'}; checkpoint written at step {step}{why}; "
-            f"resume with `{spec.resume_command()}`")
+            f"resume with {spec.how_to_resume()}")
     ending.record(RunPaths(spec.run_dir), jax.process_index(), ending.STOPPED, line, step=step, signal=name)
     if jax.process_index() == 0:
         print(f"dali-launch: {line}", file=sys.stderr, flush=True)
@@ -94,4 +94,4 @@ def _requeue(job_id: str, restarts: int, max_requeues: int, spec: TaskSpec) -> N
         print(f"preempted: checkpoint written, job {job_id} requeued ({restarts + 1}/{max_requeues})", flush=True)
     time.sleep(REQUEUE_WAIT_S)  # SLURM ends this incarnation; returning would report success
     sys.exit(f"dali-launch: job {job_id} was not requeued within {REQUEUE_WAIT_S} s; resume with "
-             f"`{spec.resume_command()}`")
+             f"{spec.how_to_resume()}")
