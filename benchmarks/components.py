@@ -32,8 +32,9 @@ CUDA_GRAPHS = {"off": {"xla_gpu_enable_command_buffer": ""}, "on": {}}  # on: XL
 
 
 def pipelines(data: Path, readers: int, threads: int, prefetch: int) -> list:
-    from dali_launch.trainer.input_pipeline import PipelineArgs, graph
-    from dali_launch.trainer.pipelines import mnist
+    from dali_launch.trainer.data.contract import PipelineArgs
+    from dali_launch.trainer.data.dali import graph
+    from dali_launch.trainer.data.pipelines import mnist
 
     def one(shard: int):
         args = PipelineArgs(path=str(data / "training"), shard_id=shard, num_shards=readers, batch_size=150,
@@ -46,7 +47,7 @@ def pipelines(data: Path, readers: int, threads: int, prefetch: int) -> list:
 def codecs(data: Path, readers: int) -> list[dict]:
     """All codecs first: nvImageCodec reads its codec folder each time a decoder is made."""
     import numpy as np
-    from dali_launch.trainer import placement
+    from dali_launch.trainer.data import placement
 
     rows = []
     for name in ("all codecs", "CPU codecs only"):
@@ -70,15 +71,15 @@ def codecs(data: Path, readers: int) -> list[dict]:
 
 def data_epochs(data: Path, grid: list[str], epochs: int = 3) -> list[dict]:
     import jax
-    from dali_launch.trainer import input_pipeline
     from dali_launch.trainer.config import DataConfig
+    from dali_launch.trainer.data import dali, shards
 
     device, rows = jax.devices()[:1], []
     for cell in grid:
         readers, threads, prefetch = (int(x) for x in cell.split("x"))
         config = DataConfig(data_dir=str(data), decoder="cpu", reader_threads=threads, prefetch=prefetch)
-        sharding = input_pipeline.Sharding(0, 1, 1, readers)
-        batches = input_pipeline.build(str(data / "training"), device, device, sharding, BATCH * PER_CALL, True,
+        sharding = shards.Sharding(0, 1, 1, readers)
+        batches = dali.build(str(data / "training"), device, device, sharding, BATCH * PER_CALL, True,
                                        config, 0)
         times = []
         for _ in range(epochs):
@@ -97,7 +98,7 @@ def steps(count: int) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from dali_launch.trainer import parallel
+    from dali_launch.trainer.step import parallel
     from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
     from dali_launch.trainer.train import create_train_state
 

@@ -44,11 +44,19 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from example import run_example  # the same folder: run as a script
-from report import PARALLEL, add_ratios, environment, listed, plot, read_epochs, summarize, table
-
-from dali_launch.trainer.placement import CODECS_PATH
+from dali_launch.trainer.data.placement import CODECS_PATH
 from dali_launch.trainer.topology import disable_cuda_graphs
+from example import run_example  # the same folder: run as a script
+from report import (
+    PARALLEL,
+    add_ratios,
+    environment,
+    listed,
+    plot,
+    read_epochs,
+    summarize,
+    table,
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,12 @@ class Ours:
 
 def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: Path,
              reader_threads: int | None, cuda_graphs: str = "auto") -> dict:
-    from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import (
+        DataConfig,
+        DistributedConfig,
+        TaskSpec,
+        TrainConfig,
+    )
     from dali_launch.trainer.run_dir import RunPaths
     from dali_launch.trainer.task import run_task
 

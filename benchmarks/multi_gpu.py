@@ -24,10 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dali_launch.trainer.topology import disable_cuda_graphs
 from example import run_example_two_gpus  # the same folder: run as a script
 from report import read_epochs
-
-from dali_launch.trainer.topology import disable_cuda_graphs
 
 
 def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path, cache: Path) -> dict:

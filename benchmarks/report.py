@@ -109,10 +109,10 @@ def plot(doc: dict, path: Path) -> None:
 def environment() -> dict:
     info = {"python": platform.python_version(), "host": platform.node()}
     try:
-        import jax
         import flax
-        import optax
+        import jax
         import nvidia.dali
+        import optax
 
         info.update(jax=jax.__version__, flax=flax.__version__, optax=optax.__version__,
                     dali=nvidia.dali.__version__, devices=[str(d) for d in jax.devices()],

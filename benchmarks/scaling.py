@@ -37,7 +37,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from report import PARALLEL, listed, read_epochs, steady_label, summarize  # the same folder: run as a script
+from report import (  # the same folder: run as a script
+    PARALLEL,
+    listed,
+    read_epochs,
+    steady_label,
+    summarize,
+)
 
 LAYOUTS = ("node", "process")
 TAIL_LINES = 20  # of a failed run's stderr, kept in the JSON

@@ -14,11 +14,15 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
 from dali_launch.launcher.cluster_ci import CiConfig
 from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
-from dali_launch.trainer.config import DataConfig, DistributedConfig, ResilienceConfig, TrainConfig
+from dali_launch.trainer.config import (
+    DataConfig,
+    DistributedConfig,
+    ResilienceConfig,
+    TrainConfig,
+)
 from dali_launch.trainer.errors import UsageError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,

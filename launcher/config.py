@@ -3,7 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dali_launch.trainer.config import DataConfig, DistributedConfig, ResilienceConfig, TaskSpec, TrainConfig, opt
+from dali_launch.trainer.config import (
+    DataConfig,
+    DistributedConfig,
+    ResilienceConfig,
+    TaskSpec,
+    TrainConfig,
+    opt,
+)
 from dali_launch.trainer.errors import UsageError
 
 

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 
 from dali_launch.launcher.config import RunConfig
-from dali_launch.trainer import ending
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
 from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
 

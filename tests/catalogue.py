@@ -10,7 +10,6 @@ from pathlib import Path
 import lmdb
 import numpy as np
 import pytest
-
 from dali_launch.launcher import data_prepare, datasets
 from dali_launch.launcher.cli import main
 
@@ -20,8 +19,9 @@ ERROR = "dali-launch: error: "
 # --- the data sets entries start from -----------------------------------------------------------
 
 def encoded_image(fmt: str = "JPEG", size: int = 28) -> bytes:
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     pixels = (np.arange(size * size) % 251).astype(np.uint8).reshape(size, size)
     buf = io.BytesIO()
@@ -121,7 +121,6 @@ def empty_folder(tmp: Path) -> dict:
 def nothing_starts(monkeypatch):
     """Any job start, submission or device use fails the test loudly: the entries must stop before."""
     import submitit
-
     from dali_launch.launcher.local import LocalJob
     from dali_launch.trainer import task, topology
 

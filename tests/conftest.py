@@ -4,12 +4,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
-
 from dali_launch.launcher import datasets
 from dali_launch.launcher.data_prepare import load_split, prepare, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths

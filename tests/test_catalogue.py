@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from catalogue import run_entry
-from test_catalogue_data import DATA
-
 from dali_launch.trainer import flavours
+from test_catalogue_data import DATA
 
 BS = "\\"
 

@@ -11,10 +11,23 @@ import subprocess
 import sys
 
 import pytest
-from catalogue import (ERROR, a_file, class_folders, dataset, empty_folder, encoded_image, good_records,
-                       label_record, not_lmdb, one_bad, raw_pixels, run_entry, snapshot, truncated)
+from catalogue import (
+    ERROR,
+    a_file,
+    class_folders,
+    dataset,
+    empty_folder,
+    encoded_image,
+    good_records,
+    label_record,
+    not_lmdb,
+    one_bad,
+    raw_pixels,
+    run_entry,
+    snapshot,
+    truncated,
+)
 from conftest import REPO
-
 from dali_launch.launcher import data_prepare, datasets, runs
 from dali_launch.launcher.config import LaunchConfig, RunConfig
 

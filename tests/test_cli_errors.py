@@ -5,7 +5,6 @@ import shutil
 
 import lmdb
 import pytest
-
 from dali_launch.launcher.cli import main
 
 

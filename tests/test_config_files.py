@@ -3,11 +3,10 @@ and the config.toml every run directory keeps."""
 from __future__ import annotations
 
 import json
-import tomllib
 
 import pytest
+import tomllib
 from conftest import check_ok, dali_launch, only_run
-
 from dali_launch.launcher import config_file
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.config import RunConfig

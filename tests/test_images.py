@@ -5,9 +5,8 @@ import io
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from dali_launch.launcher.images import image_size
+from PIL import Image
 
 
 def _encode(fmt: str, height: int = 28, width: int = 20, mode: str = "L", **save) -> bytes:

@@ -9,8 +9,14 @@ import sys
 import time
 
 import pytest
-from conftest import assert_same_params, check_ok, dali_launch, only_run, rank_report, wait_for
-
+from conftest import (
+    assert_same_params,
+    check_ok,
+    dali_launch,
+    only_run,
+    rank_report,
+    wait_for,
+)
 from dali_launch.trainer.config import DistributedConfig, TaskSpec
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 

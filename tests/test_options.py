@@ -3,7 +3,6 @@ values were given at all (a value equal to its default may still have been asked
 from __future__ import annotations
 
 import pytest
-
 from dali_launch.launcher import cli, cluster_ci, jobs
 
 

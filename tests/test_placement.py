@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from dali_launch.trainer import placement
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.input_pipeline import readers_per_device
+from dali_launch.trainer.data import placement
+from dali_launch.trainer.data.shards import readers_per_device
 
 
 @pytest.mark.parametrize("pipeline, decoder, platform, expected", [
@@ -56,9 +55,10 @@ def test_readers_per_device(readers, threads, batch, cores, platform, expected):
 DECODE = """
 import json, sys
 import numpy as np
-from dali_launch.trainer.input_pipeline import PipelineArgs, graph
-from dali_launch.trainer import placement
-from dali_launch.trainer.pipelines import mnist
+from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.dali import graph
+from dali_launch.trainer.data import placement
+from dali_launch.trainer.data.pipelines import mnist
 if sys.argv[2] == "cpu-codecs":
     placement.use_cpu_codecs_only()
 args = PipelineArgs(path=sys.argv[1], shard_id=0, num_shards=1, batch_size=500, training=False, on_gpu=False,
@@ -96,7 +96,7 @@ def test_a_killed_process_leaves_no_codecs_folder(tmp_path):
     """kill -9 right after the codecs are set up: nothing is left in the temporary folder."""
     env = {**os.environ, "DALI_LAUNCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
-    code = "from dali_launch.trainer import placement; placement.use_cpu_codecs_only(); print('ready', flush=True); " \
+    code = "from dali_launch.trainer.data import placement; placement.use_cpu_codecs_only(); print('ready', flush=True); " \
            "import time; time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     try:

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from catalogue import dataset, encoded_image, run_entry
 from conftest import check_ok, dali_launch, only_run
-
 from dali_launch.launcher import data_prepare, datasets
 from dali_launch.launcher.cli import main
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from conftest import check_ok, dali_launch, only_run
-
 from dali_launch.launcher.cli import main
 
 

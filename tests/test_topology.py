@@ -6,11 +6,14 @@ import subprocess
 import sys
 
 import pytest
-
 from dali_launch.launcher import plan
 from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.trainer.config import DistributedConfig
-from dali_launch.trainer.topology import coordinator_port, expand_hostlist, from_environment
+from dali_launch.trainer.topology import (
+    coordinator_port,
+    expand_hostlist,
+    from_environment,
+)
 
 
 @pytest.mark.parametrize("nodelist, hosts", [

@@ -115,9 +115,10 @@ def test_compile_cache_is_written_and_can_be_off(mnist_lmdb, tmp_path):
 
 def _reference_prints(path) -> np.ndarray:
     """Fingerprints of every training sample, read once in order through the same pipeline."""
-    from dali_launch.trainer.input_pipeline import PipelineArgs, graph
-    from dali_launch.trainer.pipelines import mnist
-    from dali_launch.trainer.replicas import fingerprints
+    from dali_launch.trainer.data.contract import PipelineArgs
+    from dali_launch.trainer.data.dali import graph
+    from dali_launch.trainer.data.pipelines import mnist
+    from dali_launch.trainer.observe.replicas import fingerprints
 
     args = PipelineArgs(path=str(path), shard_id=0, num_shards=1, batch_size=1000, training=False, on_gpu=False,
                         decoder="cpu", seed=0, num_classes=10, image_size=28)

@@ -2,8 +2,8 @@
 import os
 import sys
 
-from dali_launch.trainer.ending import die_with_parent
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience.ending import die_with_parent
 from dali_launch.trainer.task import run_task
 from dali_launch.trainer.topology import LAUNCHER_PID
 

@@ -5,7 +5,7 @@
 
 The module must be importable where the tasks run: installed, or its folder on PYTHONPATH (local
 tasks inherit the environment; sbatch exports it by default). What the attribute must be is
-documented where it is used: models.py (a model factory), input_pipeline.py (a pipeline function).
+documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function).
 This module imports nothing heavy, so the launcher checks built-in names without starting JAX.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ import inspect
 from dali_launch.trainer.errors import UsageError
 
 BUILTIN = {
-    "model": {"mlp": "dali_launch.trainer.models:MLP", "cnn": "dali_launch.trainer.models:CNN",
-              "resnet18": "dali_launch.trainer.models:ResNet18"},
-    "pipeline": {"mnist": "dali_launch.trainer.pipelines:mnist", "folders": "dali_launch.trainer.pipelines:folders"},
+    "model": {"mlp": "dali_launch.trainer.model.models:MLP", "cnn": "dali_launch.trainer.model.models:CNN",
+              "resnet18": "dali_launch.trainer.model.models:ResNet18"},
+    "pipeline": {"mnist": "dali_launch.trainer.data.pipelines:mnist", "folders": "dali_launch.trainer.data.pipelines:folders"},
 }
 
 
@@ -55,7 +55,7 @@ def check(kind: str, name: str, num_classes: int = 10) -> None:
     load(kind, name)
     if kind == "model":
         # Imports flax, which the user's module has imported already.
-        from dali_launch.trainer.models import create_model
+        from dali_launch.trainer.model.models import create_model
 
         create_model(name, num_classes)
 

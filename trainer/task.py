@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import json
 
-from dali_launch.trainer import ending, flavours
+from dali_launch.trainer import flavours
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.manifest import write_manifest
+from dali_launch.trainer.observe.manifest import write_manifest
+from dali_launch.trainer.observe.startup import Startup
+from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.resilience.watchdog import Watchdog
 from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
-from dali_launch.trainer.startup import Startup
-from dali_launch.trainer.topology import (Topology, configure_process_env, from_environment, initialize,
-                                          local_devices)
-from dali_launch.trainer.watchdog import Watchdog
+from dali_launch.trainer.topology import (
+    Topology,
+    configure_process_env,
+    from_environment,
+    initialize,
+    local_devices,
+)
 
 
 def run_task(run_dir: str) -> dict:
@@ -47,8 +53,8 @@ def _lock(paths: RunPaths):
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
     configure_process_env(topology, spec.data, spec.train.cuda_graphs)  # before the first `import jax`
     flavours.check()
-    from dali_launch.trainer import preemption
-    from dali_launch.trainer.metrics import Reporter
+    from dali_launch.trainer.resilience import preemption
+    from dali_launch.trainer.observe.metrics import Reporter
     from dali_launch.trainer.train import train_and_evaluate
 
     use_compile_cache(spec.train.compile_cache)

@@ -15,8 +15,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from dali_launch.trainer import placement
 from dali_launch.trainer.config import DataConfig, DistributedConfig
+from dali_launch.trainer.data import placement
 from dali_launch.trainer.errors import UsageError
 
 LOCAL_ENV = {

@@ -11,19 +11,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax.training import train_state
-
-from dali_launch.trainer import input_pipeline, label_check, parallel, replicas
-from dali_launch.trainer.checkpoint import Checkpointer, Resume
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.data import dali, label_check, shards
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.evaluate import Evaluator, first, split_dir
-from dali_launch.trainer.metrics import EpochMetrics, Reporter
-from dali_launch.trainer.models import create_model
-from dali_launch.trainer.preemption import Preemption, end
+from dali_launch.trainer.model.models import create_model
+from dali_launch.trainer.observe import replicas
+from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
+from dali_launch.trainer.observe.startup import Startup
+from dali_launch.trainer.resilience.checkpoint import Checkpointer, Resume
+from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.startup import Startup
+from dali_launch.trainer.step import parallel
+from dali_launch.trainer.step.evaluate import Evaluator, first, split_dir
 from dali_launch.trainer.topology import barrier, job_devices
+from flax.training import train_state
 
 
 def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.TrainState:
@@ -63,13 +64,13 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     batch = spec.train.per_device_batch(len(all_devices))
     per_call = batch * spec.train.steps_per_call
-    cores = input_pipeline.cores_per_device(local, jax.process_count() if spec.distributed.backend == "local" else 1)
-    readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, per_call, cores)
-    sharding = input_pipeline.Sharding(process * local, local, len(all_devices), readers)
+    cores = shards.cores_per_device(local, jax.process_count() if spec.distributed.backend == "local" else 1)
+    readers = shards.readers_per_device(spec.data, devices[0].platform, per_call, cores)
+    sharding = shards.Sharding(process * local, local, len(all_devices), readers)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     resume = checkpointer.latest()
     startup.mark("checkpoints read")
-    data = input_pipeline.build(split_dir(spec, "training"), devices, all_devices, sharding, per_call, True,
+    data = dali.build(split_dir(spec, "training"), devices, all_devices, sharding, per_call, True,
                                 spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
     startup.mark("pipelines built")
     fresh = create_train_state(spec, data.first_sample())

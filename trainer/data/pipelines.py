@@ -1,4 +1,4 @@
-"""Built-in pipeline functions (`--pipeline NAME`); each meets the contract in input_pipeline.py.
+"""Built-in pipeline functions (`--pipeline NAME`); each meets the contract in contract.py.
 
     mnist    the DALI + Flax example's: Caffe2 LMDB -> grey JPEG decode -> /255 -> flat 784 floats,
              one-hot labels for training, class ids for evaluation (DALI_extra's db/MNIST layout)
@@ -9,19 +9,15 @@
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
 from nvidia.dali import fn, types
-
-if TYPE_CHECKING:
-    from dali_launch.trainer.input_pipeline import PipelineArgs
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # ImageNet's, the usual start for a new image set
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then center-crop
 
 
-def mnist(args: PipelineArgs):
+def _mnist(args: PipelineArgs):
     jpegs, labels = fn.readers.caffe2(path=args.path, name="caffe2", **args.reader_args())
     images = fn.decoders.image(jpegs, device=args.decode_device(), output_type=types.GRAY)
     if args.on_gpu:  # nvJPEG's images are on the GPU: both outputs stay there
@@ -32,7 +28,7 @@ def mnist(args: PipelineArgs):
     return images, labels
 
 
-mnist.auto_decoder = "cpu"  # 28x28 JPEGs: nvJPEG is the slower decoder here (FIELD-NOTES)
+mnist = Pipeline(_mnist, auto_decoder="cpu")  # 28x28 JPEGs: nvJPEG is the slower decoder here (FIELD-NOTES)
 
 
 def folders(args: PipelineArgs):

@@ -1,138 +1,22 @@
-"""DALI pipelines: one per local device, each reading its own shard of the global data set.
+"""DALI pipelines: one per reader of each local device, their batches joined into job-wide arrays.
 
-Each device's slice of the data set is read by `readers` pipelines (--readers-per-device), each
-with its own shard: one Caffe2 reader is a serial bottleneck (FIELD-NOTES), several read in
-parallel. A device's batch is its readers' batches end to end, reader after reader.
-
-Exactly-once epochs: every reader pads its shard to whole batches (`pad_last_batch`) and sticks to
-it, so shard `s` holds DALI's slice [N*s/S, N*(s+1)/S) and every position past that slice in an
-epoch is padding. `valid` masks are computed from those sizes, on the device, never per sample.
-
-The pipeline contract (`--pipeline package.module:function`; built-ins in pipelines.py):
-`function(args: PipelineArgs) -> (images, labels)` is called inside our `pipeline_def`, once per
-device and split, and returns two DALI DataNodes:
-- exactly one reader, given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it),
-  reading `args.path` (DATA_DIR/training or DATA_DIR/testing); any reader name;
-- `images`: one shape and dtype for every sample, in training and in evaluation (the model is
-  initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
-  decoders are given `device=args.decode_device()`; a function whose images are so small that the
-  CPU decodes them faster may say so with an attribute, `function.auto_decoder = "cpu"` (placement.py);
-- `labels`: integer class ids (shape () or (1,)) in 0..num_classes-1 (checked while training:
-  label_check.py), or float one-hot/soft targets (num_classes,).
-Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
-(--eval-cache-mb).
+A device's batch is its readers' batches end to end, reader after reader; shards.py says which
+shard each reader reads and which positions are padding; contract.py what a pipeline function is.
 """
 from __future__ import annotations
-
-import math
-import os
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from dali_launch.trainer import entry_points
+from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.data import placement
+from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
+from dali_launch.trainer.errors import UsageError
 from nvidia.dali import backend, pipeline_def
 
-from dali_launch.trainer import entry_points, placement
-from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.errors import UsageError
-
 AXIS = "devices"  # the pmap axis name and the mesh axis name
-
-
-@dataclass(frozen=True)
-class PipelineArgs:
-    """What a pipeline function receives: one device's view of one split."""
-    path: str  # the split's folder: DATA_DIR/training or DATA_DIR/testing
-    shard_id: int  # this device's shard of the split, of num_shards
-    num_shards: int
-    batch_size: int  # samples per DALI batch of this reader: the device's per call / --readers-per-device
-    training: bool  # shuffle and augment; False: evaluation, every sample once
-    on_gpu: bool  # the pipeline runs on the device's GPU (decoder mixed); outputs may stay on it
-    decoder: str  # --decoder resolved (placement.decoder): cpu or mixed
-    seed: int  # the pipeline's seed, already used by DALI's random operators and shuffling
-    num_classes: int  # --num-classes
-    image_size: int  # --image-size: the side of square crops, for pipelines that crop
-
-    def reader_args(self) -> dict:
-        """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
-        return {"shard_id": self.shard_id, "num_shards": self.num_shards, "random_shuffle": self.training,
-                "pad_last_batch": True, "stick_to_shard": True}
-
-    def decode_device(self) -> str:
-        """`device=` for fn.decoders.*."""
-        return self.decoder
-
-
-def class_ids(labels, batch_dims: int = 1):
-    """Integer class ids from either kind of labels the contract allows (numpy or jax arrays)."""
-    return labels.argmax(-1) if labels.dtype.kind == "f" else labels.reshape(labels.shape[:batch_dims])
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """Which DALI shards this process reads: `readers` per local device, device after device.
-
-    Device d of the job (global index) reads shards d*readers .. d*readers + readers-1.
-    """
-    first_device: int  # the global index of this process's first device
-    local_devices: int
-    global_devices: int
-    readers: int = 1
-
-    @property
-    def num_shards(self) -> int:
-        return self.global_devices * self.readers
-
-    @property
-    def device_ids(self) -> tuple[int, ...]:
-        """The global indices of this process's devices: the device-level slices of the data set."""
-        return tuple(range(self.first_device, self.first_device + self.local_devices))
-
-    @property
-    def shard_ids(self) -> tuple[int, ...]:
-        """Every local reader's shard, in the order of the pipelines: device-major, then reader."""
-        return tuple(range(self.first_device * self.readers, (self.first_device + self.local_devices) * self.readers))
-
-    def shard_sizes(self, num_samples: int) -> np.ndarray:
-        """Samples in each local reader's shard, shaped (local devices, readers)."""
-        sizes = [shard_size(num_samples, s, self.num_shards) for s in self.shard_ids]
-        return np.array(sizes, np.int32).reshape(self.local_devices, self.readers)
-
-
-def readers_per_device(config: DataConfig, platform: str, batch_size: int, cores_per_device: int) -> int:
-    """--readers-per-device, where 0 (auto) is 1 on CPU devices (few cores to share) and on GPUs the most of
-    8, 4, 2, 1 that divides the per-device batch (each reader reads an equal part of it) and whose threads
-    (--reader-threads each) fit in `cores_per_device`."""
-    if config.readers_per_device:
-        return config.readers_per_device
-    if platform != "gpu":
-        return 1
-    fits = [r for r in (8, 4, 2, 1) if batch_size % r == 0 and r * config.reader_threads <= cores_per_device]
-    return fits[0] if fits else 1
-
-
-def cores_per_device(local_devices: int, processes_here: int) -> int:
-    """CPU cores this process may use (SLURM's binding included), per local device, when `processes_here`
-    processes share them (local mode starts every process on one host)."""
-    return max(1, len(os.sched_getaffinity(0)) // (local_devices * processes_here))
-
-
-def valid_mask(position, shard_sizes, rows_per_reader: int):
-    """1 for real samples, 0 for DALI's padding, over one device's batch: each reader's rows start
-    at `position` of its shard (all readers move in step), and its shard holds `shard_sizes[r]`."""
-    real = position + jnp.arange(rows_per_reader)[None, :] < shard_sizes[:, None]
-    return real.reshape(-1).astype(jnp.float32)
-
-
-def shard_size(num_samples: int, shard_id: int, num_shards: int) -> int:
-    """Samples in one shard, split exactly as DALI's readers split (Loader::start_index)."""
-    return num_samples * (shard_id + 1) // num_shards - num_samples * shard_id // num_shards
-
-
-def steps_per_epoch(num_samples: int, num_shards: int, batch_size: int) -> int:
-    """Batches every shard yields per epoch: DALI pads all shards to the largest one's batch count."""
-    return math.ceil(math.ceil(num_samples / num_shards) / batch_size)
 
 
 @pipeline_def(enable_conditionals=False)

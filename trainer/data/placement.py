@@ -22,6 +22,7 @@ from pathlib import Path
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.data.contract import auto_decoder
 
 CODECS_PATH = "NVIMGCODEC_EXTENSIONS_PATH"  # nvImageCodec's own setting: the folder it loads codecs from
 GPU_CODECS = {"libnvjpeg_ext", "libnvjpeg2k_ext", "libnvtiff_ext"}  # nvImageCodec's CUDA codecs
@@ -29,12 +30,12 @@ GPU_CODECS = {"libnvjpeg_ext", "libnvjpeg2k_ext", "libnvtiff_ext"}  # nvImageCod
 
 def decoder(config: DataConfig, platform: str) -> str:
     """--decoder resolved to cpu or mixed. `auto` is cpu on CPU devices; on GPUs it is the pipeline's
-    `auto_decoder` attribute if it has one (mnist: cpu, nvJPEG is slower on 28x28 images), else mixed."""
+    own word, a `contract.Pipeline`'s auto_decoder (mnist: cpu, nvJPEG is slower on 28x28 images), else mixed."""
     if config.decoder != "auto":
         return config.decoder
     if platform != "gpu":
         return "cpu"
-    return getattr(entry_points.load("pipeline", config.pipeline), "auto_decoder", "mixed")
+    return auto_decoder(entry_points.load("pipeline", config.pipeline))
 
 
 def dali_on_gpu(config: DataConfig, platform: str) -> bool:

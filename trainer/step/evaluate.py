@@ -11,19 +11,18 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from dali_launch.trainer import input_pipeline, label_check
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.models import create_model
+from dali_launch.trainer.data import contract, dali, label_check, shards
+from dali_launch.trainer.model.models import create_model
 
-AXIS = input_pipeline.AXIS
+AXIS = dali.AXIS
 
 
 def eval_step(apply_fn, params, tally, images, labels, shard_sizes):
     rows = images.shape[0] // shard_sizes.shape[0]
-    valid = input_pipeline.valid_mask(tally["position"], shard_sizes, rows)
+    valid = shards.valid_mask(tally["position"], shard_sizes, rows)
     predicted = jnp.argmax(apply_fn({"params": params}, images), -1)
-    correct = jnp.sum((predicted == input_pipeline.class_ids(labels)) * valid)
+    correct = jnp.sum((predicted == contract.class_ids(labels)) * valid)
     return {"position": tally["position"] + rows, "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
             "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS),
             "labels": label_check.fold(tally["labels"], labels)}
@@ -40,7 +39,7 @@ class Evaluator:
 
     def __init__(self, spec: TaskSpec, devices: list, cores_per_device: int):
         self.spec, self.devices = spec, devices
-        self.readers = input_pipeline.readers_per_device(spec.data, devices[0].platform, spec.train.eval_batch_size,
+        self.readers = shards.readers_per_device(spec.data, devices[0].platform, spec.train.eval_batch_size,
                                                          cores_per_device)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
@@ -69,8 +68,8 @@ class Evaluator:
     def _build(self) -> None:
         """Not at start-up: the job's first step waits for process 0's start-up, and a pipeline that
         decodes on the GPU costs ~1 s to build (placement.py)."""
-        local = input_pipeline.Sharding(0, len(self.devices), len(self.devices), self.readers)
-        self.data = input_pipeline.build(split_dir(self.spec, "testing"), self.devices, self.devices, local,
+        local = shards.Sharding(0, len(self.devices), len(self.devices), self.readers)
+        self.data = dali.build(split_dir(self.spec, "testing"), self.devices, self.devices, local,
                                          self.spec.train.eval_batch_size, False, self.spec.data, 0)
         self.shard_sizes = self.data.shard_sizes()
 
@@ -81,7 +80,7 @@ class Evaluator:
 
 def first(x):
     """A psum'd value is the same on every device; read this process's first copy."""
-    return input_pipeline.first_row(x).item()
+    return dali.first_row(x).item()
 
 
 def split_dir(spec: TaskSpec, split: str) -> str:

@@ -11,11 +11,16 @@ import os
 import sys
 from dataclasses import dataclass
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 from dali_launch.trainer.topology import Topology, barrier
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 
 @dataclass

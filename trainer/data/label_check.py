@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-
+from dali_launch.trainer.data.contract import class_ids
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.input_pipeline import class_ids
 
 NONE = (np.iinfo(np.int32).max, np.iinfo(np.int32).min)  # the range of no labels yet
 

@@ -50,7 +50,7 @@ def write_manifest(paths: RunPaths, spec: TaskSpec, topology: Topology, devices:
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "platform": platform.platform(),
         "packages": package_versions(),
-        "source": git_revision(Path(__file__).resolve().parent),
+        "source": git_revision(Path(__file__).resolve().parents[1]),  # the trainer package
         "topology": {**dataclasses.asdict(topology), "devices": [_device(d) for d in devices or []]},
         "slurm": slurm_facts(env),
         "environment": redacted(env),

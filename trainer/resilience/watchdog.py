@@ -15,8 +15,8 @@ import sys
 import threading
 import time
 
-from dali_launch.trainer import ending
 from dali_launch.trainer.config import ResilienceConfig
+from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths
 
 BEAT_S = 2.0

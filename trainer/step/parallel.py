@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import jax_utils
-
-from dali_launch.trainer import label_check
+from dali_launch.trainer.data import label_check
+from dali_launch.trainer.data.dali import AXIS, first_row
+from dali_launch.trainer.data.shards import valid_mask
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.input_pipeline import AXIS, first_row, valid_mask
+from flax import jax_utils
 
 
 def sgd_step(state, images, labels, valid, total):

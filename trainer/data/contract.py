@@ -1,0 +1,78 @@
+"""The pipeline contract, for `--pipeline package.module:function` (built-ins: pipelines.py).
+
+It imports neither JAX nor DALI, so a user's pipeline module can import it at no cost:
+
+    from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
+
+    def my_pipeline(args: PipelineArgs):
+        jpegs, labels = fn.readers.file(file_root=args.path, **args.reader_args())
+        ...
+        return images, labels
+
+    tiny_pipeline = Pipeline(my_pipeline, auto_decoder="cpu")  # small images: --decoder auto decodes on the CPU
+
+`function(args: PipelineArgs) -> (images, labels)` is called inside our `pipeline_def`, once per
+reader (--readers-per-device per device) and split, and returns two DALI DataNodes:
+- exactly one reader, given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it),
+  reading `args.path` (DATA_DIR/training or DATA_DIR/testing); any reader name;
+- `images`: one shape and dtype for every sample, in training and in evaluation (the model is
+  initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
+  decoders are given `device=args.decode_device()`;
+- `labels`: integer class ids (shape () or (1,)) in 0..num_classes-1 (checked while training:
+  label_check.py), or float one-hot/soft targets (num_classes,).
+Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
+(--eval-cache-mb). A function may be wrapped in a `Pipeline` to say where `--decoder auto` decodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class PipelineArgs:
+    """What a pipeline function receives: one device's view of one split."""
+    path: str  # the split's folder: DATA_DIR/training or DATA_DIR/testing
+    shard_id: int  # this device's shard of the split, of num_shards
+    num_shards: int
+    batch_size: int  # samples per DALI batch of this reader: the device's per call / --readers-per-device
+    training: bool  # shuffle and augment; False: evaluation, every sample once
+    on_gpu: bool  # the pipeline runs on the device's GPU (decoder mixed); outputs may stay on it
+    decoder: str  # --decoder resolved (placement.decoder): cpu or mixed
+    seed: int  # the pipeline's seed, already used by DALI's random operators and shuffling
+    num_classes: int  # --num-classes
+    image_size: int  # --image-size: the side of square crops, for pipelines that crop
+
+    def reader_args(self) -> dict:
+        """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
+        return {"shard_id": self.shard_id, "num_shards": self.num_shards, "random_shuffle": self.training,
+                "pad_last_batch": True, "stick_to_shard": True}
+
+    def decode_device(self) -> str:
+        """`device=` for fn.decoders.*."""
+        return self.decoder
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pipeline function and what it says about itself: `auto_decoder` is where `--decoder auto`
+    decodes on GPUs (cpu for images so small that the CPU decodes them faster; placement.py)."""
+    function: Callable
+    auto_decoder: str = "mixed"
+
+    def __post_init__(self):
+        if self.auto_decoder not in ("cpu", "mixed"):
+            raise ValueError(f"Pipeline(auto_decoder={self.auto_decoder!r}): use 'cpu' or 'mixed'")
+
+    def __call__(self, args: PipelineArgs):
+        return self.function(args)
+
+
+def auto_decoder(pipeline) -> str:
+    """Where `--decoder auto` decodes for this `--pipeline` target on GPUs: a `Pipeline`'s own word, else mixed."""
+    return pipeline.auto_decoder if isinstance(pipeline, Pipeline) else "mixed"
+
+
+def class_ids(labels, batch_dims: int = 1):
+    """Integer class ids from either kind of labels the contract allows (numpy or jax arrays)."""
+    return labels.argmax(-1) if labels.dtype.kind == "f" else labels.reshape(labels.shape[:batch_dims])

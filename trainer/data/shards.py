@@ -1,0 +1,86 @@
+"""Shard arithmetic: which DALI shard each reader reads, how many samples it holds, how many batches
+an epoch takes, and which positions of a batch are padding. Pure functions of a few integers.
+
+Each device's slice of the data set is read by `readers` pipelines (--readers-per-device), each
+with its own shard: one Caffe2 reader is a serial bottleneck (FIELD-NOTES), several read in
+parallel. Device d of the job (its global index) is read by shards d*R .. d*R + R-1.
+
+Exactly-once epochs: every reader pads its shard to whole batches (`pad_last_batch`) and sticks to
+it, so shard `s` holds DALI's slice [N*s/S, N*(s+1)/S) and every position past that slice in an
+epoch is padding. `valid` masks are computed from those sizes, on the device, never per sample.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+from dali_launch.trainer.config import DataConfig
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Which DALI shards this process reads: `readers` per local device, device after device.
+
+    Device d of the job (global index) reads shards d*readers .. d*readers + readers-1.
+    """
+    first_device: int  # the global index of this process's first device
+    local_devices: int
+    global_devices: int
+    readers: int = 1
+
+    @property
+    def num_shards(self) -> int:
+        return self.global_devices * self.readers
+
+    @property
+    def device_ids(self) -> tuple[int, ...]:
+        """The global indices of this process's devices: the device-level slices of the data set."""
+        return tuple(range(self.first_device, self.first_device + self.local_devices))
+
+    @property
+    def shard_ids(self) -> tuple[int, ...]:
+        """Every local reader's shard, in the order of the pipelines: device-major, then reader."""
+        return tuple(range(self.first_device * self.readers, (self.first_device + self.local_devices) * self.readers))
+
+    def shard_sizes(self, num_samples: int) -> np.ndarray:
+        """Samples in each local reader's shard, shaped (local devices, readers)."""
+        sizes = [shard_size(num_samples, s, self.num_shards) for s in self.shard_ids]
+        return np.array(sizes, np.int32).reshape(self.local_devices, self.readers)
+
+
+def readers_per_device(config: DataConfig, platform: str, batch_size: int, cores_per_device: int) -> int:
+    """--readers-per-device, where 0 (auto) is 1 on CPU devices (few cores to share) and on GPUs the most of
+    8, 4, 2, 1 that divides the per-device batch (each reader reads an equal part of it) and whose threads
+    (--reader-threads each) fit in `cores_per_device`."""
+    if config.readers_per_device:
+        return config.readers_per_device
+    if platform != "gpu":
+        return 1
+    fits = [r for r in (8, 4, 2, 1) if batch_size % r == 0 and r * config.reader_threads <= cores_per_device]
+    return fits[0] if fits else 1
+
+
+def cores_per_device(local_devices: int, processes_here: int) -> int:
+    """CPU cores this process may use (SLURM's binding included), per local device, when `processes_here`
+    processes share them (local mode starts every process on one host)."""
+    return max(1, len(os.sched_getaffinity(0)) // (local_devices * processes_here))
+
+
+def valid_mask(position, shard_sizes, rows_per_reader: int):
+    """1 for real samples, 0 for DALI's padding, over one device's batch: each reader's rows start
+    at `position` of its shard (all readers move in step), and its shard holds `shard_sizes[r]`."""
+    real = position + jnp.arange(rows_per_reader)[None, :] < shard_sizes[:, None]
+    return real.reshape(-1).astype(jnp.float32)
+
+
+def shard_size(num_samples: int, shard_id: int, num_shards: int) -> int:
+    """Samples in one shard, split exactly as DALI's readers split (Loader::start_index)."""
+    return num_samples * (shard_id + 1) // num_shards - num_samples * shard_id // num_shards
+
+
+def steps_per_epoch(num_samples: int, num_shards: int, batch_size: int) -> int:
+    """Batches every shard yields per epoch: DALI pads all shards to the largest one's batch count."""
+    return math.ceil(math.ceil(num_samples / num_shards) / batch_size)

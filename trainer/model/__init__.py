@@ -1,0 +1,1 @@
+"""The models: built-in Flax modules and the model contract."""

@@ -1,0 +1,1 @@
+"""Surviving the cluster: checkpoints, preemption and stop signals, the watchdog, how a rank ends."""

@@ -1,0 +1,1 @@
+"""What runs on the devices: the SGD steps (--parallel) and evaluation."""
