@@ -98,8 +98,8 @@ def steps(count: int) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from dali_launch.trainer.step import parallel
     from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.step import parallel
     from dali_launch.trainer.train import create_train_state
 
     spec = TaskSpec(run_dir="unused", data=DataConfig(), train=TrainConfig())

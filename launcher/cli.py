@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from dali_launch.launcher.cluster_ci import CiConfig
+from dali_launch.launcher.ci.cluster_ci import CiConfig
 from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
 from dali_launch.trainer.config import (
@@ -45,25 +45,26 @@ def launch(values: dict, ctx: typer.Context):
         if given:
             raise UsageError(f"{given[0]} goes after the command: dali-launch {ctx.invoked_subcommand} {given[0]} ...")
         return
-    from dali_launch.launcher import jobs
+    from dali_launch.launcher import launch as run_job
 
-    sys.exit(jobs.resume_run(values, "launch") if values["resume"] else jobs.launch(build(RunConfig, values)))
+    sys.exit(run_job.resume_run(values, "launch") if values["resume"] else run_job.new_run(build(RunConfig, values)))
 
 
 @app.command()
 @config_options(*[group for group in RUN_OPTIONS if group[0] != "SLURM"])
 def train(values: dict):
     """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
-    from dali_launch.launcher import jobs
+    from dali_launch.launcher import launch as run_job
 
-    sys.exit(jobs.resume_run(values, "train") if values["resume"] else jobs.train_here(build(RunConfig, values)))
+    sys.exit(run_job.resume_run(values, "train") if values["resume"] else
+             run_job.new_run(build(RunConfig, values), here=True))
 
 
 @app.command()
 @config_options(*RUN_OPTIONS, ("CI", (CiConfig,)))
 def ci(values: dict):
     """Cluster CI: submit the test suite and a one-epoch multi-node training run, wait, write JUnit XML."""
-    from dali_launch.launcher.cluster_ci import run_ci
+    from dali_launch.launcher.ci.cluster_ci import run_ci
 
     values = {**values, "epochs": values["epochs"] if "epochs" in values.given else 1}  # CI: one epoch by default
     sys.exit(run_ci(build(RunConfig, values), build(CiConfig, values)))
@@ -129,7 +130,7 @@ def data_prepare(
     ] = DataFormat.lmdb,
 ):
     """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout), or JPEG class folders."""
-    from dali_launch.launcher.data_prepare import prepare
+    from dali_launch.launcher.data.prepare import prepare
 
     report = prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction, layout=layout.value)
     counts = ", ".join(f"{name} {n:,}" for name, n in report.counts.items())

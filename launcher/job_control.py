@@ -15,7 +15,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from dali_launch.launcher.follow import QUERY_TIMEOUT_S, LogTail, cancel, queue_state
+from dali_launch.launcher.backends.follow import (
+    QUERY_TIMEOUT_S,
+    LogTail,
+    cancel,
+    queue_state,
+)
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, is_locked
 

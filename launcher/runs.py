@@ -80,7 +80,7 @@ def check_not_live(paths: RunPaths) -> None:
                          f"{paths.lock(holder).name}); wait for it to end, or stop it first")
     job = paths.root / "job.json"
     if job.is_file():
-        from dali_launch.launcher.follow import queue_state
+        from dali_launch.launcher.backends.follow import queue_state
 
         job_id = json.loads(job.read_text())["job_id"]
         state = queue_state(job_id) if shutil.which("squeue") else None

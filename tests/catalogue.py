@@ -10,8 +10,9 @@ from pathlib import Path
 import lmdb
 import numpy as np
 import pytest
-from dali_launch.launcher import data_prepare, datasets
 from dali_launch.launcher.cli import main
+from dali_launch.launcher.data import datasets
+from dali_launch.launcher.data import prepare as data_prepare
 
 ERROR = "dali-launch: error: "
 
@@ -121,7 +122,7 @@ def empty_folder(tmp: Path) -> dict:
 def nothing_starts(monkeypatch):
     """Any job start, submission or device use fails the test loudly: the entries must stop before."""
     import submitit
-    from dali_launch.launcher.local import LocalJob
+    from dali_launch.launcher.backends.local import LocalJob
     from dali_launch.trainer import task, topology
 
     def boom(*args, **kwargs):

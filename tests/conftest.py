@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from dali_launch.launcher import datasets
-from dali_launch.launcher.data_prepare import load_split, prepare, write_lmdb
+from dali_launch.launcher.data import datasets
+from dali_launch.launcher.data.prepare import load_split, prepare, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths
 
 pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its two test files

@@ -28,8 +28,10 @@ from catalogue import (
     truncated,
 )
 from conftest import REPO
-from dali_launch.launcher import data_prepare, datasets, runs
+from dali_launch.launcher import runs
 from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.data import datasets
+from dali_launch.launcher.data import prepare as data_prepare
 
 DATA = [
     pytest.param(["--data-dir", "{tmp}/nope"], "--data-dir {tmp}/nope does not exist; make it with "

@@ -5,7 +5,8 @@ import gzip
 
 import numpy as np
 import pytest
-from dali_launch.launcher import data_prepare, datasets
+from dali_launch.launcher.data import datasets
+from dali_launch.launcher.data import prepare as data_prepare
 from dali_launch.trainer.errors import UsageError
 from nvidia.dali import fn, pipeline_def, types
 

@@ -5,7 +5,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from dali_launch.launcher import follow
+from dali_launch.launcher.backends import follow
 from dali_launch.trainer.run_dir import RunPaths
 from submitit.core.utils import cloudpickle_dump
 

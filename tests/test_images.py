@@ -5,7 +5,7 @@ import io
 
 import numpy as np
 import pytest
-from dali_launch.launcher.images import image_size
+from dali_launch.launcher.data.images import image_size
 from PIL import Image
 
 

@@ -3,7 +3,8 @@ values were given at all (a value equal to its default may still have been asked
 from __future__ import annotations
 
 import pytest
-from dali_launch.launcher import cli, cluster_ci, jobs
+from dali_launch.launcher import cli, launch
+from dali_launch.launcher.ci import cluster_ci
 
 
 @pytest.fixture
@@ -11,7 +12,7 @@ def captured(monkeypatch):
     """What `ci` and `train` were asked to run, without running anything."""
     seen = {}
     monkeypatch.setattr(cluster_ci, "run_ci", lambda run, ci: seen.setdefault("run", run) and 0)
-    monkeypatch.setattr(jobs, "train_here", lambda run: seen.setdefault("run", run) and 0)
+    monkeypatch.setattr(launch, "new_run", lambda run, here=False: seen.setdefault("run", run) and 0)
     return seen
 
 

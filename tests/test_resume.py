@@ -92,7 +92,7 @@ def test_a_dry_run_of_a_resume_prints_the_plan_and_changes_nothing(capsys, made,
 def test_a_changed_flag_is_written_to_the_run_before_it_continues(made, monkeypatch, capsys):
     """More epochs reach the tasks: config.json and config.toml hold the new value, and the run
     continues in its own mode (here: the local backend, stopped at its start)."""
-    from dali_launch.launcher import local
+    from dali_launch.launcher.backends import local
 
     paths, started = made("local"), []
     monkeypatch.setattr(local, "LocalJob", lambda run, p, echo: started.append((run, p)) or _Stop())

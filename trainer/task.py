@@ -53,8 +53,8 @@ def _lock(paths: RunPaths):
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
     configure_process_env(topology, spec.data, spec.train.cuda_graphs)  # before the first `import jax`
     flavours.check()
-    from dali_launch.trainer.resilience import preemption
     from dali_launch.trainer.observe.metrics import Reporter
+    from dali_launch.trainer.resilience import preemption
     from dali_launch.trainer.train import train_and_evaluate
 
     use_compile_cache(spec.train.compile_cache)

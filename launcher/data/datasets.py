@@ -5,12 +5,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher import data_prepare
-from dali_launch.launcher.images import image_size
+from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.errors import UsageError
 
-EMBEDDED_IDX = Path(__file__).parent / "data"  # the real MNIST test set (10,000 digits), shipped with us
+EMBEDDED_IDX = Path(__file__).parent / "embedded"  # the real MNIST test set (10,000 digits), shipped with us
 SPLITS = ("training", "testing")
 
 

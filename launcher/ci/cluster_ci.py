@@ -14,9 +14,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher import slurm
+from dali_launch.launcher.backends import slurm
+from dali_launch.launcher.backends.follow import POLL_S, cancel, queue_state, task_error
+from dali_launch.launcher.backends.slurm import Slurm
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.follow import POLL_S, cancel, queue_state, task_error
+from dali_launch.launcher.prepare import prepare
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
 
@@ -35,8 +37,10 @@ def run_ci(run: RunConfig, ci: CiConfig) -> int:
     if missing or not targets:
         raise UsageError(f"--tests {' '.join(missing) or repr(ci.tests)} not found here; run from the project's "
                          f"checkout or pass existing test folders or files")
-    data_dir = slurm.check_all(run)
-    train_job, paths = slurm.submit(run, data_dir)
+    paths = prepare(run, Slurm())
+    if paths is None:  # --dry-run: the training job's plan; nothing is submitted
+        return 0
+    train_job = slurm.submit(run, paths)
     test_job = _submit_tests(run, paths.root, targets, pytest_args)
     print(f"submitted training job {train_job.job_id} and test job {test_job.job_id}; run directory {paths.root}",
           flush=True)
@@ -61,7 +65,7 @@ def _split(text: str, flag: str) -> list[str]:
 
 def _submit_tests(run: RunConfig, root: Path, targets: list[str], pytest_args: list[str]):
     """One node, one task: the suite runs where the training would, with the same setup lines."""
-    from dali_launch.launcher.ci_job import run_pytest
+    from dali_launch.launcher.ci.ci_job import run_pytest
 
     one_task = dataclasses.replace(run, launch=dataclasses.replace(run.launch, nodes=1, tasks_per_node=1,
                                                                    name=f"{run.launch.name}-tests"))

@@ -19,9 +19,10 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
+from dali_launch.launcher.backends.base import Backend, Outcome
 from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.console import echo
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import ending
@@ -39,13 +40,6 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
 CONSOLE_SKIPS = (b"[Gloo] ",)  # gloo's per-call connection lines: in the rank's log, not the console
 
 
-@dataclass
-class Outcome:
-    ok: bool
-    message: str
-    code: int = 1
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -59,6 +53,21 @@ def rank_env(run: RunConfig, rank: int, coordinator: str) -> dict[str, str]:
 
 def command(paths: RunPaths) -> list[str]:
     return [sys.executable, "-m", "dali_launch.trainer", str(paths.root)]
+
+
+class Local(Backend):
+    """--local: the job's processes here, watched until they end."""
+    name = spec_name = "local"
+
+    def start(self, run: RunConfig, paths: RunPaths) -> None:
+        self.job, self.timeout_s = LocalJob(run, paths, echo=echo), run.launch.local_timeout_s
+        self.job.start()
+
+    def wait(self) -> Outcome:
+        return self.job.wait(self.timeout_s)
+
+    def cancel(self) -> None:
+        self.job._kill()
 
 
 class LocalJob:

@@ -137,7 +137,4 @@ def _ending(job, paths: RunPaths) -> int:
                          f"cancelled, timed out or killed; see `dali-launch logs {job.job_id} --rank {missing[0]}`"]),
               file=sys.stderr, flush=True)
         return 1
-    from dali_launch.launcher.jobs import summarize
-
-    summarize(job.task(0).result(), paths)
     return 0

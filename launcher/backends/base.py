@@ -1,0 +1,43 @@
+"""What every backend does, and how a job ended.
+
+The preparation path (launcher/prepare.py) asks a backend for its own checks and for what a dry run
+shows; the launch (launcher/launch.py) starts the tasks, waits and reports. A backend never decides
+anything the run's configuration already says.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dali_launch.launcher.config import RunConfig
+from dali_launch.trainer.run_dir import RunPaths
+
+
+@dataclass
+class Outcome:
+    """How a job ended: ok (its result.json holds the result), else a message and an exit code."""
+    ok: bool
+    message: str = ""
+    code: int = 1  # what the command exits with when not ok
+
+
+class Backend:
+    """One launch mode. `spec_name` is the name the tasks read their rank from (config.json)."""
+    name: str
+    spec_name: str
+
+    def check(self, run: RunConfig) -> None:
+        """Checks of this mode's own, before anything is written: one UsageError each."""
+
+    def plan(self, run: RunConfig, run_dir: Path, spec_json: str) -> str:
+        """What a dry run prints besides the rank map: by default the task spec."""
+        return spec_json
+
+    def start(self, run: RunConfig, paths: RunPaths) -> None:
+        raise NotImplementedError
+
+    def wait(self) -> Outcome:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError

@@ -1,0 +1,65 @@
+"""`dali-launch train`: the task runs in this very process, its output also in logs/rank-0.log."""
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+from dali_launch.launcher.backends.base import Backend, Outcome
+from dali_launch.launcher.config import RunConfig
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths
+
+
+class Here(Backend):
+    name, spec_name = "here", "none"
+
+    def check(self, run: RunConfig) -> None:
+        if run.launch.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
+            raise UsageError("`train` runs one process here; for several use "
+                             "`dali-launch --local --nodes N --gpus-per-node G --processes P`")
+
+    def start(self, run: RunConfig, paths: RunPaths) -> None:
+        self.paths = paths
+
+    def wait(self) -> Outcome:
+        """Runs the task to its end; a task's error propagates as it would in any program."""
+        from dali_launch.trainer.task import run_task
+
+        with _also_to(self.paths.log(0)):  # `dali-launch logs RUN` reads a `train` run like a local one
+            run_task(str(self.paths.root))
+        return Outcome(True)
+
+    def cancel(self) -> None:  # Ctrl-C reaches the task itself
+        raise NotImplementedError
+
+
+@contextlib.contextmanager
+def _also_to(log: Path):
+    """Python's stdout and stderr also go to `log` (appended: a resumed run keeps what came before)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    streams = sys.stdout, sys.stderr
+    with log.open("a", encoding="utf-8") as file:
+        sys.stdout, sys.stderr = (_Tee(stream, file) for stream in streams)
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = streams
+
+
+class _Tee:
+    def __init__(self, stream, file):
+        self.stream, self.file = stream, file
+
+    def write(self, text: str) -> int:
+        if not self.file.closed:  # a logging handler made during the run may outlive it
+            self.file.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        if not self.file.closed:
+            self.file.flush()
+        self.stream.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding...: the terminal's
+        return getattr(self.stream, name)

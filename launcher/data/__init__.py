@@ -1,0 +1,1 @@
+"""Data sets: which data a run reads and the checks that refuse bad ones, image checks, IDX -> LMDB/folders."""
