@@ -1,4 +1,7 @@
-"""The planned rank map of a job: which node, task and devices each process gets, and its DALI shards.
+"""The planned rank map of a job: which node, task and devices each process gets.
+
+Job device d is read by DALI shards d*R .. d*R+R-1 (R: --readers-per-device, which each task resolves
+when it is auto); the tasks write the shards they read into rank_map.json.
 
 The trainer computes the same shard ids from what JAX reports; tests hold the two to agreement.
 """
@@ -14,7 +17,7 @@ def rank_map(run: RunConfig) -> list[dict]:
         first = process_id * per_process
         rows.append({"process_id": process_id, "node": node, "local_rank": task,
                      "local_devices": list(range(task * per_process, (task + 1) * per_process)),
-                     "dali_shard_ids": list(range(first, first + per_process)), "num_shards": run.num_devices})
+                     "device_indices": list(range(first, first + per_process)), "num_devices": run.num_devices})
     return rows
 
 
@@ -23,5 +26,5 @@ def describe(run: RunConfig) -> str:
              f"{counted(run.devices_per_process, 'device')} each, {counted(run.num_devices, 'DALI shard')}"]
     for r in rank_map(run):
         lines.append(f"  process {r['process_id']}: node {r['node']} task {r['local_rank']} "
-                     f"devices {r['local_devices']} DALI shards {r['dali_shard_ids']}")
+                     f"devices {r['local_devices']}, job devices {r['device_indices']}")
     return "\n".join(lines)

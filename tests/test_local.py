@@ -42,7 +42,7 @@ def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
     assert len(two["checksums"]) == 4 and len(set(two["checksums"])) == 1  # every replica, every process
     assert two["final"]["train_samples"] == 60_000 and two["final"]["test_count"] == 10_000
     ranks = json.loads(paths.rank_map.read_text())
-    assert [r["dali_shard_ids"] for r in ranks] == [[0, 1], [2, 3]] and ranks[1]["num_shards"] == 4
+    assert [r["device_indices"] for r in ranks] == [[0, 1], [2, 3]] and ranks[1]["num_devices"] == 4
     assert ranks[1]["devices"] == ["cpu:2048", "cpu:2049"]  # JAX's ids; shards never follow them
     assert "[rank 1]" in multi.stdout and "[rank 0] epoch 0:" in multi.stdout
     assert all(paths.log(r).read_text() for r in range(2))

@@ -241,7 +241,7 @@ def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
     result = json.loads(paths.result.read_text())
     assert len(result["checksums"]) == 2 and len(set(result["checksums"])) == 1
     ranks = json.loads(paths.rank_map.read_text())
-    assert [r["dali_shard_ids"] for r in ranks] == [[0], [1]] and ranks[0]["num_shards"] == 2
+    assert [r["device_indices"] for r in ranks] == [[0], [1]] and ranks[0]["num_devices"] == 2
     # The file reader numbers class folders in sorted order: the labels it reads are the IDX labels.
     assert collections.Counter(_file_reader_labels(tmp_path / "tree" / "training")) == \
         collections.Counter(train_labels.tolist())

@@ -112,3 +112,17 @@ class _Stopped(Exception):
 class _Stop:
     def start(self):
         raise _Stopped
+
+
+@pytest.mark.slow
+def test_a_moved_run_directory_keeps_working(small_lmdb, tmp_path):
+    """config.json names where the run was made; a run moved elsewhere resumes where it is now."""
+    from conftest import check_ok, dali_launch, only_run
+
+    check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "1", "--run-root", str(tmp_path / "a")))
+    moved = tmp_path / "b" / "moved"
+    moved.parent.mkdir()
+    only_run(tmp_path / "a").root.rename(moved)
+    check_ok(dali_launch("--resume", str(moved), "--epochs", "2"))
+    assert [json.loads(line)["epoch"] for line in (moved / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert (moved / "result.json").exists() and not (tmp_path / "a").joinpath(moved.name).exists()

@@ -25,7 +25,7 @@ def test_two_nodes_train_fashion_mnist(slurm_env, fashion_lmdb, tmp_path):
     assert len(result["checksums"]) == 4 and len(set(result["checksums"])) == 1
     assert f"done: test accuracy {result['final']['test_accuracy']:.4f}" in proc.stdout  # back at the submitter
     ranks = json.loads(paths.rank_map.read_text())
-    assert [(r["host"], r["dali_shard_ids"]) for r in ranks] == [("node1", [0, 1]), ("node2", [2, 3])]
+    assert [(r["host"], r["device_indices"]) for r in ranks] == [("node1", [0, 1]), ("node2", [2, 3])]
 
 
 def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, mnist_lmdb, tmp_path):
@@ -43,9 +43,9 @@ def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, mnist_lmdb
     assert planned.strip() == submitted.strip()
     assert "echo 'setup ran; $HOME stays literal'" in submitted
     ranks = json.loads(paths.rank_map.read_text())
-    assert [(r["host"], len(r["devices"]), r["dali_shard_ids"]) for r in ranks] == [
+    assert [(r["host"], len(r["devices"]), r["device_indices"]) for r in ranks] == [
         ("node1", 1, [0]), ("node1", 1, [1]), ("node2", 1, [2]), ("node2", 1, [3])]
-    assert "process 3: node 1 task 1 devices [1] DALI shards [3]" in dry.stdout
+    assert "process 3: node 1 task 1 devices [1], job devices [3]" in dry.stdout
 
 
 def test_status_logs_and_cancel_a_live_job(slurm_env, mnist_lmdb, tmp_path):

@@ -60,10 +60,10 @@ def test_the_launcher_names_the_table_not_whichever_variables_exist():
 def test_planned_rank_map_matches_trainer_shards():
     run = RunConfig(launch=LaunchConfig(nodes=2, gpus_per_node=4, tasks_per_node=2))
     rows = plan.rank_map(run)
-    assert [r["dali_shard_ids"] for r in rows] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert [r["device_indices"] for r in rows] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert [(r["node"], r["local_rank"], r["local_devices"]) for r in rows] == [
         (0, 0, [0, 1]), (0, 1, [2, 3]), (1, 0, [0, 1]), (1, 1, [2, 3])]
-    assert all(r["num_shards"] == 8 for r in rows)
+    assert all(r["num_devices"] == 8 for r in rows)
 
 
 def test_a_lone_process_given_fewer_devices_than_it_sees_trains_on_those_alone():
@@ -74,3 +74,14 @@ def test_a_lone_process_given_fewer_devices_than_it_sees_trains_on_those_alone()
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["2", "1", "2"], out.stderr
+
+
+def test_slurm_job_facts_come_from_the_table_and_only_for_slurm_tasks():
+    """The job id and restart count a task would requeue or cancel: a SLURM task's own; a `train` run
+    inside an salloc (backend none) knows no job, so it never requeues or cancels the salloc."""
+    env = _slurm(procid=0, localid=0, ntasks=2, per_node="1", SLURM_RESTART_COUNT="2")
+    slurm = from_environment(DistributedConfig(backend="slurm", platform="cpu", num_processes=2,
+                                               local_device_count=1), env)
+    assert (slurm.job_id, slurm.restart_count) == ("4242", 2)
+    here = from_environment(DistributedConfig(backend="none", platform="cpu", local_device_count=1), env)
+    assert (here.job_id, here.restart_count) == (None, 0)

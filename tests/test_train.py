@@ -48,7 +48,7 @@ def test_two_devices_identical_replicas_and_exactly_once_epochs(mnist_lmdb, tmp_
     result = json.loads(paths.result.read_text())
     assert len(result["checksums"]) == 2 and len(set(result["checksums"])) == 1
     rank = json.loads(paths.rank_map.read_text())[0]
-    assert rank["dali_shard_ids"] == [0, 1] and rank["num_shards"] == 2
+    assert rank["device_indices"] == [0, 1] and rank["num_devices"] == 2 and rank["dali_shards"] == [0, 1]
     expected = collections.Counter(_reference_prints(mnist_lmdb / "training").tolist())
     for epoch in range(2):
         seen = collections.Counter(np.load(paths.sample_records(epoch)[0]).tolist())
@@ -62,7 +62,7 @@ def test_readers_per_device_read_every_sample_once(mnist_lmdb, tmp_path):
                        "--readers-per-device", "2", "--steps-per-call", "3", "--parallel", "sharded",
                        "--record-samples", "--run-root", str(tmp_path))
     check_ok(proc)
-    assert "DALI shards [0, 1] of 2, 2 readers each" in proc.stdout
+    assert "(job devices [0, 1] of 2); DALI shards [0, 1, 2, 3] of 4 (2 readers per device)" in proc.stdout
     paths = only_run(tmp_path)
     assert [e["train_samples"] for e in _metrics(paths)] == [8000, 8000]
     expected = collections.Counter(_reference_prints(mnist_lmdb / "training").tolist())

@@ -134,9 +134,11 @@ class TaskSpec:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "TaskSpec":
+        """The spec in `run_dir`, with `run_dir` where it is now: a run directory may have been moved."""
         from dali_launch.trainer.run_dir import RunPaths
 
-        return cls.from_json(RunPaths(run_dir).config.read_text())
+        spec = cls.from_json(RunPaths(run_dir).config.read_text())
+        return dataclasses.replace(spec, run_dir=str(Path(run_dir).absolute()))
 
 
 def from_dict(cls, values: dict):

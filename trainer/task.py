@@ -60,11 +60,11 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     use_compile_cache(spec.train.compile_cache)
     startup.mark("imports")
     initialize(topology, spec.distributed)
-    preemption.listen()  # after initialize: JAX and submitit install their own handlers before it
+    preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
-    watchdog = Watchdog(paths, topology.process_id, topology.num_processes, spec.resilience)
+    watchdog = Watchdog(paths, topology, spec.resilience)
     if topology.num_processes > 1:
         watchdog.start()
     try:

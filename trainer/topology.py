@@ -33,6 +33,7 @@ SLURM_ENV = {
     "local_rank": "SLURM_LOCALID",
     "nodelist": "SLURM_JOB_NODELIST",
     "job_id": "SLURM_JOB_ID",
+    "restart_count": "SLURM_RESTART_COUNT",
 }
 
 
@@ -45,6 +46,8 @@ class Topology:
     local_device_ids: tuple[int, ...] | None  # GPU ordinals for JAX; None: CPU, or all visible GPUs
     host: str
     platform: str  # "gpu" or "cpu", decided before JAX starts
+    job_id: str | None = None  # the SLURM job of a task SLURM started, else None
+    restart_count: int = 0  # times SLURM requeued that job
 
 
 def expand_hostlist(nodelist: str) -> list[str]:
@@ -94,8 +97,11 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
         raise UsageError("the launcher did not say how many devices each process has (local_device_count)")
     if table is SLURM_ENV and num_processes != int(read("num_processes")):
         raise UsageError(f"SLURM started {read('num_processes')} tasks but the job was planned for {num_processes}")
+    slurm = table is SLURM_ENV
     return Topology(process_id, num_processes, address if num_processes > 1 else None, count,
-                    _gpu_ids(platform, local_rank, count, env), host, platform)
+                    _gpu_ids(platform, local_rank, count, env), host, platform,
+                    job_id=read("job_id") if slurm else None,
+                    restart_count=int(env.get(SLURM_ENV["restart_count"], "0")) if slurm else 0)
 
 
 def resolve_platform(platform: str) -> str:

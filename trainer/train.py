@@ -63,14 +63,14 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     """
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     batch = spec.train.per_device_batch(len(all_devices))
-    per_call = batch * spec.train.steps_per_call
+    call_batch = batch * spec.train.steps_per_call
     cores = shards.cores_per_device(local, jax.process_count() if spec.distributed.backend == "local" else 1)
-    readers = shards.readers_per_device(spec.data, devices[0].platform, per_call, cores)
+    readers = shards.readers_per_device(spec.data, devices[0].platform, call_batch, cores)
     sharding = shards.Sharding(process * local, local, len(all_devices), readers)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     resume = checkpointer.latest()
     startup.mark("checkpoints read")
-    data = dali.build(split_dir(spec, "training"), devices, all_devices, sharding, per_call, True,
+    data = dali.build(split_dir(spec, "training"), devices, all_devices, sharding, call_batch, True,
                                 spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
     startup.mark("pipelines built")
     fresh = create_train_state(spec, data.first_sample())

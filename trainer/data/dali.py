@@ -103,21 +103,22 @@ def _device_batch(outputs: list, device) -> jax.Array:
     return jax.device_put(host, device)
 
 
-def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, batch_size: int, training: bool,
+def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, call_batch: int, training: bool,
           config: DataConfig, seed: int, checkpoints: list[bytes] | None = None) -> DeviceBatches:
     """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
 
-    `batch_size` is per device and device call; each of a device's readers reads an equal part.
+    `call_batch` is the samples per device and device call (--steps-per-call steps of the per-device
+    batch); each of a device's readers reads an equal part of it, its `reader_batch`.
     `checkpoints` (one per pipeline, from `pipe.checkpoint()`) resume each reader where it was.
     """
     if checkpoints is not None and len(checkpoints) != len(sharding.shard_ids):
         raise UsageError(f"the checkpoint holds {len(checkpoints)} DALI readers for this process but it has "
                          f"{len(sharding.shard_ids)}; resume with the run's own --nodes/--gpus-per-node/"
                          f"--tasks-per-node/--readers-per-device")
-    if batch_size % sharding.readers:
-        raise UsageError(f"--readers-per-device {sharding.readers} does not divide the {batch_size} samples a device "
+    if call_batch % sharding.readers:
+        raise UsageError(f"--readers-per-device {sharding.readers} does not divide the {call_batch} samples a device "
                          f"reads per call; use a divisor of it")
-    reader_batch, function, pipes = batch_size // sharding.readers, entry_points.load("pipeline", config.pipeline), []
+    reader_batch, function, pipes = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline), []
     for k, shard_id in enumerate(sharding.shard_ids):
         device = devices[k // sharding.readers]
         args = pipeline_args(path, device, shard_id, sharding.num_shards, reader_batch, training, config,
@@ -134,12 +135,12 @@ def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, batc
     return DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch)
 
 
-def pipeline_args(path: str, device, shard_id: int, num_shards: int, batch_size: int, training: bool,
+def pipeline_args(path: str, device, shard_id: int, num_shards: int, reader_batch: int, training: bool,
                   config: DataConfig, seed: int) -> PipelineArgs:
     decoder = placement.decoder(config, device.platform)
     if decoder == "mixed" and device.platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
-    return PipelineArgs(path=path, shard_id=shard_id, num_shards=num_shards, batch_size=batch_size,
+    return PipelineArgs(path=path, shard_id=shard_id, num_shards=num_shards, batch_size=reader_batch,
                         training=training, on_gpu=decoder == "mixed", decoder=decoder, seed=seed,
                         num_classes=config.num_classes, image_size=config.image_size)
 

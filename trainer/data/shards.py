@@ -51,7 +51,7 @@ class Sharding:
         return np.array(sizes, np.int32).reshape(self.local_devices, self.readers)
 
 
-def readers_per_device(config: DataConfig, platform: str, batch_size: int, cores_per_device: int) -> int:
+def readers_per_device(config: DataConfig, platform: str, call_batch: int, cores_per_device: int) -> int:
     """--readers-per-device, where 0 (auto) is 1 on CPU devices (few cores to share) and on GPUs the most of
     8, 4, 2, 1 that divides the per-device batch (each reader reads an equal part of it) and whose threads
     (--reader-threads each) fit in `cores_per_device`."""
@@ -59,7 +59,7 @@ def readers_per_device(config: DataConfig, platform: str, batch_size: int, cores
         return config.readers_per_device
     if platform != "gpu":
         return 1
-    fits = [r for r in (8, 4, 2, 1) if batch_size % r == 0 and r * config.reader_threads <= cores_per_device]
+    fits = [r for r in (8, 4, 2, 1) if call_batch % r == 0 and r * config.reader_threads <= cores_per_device]
     return fits[0] if fits else 1
 
 
@@ -81,6 +81,6 @@ def shard_size(num_samples: int, shard_id: int, num_shards: int) -> int:
     return num_samples * (shard_id + 1) // num_shards - num_samples * shard_id // num_shards
 
 
-def steps_per_epoch(num_samples: int, num_shards: int, batch_size: int) -> int:
+def steps_per_epoch(num_samples: int, num_shards: int, reader_batch: int) -> int:
     """Batches every shard yields per epoch: DALI pads all shards to the largest one's batch count."""
-    return math.ceil(math.ceil(num_samples / num_shards) / batch_size)
+    return math.ceil(math.ceil(num_samples / num_shards) / reader_batch)

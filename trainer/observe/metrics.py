@@ -58,14 +58,16 @@ class Reporter:
         """Every process writes and prints what it is; process 0 merges the reports into rank_map.json."""
         t = self.topology
         report = {"process_id": t.process_id, "host": t.host, "pid": os.getpid(), "num_processes": t.num_processes,
-                  "devices": [str(d) for d in devices], "dali_shard_ids": list(sharding.device_ids),
-                  "num_shards": sharding.global_devices, "readers_per_device": sharding.readers,
-                  "batch_size_per_device": batch_size}
+                  "devices": [str(d) for d in devices], "device_indices": list(sharding.device_ids),
+                  "num_devices": sharding.global_devices, "readers_per_device": sharding.readers,
+                  "dali_shards": list(sharding.shard_ids), "num_dali_shards": sharding.num_shards,
+                  "batch_per_device_step": batch_size}
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
         # Each rank says its own line, so it lands in its own log under its own prefix.
-        self.console.print(f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])}; DALI shards "
-                           f"{report['dali_shard_ids']} of {report['num_shards']}"
-                           + (f", {sharding.readers} readers each" if sharding.readers > 1 else ""), markup=False)
+        readers = f" ({sharding.readers} readers per device)" if sharding.readers > 1 else ""
+        self.console.print(f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])} (job devices "
+                           f"{report['device_indices']} of {report['num_devices']}); DALI shards "
+                           f"{report['dali_shards']} of {report['num_dali_shards']}{readers}", markup=False)
         barrier("rank-reports-written", self.barrier_timeout_s)
         if self.lead:
             ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]

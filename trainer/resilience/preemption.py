@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -28,19 +27,22 @@ import time
 import jax
 import numpy as np
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.resilience import ending, scheduler
 from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.topology import Topology
 from jax.experimental import multihost_utils
 
 REQUEUE, STOP = 1, 2
 MEANING = {signal.SIGUSR2: REQUEUE, signal.SIGTERM: STOP, signal.SIGINT: STOP}
 REQUEUE_WAIT_S = 300  # SLURM kills a requeued job's tasks; if it never does, give up and fail
 _asked = {"what": 0, "signum": 0}  # this process's strongest request so far (signals are per process)
+_task: dict = {}  # the topology and run directory of the task that listens
 
 
-def listen() -> None:
+def listen(topology: Topology, paths: RunPaths) -> None:
     """From now on the signals above mean what the table says (only the main thread may install)."""
     _asked.update(what=0, signum=0)  # a process may run several tasks (benchmarks)
+    _task.update(topology=topology, paths=paths)
     if threading.current_thread() is threading.main_thread():
         for signum in MEANING:
             signal.signal(signum, _on_signal)
@@ -72,25 +74,26 @@ class Preemption:
 def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
     """After the agreed checkpoint at `step`: requeue (SLURM's warning, within --max-requeues) or stop.
     Never returns."""
-    job_id = os.environ.get("SLURM_JOB_ID")
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-    max_requeues = spec.resilience.max_requeues
-    if what == REQUEUE and job_id is not None and restarts < max_requeues:
-        _requeue(job_id, restarts, max_requeues, spec)
+    topology, max_requeues = _task["topology"], spec.resilience.max_requeues
+    job_id = topology.job_id
+    if what == REQUEUE and scheduler.may_requeue(topology, max_requeues):
+        _requeue(topology, max_requeues, spec)
     name = signal.Signals(signum).name
     why = "" if what == STOP else f" ({'not a SLURM job' if job_id is None else f'--max-requeues {max_requeues} reached'})"
     line = (f"{'preempted' if what == REQUEUE else f'stopped by {name}'}; checkpoint written at step {step}{why}; "
             f"resume with {spec.how_to_resume()}")
-    ending.record(RunPaths(spec.run_dir), jax.process_index(), ending.STOPPED, line, step=step, signal=name)
+    ending.record(_task["paths"], jax.process_index(), ending.STOPPED, line, step=step, signal=name)
     if jax.process_index() == 0:
         print(f"dali-launch: {line}", file=sys.stderr, flush=True)
     sys.exit(128 + signum)
 
 
-def _requeue(job_id: str, restarts: int, max_requeues: int, spec: TaskSpec) -> None:
+def _requeue(topology: Topology, max_requeues: int, spec: TaskSpec) -> None:
+    job_id = topology.job_id
     if jax.process_index() == 0:
-        subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
-        print(f"preempted: checkpoint written, job {job_id} requeued ({restarts + 1}/{max_requeues})", flush=True)
+        scheduler.requeue(topology)
+        print(f"preempted: checkpoint written, job {job_id} requeued ({topology.restart_count + 1}/{max_requeues})",
+              flush=True)
     time.sleep(REQUEUE_WAIT_S)  # SLURM ends this incarnation; returning would report success
     sys.exit(f"dali-launch: job {job_id} was not requeued within {REQUEUE_WAIT_S} s; resume with "
              f"{spec.how_to_resume()}")

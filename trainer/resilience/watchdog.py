@@ -10,22 +10,23 @@ A peer that ended `done` or `stopped` is quiet by design.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import time
 
 from dali_launch.trainer.config import ResilienceConfig
-from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.resilience import ending, scheduler
 from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.topology import Topology
 
 BEAT_S = 2.0
 EXIT_WATCHDOG = 4
 
 
 class Watchdog:
-    def __init__(self, paths: RunPaths, process_id: int, num_processes: int, config: ResilienceConfig):
-        self.paths, self.me, self.n, self.config = paths, process_id, num_processes, config
+    def __init__(self, paths: RunPaths, topology: Topology, config: ResilienceConfig):
+        self.paths, self.topology, self.config = paths, topology, config
+        self.me, self.n = topology.process_id, topology.num_processes
         paths.heartbeats.mkdir(parents=True, exist_ok=True)
         self._beat()
         self.started = time.time()  # a peer's missing heartbeat counts from here
@@ -68,14 +69,13 @@ class Watchdog:
         return None
 
     def _act(self, rank: int, what: str, stale: bool) -> None:
-        job = os.environ.get("SLURM_JOB_ID")
-        requeue = stale and self.config.on_stuck == "requeue" and job and \
-            int(os.environ.get("SLURM_RESTART_COUNT", "0")) < self.config.max_requeues
+        job = self.topology.job_id
+        requeue = stale and self.config.on_stuck == "requeue" and \
+            scheduler.may_requeue(self.topology, self.config.max_requeues)
         if stale:  # a failed peer recorded its own ending; a stuck one cannot
             ending.record(self.paths, self.me, ending.VERDICT, what, culprit=rank)
         how = "requeuing the job from its last checkpoint" if requeue else "stopping the job"
         print(f"dali-launch: error: {what}; {how}", file=sys.stderr, flush=True)
         if job and stale:  # a failed rank's exit already ends the step (srun --kill-on-bad-exit)
-            command = ["scontrol", "requeue", job] if requeue else ["scancel", job]
-            subprocess.run(command, check=False, timeout=60, capture_output=True)
+            (scheduler.requeue if requeue else scheduler.cancel)(self.topology)
         os._exit(EXIT_WATCHDOG)
