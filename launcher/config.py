@@ -96,7 +96,7 @@ def device_phrase(run: RunConfig) -> str:
 def validate(run: RunConfig) -> None:
     """Raises UsageError with the fix for the first bad value; never changes anything."""
     launch, train = run.launch, run.train
-    _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size, steps_per_call=train.steps_per_call,
+    _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size,
               eval_batch_size=train.eval_batch_size, sync_every_steps=train.sync_every_steps,
               reader_threads=run.data.reader_threads, prefetch=run.data.prefetch, num_classes=run.data.num_classes,
               image_size=run.data.image_size, init_timeout_s=run.distributed.init_timeout_s,
@@ -104,6 +104,8 @@ def validate(run: RunConfig) -> None:
               heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,
               keep_checkpoints=run.resilience.keep_checkpoints)
     _resilience(run.resilience)
+    if train.steps_per_call < 0:
+        raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
     if launch.tasks_per_node is not None and launch.tasks_per_node < 1:  # 0 must not fall back to 1
@@ -135,8 +137,10 @@ def _readers(run: RunConfig) -> None:
     if readers < 0:
         raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
     per_device = train.per_device_batch(run.num_devices)
-    batches = {"the training batch per device and call (batch × --steps-per-call)": per_device * train.steps_per_call,
-               "--eval-batch-size": train.eval_batch_size}
+    batches = {"--eval-batch-size": train.eval_batch_size}
+    if train.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
+        batches = {"the training batch per device and call (batch × --steps-per-call)":
+                   per_device * train.steps_per_call, **batches}
     for name, size in batches.items():
         if readers and size % readers:
             raise UsageError(f"--readers-per-device {readers} does not divide {name}, {size}; "

@@ -27,7 +27,7 @@ CONFIG = [
     pytest.param(["--epochs", "-3"], "--epochs -3 must be at least 1", id="epochs-negative"),
     pytest.param(["--batch-size", "0"], "--batch-size 0 must be at least 1", id="batch-zero"),
     pytest.param(["--eval-batch-size", "0"], "--eval-batch-size 0 must be at least 1", id="eval-batch-zero"),
-    pytest.param(["--steps-per-call", "0"], "--steps-per-call 0 must be at least 1", id="steps-per-call-zero"),
+    pytest.param(["--steps-per-call", "-2"], "--steps-per-call -2 must be 0 (auto) or more", id="steps-per-call-negative"),
     pytest.param(["--sync-every-steps", "0"], "--sync-every-steps 0 must be at least 1", id="sync-every-zero"),
     pytest.param(["--prefetch", "0"], "--prefetch 0 must be at least 1", id="prefetch-zero"),
     pytest.param(["--reader-threads", "0"], "--reader-threads 0 must be at least 1", id="reader-threads-zero"),
@@ -51,7 +51,7 @@ CONFIG = [
                  "'cpu', 'mixed'.; see dali-launch --help", id="decoder-unknown"),
     pytest.param(["--readers-per-device", "-1"], "--readers-per-device -1 must be 0 (auto) or more",
                  id="readers-negative"),
-    pytest.param(["--readers-per-device", "3"], "--readers-per-device 3 does not divide the training batch per "
+    pytest.param(["--readers-per-device", "3", "--steps-per-call", "1"], "--readers-per-device 3 does not divide the training batch per "
                  "device and call (batch × --steps-per-call), 50; use a divisor of 50 or 0 (auto)",
                  id="readers-not-dividing-batch"),
     pytest.param(["--readers-per-device", "4", "--batch-size", "40", "--eval-batch-size", "250"],

@@ -74,15 +74,15 @@ def test_readers_per_device_read_every_sample_once(mnist_lmdb, tmp_path):
 def test_parallel_modes_and_fused_steps_run_the_same_sgd_steps(small_lmdb, tmp_path):
     """Against one pmapped step per call: steps fused per call with padding-only steps, pmapped or
     --parallel sharded (one jit over a mesh), run the same SGD steps, so they train the same parameters
-    (within conftest.PARAMS_*TOL: different programs may round differently). One reader per device:
-    with several, a fused call's steps are made of other samples (each reader's part end to end)."""
+    (within conftest.PARAMS_*TOL: different programs may round differently). Two readers per device:
+    a call holds each reader's rows end to end, and the steps take them in sample order whatever K is."""
     contenders = {"reference": ["--parallel", "pmap", "--steps-per-call", "1"],
                   "pmap-fused": ["--parallel", "pmap", "--steps-per-call", "7"],  # 8 steps: 7, then 1 + 6 padding
-                  "sharded-fused": ["--parallel", "sharded", "--steps-per-call", "7"]}
+                  "sharded-fused": ["--parallel", "sharded", "--steps-per-call", "3"]}
     runs = {}
     for name, flags in contenders.items():
         check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2",
-                             "--readers-per-device", "1", *flags, "--run-root", str(tmp_path / name)))
+                             "--readers-per-device", "2", *flags, "--run-root", str(tmp_path / name)))
         runs[name] = only_run(tmp_path / name)
         assert _metrics(runs[name])[0]["train_samples"] == 800
     reference = runs.pop("reference")

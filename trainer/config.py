@@ -51,12 +51,15 @@ class TrainConfig:
     global_batch_size: int | None = opt(
         None, "Samples per step over all devices; overrides --batch-size and must divide by the device count.")
     steps_per_call: int = opt(
-        1, "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
-        "over them (lax.scan). The steps stay those of --batch-size; only host dispatch gets cheaper.")
+        0, "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
+        "over them (lax.scan). The steps stay those of --batch-size; only host dispatch gets cheaper. "
+        "0: auto: on GPUs about 1,200 samples per device and call (24 steps of the example's 50), at most 64; "
+        "on CPUs 1. The value used is in rank_map.json and the first log lines.")
     parallel: str = opt(
-        "pmap", "How steps run on the devices: pmap (one replica per device, gradients summed by psum) or sharded "
-        "(one jit program over a job-wide device mesh; XLA partitions it). Same steps, same results.",
-        choices=("pmap", "sharded"))
+        "sharded", "How steps run on the devices: sharded (one jit program over a job-wide device mesh; XLA "
+        "partitions it and inserts the all-reduce) or pmap (JAX's legacy way: one replica per device, gradients "
+        "summed by psum). The same SGD steps; results equal up to float rounding.",
+        choices=("sharded", "pmap"))
     learning_rate: float = opt(0.1, "SGD learning rate.")
     momentum: float = opt(0.9, "SGD momentum.")
     seed: int = opt(0, "Seed for parameters and data shuffling.")

@@ -55,6 +55,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     flavours.check()
     from dali_launch.trainer.observe.metrics import Reporter
     from dali_launch.trainer.resilience import preemption
+    from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.train import train_and_evaluate
 
     use_compile_cache(spec.train.compile_cache)
@@ -67,10 +68,12 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     watchdog = Watchdog(paths, topology, spec.resilience)
     if topology.num_processes > 1:
         watchdog.start()
+    auto = resolve(spec, topology.platform, len(devices), len(devices) * topology.num_processes,
+                   topology.processes_on_host)
     try:
         startup.mark("jax initialized")
         result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s),
-                                    startup)
+                                    startup, auto)
     finally:
         watchdog.stop()
     if topology.process_id == 0:

@@ -46,6 +46,7 @@ class Topology:
     local_device_ids: tuple[int, ...] | None  # GPU ordinals for JAX; None: CPU, or all visible GPUs
     host: str
     platform: str  # "gpu" or "cpu", decided before JAX starts
+    processes_on_host: int = 1  # this job's processes on this host: they share its cores
     job_id: str | None = None  # the SLURM job of a task SLURM started, else None
     restart_count: int = 0  # times SLURM requeued that job
 
@@ -98,8 +99,10 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
     if table is SLURM_ENV and num_processes != int(read("num_processes")):
         raise UsageError(f"SLURM started {read('num_processes')} tasks but the job was planned for {num_processes}")
     slurm = table is SLURM_ENV
+    # Local mode starts every process on this host; SLURM says how many tasks share a node ("2(x3)": 2 each).
+    here = int(re.match(r"\d*", env.get("SLURM_NTASKS_PER_NODE", "")).group() or 1) if slurm else num_processes
     return Topology(process_id, num_processes, address if num_processes > 1 else None, count,
-                    _gpu_ids(platform, local_rank, count, env), host, platform,
+                    _gpu_ids(platform, local_rank, count, env), host, platform, processes_on_host=here,
                     job_id=read("job_id") if slurm else None,
                     restart_count=int(env.get(SLURM_ENV["restart_count"], "0")) if slurm else 0)
 
@@ -183,6 +186,7 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
             process_id=topology.process_id,
             local_device_ids=list(ids) if ids else None,
             initialization_timeout=config.init_timeout_s + 10,
+            cluster_detection_method="deactivate",  # every value is given: JAX's SLURM guess never runs
             heartbeat_timeout_seconds=config.heartbeat_timeout_s,
         )
     finally:

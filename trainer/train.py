@@ -20,6 +20,7 @@ from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, Resume
 from dali_launch.trainer.resilience.preemption import Preemption, end
+from dali_launch.trainer.resolve import Resolved
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import parallel
 from dali_launch.trainer.step.evaluate import Evaluator, first, split_dir
@@ -56,31 +57,30 @@ def call_tally(saved: dict | None = None) -> dict:
     return {**(saved or zero_tally()), "labels": label_check.none()}
 
 
-def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup) -> dict:
+def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup, auto: Resolved) -> dict:
     """Set-up (resuming from the newest checkpoint if there is one), the epoch loop, the finish.
 
-    `devices` are this process's; every process calls this.
+    `devices` are this process's; every process calls this. `auto`: the task's auto values, resolved.
     """
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
-    batch = spec.train.per_device_batch(len(all_devices))
-    call_batch = batch * spec.train.steps_per_call
-    cores = shards.cores_per_device(local, jax.process_count() if spec.distributed.backend == "local" else 1)
-    readers = shards.readers_per_device(spec.data, devices[0].platform, call_batch, cores)
-    sharding = shards.Sharding(process * local, local, len(all_devices), readers)
+    batch = auto.batch_per_device_step
+    warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
+    sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     resume = checkpointer.latest()
     startup.mark("checkpoints read")
-    data = dali.build(split_dir(spec, "training"), devices, all_devices, sharding, call_batch, True,
+    data = dali.build(split_dir(spec, "training"), devices, all_devices, sharding, auto.call_batch, True,
                                 spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
     startup.mark("pipelines built")
     fresh = create_train_state(spec, data.first_sample())
     if resume:
         checkpointer.restore(resume, fresh, zero_tally())
     startup.mark("model initialised")
-    reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch)
+    reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict())
     mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
-    evaluator = Evaluator(spec, devices, cores) if process == 0 else None
-    loop = Loop(spec, data, checkpointer, reporter, mode, startup)
+    evaluator = Evaluator(spec, devices, auto.eval_readers_per_device) if process == 0 else None
+    loop = Loop(spec, data, checkpointer, reporter, mode, startup, auto.steps_per_call)
+    warm.join()
     state = mode.place(resume.state if resume else fresh)
     first_epoch = resume.epoch if resume else 0
     if resume:
@@ -100,12 +100,12 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
 class Loop:
     """One epoch of training, with its check points: preemption, periodic checkpoints, device syncs."""
 
-    def __init__(self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup):
+    def __init__(self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup,
+                 k: int):
         self.spec, self.data, self.sharding, self.reporter = spec, data, data.sharding, reporter
         self.checkpointer, self.mode, self.startup = checkpointer, mode, startup
         self.shard_sizes = data.shard_sizes()
         self.preemption = Preemption()
-        k = spec.train.steps_per_call
         # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
         # GPUs a check point costs a host sync, so they come rarely.
         self.check_every = max(1, (spec.train.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)

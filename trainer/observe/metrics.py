@@ -54,20 +54,21 @@ class Reporter:
         if self.lead:
             self.console.print(text, markup=False)
 
-    def rank_report(self, sharding, devices: list, batch_size: int) -> None:
+    def rank_report(self, sharding, devices: list, batch_size: int, resolved: dict) -> None:
         """Every process writes and prints what it is; process 0 merges the reports into rank_map.json."""
         t = self.topology
         report = {"process_id": t.process_id, "host": t.host, "pid": os.getpid(), "num_processes": t.num_processes,
                   "devices": [str(d) for d in devices], "device_indices": list(sharding.device_ids),
                   "num_devices": sharding.global_devices, "readers_per_device": sharding.readers,
                   "dali_shards": list(sharding.shard_ids), "num_dali_shards": sharding.num_shards,
-                  "batch_per_device_step": batch_size}
+                  "batch_per_device_step": batch_size, "resolved": resolved}
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
         # Each rank says its own line, so it lands in its own log under its own prefix.
         readers = f" ({sharding.readers} readers per device)" if sharding.readers > 1 else ""
         self.console.print(f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])} (job devices "
                            f"{report['device_indices']} of {report['num_devices']}); DALI shards "
-                           f"{report['dali_shards']} of {report['num_dali_shards']}{readers}", markup=False)
+                           f"{report['dali_shards']} of {report['num_dali_shards']}{readers}; "
+                           f"{_steps(resolved['steps_per_call'])} of {batch_size} per call", markup=False)
         barrier("rank-reports-written", self.barrier_timeout_s)
         if self.lead:
             ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
@@ -110,3 +111,7 @@ class Reporter:
         if m.startup:
             self.say(f"  start-up, s since {m.startup_since}: "
                      + ", ".join(f"{phase} {t:.1f}" for phase, t in m.startup.items()))
+
+
+def _steps(k: int) -> str:
+    return f"{k} step" if k == 1 else f"{k} steps"

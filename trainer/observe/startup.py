@@ -6,6 +6,7 @@ with the task. Reported once, with the run's first epoch.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from dali_launch.trainer.topology import LAUNCHED_AT
@@ -21,3 +22,19 @@ class Startup:
     def mark(self, phase: str) -> None:
         """`phase` has just ended."""
         self.phases[phase] = round(time.time() - self.origin, 3)
+
+    @staticmethod
+    def warm_up(devices: list) -> threading.Thread:
+        """Starts the devices' first host->device transfer in a thread: on a GPU it sets up the CUDA
+        context and pinned buffers (1.65 s on an H200), time the pipelines' build and the model's
+        CPU init can hide. Join it before the first step."""
+        import jax
+        import numpy as np
+
+        def put() -> None:
+            for device in devices:
+                jax.device_put(np.zeros(8, np.float32), device).block_until_ready()
+
+        thread = threading.Thread(target=put, name="dali-launch-warm-up", daemon=True)
+        thread.start()
+        return thread

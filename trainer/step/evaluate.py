@@ -1,7 +1,7 @@
 """Evaluation on process 0 alone, over its local devices: exact accuracy over the whole test set.
 
-The other processes wait at a barrier meanwhile; no collective spans processes here, so the eval
-pmap names this process's devices only.
+The other processes wait at a barrier meanwhile; no collective spans processes here, so the
+evaluation is one jit program over a mesh of process 0's own devices (no pmap).
 """
 from __future__ import annotations
 
@@ -15,17 +15,18 @@ from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
 from dali_launch.trainer.model.models import create_model
 
-AXIS = dali.AXIS
 
-
-def eval_step(apply_fn, params, tally, images, labels, shard_sizes):
-    rows = images.shape[0] // shard_sizes.shape[0]
-    valid = shards.valid_mask(tally["position"], shard_sizes, rows)
-    predicted = jnp.argmax(apply_fn({"params": params}, images), -1)
-    correct = jnp.sum((predicted == contract.class_ids(labels)) * valid)
-    return {"position": tally["position"] + rows, "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
-            "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS),
-            "labels": label_check.fold(tally["labels"], labels)}
+def eval_call(apply_fn, params, tally, images, labels, shard_sizes):
+    """One evaluation batch of every local device: images (devices, rows, ...), shard_sizes (devices, readers).
+    `tally` is per device, as the batches; correct and count are summed over the devices by XLA."""
+    rows = images.shape[1] // shard_sizes.shape[1]
+    valid = jax.vmap(shards.valid_mask, (0, 0, None))(tally["position"], shard_sizes, rows)
+    flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+    predicted = jnp.argmax(apply_fn({"params": params}, flat(images)), -1)
+    correct = (predicted == contract.class_ids(flat(labels))) * flat(valid)
+    per_device = lambda x: jnp.broadcast_to(jnp.sum(x), tally["count"].shape)  # noqa: E731
+    return {"position": tally["position"] + rows, "correct": tally["correct"] + per_device(correct),
+            "count": tally["count"] + per_device(valid), "labels": jax.vmap(label_check.fold)(tally["labels"], labels)}
 
 
 class Evaluator:
@@ -37,26 +38,26 @@ class Evaluator:
     is done with.
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, cores_per_device: int):
-        self.spec, self.devices = spec, devices
-        self.readers = shards.readers_per_device(spec.data, devices[0].platform, spec.train.eval_batch_size,
-                                                         cores_per_device)
+    def __init__(self, spec: TaskSpec, devices: list, readers: int):
+        self.spec, self.devices, self.readers = spec, devices, readers
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
         apply_fn = create_model(spec.train.model, spec.data.num_classes).apply
-        self.p_eval = jax.pmap(partial(eval_step, apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
-                               donate_argnums=(1,))
+        mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
+        self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        self.eval = jax.jit(partial(eval_call, apply_fn), donate_argnums=(1,))
 
     def __call__(self, params) -> tuple[float, int, float]:
-        """Accuracy of `params`, one replica on this process's first device."""
+        """Accuracy of `params`, one replica on this process's first device (copied to the others)."""
         start = time.perf_counter()
+        params = jax.device_put(params, self.replicated)
         if self.data is None:
             self._build()
         zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
         tally = self.data.put([zero] * len(self.data.devices))
         kept = []
         for batch in self.cached or self.data.epoch():
-            tally = self.p_eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
+            tally = self.eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
         label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "testing")

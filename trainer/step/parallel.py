@@ -73,11 +73,21 @@ def advance(tally, rows_per_reader: int, loss, count, labels) -> dict:
             "count": tally["count"] + count, "labels": labels}
 
 
+def sample_order(x, readers: int):
+    """A device's rows in sample order: its readers' rows taken in turn (reader r's i-th row is the
+    device's sample i*R + r), so the samples of SGD step j do not depend on --steps-per-call (a call
+    holds each reader's rows end to end; DALI reads that way)."""
+    if readers == 1:
+        return x
+    return x.reshape(readers, -1, *x.shape[1:]).swapaxes(0, 1).reshape(x.shape)
+
+
 def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
     """One device's view of a call (pmap): images (rows, ...), shard_sizes (readers,)."""
-    rows = images.shape[0] // shard_sizes.shape[0]
+    readers = shard_sizes.shape[0]
+    rows = images.shape[0] // readers
     valid = valid_mask(tally["position"], shard_sizes, rows)
-    steps = lambda x: x.reshape(-1, batch_size, *x.shape[1:])  # noqa: E731
+    steps = lambda x: sample_order(x, readers).reshape(-1, batch_size, *x.shape[1:])  # noqa: E731
     state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid),
                                    partial(jax.lax.psum, axis_name=AXIS))
     return state, advance(tally, rows, loss, count, label_check.fold(tally["labels"], labels))
@@ -85,10 +95,12 @@ def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
 
 def sharded_call(state, tally, images, labels, shard_sizes, batch_size: int):
     """The whole job's view of a call (jit): images (devices, rows, ...), shard_sizes (devices, readers)."""
-    rows = images.shape[1] // shard_sizes.shape[1]
+    readers = shard_sizes.shape[1]
+    rows = images.shape[1] // readers
     valid = jax.vmap(valid_mask, (0, 0, None))(tally["position"], shard_sizes, rows)
 
-    def steps(x):  # (devices, k*B, ...) -> (k, devices*B, ...): step j takes rows j*B.. of every device
+    def steps(x):  # (devices, k*B, ...) -> (k, devices*B, ...): step j takes samples j*B.. of every device
+        x = jax.vmap(partial(sample_order, readers=readers))(x)
         per_step = x.reshape(x.shape[0], -1, batch_size, *x.shape[2:]).swapaxes(0, 1)
         return per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
 

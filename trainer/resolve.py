@@ -1,0 +1,64 @@
+"""Every `auto` value of a task, resolved once, here, from what the task knows; recorded in rank_map.json.
+
+    decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word
+    cuda_graphs      whether XLA captures CUDA graphs: only while DALI stays off the GPU
+    steps_per_call   SGD steps fused into one device call (the same steps: only the host's dispatch
+                     changes). GPUs: about CALL_SAMPLES samples per device and call, at most MAX_STEPS
+                     steps (the example's batch of 50: 24 steps; measured best on an H200, README);
+                     CPUs: 1 (XLA:CPU runs convolutions inside a scan ~15x slower, and gloo needs a
+                     wait every few steps anyway)
+    readers          DALI pipelines per device (shards.readers_per_device), for training and evaluation
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.data import placement, shards
+
+CALL_SAMPLES = 1200
+MAX_STEPS = 64
+
+
+@dataclass(frozen=True)
+class Resolved:
+    platform: str
+    decoder: str
+    cuda_graphs: bool
+    parallel: str
+    batch_per_device_step: int
+    steps_per_call: int
+    readers_per_device: int
+    eval_readers_per_device: int
+
+    @property
+    def call_batch(self) -> int:
+        """Samples per device and device call: what each device's DALI readers read together."""
+        return self.batch_per_device_step * self.steps_per_call
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
+    """--steps-per-call, where 0 (auto) follows the rule above; with --readers-per-device R given, a
+    multiple of the steps that make a call R readers can share equally."""
+    if setting:
+        return setting
+    k = max(1, min(MAX_STEPS, round(CALL_SAMPLES / batch))) if platform == "gpu" else 1
+    unit = readers // math.gcd(readers, batch) if readers else 1
+    return max(unit, round(k / unit) * unit)
+
+
+def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: int, processes_here: int) -> Resolved:
+    batch = spec.train.per_device_batch(global_devices)
+    k = steps_per_call(spec.train.steps_per_call, platform, batch, spec.data.readers_per_device)
+    cores = shards.cores_per_device(local_devices, processes_here)
+    decoder = placement.decoder(spec.data, platform)
+    return Resolved(
+        platform=platform, decoder=decoder,
+        cuda_graphs=platform == "gpu" and placement.cuda_graphs(spec.train.cuda_graphs, decoder == "mixed"),
+        parallel=spec.train.parallel, batch_per_device_step=batch, steps_per_call=k,
+        readers_per_device=shards.readers_per_device(spec.data, platform, batch * k, cores),
+        eval_readers_per_device=shards.readers_per_device(spec.data, platform, spec.train.eval_batch_size, cores))
