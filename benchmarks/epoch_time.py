@@ -121,12 +121,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="Write every number and the command line as JSON here.")
     parser.add_argument("--plot", type=Path, help="Write a PNG chart of the epoch and eval times here (matplotlib).")
     parser.add_argument("--plot-from", type=Path, help="Only redraw --plot from this earlier --out JSON.")
-    parser.add_argument("--parallel", type=listed(choices=PARALLEL), default="pmap,sharded",
-                        help="Our --parallel values to time (default pmap,sharded).")
-    parser.add_argument("--decoders", type=listed(choices=("auto", "cpu", "mixed")), default="cpu",
-                        help="Our --decoder values to time (default cpu).")
-    parser.add_argument("--steps-per-call", type=listed(int), default="24",
-                        help="Our --steps-per-call values to time, e.g. 1,24 (default 24, the README's for GPUs).")
+    parser.add_argument("--parallel", type=listed(choices=PARALLEL), default="sharded",
+                        help="Our --parallel values to time, e.g. pmap,sharded (default sharded, the trainer's).")
+    parser.add_argument("--decoders", type=listed(choices=("auto", "cpu", "mixed")), default="auto",
+                        help="Our --decoder values to time (default auto, the trainer's).")
+    parser.add_argument("--steps-per-call", type=listed(int), default="0",
+                        help="Our --steps-per-call values to time, e.g. 1,24 (default 0: auto, the trainer's).")
     parser.add_argument("--readers", type=listed(int), default="0",
                         help="Our --readers-per-device values to time, e.g. 1,4 (default 0: the trainer picks).")
     parser.add_argument("--reader-threads", type=int, help="Our DALI threads per pipeline (default: the trainer's).")

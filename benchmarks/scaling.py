@@ -180,9 +180,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--layouts", type=listed(choices=LAYOUTS), default="node,process",
                         help="node: one process with N GPUs; process: N processes of one GPU (default both).")
     parser.add_argument("--epochs", type=int, default=5, help="Epochs per run (default 5).")
-    parser.add_argument("--steps-per-call", type=int, default=24, help="dali-launch --steps-per-call (default 24).")
+    parser.add_argument("--steps-per-call", type=int, default=0, help="dali-launch --steps-per-call (default 0: auto).")
     parser.add_argument("--reader-threads", type=int, default=2, help="dali-launch --reader-threads (default 2).")
-    parser.add_argument("--parallel", choices=PARALLEL, default="pmap", help="dali-launch --parallel (default pmap).")
+    parser.add_argument("--parallel", choices=PARALLEL, default="sharded",
+                        help="dali-launch --parallel (default sharded, the trainer's).")
     parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
                         help="dali-launch --cuda-graphs (default auto).")
     parser.add_argument("--timeout-s", type=int, default=900, help="Seconds one run may take (default 900).")
