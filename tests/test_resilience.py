@@ -165,14 +165,17 @@ def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(mnist_lmdb, tmp_
 
 
 @pytest.mark.slurm
-def test_slurm_resume_by_hand_uses_the_runs_own_data(slurm_env, mnist_lmdb, tmp_path):
-    """`dali-launch --resume RUN_DIR` submits the run again; it resumes from its checkpoint, and the
-    data flags of this command line do not matter (the run keeps its own)."""
+def test_slurm_resume_by_hand_continues_the_run(slurm_env, mnist_lmdb, tmp_path):
+    """`dali-launch --resume RUN_DIR` submits the run again from its directory alone (no other flag);
+    it resumes from its checkpoint. A flag that would change the run (its data) is refused."""
     job = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "10"]
     check_ok(dali_launch(*job, "--epochs", "1", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path),
                          env=slurm_env))
     paths = only_run(tmp_path)
     before = _result(paths)
-    again = dali_launch(*job, "--resume", str(paths.root), "--data-dir", str(tmp_path / "elsewhere"), env=slurm_env)
+    refused = dali_launch("--resume", str(paths.root), "--data-dir", str(tmp_path / "elsewhere"), env=slurm_env)
+    assert refused.returncode == 2 and "--data-dir" in refused.stderr and "another run" in refused.stderr
+    again = dali_launch("--resume", str(paths.root), env=slurm_env)
     check_ok(again)
+    assert "started by `dali-launch`" in again.stdout and "submitted job" in again.stdout
     assert "resumed from checkpoint" in again.stdout and _result(paths)["checksums"] == before["checksums"]

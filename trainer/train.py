@@ -5,7 +5,9 @@ section averages nothing; here every step averages gradients over the whole job'
 """
 from __future__ import annotations
 
+import threading
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +28,8 @@ from dali_launch.trainer.step import parallel
 from dali_launch.trainer.step.evaluate import Evaluator, first, split_dir
 from dali_launch.trainer.topology import barrier, job_devices
 from flax.training import train_state
+
+COMPILE_AHEAD_WAIT_S = 300  # past this the first call compiles by itself
 
 
 def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.TrainState:
@@ -72,15 +76,18 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     data = dali.build(split_dir(spec, "training"), devices, all_devices, sharding, auto.call_batch, True,
                                 spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
     startup.mark("pipelines built")
-    fresh = create_train_state(spec, data.first_sample())
+    mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
+    example = data.first_sample()
+    compiling = _compile_ahead(spec, mode, data, example)
+    fresh = create_train_state(spec, example)
     if resume:
         checkpointer.restore(resume, fresh, zero_tally())
     startup.mark("model initialised")
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict())
-    mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
     evaluator = Evaluator(spec, devices, auto.eval_readers_per_device) if process == 0 else None
     loop = Loop(spec, data, checkpointer, reporter, mode, startup, auto.steps_per_call)
     warm.join()
+    compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
     state = mode.place(resume.state if resume else fresh)
     first_epoch = resume.epoch if resume else 0
     if resume:
@@ -95,6 +102,18 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
             loop.stop_if_asked(epoch + 1)
     return {"checksums": replicas.gathered_checksums(state.params), "final": reporter.last}
+
+
+def _compile_ahead(spec: TaskSpec, mode, data, example) -> threading.Thread:
+    """Compiles the first device call in a thread while the model is initialised (both take seconds on
+    a cold start); the call then finds the program in XLA's persistent cache. Without that cache, or
+    where the runner cannot, it does nothing."""
+    if spec.train.compile_cache in ("", "off"):
+        return parallel.finished()
+    shapes = jax.eval_shape(partial(create_train_state, spec), example)  # traced, not compiled
+    batch = data.peek()
+    tally = data.put([call_tally()] * len(data.devices))
+    return mode.compile_ahead(shapes, tally, batch["images"], batch["labels"], data.shard_sizes())
 
 
 class Loop:

@@ -54,10 +54,14 @@ class DeviceBatches:
     def first_sample(self) -> np.ndarray:
         """A zero batch of one sample shaped like the images, what a model is initialised on. Read
         from the next batch, which `next()` still returns: a pipeline of its own would cost a build."""
+        images = self.peek()["images"]
+        return np.zeros((1, *images.shape[2:]), images.dtype)
+
+    def peek(self) -> dict:
+        """The next batch, which `next()` still returns."""
         if self.peeked is None:
             self.peeked = self._read()
-        images = self.peeked["images"]
-        return np.zeros((1, *images.shape[2:]), images.dtype)
+        return self.peeked
 
     def next(self) -> dict:
         batch, self.peeked = self.peeked or self._read(), None

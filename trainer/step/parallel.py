@@ -12,6 +12,8 @@ never counts and every replica applies the same update.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from functools import partial
 
 import jax
@@ -118,6 +120,9 @@ class Pmap:
         self.call = jax.pmap(partial(pmap_call, batch_size=batch_size), AXIS, devices=all_devices,
                              donate_argnums=(0, 1))
 
+    def compile_ahead(self, shapes, *args) -> threading.Thread:
+        return finished()  # pmap compiles at its first call
+
     def place(self, state):
         return jax_utils.replicate(state, devices=self.devices)
 
@@ -136,6 +141,19 @@ class Sharded:
         self.call = jax.jit(partial(sharded_call, batch_size=batch_size), donate_argnums=(0, 1),
                             out_shardings=(self.replicated, data_sharding))
 
+    def compile_ahead(self, shapes, *args) -> threading.Thread:
+        """Compiles `call` for a state of these `shapes` and these other arguments, in a thread (into
+        XLA's persistent cache, where the real call finds it); a failure here is the real call's to report."""
+        state = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+
+        def compile_() -> None:
+            with contextlib.suppress(Exception):
+                self.call.lower(state, *args).compile()
+
+        thread = threading.Thread(target=compile_, name="dali-launch-compile-ahead", daemon=True)
+        thread.start()
+        return thread
+
     def place(self, state):
         """Every process holds the same host state; each puts it on its own devices."""
         def put(x):
@@ -145,6 +163,13 @@ class Sharded:
 
     def replica(self, tree):
         return jax.tree.map(lambda x: x.addressable_data(0), tree)
+
+
+def finished() -> threading.Thread:
+    """A thread that has nothing to do: joined at once."""
+    thread = threading.Thread()
+    thread.start()
+    return thread
 
 
 def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding):
