@@ -58,8 +58,8 @@ CONFIG = [
                  "--readers-per-device 4 does not divide --eval-batch-size, 250; use a divisor of 250 or 0 (auto)",
                  id="readers-not-dividing-eval-batch"),
     pytest.param(["--eval-cache-mb", "-1"], "--eval-cache-mb -1 must be 0 (no cache) or more", id="eval-cache-negative"),
-    pytest.param(["--parallel", "jit"], "Invalid value for '--parallel': Value error, 'jit' is not one of 'pmap', "
-                 "'sharded'.; see dali-launch --help", id="parallel-unknown"),
+    pytest.param(["--parallel", "jit"], "Invalid value for '--parallel': Value error, 'jit' is not one of 'sharded', "
+                 "'pmap'.; see dali-launch --help", id="parallel-unknown"),
     pytest.param(["--model", "resnet"], "unknown --model resnet; use one of mlp, cnn, resnet18, or "
                  "package.module:factory", id="model-unknown"),
     pytest.param(["--model", "nosuchpkg.models:build"], "--model nosuchpkg.models:build: cannot import "
