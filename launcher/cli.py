@@ -20,6 +20,7 @@ from dali_launch.launcher.options import build, config_options
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
+    ObserveConfig,
     ResilienceConfig,
     TrainConfig,
 )
@@ -33,7 +34,8 @@ config_app = typer.Typer(help="Configuration files (--config FILE.toml).", rich_
 app.add_typer(config_app, name="config")
 
 RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
-               ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)))
+               ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)),
+               ("Observe", (ObserveConfig,)))
 
 
 @app.callback(invoke_without_command=True)

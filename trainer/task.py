@@ -67,11 +67,12 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     watchdog = Watchdog(paths, topology.process_id, topology.num_processes, spec.resilience)
     if topology.num_processes > 1:
         watchdog.start()
+    reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:
         startup.mark("jax initialized")
-        result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s),
-                                    startup)
+        result = train_and_evaluate(spec, devices, reporter, startup)
     finally:
+        reporter.close()  # event files and W&B flushed, a trace stopped: also when preempted or failing
         watchdog.stop()
     if topology.process_id == 0:
         write_atomic(paths.result, json.dumps(result, indent=2))
