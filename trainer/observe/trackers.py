@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
@@ -51,7 +52,7 @@ class WandB:
         if paths.wandb_run.exists():
             run_id = json.loads(paths.wandb_run.read_text())["id"]
         else:  # written before the run starts: a requeue that comes before the first log still finds it
-            run_id = wandb.util.generate_id()
+            run_id = secrets.token_hex(4)  # W&B's own ids: 8 lowercase letters and digits
             write_atomic(paths.wandb_run, json.dumps({"id": run_id}))
         mode = None if spec.observe.wandb_mode == "auto" else spec.observe.wandb_mode
         self.run = wandb.init(project=spec.observe.wandb_project, id=run_id, resume="allow", dir=str(paths.root),
