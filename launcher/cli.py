@@ -5,6 +5,7 @@
     dali-launch --nodes 2 --gpus-per-node 8             # a SLURM job through submitit
     dali-launch data prepare --from IDX_DIR --to OUT    # IDX files -> Caffe2 LMDBs
     dali-launch config show --config run.toml --epochs 3   # the effective settings, as TOML
+    dali-launch runs; dali-launch plot runs/A runs/B --out ab.png   # the runs so far, their curves
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dali_launch.launcher.options import build, config_options
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
+    ObserveConfig,
     ResilienceConfig,
     TrainConfig,
 )
@@ -33,7 +35,8 @@ config_app = typer.Typer(help="Configuration files (--config FILE.toml).", rich_
 app.add_typer(config_app, name="config")
 
 RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
-               ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)))
+               ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)),
+               ("Observe", (ObserveConfig,)))
 
 
 @app.callback(invoke_without_command=True)
@@ -111,6 +114,36 @@ def cancel(job: JobArg, run_root: RunRoot = "runs"):
     from dali_launch.launcher import job_control
 
     typer.echo(job_control.cancel_job(job_control.find(job, run_root)))
+
+
+@app.command("runs")
+def runs_(root: Annotated[str, typer.Argument(help="Folder holding the run directories.")] = "runs",
+          as_json: Annotated[bool, typer.Option("--json", help="One JSON list of the rows instead of a table.")] = False):
+    """Every run under ROOT: state (running, finished, failed, interrupted), mode, topology, epochs, accuracy, speed."""
+    import json
+
+    from dali_launch.launcher import run_list
+
+    rows = run_list.collect(Path(root))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    elif not rows:
+        typer.echo(f"no runs under {Path(root).absolute()}")
+    else:
+        from rich.console import Console
+
+        console = Console()
+        # Piped or in a log, Rich would squeeze the table into 80 columns: give it the width it needs.
+        (console if console.is_terminal else Console(width=250)).print(run_list.table(rows))
+
+
+@app.command("plot")
+def plot_(runs: Annotated[list[str], typer.Argument(help="Run directories.")],
+          out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png")):
+    """Loss, test accuracy and images/s of several runs over SGD steps, on one figure (needs dali-launch[plot])."""
+    from dali_launch.launcher.plot import plot
+
+    typer.echo(f"wrote {plot(runs, out)}")
 
 
 class DataFormat(str, enum.Enum):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
+    ObserveConfig,
     ResilienceConfig,
     TaskSpec,
     TrainConfig,
@@ -65,6 +66,7 @@ class RunConfig:
     train: TrainConfig = TrainConfig()
     distributed: DistributedConfig = DistributedConfig()
     resilience: ResilienceConfig = ResilienceConfig()
+    observe: ObserveConfig = ObserveConfig()
 
     @property
     def tasks_per_node(self) -> int:
@@ -106,6 +108,7 @@ def validate(run: RunConfig) -> None:
     _resilience(run.resilience)
     if train.steps_per_call < 0:
         raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
+    _observe(run.observe, run.num_processes)
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
     if launch.tasks_per_node is not None and launch.tasks_per_node < 1:  # 0 must not fall back to 1
@@ -159,6 +162,32 @@ def _resilience(r: ResilienceConfig) -> None:
                          f"use 10 or more")
 
 
+def _observe(o: ObserveConfig, num_processes: int) -> None:
+    if o.log_every_steps < 0:
+        raise UsageError(f"--log-every-steps {o.log_every_steps} must be 0 (epoch scalars only) or more")
+    try:
+        o.profile_range()
+    except ValueError:
+        raise UsageError(f"--profile-steps {o.profile_steps} is not A:B with 0 <= A < B (global SGD steps, B "
+                         f"excluded); e.g. --profile-steps 100:110") from None
+    try:
+        o.ranks_to_profile()
+    except ValueError:
+        raise UsageError(f"--profile-ranks {o.profile_ranks} is not a comma-separated list of ranks; e.g. 0 or 0,1") \
+            from None
+    if max(o.ranks_to_profile()) >= num_processes:
+        raise UsageError(f"--profile-ranks {o.profile_ranks} names a rank the job does not have (ranks 0.."
+                         f"{num_processes - 1}); use ranks below {num_processes}")
+    if o.wandb_project is not None:
+        import importlib.util
+
+        if not o.wandb_project.strip():
+            raise UsageError("--wandb-project is empty; name a W&B project, or leave the flag out")
+        if importlib.util.find_spec("wandb") is None:
+            raise UsageError(f"--wandb-project {o.wandb_project} needs the wandb package; "
+                             f"pip install 'dali-launch[wandb]', or leave --wandb-project out")
+
+
 def _positive(**values: int) -> None:
     for name, value in values.items():
         if value < 1:
@@ -179,4 +208,4 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
                           local_device_count=run.devices_per_process if run.launch.gpus_per_node else None)
     train = replace(run.train, compile_cache=run.train.compile_cache or str(cache_root() / "xla"))
     return TaskSpec(run_dir=run_dir, data=replace(run.data, data_dir=data_dir), train=train,
-                    distributed=distributed, resilience=run.resilience)
+                    distributed=distributed, resilience=run.resilience, observe=run.observe)

@@ -14,7 +14,7 @@ from pathlib import Path
 from dali_launch.launcher import config_file, runs
 from dali_launch.launcher.config import RunConfig, SlurmConfig
 from dali_launch.launcher.options import Values, build
-from dali_launch.trainer.config import ResilienceConfig, TaskSpec
+from dali_launch.trainer.config import ObserveConfig, ResilienceConfig, TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -26,6 +26,7 @@ MAY_CHANGE = frozenset({
     "eval_cache_mb", "sync_every_steps", "cuda_graphs", "compile_cache", "record_samples", "reader_threads",
     "prefetch", *(f.name for f in dataclasses.fields(SlurmConfig)),
     *(f.name for f in dataclasses.fields(ResilienceConfig)),
+    *(f.name for f in dataclasses.fields(ObserveConfig)),  # what it shows of itself, not what it computes
 })
 PATHS = {"data_dir", "run_root"}  # compared as absolute paths
 

@@ -66,6 +66,18 @@ CONFIG = [
                  "nosuchpkg.models (No module named 'nosuchpkg'); install it or put its folder on PYTHONPATH",
                  id="model-not-importable"),
     pytest.param(["--nodes", "2"], f"`train` runs one process here; for several use `{TRAIN}`", id="train-two-nodes"),
+    pytest.param(["--log-every-steps", "-1"], "--log-every-steps -1 must be 0 (epoch scalars only) or more",
+                 id="log-every-negative"),
+    pytest.param(["--profile-steps", "5"], "--profile-steps 5 is not A:B with 0 <= A < B (global SGD steps, B "
+                 "excluded); e.g. --profile-steps 100:110", id="profile-steps-not-a-range"),
+    pytest.param(["--profile-steps", "6:5"], "--profile-steps 6:5 is not A:B with 0 <= A < B (global SGD steps, B "
+                 "excluded); e.g. --profile-steps 100:110", id="profile-steps-backwards"),
+    pytest.param(["--profile-ranks", "0,x"], "--profile-ranks 0,x is not a comma-separated list of ranks; e.g. 0 or "
+                 "0,1", id="profile-ranks-not-numbers"),
+    pytest.param(["--profile-ranks", "1"], "--profile-ranks 1 names a rank the job does not have (ranks 0..0); use "
+                 "ranks below 1", id="profile-ranks-too-high"),
+    pytest.param(["--wandb-project", " "], "--wandb-project is empty; name a W&B project, or leave the flag out",
+                 id="wandb-project-empty"),
 ]
 
 JOB = ["--local", "--data-dir", "{data}", "--run-root", "{root}"]

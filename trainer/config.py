@@ -116,6 +116,42 @@ class ResilienceConfig:
 
 
 @dataclass(frozen=True)
+class ObserveConfig:
+    """What a run shows of itself beyond metrics.jsonl: TensorBoard and W&B scalars, profiler traces."""
+    log_every_steps: int = opt(
+        100, "Write training scalars (loss, learning rate, images/s, data wait, step time) at the first check point "
+        "past every N SGD steps, from values read there anyway: check points come every --sync-every-steps steps "
+        "on CPU, every 256 on GPUs, so logging adds no device sync. 0: epoch scalars only.")
+    tensorboard: bool = opt(True, "Write TensorBoard event files into RUN_DIR/tensorboard "
+                            "(`tensorboard --logdir runs/` shows every run).")
+    wandb_project: str | None = opt(
+        None, "Also log to this Weights & Biases project (pip install 'dali-launch[wandb]'). The run id is kept in "
+        "the run directory: a requeued or resumed run continues the same W&B run.")
+    wandb_mode: str = opt("auto", "W&B mode: online, offline (`wandb sync` later), or auto ($WANDB_MODE, else "
+                          "online).", choices=("auto", "online", "offline"))
+    profile_steps: str = opt(
+        "", "Trace SGD steps A to B-1 (A:B, global steps) with the JAX profiler into RUN_DIR/tensorboard/rank-N "
+        "(TensorBoard's profile plugin, XProf, Perfetto). Steps fused in one device call are traced together.")
+    profile_ranks: str = opt("0", "Processes that trace --profile-steps: comma-separated ranks, e.g. 0,1.")
+
+    def profile_range(self) -> tuple[int, int] | None:
+        """--profile-steps as (first, end), end excluded; None when unset. ValueError when malformed."""
+        if not self.profile_steps:
+            return None
+        first, end = (int(part) for part in self.profile_steps.split(":"))
+        if not 0 <= first < end:
+            raise ValueError(self.profile_steps)
+        return first, end
+
+    def ranks_to_profile(self) -> set[int]:
+        """--profile-ranks as a set of process ids. ValueError when malformed."""
+        ranks = {int(part) for part in self.profile_ranks.split(",")}
+        if min(ranks) < 0:
+            raise ValueError(self.profile_ranks)
+        return ranks
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """Everything one task needs, written once to the run directory as config.json."""
     run_dir: str
@@ -123,6 +159,7 @@ class TaskSpec:
     train: TrainConfig = TrainConfig()
     distributed: DistributedConfig = DistributedConfig()
     resilience: ResilienceConfig = ResilienceConfig()
+    observe: ObserveConfig = ObserveConfig()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -23,6 +23,9 @@ class RunPaths:
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
+    tensorboard/      TensorBoard event files (process 0); rank-N/plugins/profile/: --profile-steps traces
+    wandb.json        the W&B run id, so a requeued or resumed run continues the same W&B run
+    wandb/            W&B's own files (offline runs: `wandb sync RUN_DIR/wandb/offline-run-*`)
     """
 
     def __init__(self, root: str | Path):
@@ -43,6 +46,8 @@ class RunPaths:
     heartbeats = property(lambda self: self.root / "heartbeats")
     endings = property(lambda self: self.root / "endings")
     locks = property(lambda self: self.root / "locks")
+    tensorboard = property(lambda self: self.root / "tensorboard")
+    wandb_run = property(lambda self: self.root / "wandb.json")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"
@@ -59,6 +64,10 @@ class RunPaths:
     def lock(self, holder: str) -> Path:
         """`launcher` (local mode's launcher) or `task` (process 0 of the task, every backend)."""
         return self.locks / f"{holder}.lock"
+
+    def profile(self, rank: int) -> Path:
+        """The profiler's log dir for one rank: it writes plugins/profile/<time>/<host>.xplane.pb under it."""
+        return self.tensorboard / f"rank-{rank}"
 
     def sample_record(self, epoch: int, rank: int, first_call: int) -> Path:
         return self.samples / f"epoch-{epoch}-rank-{rank}-from-{first_call}.npy"

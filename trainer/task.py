@@ -70,11 +70,12 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
         watchdog.start()
     auto = resolve(spec, topology.platform, len(devices), len(devices) * topology.num_processes,
                    topology.processes_on_host)
+    reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:
         startup.mark("jax initialized")
-        result = train_and_evaluate(spec, devices, Reporter(paths, topology, spec.distributed.barrier_timeout_s),
-                                    startup, auto)
+        result = train_and_evaluate(spec, devices, reporter, startup, auto)
     finally:
+        reporter.close()  # event files and W&B flushed, a trace stopped: also when preempted or failing
         watchdog.stop()
     if topology.process_id == 0:
         write_atomic(paths.result, json.dumps(result, indent=2))

@@ -20,6 +20,7 @@ from dali_launch.trainer.model.models import create_model
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
+from dali_launch.trainer.observe.step_log import StepLog
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, Resume
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resolve import Resolved
@@ -85,6 +86,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     startup.mark("model initialised")
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict())
     evaluator = Evaluator(spec, devices, auto.eval_readers_per_device) if process == 0 else None
+    reporter.track(spec, resume.step * auto.steps_per_call if resume else 0, auto.steps_per_call)  # after the checkpoint's
     loop = Loop(spec, data, checkpointer, reporter, mode, startup, auto.steps_per_call)
     warm.join()
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
@@ -122,7 +124,7 @@ class Loop:
     def __init__(self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup,
                  k: int):
         self.spec, self.data, self.sharding, self.reporter = spec, data, data.sharding, reporter
-        self.checkpointer, self.mode, self.startup = checkpointer, mode, startup
+        self.checkpointer, self.mode, self.startup, self.k = checkpointer, mode, startup, k
         self.shard_sizes = data.shard_sizes()
         self.preemption = Preemption()
         # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
@@ -132,6 +134,7 @@ class Loop:
         self.checkpoint_every = max(1, every // k) if every else None
         self.first_call = True
         self.saved_at = time.monotonic()
+        self.step_log = StepLog(spec, reporter.trackers, k)
 
     def epoch(self, state, epoch: int, resume: Resume | None):
         start, done = time.perf_counter(), resume.calls_done if resume else 0
@@ -140,22 +143,28 @@ class Loop:
         recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) \
             if self.spec.train.record_samples else None
         data_wait, compile_s = 0.0, None
+        before = epoch * self.data.steps  # global device calls before this epoch
+        self.step_log.begin_epoch(before + done, resume.tally if resume else None)
         with self.reporter.progress(epoch, self.data.steps, done) as advance:
             for call in range(done, self.data.steps):
+                self.reporter.profile.before(before + call)
                 waited = time.perf_counter()
                 batch = self.data.next()
                 fetched = time.perf_counter()
                 data_wait += fetched - waited
                 state, tally = self.mode.call(state, tally, batch["images"], batch["labels"], self.shard_sizes)
+                self.reporter.profile.after(before + call, tally)
                 if self.first_call:
                     compile_s = self._first_call_done(tally, fetched)
+                    self.step_log.compiled(tally, data_wait)
                 if recorder:
                     recorder.add(call, batch)
                 advance()
                 if (call + 1) % self.check_every == 0 and call + 1 < self.data.steps:
-                    self._check_point(state, tally, epoch, call + 1, recorder)
+                    self._check_point(state, tally, epoch, call + 1, recorder, data_wait)
         self._check_labels(tally)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
+        self.step_log.point(before + self.data.steps, tally, data_wait)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:
             recorder.save(self.data.steps)
@@ -163,6 +172,7 @@ class Loop:
             epoch=epoch, train_loss=loss / count, train_samples=count, epoch_time_s=elapsed,
             images_per_s=timed / elapsed, images_per_s_per_device=timed / elapsed / self.sharding.global_devices,
             data_wait_fraction=data_wait / elapsed, compile_s=compile_s, resumed_at_call=done or None,
+            step=(before + self.data.steps) * self.k,
             **self._startup(compile_s is not None))
 
     def _first_call_done(self, tally, started: float) -> float:
@@ -183,10 +193,11 @@ class Loop:
     def _check_labels(self, tally) -> None:
         label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "training")
 
-    def _check_point(self, state, tally, epoch: int, calls_done: int, recorder) -> None:
+    def _check_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
         self._check_labels(tally)
+        self.step_log.point(epoch * self.data.steps + calls_done, tally, data_wait_s)  # before a preemption ends it
         minutes = self.spec.resilience.checkpoint_every_min
         asked, signum, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
         if asked or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):

@@ -11,6 +11,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from dali_launch.trainer.observe.profile import Profile
+from dali_launch.trainer.observe.trackers import Trackers
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 from dali_launch.trainer.topology import Topology, barrier
 from rich.console import Console
@@ -40,6 +42,7 @@ class EpochMetrics:
     test_count: int | None = None
     eval_time_s: float | None = None
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
+    step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
 
 
 class Reporter:
@@ -49,6 +52,22 @@ class Reporter:
         self.lead = topology.process_id == 0
         self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
         self.last: dict | None = None
+        self.trackers = Trackers()  # TensorBoard, W&B: opened by `track` on process 0
+        self.profile = None
+
+    def track(self, spec, first_step: int, steps_per_call: int) -> None:
+        """Opens the run's trackers (process 0), continuing after global SGD step `first_step`, and
+        the profiler's trace (--profile-ranks)."""
+        if self.lead:
+            self.trackers = Trackers.open(spec, self.paths, first_step)
+        self.profile = Profile(spec, self.topology.process_id, steps_per_call,
+                               lambda line: self.console.print(line, markup=False))
+
+    def close(self) -> None:
+        """However the task ends: what the trackers and the profiler hold reaches the disk (or W&B)."""
+        self.trackers.close()
+        if self.profile:
+            self.profile.stop()
 
     def say(self, text: str) -> None:
         if self.lead:
@@ -101,6 +120,11 @@ class Reporter:
         with self.paths.metrics.open("a") as f:
             f.write(json.dumps(self.last) + "\n")
         m = metrics
+        self.trackers.scalars(m.step, {
+            "epoch/train_loss": m.train_loss, "epoch/test_accuracy": m.test_accuracy,
+            "epoch/images_per_s": m.images_per_s, "epoch/data_wait_fraction": m.data_wait_fraction,
+            "epoch/time_s": m.epoch_time_s, "epoch/eval_time_s": m.eval_time_s, "perf/compile_s": m.compile_s})
+        self.trackers.flush()  # an epoch's scalars are on disk once its line is printed
         extra = f"  compile {m.compile_s:.1f} s" if m.compile_s is not None else ""
         extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
         resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""

@@ -1,0 +1,72 @@
+"""`dali-launch plot RUN [RUN...] --out PNG`: loss, test accuracy and throughput of several runs, one figure.
+
+The x axis is the global SGD step. Loss and images/s come from the run's TensorBoard events
+(every --log-every-steps steps), read with TensorBoard's own reader; a run without them (logged
+per epoch only, or older than the events) falls back to its metrics.jsonl epochs. Accuracy is per
+epoch. Needs the `plot` extra (matplotlib, tensorboard).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths
+
+PANELS = (("train/loss", "train_loss", "training loss"), (None, "test_accuracy", "test accuracy"),
+          ("perf/images_per_s", "images_per_s", "images/s"))
+
+
+def curves(paths: RunPaths) -> dict[str, tuple[list[int], list[float]]]:
+    """Panel title -> (steps, values) of one run."""
+    epochs = [json.loads(line) for line in paths.metrics.read_text().splitlines() if line.strip()] \
+        if paths.metrics.exists() else []
+    events = _events(paths.tensorboard)
+    out = {}
+    for tag, key, title in PANELS:
+        if tag in events:
+            out[title] = events[tag]
+        else:
+            points = [(m["step"], m[key]) for m in epochs if m.get("step") is not None and m.get(key) is not None]
+            out[title] = ([s for s, _ in points], [v for _, v in points])
+    return out
+
+
+def _events(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
+    if not folder.is_dir():
+        return {}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    reader = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point
+    reader.Reload()
+    return {tag: ([e.step for e in reader.Scalars(tag)], [e.value for e in reader.Scalars(tag)])
+            for tag in reader.Tags()["scalars"]}
+
+
+def plot(runs: list[str], out: Path) -> Path:
+    """Draws every run's curves and writes `out` (PNG)."""
+    try:
+        import matplotlib
+        import tensorboard  # noqa: F401  (the events' reader)
+    except ImportError as e:
+        raise UsageError(f"dali-launch plot needs {e.name}; pip install 'dali-launch[plot]'") from None
+    paths = [RunPaths(Path(r)) for r in runs]
+    for p in paths:
+        if not p.config.is_file():
+            raise UsageError(f"{p.root} is not a run directory (no config.json); pass run directories dali-launch made")
+    matplotlib.use("Agg")  # files only: no display on a login node
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4), constrained_layout=True)
+    for p in paths:
+        for ax, (title, (steps, values)) in zip(axes, curves(p).items()):
+            ax.plot(steps, values, marker="." if len(steps) < 20 else None, label=p.root.name)
+    for ax, (_, _, title) in zip(axes, PANELS):
+        ax.set_title(title)
+        ax.set_xlabel("SGD step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

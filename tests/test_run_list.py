@@ -1,0 +1,79 @@
+"""`dali-launch runs` tells finished, failed, running and interrupted runs apart; `plot` draws several."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO, check_ok, dali_launch, rank_report, wait_for
+
+CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
+
+FAILING = '''
+import flax.linen as nn
+import jax
+
+
+def _fail(x):
+    raise RuntimeError("fails in its first step (injected)")
+
+
+class Failing(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        jax.debug.callback(_fail, x[0, 0])
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+
+
+def factory(num_classes):
+    return Failing(num_classes=num_classes)
+'''
+
+
+def _rows(root) -> dict[str, dict]:
+    proc = dali_launch("runs", str(root), "--json")
+    check_ok(proc)
+    return {row["run"]: row for row in json.loads(proc.stdout)}
+
+
+def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
+    root, common = tmp_path / "runs", ["--data-dir", str(small_lmdb), "--gpus-per-node", "2", "--log-every-steps", "4"]
+    check_ok(dali_launch("train", *common, "--epochs", "2", "--name", "done", "--run-root", str(root)))
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "failing.py").write_text(textwrap.dedent(FAILING))
+    failed = dali_launch("train", *common, "--model", "failing:factory", "--name", "broken", "--run-root", str(root),
+                         env={"PYTHONPATH": str(tmp_path / "code")})
+    assert failed.returncode != 0
+    live_root = tmp_path / "live"
+    proc = subprocess.Popen([*CLI, "train", *common, "--epochs", "1000", "--name", "long", "--run-root",
+                             str(live_root)], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: proc.poll() is not None or rank_report(live_root, 0), timeout_s=120)
+        [running] = _rows(live_root).values()
+        proc.send_signal(signal.SIGTERM)  # checkpoints at its next check point, and stops
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    [stopped] = _rows(live_root).values()
+
+    rows = {row["run"].split("-")[0]: row for row in _rows(root).values()}
+    assert rows["done"]["state"] == "finished" and rows["broken"]["state"] == "failed"
+    assert running["state"] == "running" and stopped["state"] == "interrupted"
+    done = rows["done"]
+    assert done["mode"] == "train" and (done["nodes"], done["processes"], done["devices_per_process"]) == (1, 1, 2)
+    assert (done["epochs_done"], done["epochs"]) == (2, 2) and done["images_per_s"] > 0
+    assert 0 < done["last_accuracy"] <= done["best_accuracy"] <= 1 and done["wall_time_s"] > 0
+    assert rows["broken"]["epochs_done"] == 0 and rows["broken"]["best_accuracy"] is None
+    table = dali_launch("runs", str(root))
+    check_ok(table)
+    assert all(word in table.stdout for word in ("finished", "failed", "2/2", done["run"]))
+
+    out = tmp_path / "curves.png"
+    check_ok(dali_launch("plot", done["path"], stopped["path"], "--out", str(out)))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    bad = dali_launch("plot", str(tmp_path / "code"), "--out", str(out))
+    assert bad.returncode == 2 and "is not a run directory" in bad.stderr

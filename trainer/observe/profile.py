@@ -1,0 +1,40 @@
+"""--profile-steps A:B: a JAX profiler trace of those global SGD steps on --profile-ranks.
+
+The trace covers whole device calls (--steps-per-call steps each): from the call holding step A,
+DALI's wait for its batch included, to the end of the call holding step B-1, which is waited for
+(one sync, only then). It lands in RUN_DIR/tensorboard/rank-N/plugins/profile/<time>/ as
+<host>.xplane.pb (TensorBoard's profile plugin, XProf) and <host>.trace.json.gz (Perfetto, chrome://tracing).
+"""
+from __future__ import annotations
+
+import jax
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.run_dir import RunPaths
+
+
+class Profile:
+    def __init__(self, spec: TaskSpec, process_index: int, steps_per_call: int, say=print):
+        steps = spec.observe.profile_range()
+        chosen = steps is not None and process_index in spec.observe.ranks_to_profile()
+        first, end = steps if chosen else (0, 0)
+        self.first_call, self.end_call = first // steps_per_call, -(-end // steps_per_call)  # calls holding them
+        self.folder = RunPaths(spec.run_dir).profile(process_index)
+        self.steps, self.say, self.tracing = spec.observe.profile_steps, say, False
+
+    def before(self, call: int) -> None:
+        """Before global device call `call` fetches its batch."""
+        if self.first_call <= call < self.end_call and not self.tracing:
+            jax.profiler.start_trace(str(self.folder))
+            self.tracing = True
+
+    def after(self, call: int, outputs) -> None:
+        """After global device call `call` was dispatched; `outputs` are what it returns."""
+        if self.tracing and call + 1 >= self.end_call:
+            jax.block_until_ready(outputs)
+            self.stop()
+
+    def stop(self) -> None:
+        if self.tracing:
+            jax.profiler.stop_trace()
+            self.tracing = False
+            self.say(f"profile of steps {self.steps} written to {self.folder}")
