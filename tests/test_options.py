@@ -37,3 +37,9 @@ def test_flags_win_over_the_file_and_the_file_over_defaults(captured, tmp_path):
     assert cli.main(["train", "--config", str(tmp_path / "run.toml"), "--batch-size", "50"]) == 0
     run = captured["run"]
     assert (run.train.epochs, run.train.batch_size, run.data.prefetch, run.train.momentum) == (4, 50, 2, 0.9)
+
+
+def test_help_lists_the_commands_and_the_flags(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "data" in out and "--gpus-per-node" in out and "--steps-per-call" in out

@@ -1,0 +1,47 @@
+"""Shard arithmetic (trainer/data/shards.py): pure functions, checked against DALI's own splits
+elsewhere (test_train.py's exactly-once epochs); here their values, fast."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.data.shards import Sharding, readers_per_device, shard_size, steps_per_epoch, valid_mask
+
+
+@pytest.mark.parametrize("n, shards", [(10, 3), (8000, 4), (7, 8), (60000, 16)])
+def test_shards_cover_the_data_set_once(n, shards):
+    sizes = [shard_size(n, s, shards) for s in range(shards)]
+    assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
+
+
+def test_steps_per_epoch_pads_to_the_largest_shard():
+    assert steps_per_epoch(10, 3, 2) == 2  # shards of 3, 3, 4: the largest takes 2 batches of 2
+    assert steps_per_epoch(8000, 2, 50) == 80
+    assert steps_per_epoch(8000, 2, 350) == 12  # 4,000 per shard: 11 whole batches and one padded
+
+
+def test_sharding_of_a_process():
+    """Process 1 of 2, 2 devices each, 2 readers per device: job devices 2 and 3, shards 4..7 of 8."""
+    s = Sharding(first_device=2, local_devices=2, global_devices=4, readers=2)
+    assert s.device_ids == (2, 3) and s.shard_ids == (4, 5, 6, 7) and s.num_shards == 8
+    assert s.shard_sizes(82).tolist() == [[10, 10], [10, 11]]
+
+
+def test_valid_mask_marks_the_padding():
+    """Two readers at position 3 of shards holding 4 and 5 samples, 2 rows each."""
+    mask = np.asarray(valid_mask(3, np.array([4, 5]), 2))
+    assert mask.tolist() == [1, 0, 1, 1]
+
+
+@pytest.mark.parametrize("setting, platform, call_batch, cores, expected", [
+    (3, "gpu", 50, 16, 3),  # given: kept
+    (0, "cpu", 1200, 16, 1),  # CPU devices: one reader
+    (0, "gpu", 1200, 16, 8),  # 8 readers of 2 threads fit 16 cores
+    (0, "gpu", 1200, 8, 4),
+    (0, "gpu", 50, 16, 2),  # 50: 2 divides it, 8 and 4 do not
+    (0, "gpu", 1200, 1, 1),
+])
+def test_readers_per_device(setting, platform, call_batch, cores, expected):
+    config = DataConfig(readers_per_device=setting, reader_threads=2)
+    assert readers_per_device(config, platform, call_batch, cores) == expected
