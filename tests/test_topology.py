@@ -46,6 +46,13 @@ def test_slurm_one_task_per_gpu_takes_its_slice():
     assert from_environment(config, bound).local_device_ids == (0,)  # --gpu-bind left it one GPU
 
 
+def test_a_step_on_part_of_the_allocation_coordinates_on_its_own_first_node():
+    """`srun -N2` inside an salloc of 4 nodes: process 0 sits on the step's first node, not the job's."""
+    config = DistributedConfig(backend="slurm", platform="cpu", num_processes=2, local_device_count=1)
+    t = from_environment(config, _slurm(procid=1, localid=0, ntasks=2, per_node="1", SLURM_STEP_NODELIST="node[03,07]"))
+    assert t.coordinator_address == f"node03:{coordinator_port('4242')}"
+
+
 def test_the_launcher_names_the_table_not_whichever_variables_exist():
     """Local mode started inside an salloc, and `train` inside one, ignore SLURM's variables."""
     env = {**_slurm(0, 0, 2, "2"), "DALI_LAUNCH_PROCESS_ID": "1", "DALI_LAUNCH_NUM_PROCESSES": "2",
