@@ -31,6 +31,8 @@ data_app = typer.Typer(help="Prepare data sets.", rich_markup_mode=None)
 app.add_typer(data_app, name="data")
 config_app = typer.Typer(help="Configuration files (--config FILE.toml).", rich_markup_mode=None)
 app.add_typer(config_app, name="config")
+slurm_app = typer.Typer(help="SLURM scripts of your own (see `dali-launch task`).", rich_markup_mode=None)
+app.add_typer(slurm_app, name="slurm")
 
 RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
                ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)))
@@ -58,6 +60,30 @@ def train(values: dict):
 
     sys.exit(run_job.resume_run(values, "train") if values["resume"] else
              run_job.new_run(build(RunConfig, values), here=True))
+
+
+@app.command()
+@config_options(*[group for group in RUN_OPTIONS if group[0] != "SLURM"])
+def task(values: dict):
+    """One task of your own SLURM job step: `srun dali-launch task ...` in an sbatch script or salloc.
+    The job's shape comes from the step; `dali-launch slurm template` prints a script to start from."""
+    from dali_launch.launcher.backends.allocation import run_in_step
+
+    sys.exit(run_in_step(values))
+
+
+@slurm_app.command("template")
+@config_options(*RUN_OPTIONS)
+def slurm_template(values: dict):
+    """Print an sbatch script that runs `srun dali-launch task` with these flags: adapt it, then sbatch it."""
+    from dali_launch.launcher.backends.slurm_checks import validate_slurm
+    from dali_launch.launcher.config import validate
+    from dali_launch.launcher.slurm_template import template
+
+    run = build(RunConfig, values)
+    validate(run)
+    validate_slurm(run)
+    typer.echo(template(run, values), nl=False)
 
 
 @app.command()

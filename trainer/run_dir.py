@@ -22,6 +22,7 @@ class RunPaths:
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
+    step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
     """
 
@@ -43,6 +44,7 @@ class RunPaths:
     heartbeats = property(lambda self: self.root / "heartbeats")
     endings = property(lambda self: self.root / "endings")
     locks = property(lambda self: self.root / "locks")
+    step = property(lambda self: self.root / "step.json")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"
