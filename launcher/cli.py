@@ -17,6 +17,7 @@ import typer
 from dali_launch.launcher.ci.cluster_ci import CiConfig
 from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
+from dali_launch.launcher.sweep import SweepConfig
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
@@ -31,6 +32,8 @@ data_app = typer.Typer(help="Prepare data sets.", rich_markup_mode=None)
 app.add_typer(data_app, name="data")
 config_app = typer.Typer(help="Configuration files (--config FILE.toml).", rich_markup_mode=None)
 app.add_typer(config_app, name="config")
+sweep_app = typer.Typer(help="Sweeps (--sweep KEY=V1,V2,...).", rich_markup_mode=None)
+app.add_typer(sweep_app, name="sweep")
 slurm_app = typer.Typer(help="SLURM scripts of your own (see `dali-launch task`).", rich_markup_mode=None)
 app.add_typer(slurm_app, name="slurm")
 
@@ -39,7 +42,7 @@ RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (Da
 
 
 @app.callback(invoke_without_command=True)
-@config_options(*RUN_OPTIONS)
+@config_options(*RUN_OPTIONS, ("Sweeps", (SweepConfig,)))
 def launch(values: dict, ctx: typer.Context):
     """With no command: run a job, on SLURM (default) or with --local on this machine."""
     if ctx.invoked_subcommand is not None:
@@ -49,6 +52,10 @@ def launch(values: dict, ctx: typer.Context):
         return
     from dali_launch.launcher import launch as run_job
 
+    if values["sweep"]:
+        from dali_launch.launcher import sweep
+
+        sys.exit(sweep.run(values))
     sys.exit(run_job.resume_run(values, "launch") if values["resume"] else run_job.new_run(build(RunConfig, values)))
 
 
@@ -137,6 +144,18 @@ def cancel(job: JobArg, run_root: RunRoot = "runs"):
     from dali_launch.launcher import job_control
 
     typer.echo(job_control.cancel_job(job_control.find(job, run_root)))
+
+
+@sweep_app.command("status")
+def sweep_status(sweep_dir: Annotated[Path, typer.Argument(help="The sweep directory `--sweep` printed.")],
+                 as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False):
+    """Each point of a sweep: its values, state and final (or latest) metrics."""
+    import json
+
+    from dali_launch.launcher import sweep
+
+    rows = sweep.status_rows(sweep_dir)
+    typer.echo(json.dumps(rows, indent=2) if as_json else sweep.table(sweep.load(sweep_dir)["axes"].items(), rows))
 
 
 class DataFormat(str, enum.Enum):
