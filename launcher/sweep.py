@@ -94,6 +94,7 @@ def label(point: dict) -> str:
 def run(values: Values) -> int:
     """`--sweep ...`: check every point, make the sweep and run directories, run them; the summary last."""
     from dali_launch.launcher import backends, prepare
+    from dali_launch.launcher.backends.base import Backend
     from dali_launch.launcher.config import RunConfig
     from dali_launch.launcher.console import echo
     from dali_launch.launcher.options import build
@@ -113,8 +114,9 @@ def run(values: Values) -> int:
         base.launch, run_root=str(sweep_dir), name=f"{base.launch.name}-{i:02d}")) for i, point in enumerate(grid_points)]
     backend = backends.create("local" if base.launch.local else "slurm")
     data = []
-    for point_run in runs_:  # every point checked before anything is written or submitted
-        prepare.check(point_run, backend)
+    for i, point_run in enumerate(runs_):  # every point checked before anything is written or submitted
+        # The backend's checks (SLURM's flags, the cluster) see one job shape, the same for every point.
+        prepare.check(point_run, backend if i == 0 else Backend())
         data.append(prepare.data_of(point_run))
     if base.launch.dry_run:
         echo(table(grid, [{"index": i, "values": p} for i, p in enumerate(grid_points)]))
