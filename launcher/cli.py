@@ -56,6 +56,8 @@ def launch(values: dict, ctx: typer.Context):
         from dali_launch.launcher import sweep
 
         sys.exit(sweep.run(values))
+    if values["max_parallel"] is not None:
+        raise UsageError("--max-parallel caps the points of a --sweep running at once; give a --sweep, or leave it out")
     sys.exit(run_job.resume_run(values, "launch") if values["resume"] else run_job.new_run(build(RunConfig, values)))
 
 

@@ -32,6 +32,8 @@ def test_the_grid_is_every_combination_typed_as_its_flag():
     pytest.param(["--sweep", "epochs"], "--sweep 'epochs' is not KEY=V1,V2,...; e.g. --sweep learning-rate=0.05,0.1",
                  id="sweep-without-values"),
     pytest.param(["--sweep", "batch-size=50,-1"], "--batch-size -1 must be at least 1", id="sweep-a-bad-point"),
+    pytest.param(["--max-parallel", "2"], "--max-parallel caps the points of a --sweep running at once; give a "
+                 "--sweep, or leave it out", id="max-parallel-without-sweep"),
 ])
 def test_bad_sweeps(capsys, place, nothing_starts, args, message):
     folder, fill = place
