@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
 from dali_launch.launcher.ci.cluster_ci import CiConfig
 from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
+from dali_launch.launcher.sweep import SweepConfig
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
@@ -33,6 +35,10 @@ data_app = typer.Typer(help="Prepare data sets.", rich_markup_mode=None)
 app.add_typer(data_app, name="data")
 config_app = typer.Typer(help="Configuration files (--config FILE.toml).", rich_markup_mode=None)
 app.add_typer(config_app, name="config")
+sweep_app = typer.Typer(help="Sweeps (--sweep KEY=V1,V2,...).", rich_markup_mode=None)
+app.add_typer(sweep_app, name="sweep")
+slurm_app = typer.Typer(help="SLURM scripts of your own (see `dali-launch task`).", rich_markup_mode=None)
+app.add_typer(slurm_app, name="slurm")
 
 RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
                ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)),
@@ -40,7 +46,7 @@ RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (Da
 
 
 @app.callback(invoke_without_command=True)
-@config_options(*RUN_OPTIONS)
+@config_options(*RUN_OPTIONS, ("Sweeps", (SweepConfig,)))
 def launch(values: dict, ctx: typer.Context):
     """With no command: run a job, on SLURM (default) or with --local on this machine."""
     if ctx.invoked_subcommand is not None:
@@ -50,6 +56,12 @@ def launch(values: dict, ctx: typer.Context):
         return
     from dali_launch.launcher import launch as run_job
 
+    if values["sweep"]:
+        from dali_launch.launcher import sweep
+
+        sys.exit(sweep.run(values))
+    if values["max_parallel"] is not None:
+        raise UsageError("--max-parallel caps the points of a --sweep running at once; give a --sweep, or leave it out")
     sys.exit(run_job.resume_run(values, "launch") if values["resume"] else run_job.new_run(build(RunConfig, values)))
 
 
@@ -61,6 +73,30 @@ def train(values: dict):
 
     sys.exit(run_job.resume_run(values, "train") if values["resume"] else
              run_job.new_run(build(RunConfig, values), here=True))
+
+
+@app.command()
+@config_options(*[group for group in RUN_OPTIONS if group[0] != "SLURM"])
+def task(values: dict):
+    """One task of your own SLURM job step: `srun dali-launch task ...` in an sbatch script or salloc.
+    The job's shape comes from the step; `dali-launch slurm template` prints a script to start from."""
+    from dali_launch.launcher.backends.allocation import run_in_step
+
+    sys.exit(run_in_step(values))
+
+
+@slurm_app.command("template")
+@config_options(*RUN_OPTIONS)
+def slurm_template(values: dict):
+    """Print an sbatch script that runs `srun dali-launch task` with these flags: adapt it, then sbatch it."""
+    from dali_launch.launcher.backends.slurm_checks import validate_slurm
+    from dali_launch.launcher.config import validate
+    from dali_launch.launcher.slurm_template import template
+
+    run = build(RunConfig, values)
+    validate(run)
+    validate_slurm(run)
+    typer.echo(template(run, values), nl=False)
 
 
 @app.command()
@@ -144,6 +180,18 @@ def plot_(runs: Annotated[list[str], typer.Argument(help="Run directories.")],
     from dali_launch.launcher.plot import plot
 
     typer.echo(f"wrote {plot(runs, out)}")
+
+
+@sweep_app.command("status")
+def sweep_status(sweep_dir: Annotated[Path, typer.Argument(help="The sweep directory `--sweep` printed.")],
+                 as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False):
+    """Each point of a sweep: its values, state and final (or latest) metrics."""
+    import json
+
+    from dali_launch.launcher import sweep
+
+    rows = sweep.status_rows(sweep_dir)
+    typer.echo(json.dumps(rows, indent=2) if as_json else sweep.table(sweep.load(sweep_dir)["axes"].items(), rows))
 
 
 class DataFormat(str, enum.Enum):

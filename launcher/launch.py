@@ -46,7 +46,7 @@ def launch(run: RunConfig, backend: Backend, changed: bool = False) -> int:
         if outcome.message:
             error(outcome.message)
         return outcome.code
-    if paths.result.exists():  # not yet for a detached SLURM job
+    if outcome.report and paths.result.exists():  # not yet for a detached SLURM job
         summarize(json.loads(paths.result.read_text()), paths)
     return 0
 

@@ -30,7 +30,7 @@ def prepare(run: RunConfig, backend: Backend, changed: bool = False) -> RunPaths
         return None
     if run.launch.resume:
         return runs.reopen(run, data_dir, backend.spec_name, changed)
-    paths = runs.create(run, data_dir, backend.spec_name)
+    paths = backend.make_run_dir(run, data_dir)
     echo(f"run directory: {paths.root}")
     return paths
 

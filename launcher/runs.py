@@ -30,20 +30,26 @@ def check_root(run_root: str) -> None:
                          f"choose a writable folder")
 
 
-def create(run: RunConfig, data_dir: Path, backend: str) -> RunPaths:
-    """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec), config.toml and launch.json."""
+def create(run: RunConfig, data_dir: Path, backend: str, name: str | None = None) -> RunPaths:
+    """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec), config.toml and launch.json.
+
+    `name`: exactly RUN_ROOT/name instead, which must not exist yet (a job step's run directory,
+    backends/allocation.py, that every task of the step names alike)."""
     root = Path(run.launch.run_root).absolute()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create --run-root {root} ({e.strerror}); choose a writable folder") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(100):
-        path = root / f"{_slug(run.launch.name)}-{stamp}{f'-{n}' if n else ''}"
+    names = [name] if name else [f"{_slug(run.launch.name)}-{stamp}{f'-{n}' if n else ''}" for n in range(100)]
+    for candidate in names:
+        path = root / candidate
         try:
             path.mkdir()
             break
         except FileExistsError:
+            if name:
+                raise UsageError(f"run directory {path} exists already; choose another --name or --run-root") from None
             continue
         except OSError as e:
             raise UsageError(f"cannot write in --run-root {root} ({e.strerror}); choose a writable folder") from None

@@ -10,6 +10,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 import pytest
+
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data import prepare as data_prepare
@@ -122,6 +123,7 @@ def empty_folder(tmp: Path) -> dict:
 def nothing_starts(monkeypatch):
     """Any job start, submission or device use fails the test loudly: the entries must stop before."""
     import submitit
+
     from dali_launch.launcher.backends.local import LocalJob
     from dali_launch.trainer import task, topology
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data.prepare import load_split, prepare, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from catalogue import run_entry
-from dali_launch.trainer import flavours
 from test_catalogue_data import DATA
+
+from dali_launch.trainer import flavours
 
 BS = "\\"
 

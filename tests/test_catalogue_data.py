@@ -28,6 +28,7 @@ from catalogue import (
     truncated,
 )
 from conftest import REPO
+
 from dali_launch.launcher import runs
 from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.launcher.data import datasets

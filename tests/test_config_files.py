@@ -7,6 +7,7 @@ import json
 import pytest
 import tomllib
 from conftest import check_ok, dali_launch, only_run
+
 from dali_launch.launcher import config_file
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.config import RunConfig

@@ -5,10 +5,11 @@ import gzip
 
 import numpy as np
 import pytest
+from nvidia.dali import fn, pipeline_def, types
+
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data import prepare as data_prepare
 from dali_launch.trainer.errors import UsageError
-from nvidia.dali import fn, pipeline_def, types
 
 
 @pipeline_def(batch_size=500, num_threads=2, device_id=None)

@@ -17,6 +17,7 @@ import time
 
 import pytest
 from conftest import REPO, check_ok, dali_launch, only_run, rank_report, wait_for
+
 from dali_launch.launcher import runs
 from dali_launch.trainer.errors import UsageError
 

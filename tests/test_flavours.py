@@ -1,5 +1,6 @@
 """DALI and JAX CUDA builds must agree; the message says exactly what to install."""
 import pytest
+
 from dali_launch.trainer import flavours
 from dali_launch.trainer.errors import UsageError
 

@@ -5,9 +5,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from submitit.core.utils import cloudpickle_dump
+
 from dali_launch.launcher.backends import follow
 from dali_launch.trainer.run_dir import RunPaths
-from submitit.core.utils import cloudpickle_dump
 
 CANCEL_LINE = "slurmstepd-node1: error: *** JOB 77 ON node1 CANCELLED AT 2026-11-30T06:11:15 ***\n"
 PEER_LOST = "Traceback (most recent call last):\n  ...\nJaxRuntimeError: Gloo all-reduce failed: Connection reset by peer\n"

@@ -5,8 +5,9 @@ import io
 
 import numpy as np
 import pytest
-from dali_launch.launcher.data.images import image_size
 from PIL import Image
+
+from dali_launch.launcher.data.images import image_size
 
 
 def _encode(fmt: str, height: int = 28, width: int = 20, mode: str = "L", **save) -> bytes:

@@ -17,6 +17,7 @@ from conftest import (
     rank_report,
     wait_for,
 )
+
 from dali_launch.trainer.config import DistributedConfig, TaskSpec
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 

@@ -7,6 +7,7 @@ import subprocess
 from importlib import metadata
 
 from conftest import REPO
+
 from dali_launch.trainer.config import DistributedConfig, TaskSpec
 from dali_launch.trainer.observe.manifest import REDACTED, git_revision, write_manifest
 from dali_launch.trainer.run_dir import RunPaths

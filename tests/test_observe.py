@@ -118,6 +118,7 @@ def test_profile_steps_write_a_readable_trace(small_lmdb, tmp_path):
 def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():
     """The pure bookkeeping: which check points log, and what an interval's values are."""
     import jax.numpy as jnp
+
     from dali_launch.trainer.config import ObserveConfig, TaskSpec
     from dali_launch.trainer.observe.step_log import StepLog
 

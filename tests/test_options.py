@@ -3,6 +3,7 @@ values were given at all (a value equal to its default may still have been asked
 from __future__ import annotations
 
 import pytest
+
 from dali_launch.launcher import cli, launch
 from dali_launch.launcher.ci import cluster_ci
 

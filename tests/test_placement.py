@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import placement
 from dali_launch.trainer.data.shards import readers_per_device

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from catalogue import dataset, encoded_image, run_entry
 from conftest import check_ok, dali_launch, only_run
+
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data import prepare as data_prepare

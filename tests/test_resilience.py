@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import REPO, check_ok, dali_launch, only_run, rank_report, wait_for
+
 from dali_launch.trainer.run_dir import RunPaths
 
 pytestmark = [pytest.mark.slow]

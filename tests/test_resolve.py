@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
 from dali_launch.trainer.resolve import resolve, steps_per_call
 from dali_launch.trainer.step.parallel import sample_order

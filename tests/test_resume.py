@@ -10,6 +10,7 @@ import json
 
 import pytest
 from catalogue import run_entry, snapshot
+
 from dali_launch.launcher import runs
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.config import LaunchConfig, RunConfig

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import check_ok, dali_launch, only_run
+
 from dali_launch.launcher.cli import main
 
 

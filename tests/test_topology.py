@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from dali_launch.launcher import plan
 from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.trainer.config import DistributedConfig
@@ -44,6 +45,13 @@ def test_slurm_one_task_per_gpu_takes_its_slice():
     assert (t.process_id, t.local_device_ids) == (13, (5,))
     bound = _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)", CUDA_VISIBLE_DEVICES="5")
     assert from_environment(config, bound).local_device_ids == (0,)  # --gpu-bind left it one GPU
+
+
+def test_a_step_on_part_of_the_allocation_coordinates_on_its_own_first_node():
+    """`srun -N2` inside an salloc of 4 nodes: process 0 sits on the step's first node, not the job's."""
+    config = DistributedConfig(backend="slurm", platform="cpu", num_processes=2, local_device_count=1)
+    t = from_environment(config, _slurm(procid=1, localid=0, ntasks=2, per_node="1", SLURM_STEP_NODELIST="node[03,07]"))
+    assert t.coordinator_address == f"node03:{coordinator_port('4242')}"
 
 
 def test_the_launcher_names_the_table_not_whichever_variables_exist():

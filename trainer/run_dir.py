@@ -22,6 +22,7 @@ class RunPaths:
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
+    step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
     tensorboard/      TensorBoard event files (process 0); rank-N/plugins/profile/: --profile-steps traces
     wandb.json        the W&B run id, so a requeued or resumed run continues the same W&B run
@@ -48,6 +49,7 @@ class RunPaths:
     locks = property(lambda self: self.root / "locks")
     tensorboard = property(lambda self: self.root / "tensorboard")
     wandb_run = property(lambda self: self.root / "wandb.json")
+    step = property(lambda self: self.root / "step.json")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

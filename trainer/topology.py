@@ -34,6 +34,8 @@ SLURM_ENV = {
     "nodelist": "SLURM_JOB_NODELIST",
     "job_id": "SLURM_JOB_ID",
     "restart_count": "SLURM_RESTART_COUNT",
+    # srun's own nodes: a step started in an allocation (salloc, a user's sbatch) may use only some of the job's
+    "step_nodelist": "SLURM_STEP_NODELIST",
 }
 
 
@@ -92,7 +94,8 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
     local_rank = int(read("local_rank"))
     address = config.coordinator_address or (
         read("coordinator_address") if table is LOCAL_ENV
-        else f"{expand_hostlist(read('nodelist'))[0]}:{coordinator_port(read('job_id'))}")
+        else f"{expand_hostlist(env.get(table['step_nodelist']) or read('nodelist'))[0]}:"
+             f"{coordinator_port(read('job_id'))}")
     count = config.local_device_count
     if count is None:
         raise UsageError("the launcher did not say how many devices each process has (local_device_count)")

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax.training import train_state
+
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, label_check, shards
 from dali_launch.trainer.errors import UsageError
@@ -28,7 +30,6 @@ from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import parallel
 from dali_launch.trainer.step.evaluate import Evaluator, first, split_dir
 from dali_launch.trainer.topology import barrier, job_devices
-from flax.training import train_state
 
 COMPILE_AHEAD_WAIT_S = 300  # past this the first call compiles by itself
 

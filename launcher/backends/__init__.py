@@ -3,6 +3,7 @@
     here    this very process (`dali-launch train`)
     local   the job's processes on this machine (`--local`)
     slurm   a SLURM job through submitit (the default)
+    allocation  one task of the user's own srun step (`srun dali-launch task`)
 """
 from __future__ import annotations
 
@@ -23,4 +24,8 @@ def create(name: str) -> Backend:
         from dali_launch.launcher.backends.slurm import Slurm
 
         return Slurm()
+    if name == "allocation":
+        from dali_launch.launcher.backends.allocation import Allocation
+
+        return Allocation()
     raise ValueError(f"no backend {name!r}")

@@ -19,6 +19,7 @@ class Outcome:
     ok: bool
     message: str = ""
     code: int = 1  # what the command exits with when not ok
+    report: bool = True  # print the result's summary (one task of several leaves that to process 0)
 
 
 class Backend:
@@ -32,6 +33,12 @@ class Backend:
     def plan(self, run: RunConfig, run_dir: Path, spec_json: str) -> str:
         """What a dry run prints besides the rank map: by default the task spec."""
         return spec_json
+
+    def make_run_dir(self, run: RunConfig, data_dir: Path) -> RunPaths:
+        """A new run's directory; by default a new, time-stamped one (launcher/runs.py)."""
+        from dali_launch.launcher import runs
+
+        return runs.create(run, data_dir, self.spec_name)
 
     def start(self, run: RunConfig, paths: RunPaths) -> None:
         raise NotImplementedError

@@ -13,8 +13,12 @@ from dali_launch.trainer.run_dir import RunPaths
 
 class Here(Backend):
     name, spec_name = "here", "none"
+    process_id = 0  # whose log the output also goes to
 
     def check(self, run: RunConfig) -> None:
+        from dali_launch.launcher.backends.allocation import refuse_one_of_several
+
+        refuse_one_of_several()  # `srun dali-launch train` would train N times, each alone as "rank 0"
         if run.launch.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
             raise UsageError("`train` runs one process here; for several use "
                              "`dali-launch --local --nodes N --gpus-per-node G --processes P`")
@@ -26,7 +30,7 @@ class Here(Backend):
         """Runs the task to its end; a task's error propagates as it would in any program."""
         from dali_launch.trainer.task import run_task
 
-        with _also_to(self.paths.log(0)):  # `dali-launch logs RUN` reads a `train` run like a local one
+        with _also_to(self.paths.log(self.process_id)):  # `dali-launch logs RUN` reads a `train` run like a local one
             run_task(str(self.paths.root))
         return Outcome(True)
 

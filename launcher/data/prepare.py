@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from dali_launch.trainer.errors import UsageError
 
 # caffe2.TensorProto.DataType values (caffe2/proto/caffe2.proto).

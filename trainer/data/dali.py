@@ -8,13 +8,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from nvidia.dali import backend, pipeline_def
+
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import placement
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
 from dali_launch.trainer.errors import UsageError
-from nvidia.dali import backend, pipeline_def
 
 AXIS = "devices"  # the pmap axis name and the mesh axis name
 

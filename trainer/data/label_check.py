@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+
 from dali_launch.trainer.data.contract import class_ids
 from dali_launch.trainer.errors import UsageError
 

@@ -9,8 +9,9 @@
 """
 from __future__ import annotations
 
-from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
 from nvidia.dali import fn, types
+
+from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # ImageNet's, the usual start for a new image set
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
+
 from dali_launch.trainer.config import DataConfig
 
 

@@ -18,6 +18,7 @@ import math
 
 import flax.linen as nn
 import jax.numpy as jnp
+
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.errors import UsageError
 

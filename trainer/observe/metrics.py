@@ -11,10 +11,6 @@ import os
 import sys
 from dataclasses import dataclass
 
-from dali_launch.trainer.observe.profile import Profile
-from dali_launch.trainer.observe.trackers import Trackers
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
-from dali_launch.trainer.topology import Topology, barrier
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -23,6 +19,11 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+from dali_launch.trainer.observe.profile import Profile
+from dali_launch.trainer.observe.trackers import Trackers
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.topology import Topology, barrier
 
 
 @dataclass

@@ -8,6 +8,7 @@ DALI's wait for its batch included, to the end of the call holding step B-1, whi
 from __future__ import annotations
 
 import jax
+
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.run_dir import RunPaths
 

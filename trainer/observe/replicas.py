@@ -5,9 +5,10 @@ import hashlib
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
+
 from dali_launch.trainer.data.contract import class_ids
 from dali_launch.trainer.run_dir import RunPaths
-from jax.experimental import multihost_utils
 
 
 def local_checksums(params) -> list[str]:

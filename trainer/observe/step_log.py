@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.observe.trackers import Trackers, learning_rate
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from flax import serialization
+from jax.experimental import multihost_utils
+
 from dali_launch.trainer.data.dali import first_row
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
-from flax import serialization
-from jax.experimental import multihost_utils
 
 
 @dataclass

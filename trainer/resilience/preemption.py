@@ -26,11 +26,12 @@ import time
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
+
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending, scheduler
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.topology import Topology
-from jax.experimental import multihost_utils
 
 REQUEUE, STOP = 1, 2
 MEANING = {signal.SIGUSR2: REQUEUE, signal.SIGTERM: STOP, signal.SIGINT: STOP}

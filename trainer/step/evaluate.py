@@ -11,6 +11,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
 from dali_launch.trainer.model.models import create_model

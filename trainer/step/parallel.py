@@ -20,11 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import jax_utils
+
 from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.dali import AXIS, first_row
 from dali_launch.trainer.data.shards import valid_mask
 from dali_launch.trainer.errors import UsageError
-from flax import jax_utils
 
 
 def sgd_step(state, images, labels, valid, total):

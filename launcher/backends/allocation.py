@@ -1,0 +1,186 @@
+"""In-allocation mode: the tasks of the user's own `srun` step are the run's tasks.
+
+    #!/bin/bash
+    #SBATCH --nodes=2 --ntasks-per-node=1 --gpus-per-node=8 --signal=USR2@90 --requeue
+    srun dali-launch task --epochs 5 --data-dir /data/mnist    # `dali-launch slurm template` writes one
+
+SLURM started the tasks, so nothing is submitted. Every task takes the one preparation path
+(launcher/prepare.py): the same checks in every task, so a bad input ends each with the same line
+and exit 2 before anything is written. Process 0 then makes the run directory RUN_ROOT/NAME-JOB.STEP
+and the others wait for it: every task names it alike, and a requeued job keeps its id and numbers
+its steps again from 0, so it reopens its directory and the trainer resumes from the checkpoint.
+Each task runs the trainer in its own process, which reads its rank from SLURM's variables
+(config.json says `slurm`), exactly as in a job dali-launch submitted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dali_launch.launcher.backends.base import Outcome
+from dali_launch.launcher.backends.here import Here
+from dali_launch.launcher.config import RunConfig, task_spec
+from dali_launch.launcher.console import echo
+from dali_launch.launcher.options import Values
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
+
+COMMAND = "srun dali-launch task"
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Step:
+    """The SLURM job step this process is one task of, as srun describes it."""
+    job_id: str
+    step_id: str
+    process_id: int
+    num_tasks: int
+    num_nodes: int
+    tasks_per_node: tuple[int, ...]  # per node of the step
+    restarts: int  # how often the job was requeued (SLURM_RESTART_COUNT)
+    gpus_on_node: int | None  # SLURM_GPUS_ON_NODE: what the job holds on this node, when it asked for GPUs
+
+
+def step_of(env=None) -> Step | None:
+    """This process's job step, or None outside one (no srun: a login node, an salloc shell, a batch script)."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env or "SLURM_STEP_ID" not in env:
+        return None
+    num_tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+    return Step(job_id=env["SLURM_JOB_ID"], step_id=env["SLURM_STEP_ID"], process_id=int(env.get("SLURM_PROCID", 0)),
+                num_tasks=num_tasks, num_nodes=int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1),
+                tasks_per_node=expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or str(num_tasks)),
+                restarts=int(env.get("SLURM_RESTART_COUNT") or 0),
+                gpus_on_node=int(env["SLURM_GPUS_ON_NODE"]) if env.get("SLURM_GPUS_ON_NODE") else None)
+
+
+def expand_counts(text: str) -> tuple[int, ...]:
+    """SLURM's per-node counts, `2(x3),1` -> (2, 2, 2, 1)."""
+    counts: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if match:
+            counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return tuple(counts)
+
+
+def refuse_one_of_several(env=None) -> None:
+    """`dali-launch train` under an srun of N tasks would train N times, each alone calling itself rank 0."""
+    step = step_of(env)
+    if step is not None and step.num_tasks > 1:
+        raise UsageError(f"`dali-launch train` runs one process, but this is task {step.process_id} of "
+                         f"{step.num_tasks} of SLURM job step {step.job_id}.{step.step_id}: each would train alone; "
+                         f"to train with all {step.num_tasks} tasks use `{COMMAND}` with the same flags")
+
+
+def from_step(values: Values, env=None) -> Values:
+    """The job's shape, where no flag gave it, from the step: its nodes, its tasks per node, and the GPUs
+    SLURM gave each node (else one device per task). Flags that were given are checked, not replaced."""
+    step = step_of(env)
+    if step is None:
+        return values
+    filled = Values(values)
+    filled.given = values.given
+    if "nodes" not in values.given:
+        filled["nodes"] = step.num_nodes
+    if "tasks_per_node" not in values.given:
+        filled["tasks_per_node"] = step.tasks_per_node[0] if step.tasks_per_node else 1
+    if "gpus_per_node" not in values.given:
+        filled["gpus_per_node"] = (step.gpus_on_node if step.gpus_on_node and values.get("platform") != "cpu"
+                                   else filled["tasks_per_node"])
+    return filled
+
+
+class Allocation(Here):
+    """One task of the user's srun step: checks, the shared run directory, then the trainer in this process."""
+    name, spec_name = "allocation", "slurm"
+
+    def __init__(self, env=None):
+        self.env = os.environ if env is None else env
+        self.step = step_of(self.env)
+        self.process_id = self.step.process_id if self.step else 0
+
+    def check(self, run: RunConfig) -> None:
+        step = self.step
+        if step is None:
+            where = (f"inside SLURM job {self.env['SLURM_JOB_ID']} but not in a job step" if "SLURM_JOB_ID" in self.env
+                     else "outside any SLURM allocation (no SLURM_JOB_ID)")
+            raise UsageError(f"`dali-launch task` is one task of a SLURM job step, and this is {where}; start it as "
+                             f"`{COMMAND} ...` in an sbatch script or salloc (`dali-launch slurm template` writes one)")
+        if run.launch.local or run.launch.resume:
+            flag = "--local" if run.launch.local else "--resume"
+            raise UsageError(f"{flag} does not apply to `dali-launch task`: its tasks are SLURM's; a requeued job "
+                             f"resumes on its own, and `dali-launch --resume RUN_DIR` continues a run as a job of its own")
+        if len(set(step.tasks_per_node)) > 1:
+            raise UsageError(f"job step {step.job_id}.{step.step_id} has uneven tasks per node "
+                             f"({','.join(map(str, step.tasks_per_node))}); start srun with --ntasks-per-node")
+        _same("--nodes", run.launch.nodes, step.num_nodes, "nodes", "SLURM_STEP_NUM_NODES")
+        _same("--tasks-per-node", run.tasks_per_node, step.tasks_per_node[0], "tasks per node",
+              "SLURM_STEP_TASKS_PER_NODE")
+        gpus = run.launch.gpus_per_node or 1
+        if step.gpus_on_node is not None and run.distributed.platform != "cpu" and gpus > step.gpus_on_node:
+            raise UsageError(f"--gpus-per-node {gpus} asks for more than the {step.gpus_on_node} GPUs the job holds "
+                             f"on this node (SLURM_GPUS_ON_NODE); ask sbatch/salloc for --gpus-per-node {gpus}")
+
+    def make_run_dir(self, run: RunConfig, data_dir: Path) -> RunPaths:
+        """Process 0 makes (or, in a requeued job, reopens) RUN_ROOT/NAME-JOB.STEP; the others wait for it."""
+        from dali_launch.launcher import runs
+
+        step = self.step
+        name = f"{runs._slug(run.launch.name)}-{step.job_id}.{step.step_id}"
+        paths = RunPaths(Path(run.launch.run_root).absolute() / name)
+        if step.process_id != 0:
+            return _wait_for(paths, step, run.distributed.init_timeout_s)
+        spec = task_spec(run, str(paths.root), str(data_dir), self.spec_name)
+        if paths.config.is_file():
+            if TaskSpec.load(paths.root).to_json() != spec.to_json():
+                raise UsageError(f"{paths.root} holds a run of job {step.job_id} with other settings (an earlier start "
+                                 f"of this step); keep the script's flags as they were, or choose another --name")
+            echo(f"job {step.job_id} restarted ({step.restarts}): reopening {paths.root}")
+        else:
+            paths = runs.create(run, data_dir, self.spec_name, name=name)
+        write_atomic(paths.step, json.dumps({"job_id": step.job_id, "step_id": step.step_id, "restarts": step.restarts,
+                                             "num_tasks": step.num_tasks}))
+        return paths
+
+    def wait(self) -> Outcome:
+        outcome = super().wait()
+        outcome.report = self.process_id == 0
+        return outcome
+
+
+def _same(flag: str, asked: int, have: int, what: str, variable: str) -> None:
+    if asked != have:
+        more = "more" if asked > have else "fewer"
+        raise UsageError(f"{flag} {asked} asks for {more} than the {have} {what} of this job step ({variable}); "
+                         f"run srun in an allocation of that shape (sbatch/salloc {flag} {asked}), or leave {flag} "
+                         f"out to take the step's")
+
+
+def _wait_for(paths: RunPaths, step: Step, timeout_s: int) -> RunPaths:
+    """Until process 0 has made (or reopened) the run directory in this incarnation of the job."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            if json.loads(paths.step.read_text())["restarts"] == step.restarts:
+                return paths
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(POLL_S)
+    raise UsageError(f"process {step.process_id}: process 0 did not make the run directory {paths.root} within "
+                     f"{timeout_s} s (--init-timeout-s); see process 0's error")
+
+
+def run_in_step(values: Values) -> int:
+    """`srun dali-launch task ...`: this task's part of the run, through the one launch path."""
+    from dali_launch.launcher.launch import launch
+    from dali_launch.launcher.options import build
+
+    backend = Allocation()
+    return launch(build(RunConfig, from_step(values, backend.env)), backend)

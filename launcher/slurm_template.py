@@ -1,0 +1,70 @@
+"""`dali-launch slurm template [flags]`: an sbatch script of the user's own, ready to run and to adapt.
+
+Sites hand out their own batch scripts (account, QoS, container, module loads); this one shows
+what dali-launch needs in them: the job's shape in #SBATCH lines, a warning signal and requeue for
+preemption, and `srun dali-launch task FLAGS` (backends/allocation.py). SLURM flags become #SBATCH
+lines (and --setup lines, shell run before the step); the other flags given go to `task`.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from dali_launch.launcher.backends.slurm_checks import sbatch_pair
+from dali_launch.launcher.config import RunConfig, SlurmConfig
+from dali_launch.launcher.options import Values
+
+SIGNAL_S = 90  # warning before the time limit: room for a checkpoint of a large model on a slow filesystem
+# Not for `task`: the allocation gives the job's shape, and these are about submitting or other modes.
+NOT_FOR_TASK = {f for f in SlurmConfig.__dataclass_fields__} | {"nodes", "tasks_per_node", "local", "local_timeout_s",
+                                                                 "dry_run", "resume"}
+PATHS = ("data_dir", "run_root")  # the script may run from another folder than this command
+
+
+def template(run: RunConfig, values: Values) -> str:
+    launch, s = run.launch, run.slurm
+    sbatch = {"job-name": launch.name, "nodes": launch.nodes, "ntasks-per-node": run.tasks_per_node,
+              "gpus-per-node": launch.gpus_per_node if run.distributed.platform != "cpu" else None,
+              "time": s.time_min, "partition": s.partition, "account": s.account, "qos": s.qos,
+              "constraint": s.constraint, "cpus-per-task": s.cpus_per_task,
+              "mem": f"{s.mem_gb}G" if s.mem_gb else None, **dict(sbatch_pair(a) for a in s.sbatch_arg)}
+    lines = ["#!/bin/bash",
+             "# dali-launch in your own batch script: adapt it (account, modules, container), then `sbatch` it.",
+             "# Every task of the srun step below is one process of the run; the run directory is",
+             "# RUN_ROOT/NAME-JOBID.STEP, made once by task 0. Inside `salloc`, run the srun line alone."]
+    lines += [f"#SBATCH --{key}={shlex.quote(str(value))}" for key, value in sbatch.items() if value is not None]
+    if s.exclusive:
+        lines.append("#SBATCH --exclusive")
+    lines += [f"# SIGUSR2 {SIGNAL_S} s before the time limit: the tasks checkpoint and requeue the job, which reopens",
+              "# its run directory and resumes. Without --signal, SLURM's SIGTERM at the limit still checkpoints, but",
+              "# the job ends; continue it with `dali-launch --resume RUN_DIR`.",
+              f"#SBATCH --signal=USR2@{SIGNAL_S}", "#SBATCH --requeue", "#SBATCH --open-mode=append", ""]
+    lines += [*s.setup, *([""] if s.setup else [])]
+    srun = ["srun", "--kill-on-bad-exit=1", *s.srun_arg, *(["--container-image", s.container_image]
+                                                              if s.container_image else [])]
+    lines.append(" ".join([*map(shlex.quote, srun), _dali_launch(), "task", *map(shlex.quote, task_flags(values))]))
+    return "\n".join(lines) + "\n"
+
+
+def task_flags(values: Values) -> list[str]:
+    """The given flags that `task` takes, as command-line words (paths made absolute)."""
+    words: list[str] = []
+    for name in sorted(values.given - NOT_FOR_TASK):
+        value, flag = values[name], "--" + name.replace("_", "-")
+        if name in PATHS and value is not None:
+            value = str(Path(value).absolute())
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, list):
+            words += [w for v in value for w in (flag, str(v))]
+        elif value is not None:
+            words += [flag, str(value)]
+    return words
+
+
+def _dali_launch() -> str:
+    """This installation's dali-launch, so the script runs as printed; a site's module or venv may replace it."""
+    script = Path(sys.executable).parent / "dali-launch"
+    return shlex.quote(str(script)) if script.exists() else f"{shlex.quote(sys.executable)} -m dali_launch.launcher.cli"
+
