@@ -39,6 +39,7 @@ class EpochMetrics:
     test_accuracy: float | None = None
     test_count: int | None = None
     eval_time_s: float | None = None
+    learning_rate: float | None = None  # the rate of the epoch's last optimizer update
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
 
 

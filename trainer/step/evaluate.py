@@ -13,15 +13,16 @@ import jax.numpy as jnp
 import numpy as np
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
+from dali_launch.trainer.model.forward import Forward
 from dali_launch.trainer.model.models import create_model
 
 AXIS = dali.AXIS
 
 
-def eval_step(apply_fn, params, tally, images, labels, shard_sizes):
+def eval_step(forward, variables, tally, images, labels, shard_sizes):
     rows = images.shape[0] // shard_sizes.shape[0]
     valid = shards.valid_mask(tally["position"], shard_sizes, rows)
-    predicted = jnp.argmax(apply_fn({"params": params}, images), -1)
+    predicted = jnp.argmax(forward(variables, images, False)[0], -1)  # BatchNorm: its running statistics
     correct = jnp.sum((predicted == contract.class_ids(labels)) * valid)
     return {"position": tally["position"] + rows, "correct": tally["correct"] + jax.lax.psum(correct, AXIS),
             "count": tally["count"] + jax.lax.psum(jnp.sum(valid), AXIS),
@@ -43,12 +44,12 @@ class Evaluator:
                                                          cores_per_device)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
-        apply_fn = create_model(spec.train.model, spec.data.num_classes).apply
-        self.p_eval = jax.pmap(partial(eval_step, apply_fn), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
+        forward = Forward(create_model(spec.train.model, spec.data.num_classes), spec.train.precision)
+        self.p_eval = jax.pmap(partial(eval_step, forward), AXIS, in_axes=(None, 0, 0, 0, 0), devices=devices,
                                donate_argnums=(1,))
 
-    def __call__(self, params) -> tuple[float, int, float]:
-        """Accuracy of `params`, one replica on this process's first device."""
+    def __call__(self, variables) -> tuple[float, int, float]:
+        """Accuracy of `variables` (params and any collections), one replica on this process's first device."""
         start = time.perf_counter()
         if self.data is None:
             self._build()
@@ -56,7 +57,7 @@ class Evaluator:
         tally = self.data.put([zero] * len(self.data.devices))
         kept = []
         for batch in self.cached or self.data.epoch():
-            tally = self.p_eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
+            tally = self.p_eval(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
         label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "testing")

@@ -12,7 +12,9 @@ never counts and every replica applies the same update.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -25,19 +27,38 @@ from dali_launch.trainer.errors import UsageError
 from flax import jax_utils
 
 
-def sgd_step(state, images, labels, valid, total):
-    """One SGD step on one batch; `total` sums a value over the whole job (psum, or nothing under jit)."""
-    def loss_sum(params):
-        logits = state.apply_fn({"params": params}, images)
-        return jnp.sum(optax.softmax_cross_entropy(logits, targets(labels, logits.shape[-1])) * valid)
+@dataclass(frozen=True)
+class Job:
+    """How a step's program sees the job: `sum` over every device (psum under pmap; nothing under jit,
+    whose arrays are already job-wide) and `index`, this device's global index (0 under jit: one
+    program sees every row)."""
+    sum: Callable
+    index: Callable
 
-    loss, grads = jax.value_and_grad(loss_sum)(state.params)
-    count = total(jnp.sum(valid))
-    grads = jax.tree.map(lambda g: total(g) / jnp.maximum(count, 1), grads)
-    # A step made only of padding (the tail of a shard read k batches at a time) is no step at all:
-    # momentum must not move on a zero gradient.
-    stepped = jax.tree.map(lambda new, old: jnp.where(count > 0, new, old), state.apply_gradients(grads=grads), state)
-    return stepped, total(loss), count
+    def mean(self, x):
+        return self.sum(x) / self.sum(jnp.ones((), x.dtype))
+
+
+PMAP_JOB = Job(partial(jax.lax.psum, axis_name=AXIS), partial(jax.lax.axis_index, AXIS))
+JIT_JOB = Job(lambda x: x, lambda: 0)
+
+
+def sgd_step(state, images, labels, valid, job: Job):
+    """One SGD step on one batch (state.py applies it); the loss is the job's sum over real samples."""
+    key = state.dropout_key(job.index())
+
+    def loss_sum(params):
+        logits, collections = state.forward({"params": params, **state.collections}, images, True, key)
+        goal = targets(labels, logits.shape[-1])
+        if state.recipe.label_smoothing:
+            goal = optax.smooth_labels(goal, state.recipe.label_smoothing)
+        return jnp.sum(optax.softmax_cross_entropy(logits, goal) * valid), collections
+
+    (loss, collections), grads = jax.value_and_grad(loss_sum, has_aux=True)(state.params)
+    count = job.sum(jnp.sum(valid))
+    # BatchNorm statistics (any mutable collection) averaged over every device: replicas stay identical.
+    collections = jax.tree.map(job.mean, collections)
+    return state.learn(jax.tree.map(job.sum, grads), count, collections), job.sum(loss), count
 
 
 def targets(labels, num_classes: int):
@@ -50,15 +71,15 @@ def targets(labels, num_classes: int):
     return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
 
 
-def sgd_steps(state, images, labels, valid, total):
+def sgd_steps(state, images, labels, valid, job: Job):
     """Steps over a leading `steps` axis, fused by `lax.scan`: the host dispatches once per DALI batch.
     Returns the state and the loss and sample sums of all of them."""
     if images.shape[0] == 1:  # XLA:CPU runs convolutions inside a scan ~15x slower (a CNN: 60 vs 1,250 images/s)
-        return sgd_step(state, images[0], labels[0], valid[0], total)
+        return sgd_step(state, images[0], labels[0], valid[0], job)
 
     def one(carry, batch):
         state, loss, count = carry
-        state, step_loss, step_count = sgd_step(state, *batch, total)
+        state, step_loss, step_count = sgd_step(state, *batch, job)
         return (state, loss + step_loss, count + step_count), None
 
     zero = jnp.zeros((), jnp.float32)
@@ -78,8 +99,7 @@ def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
     rows = images.shape[0] // shard_sizes.shape[0]
     valid = valid_mask(tally["position"], shard_sizes, rows)
     steps = lambda x: x.reshape(-1, batch_size, *x.shape[1:])  # noqa: E731
-    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid),
-                                   partial(jax.lax.psum, axis_name=AXIS))
+    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), PMAP_JOB)
     return state, advance(tally, rows, loss, count, label_check.fold(tally["labels"], labels))
 
 
@@ -92,7 +112,7 @@ def sharded_call(state, tally, images, labels, shard_sizes, batch_size: int):
         per_step = x.reshape(x.shape[0], -1, batch_size, *x.shape[2:]).swapaxes(0, 1)
         return per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
 
-    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), lambda x: x)
+    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), JIT_JOB)
     seen = jax.vmap(label_check.fold)(tally["labels"], labels)  # per device, as the tally: no collective
     return state, advance(tally, rows, loss, count, seen)
 
