@@ -89,7 +89,7 @@ CONFIG = [
     pytest.param(["--eval-cache-mb", "-1"], "--eval-cache-mb -1 must be 0 (no cache) or more", id="eval-cache-negative"),
     pytest.param(["--parallel", "jit"], "Invalid value for '--parallel': Value error, 'jit' is not one of 'pmap', "
                  "'sharded'.; see dali-launch --help", id="parallel-unknown"),
-    pytest.param(["--model", "resnet"], "unknown --model resnet; use one of mlp, cnn, resnet18, or "
+    pytest.param(["--model", "resnet"], "unknown --model resnet; use one of mlp, cnn, resnet18, resnet50, or "
                  "package.module:factory", id="model-unknown"),
     pytest.param(["--model", "nosuchpkg.models:build"], "--model nosuchpkg.models:build: cannot import "
                  "nosuchpkg.models (No module named 'nosuchpkg'); install it or put its folder on PYTHONPATH",
