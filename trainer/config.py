@@ -65,8 +65,8 @@ class TrainConfig:
     learning_rate: float = opt(0.1, "Peak learning rate (after warm-up).")
     momentum: float = opt(0.9, "Momentum of sgd, nesterov and lars (adamw and lamb: optax's b1 0.9, b2 0.999).")
     schedule: str = opt(
-        "constant", "Learning-rate schedule after the warm-up: constant, cosine (to 0 at the last step), linear "
-        "(to 0 at the last step), or step (times --decay-factor at each of --decay-epochs).",
+        "constant", "Learning-rate schedule after the warm-up: constant, cosine (to 0 at the end of training), linear "
+        "(to 0 at the end), or step (times --decay-factor at each of --decay-epochs).",
         choices=("constant", "cosine", "linear", "step"))
     warmup_epochs: float = opt(0.0, "Linear warm-up from 0 to --learning-rate over this many epochs (may be a "
                                "fraction).")
