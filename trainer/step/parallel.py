@@ -8,7 +8,10 @@
 Both take the same device call (DALI batch (devices, rows, ...), rows = --steps-per-call steps of
 --batch-size) and make the same SGD steps: step j is rows [j*B, (j+1)*B) of every device, the loss
 is summed over the step's real samples of the whole job and divided by their count, so padding
-never counts and every replica applies the same update.
+never counts and every replica applies the same update (state.py: the optimizer, accumulation, EMA).
+A model's mutable collections (BatchNorm statistics) are averaged over the job after every step:
+under pmap each device computed its own; under jit the batch is one job-wide array, so they are
+the job's already and the average is the identity.
 """
 from __future__ import annotations
 
