@@ -104,11 +104,12 @@ def validate(run: RunConfig) -> None:
               image_size=run.data.image_size, init_timeout_s=run.distributed.init_timeout_s,
               barrier_timeout_s=run.distributed.barrier_timeout_s, local_timeout_s=launch.local_timeout_s,
               heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,
-              keep_checkpoints=run.resilience.keep_checkpoints)
+              keep_checkpoints=run.resilience.keep_checkpoints, accumulate_steps=train.accumulate_steps)
     _resilience(run.resilience)
     if train.steps_per_call < 0:
         raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
     _observe(run.observe, run.num_processes)
+    _optimizer(train)
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
     if launch.tasks_per_node is not None and launch.tasks_per_node < 1:  # 0 must not fall back to 1
@@ -132,6 +133,44 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--seed {train.seed} must be 0 or more")
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def _optimizer(train: TrainConfig) -> None:
+    """The optimizer, schedule and regularisation flags (trainer/step/optim.py)."""
+    for name, low, high in (("weight_decay", 0, 1), ("label_smoothing", 0, 1), ("ema_decay", 0, 1)):
+        value = getattr(train, name)
+        if not low <= value < high:
+            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range; use a value in [{low}, {high})")
+    if not train.clip_norm >= 0:
+        raise UsageError(f"--clip-norm {train.clip_norm} must be 0 (no clipping) or more")
+    if not 0 < train.decay_factor <= 1:
+        raise UsageError(f"--decay-factor {train.decay_factor} is out of range; use a value in (0, 1]")
+    if train.warmup_steps < 0 or not train.warmup_epochs >= 0:
+        raise UsageError(f"--warmup-epochs {train.warmup_epochs} and --warmup-steps {train.warmup_steps} must be 0 "
+                         f"or more")
+    if train.warmup_steps and train.warmup_epochs:
+        raise UsageError("--warmup-epochs and --warmup-steps both given; use one of them")
+    if train.warmup_epochs >= train.epochs and train.schedule != "constant":
+        raise UsageError(f"--warmup-epochs {train.warmup_epochs} leaves nothing of --epochs {train.epochs} for "
+                         f"--schedule {train.schedule}; warm up for fewer epochs")
+    if train.eval_ema and not train.ema_decay:
+        raise UsageError("--eval-ema evaluates the parameters' average, but --ema-decay is 0 (none kept); "
+                         "give --ema-decay, e.g. 0.999")
+    _decay_epochs(train)
+
+
+def _decay_epochs(train: TrainConfig) -> None:
+    try:
+        epochs = train.decay_epoch_list()
+    except ValueError:
+        epochs = None
+    if epochs is None or any(e < 1 for e in epochs) or epochs != sorted(set(epochs)):
+        raise UsageError(f"--decay-epochs {train.decay_epochs!r} is not a rising list of epochs; write e.g. 30,60,80")
+    if train.schedule == "step" and not epochs:
+        raise UsageError("--schedule step needs --decay-epochs, e.g. --decay-epochs 30,60,80")
+    if epochs and train.schedule != "step":
+        raise UsageError(f"--decay-epochs is for --schedule step, not {train.schedule}; leave it out or use "
+                         f"--schedule step")
 
 
 def _readers(run: RunConfig) -> None:

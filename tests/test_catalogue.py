@@ -42,6 +42,35 @@ CONFIG = [
                  id="lr-nan"),
     pytest.param(["--momentum", "1.5"], "--momentum 1.5 is out of range; use a value in [0, 1)", id="momentum"),
     pytest.param(["--seed", "-1"], "--seed -1 must be 0 or more", id="seed-negative"),
+    pytest.param(["--optimizer", "adam"], "Invalid value for '--optimizer': Value error, 'adam' is not one of "
+                 "'sgd', 'nesterov', 'adamw', 'lamb', 'lars'.; see dali-launch --help", id="optimizer-unknown"),
+    pytest.param(["--weight-decay", "-0.1"], "--weight-decay -0.1 is out of range; use a value in [0, 1)",
+                 id="weight-decay-negative"),
+    pytest.param(["--label-smoothing", "1"], "--label-smoothing 1.0 is out of range; use a value in [0, 1)",
+                 id="label-smoothing-one"),
+    pytest.param(["--ema-decay", "1"], "--ema-decay 1.0 is out of range; use a value in [0, 1)", id="ema-decay-one"),
+    pytest.param(["--eval-ema"], "--eval-ema evaluates the parameters' average, but --ema-decay is 0 (none kept); "
+                 "give --ema-decay, e.g. 0.999", id="eval-ema-without-ema"),
+    pytest.param(["--clip-norm", "-1"], "--clip-norm -1.0 must be 0 (no clipping) or more", id="clip-norm-negative"),
+    pytest.param(["--accumulate-steps", "0"], "--accumulate-steps 0 must be at least 1", id="accumulate-zero"),
+    pytest.param(["--warmup-epochs", "1", "--warmup-steps", "100"], "--warmup-epochs and --warmup-steps both "
+                 "given; use one of them", id="warmup-both"),
+    pytest.param(["--warmup-steps", "-1"], "--warmup-epochs 0.0 and --warmup-steps -1 must be 0 or more",
+                 id="warmup-negative"),
+    pytest.param(["--schedule", "cosine", "--warmup-epochs", "5"], "--warmup-epochs 5.0 leaves nothing of --epochs "
+                 "5 for --schedule cosine; warm up for fewer epochs", id="warmup-whole-run"),
+    pytest.param(["--schedule", "step"], "--schedule step needs --decay-epochs, e.g. --decay-epochs 30,60,80",
+                 id="step-without-epochs"),
+    pytest.param(["--schedule", "step", "--decay-epochs", "3,2"], "--decay-epochs '3,2' is not a rising list of "
+                 "epochs; write e.g. 30,60,80", id="decay-epochs-falling"),
+    pytest.param(["--schedule", "step", "--decay-epochs", "two"], "--decay-epochs 'two' is not a rising list of "
+                 "epochs; write e.g. 30,60,80", id="decay-epochs-not-numbers"),
+    pytest.param(["--decay-epochs", "2"], "--decay-epochs is for --schedule step, not constant; leave it out or "
+                 "use --schedule step", id="decay-epochs-without-step"),
+    pytest.param(["--schedule", "step", "--decay-epochs", "2", "--decay-factor", "0"], "--decay-factor 0.0 is out "
+                 "of range; use a value in (0, 1]", id="decay-factor-zero"),
+    pytest.param(["--precision", "fp16"], "Invalid value for '--precision': Value error, 'fp16' is not one of "
+                 "'fp32', 'bf16'.; see dali-launch --help", id="precision-unknown"),
     pytest.param(["--init-timeout-s", "0"], "--init-timeout-s 0 must be at least 1", id="init-timeout-zero"),
     pytest.param(["--heartbeat-timeout-s", "-5"], "--heartbeat-timeout-s -5 must be at least 1",
                  id="heartbeat-timeout-negative"),
@@ -61,7 +90,7 @@ CONFIG = [
     pytest.param(["--eval-cache-mb", "-1"], "--eval-cache-mb -1 must be 0 (no cache) or more", id="eval-cache-negative"),
     pytest.param(["--parallel", "jit"], "Invalid value for '--parallel': Value error, 'jit' is not one of 'sharded', "
                  "'pmap'.; see dali-launch --help", id="parallel-unknown"),
-    pytest.param(["--model", "resnet"], "unknown --model resnet; use one of mlp, cnn, resnet18, or "
+    pytest.param(["--model", "resnet"], "unknown --model resnet; use one of mlp, cnn, resnet18, resnet50, or "
                  "package.module:factory", id="model-unknown"),
     pytest.param(["--model", "nosuchpkg.models:build"], "--model nosuchpkg.models:build: cannot import "
                  "nosuchpkg.models (No module named 'nosuchpkg'); install it or put its folder on PYTHONPATH",

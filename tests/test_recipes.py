@@ -120,7 +120,7 @@ def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, 
 @pytest.mark.parametrize("flag, value, message", [
     ("--model", "mypkg.models:nope", "--model mypkg.models:nope: module mypkg.models has no attribute nope"),
     ("--model", "mypkg.absent:build", "--model mypkg.absent:build: cannot import mypkg.absent"),
-    ("--model", "transformer", "unknown --model transformer; use one of mlp, cnn, resnet18, or package.module:factory"),
+    ("--model", "transformer", "unknown --model transformer; use one of mlp, cnn, resnet18, resnet50, or package.module:factory"),
     ("--pipeline", "mypkg.pipe:MISSING", "--pipeline mypkg.pipe:MISSING: module mypkg.pipe has no attribute MISSING"),
 ])
 def test_bad_entry_points_fail_before_anything_is_written(capsys, monkeypatch, user_package, tmp_path,

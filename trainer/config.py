@@ -45,7 +45,8 @@ class DataConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     model: str = opt("mlp", "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), "
-                     "resnet18 (GroupNorm), or package.module:factory of your own (see README).")
+                     "resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), or package.module:factory of your own "
+                     "(see README).")
     epochs: int = opt(5, "Training epochs.")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
     global_batch_size: int | None = opt(
@@ -60,8 +61,36 @@ class TrainConfig:
         "partitions it and inserts the all-reduce) or pmap (JAX's legacy way: one replica per device, gradients "
         "summed by psum). The same SGD steps; results equal up to float rounding.",
         choices=("sharded", "pmap"))
-    learning_rate: float = opt(0.1, "SGD learning rate.")
-    momentum: float = opt(0.9, "SGD momentum.")
+    # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
+    optimizer: str = opt(
+        "sgd", "sgd (with --momentum; 0: plain SGD), nesterov (SGD with Nesterov momentum), adamw, lamb, or lars "
+        "(LARS with --momentum). Through optax.", choices=("sgd", "nesterov", "adamw", "lamb", "lars"))
+    learning_rate: float = opt(0.1, "Peak learning rate (after warm-up).")
+    momentum: float = opt(0.9, "Momentum of sgd, nesterov and lars (adamw and lamb: optax's b1 0.9, b2 0.999).")
+    schedule: str = opt(
+        "constant", "Learning-rate schedule after the warm-up: constant, cosine (to 0 at the end of training), linear "
+        "(to 0 at the end), or step (times --decay-factor at each of --decay-epochs).",
+        choices=("constant", "cosine", "linear", "step"))
+    warmup_epochs: float = opt(0.0, "Linear warm-up from 0 to --learning-rate over this many epochs (may be a "
+                               "fraction).")
+    warmup_steps: int = opt(0, "Linear warm-up over this many optimizer steps instead of --warmup-epochs.")
+    decay_epochs: str = opt("", "--schedule step: the epochs at which the rate is multiplied by --decay-factor, "
+                            "comma-separated, e.g. 30,60,80.")
+    decay_factor: float = opt(0.1, "--schedule step: the factor applied at each of --decay-epochs.")
+    weight_decay: float = opt(
+        0.0, "Weight decay of kernels (parameters of 2 or more dimensions; biases and normalisation scales are "
+        "left alone): added to the gradient for sgd/nesterov/lars, decoupled for adamw/lamb.")
+    label_smoothing: float = opt(0.0, "Label smoothing: the one-hot targets mixed with this much of a uniform one.")
+    clip_norm: float = opt(0.0, "Clip the job-wide gradient to this global norm (0: no clipping).")
+    accumulate_steps: int = opt(
+        1, "Accumulate gradients over this many steps of --batch-size before one optimizer update: exactly one "
+        "step of a batch this many times larger (the loss stays the mean over every real sample).")
+    ema_decay: float = opt(0.0, "Keep an exponential moving average of the parameters (and BatchNorm statistics) "
+                           "with this decay per optimizer update, e.g. 0.999 (0: none).")
+    eval_ema: bool = opt(False, "Evaluate the --ema-decay average instead of the trained parameters.")
+    precision: str = opt(
+        "fp32", "Compute precision: fp32, or bf16 (the model's forward and backward pass in bfloat16; parameters, "
+        "gradients and optimizer state stay float32).", choices=("fp32", "bf16"))
     seed: int = opt(0, "Seed for parameters and data shuffling.")
     eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
     eval_cache_mb: int = opt(
@@ -78,6 +107,10 @@ class TrainConfig:
         "", "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
         "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.")
     record_samples: bool = opt(False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.")
+
+    def decay_epoch_list(self) -> list[int]:
+        """--decay-epochs as integers ("30,60" -> [30, 60]); raises ValueError on anything else."""
+        return [int(e) for e in self.decay_epochs.replace(" ", "").split(",") if e]
 
     def per_device_batch(self, devices: int) -> int:
         """Samples per device per step: --global-batch-size split over `devices`, else --batch-size."""

@@ -17,7 +17,8 @@ from dali_launch.trainer.errors import UsageError
 
 BUILTIN = {
     "model": {"mlp": "dali_launch.trainer.model.models:MLP", "cnn": "dali_launch.trainer.model.models:CNN",
-              "resnet18": "dali_launch.trainer.model.models:ResNet18"},
+              "resnet18": "dali_launch.trainer.model.models:ResNet18",
+              "resnet50": "dali_launch.trainer.model.resnet:resnet50"},
     "pipeline": {"mnist": "dali_launch.trainer.data.pipelines:mnist", "folders": "dali_launch.trainer.data.pipelines:folders"},
 }
 

@@ -12,12 +12,11 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from flax.training import train_state
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, label_check, shards
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model.forward import Forward, train_kwarg
 from dali_launch.trainer.model.models import create_model
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
@@ -27,28 +26,35 @@ from dali_launch.trainer.resilience.checkpoint import Checkpointer, Resume
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resolve import Resolved
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step import parallel
+from dali_launch.trainer.step import optim, parallel
 from dali_launch.trainer.step.evaluate import Evaluator, first, split_dir
+from dali_launch.trainer.step.state import Recipe, TrainState
 from dali_launch.trainer.topology import barrier, job_devices
 
 COMPILE_AHEAD_WAIT_S = 300  # past this the first call compiles by itself
 
 
-def create_train_state(spec: TaskSpec, example: np.ndarray) -> train_state.TrainState:
-    """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images."""
+def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
+    """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
+    with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
     model = create_model(spec.train.model, spec.data.num_classes)
-    init = jax.jit(model.init_with_output, backend="cpu")  # eager init is seconds on a small CPU; jit is not
-    logits, variables = init(jax.random.PRNGKey(spec.train.seed), example)
+    forward = Forward(model, spec.train.precision)
+    params_key = jax.random.PRNGKey(spec.train.seed)  # as before dropout existed: the same initial parameters
+    dropout_key = jax.random.fold_in(params_key, 1)
+    train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
+
+    def init(example):
+        return model.init_with_output({"params": params_key, "dropout": dropout_key}, example, **train_kwargs)
+
+    logits, variables = jax.jit(init, backend="cpu")(example)  # eager init is seconds on a small CPU; jit is not
     if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
         raise UsageError(f"--model {spec.train.model} returns logits of shape {jnp.shape(logits)} for one sample but "
                          f"--num-classes is {spec.data.num_classes}; make it return (batch, {spec.data.num_classes}) "
                          f"(its last layer num_classes wide)")
-    if set(variables) != {"params"}:
-        raise UsageError(f"--model {spec.train.model} keeps state besides params ({', '.join(sorted(set(variables)))}); "
-                         f"models must be stateless: use GroupNorm or LayerNorm instead of BatchNorm")
-    params = variables["params"]
-    tx = optax.sgd(spec.train.learning_rate, momentum=spec.train.momentum)
-    return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+    t = spec.train
+    recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
+    return TrainState.create(dict(variables), jax.random.fold_in(dropout_key, 2), forward, optim.optimizer(t),
+                             optim.schedule(t, slots_per_epoch), recipe)
 
 
 def zero_tally() -> dict:
@@ -79,9 +85,9 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
                                 spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
     startup.mark("pipelines built")
     mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
-    example = data.first_sample()
-    compiling = _compile_ahead(spec, mode, data, example)
-    fresh = create_train_state(spec, example)
+    example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
+    compiling = _compile_ahead(spec, mode, data, example, slots)
+    fresh = create_train_state(spec, example, slots)
     if resume:
         checkpointer.restore(resume, fresh, zero_tally())
     startup.mark("model initialised")
@@ -98,22 +104,31 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     for epoch in range(first_epoch, spec.train.epochs):
         state, metrics = loop.epoch(state, epoch, resume if resume and resume.epoch == epoch else None)
         if evaluator:
-            metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = evaluator(mode.replica(state.params))
+            metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = evaluator(
+                mode.replica(state.variables(ema=spec.train.eval_ema)))
+        # The rate of the epoch's last update (a host computation: the schedule is a plain function).
+        last_update = ((epoch + 1) * data.steps * auto.steps_per_call - 1) // spec.train.accumulate_steps
+        metrics.learning_rate = float(fresh.schedule(last_update))
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
         reporter.epoch(metrics)
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * local))
         if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
             loop.stop_if_asked(epoch + 1)
-    return {"checksums": replicas.gathered_checksums(state.params), "final": reporter.last}
+    # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
+    checked = {"params": state.params, "collections": state.collections, "ema": state.ema}
+    return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
 
 
-def _compile_ahead(spec: TaskSpec, mode, data, example) -> threading.Thread:
+def _compile_ahead(spec: TaskSpec, mode, data, example, slots: int) -> threading.Thread:
     """Compiles the first device call in a thread while the model is initialised (both take seconds on
     a cold start); the call then finds the program in XLA's persistent cache. Without that cache, or
     where the runner cannot, it does nothing."""
     if spec.train.compile_cache in ("", "off"):
         return parallel.finished()
-    shapes = jax.eval_shape(partial(create_train_state, spec), example)  # traced, not compiled
+    try:
+        shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not compiled
+    except Exception:  # noqa: BLE001 - the real init reports what is wrong with the model
+        return parallel.finished()
     batch = data.peek()
     tally = data.put([call_tally()] * len(data.devices))
     return mode.compile_ahead(shapes, tally, batch["images"], batch["labels"], data.shard_sizes())
@@ -135,7 +150,7 @@ class Loop:
         self.checkpoint_every = max(1, every // k) if every else None
         self.first_call = True
         self.saved_at = time.monotonic()
-        self.step_log = StepLog(spec, reporter.trackers, k)
+        self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
 
     def epoch(self, state, epoch: int, resume: Resume | None):
         start, done = time.perf_counter(), resume.calls_done if resume else 0

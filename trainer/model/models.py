@@ -2,15 +2,20 @@
 
 A model factory is a callable `factory(num_classes: int) -> flax.linen.Module` (a Module class with
 a `num_classes` field is one). The trainer initialises the module on one zero sample shaped like the
-pipeline's images and then calls `module.apply({"params": params}, images)` on a per-device batch
-`images` of shape `(batch, *sample_shape)`: it returns logits `(batch, num_classes)` (checked on the
-initialisation's own forward pass). All state is
-in `params`: no BatchNorm statistics or other mutable collections (normalise with GroupNorm or
-LayerNorm), no dropout RNGs. Built in (`--model NAME`):
+pipeline's images and then applies it to a per-device batch `images` of shape `(batch, *sample_shape)`:
+it returns logits `(batch, num_classes)` (checked on the initialisation's own forward pass).
+
+State and randomness (model/forward.py): a module whose `__call__` takes `train` (or `training`)
+is told whether it is training (False at initialisation and evaluation). Collections besides
+`params` (BatchNorm's `batch_stats`) are mutable while training, averaged over every device of the
+job after each step and kept in checkpoints; evaluation uses them as they are. A `dropout` RNG
+stream is given while training: a different key per step and device, reproducible from --seed.
+A plain `__call__(self, x)` with params only works as it always did. Built in (`--model NAME`):
 
     mlp       the DALI + Flax example's 784-784-1024-1024-10 MLP, layer for layer
     cnn       a small CNN for 28x28 images; the example's flat 784 vector is reshaped to 28x28x1
     resnet18  ResNet-18 with GroupNorm, for the folders pipeline's HWC crops (any square size)
+    resnet50  ResNet-50 v1.5 with BatchNorm, the standard ImageNet model (resnet.py)
 """
 from __future__ import annotations
 

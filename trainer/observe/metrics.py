@@ -42,6 +42,7 @@ class EpochMetrics:
     test_accuracy: float | None = None
     test_count: int | None = None
     eval_time_s: float | None = None
+    learning_rate: float | None = None  # the rate of the epoch's last optimizer update
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
     step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
 

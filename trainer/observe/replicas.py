@@ -12,11 +12,11 @@ from dali_launch.trainer.run_dir import RunPaths
 
 
 def local_checksums(params) -> list[str]:
-    """A SHA-256 of every local replica's parameters, in local device order."""
+    """A SHA-256 of every local replica of a pytree (parameters, statistics, ...), in local device order."""
     leaves = jax.tree.leaves(params)
     digests = [hashlib.sha256() for _ in leaves[0].addressable_shards]
     for leaf in leaves:
-        shards = sorted(leaf.addressable_shards, key=lambda s: s.index[0].start or 0)
+        shards = sorted(leaf.addressable_shards, key=lambda s: (s.index[0].start or 0) if s.index else 0)
         for digest, shard in zip(digests, shards):
             digest.update(np.asarray(shard.data).tobytes())
     return [d.hexdigest() for d in digests]

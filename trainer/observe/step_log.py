@@ -16,7 +16,8 @@ import jax
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.observe.trackers import Trackers, learning_rate
+from dali_launch.trainer.observe.trackers import Trackers
+from dali_launch.trainer.step.optim import schedule
 
 
 def _read(tally) -> tuple[float, float]:
@@ -39,8 +40,9 @@ class Sums:
 class StepLog:
     """Process 0 logs; elsewhere every call returns at once."""
 
-    def __init__(self, spec: TaskSpec, trackers: Trackers, steps_per_call: int):
+    def __init__(self, spec: TaskSpec, trackers: Trackers, steps_per_call: int, slots_per_epoch: int):
         self.spec, self.trackers, self.k = spec, trackers, steps_per_call
+        self.rate = schedule(spec.train, slots_per_epoch) if trackers else None
         self.every = spec.observe.log_every_steps if trackers else 0
         self.sums = Sums()
         self.point_step = 0  # the last check point's global step
@@ -81,7 +83,7 @@ class StepLog:
     def _write(self, step: int) -> None:
         s = self.sums
         values = {"train/loss": s.loss / s.loss_count if s.loss_count else None,
-                  "train/learning_rate": learning_rate(self.spec, step)}
+                  "train/learning_rate": float(self.rate(max(step - 1, 0) // self.spec.train.accumulate_steps))}
         if s.time_s > 0 and s.steps:
             values |= {"perf/images_per_s": s.count / s.time_s, "perf/step_time_ms": 1000 * s.time_s / s.steps,
                        "perf/data_wait_fraction": s.wait_s / s.time_s}

@@ -19,11 +19,6 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 
-def learning_rate(spec: TaskSpec, step: int) -> float:
-    """The learning rate at global SGD step `step`: the one point that knows it (a schedule goes here)."""
-    return spec.train.learning_rate
-
-
 class TensorBoard:
     def __init__(self, paths: RunPaths, first_step: int):
         from tensorboardX import SummaryWriter

@@ -14,16 +14,17 @@ import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
+from dali_launch.trainer.model.forward import Forward
 from dali_launch.trainer.model.models import create_model
 
 
-def eval_call(apply_fn, params, tally, images, labels, shard_sizes):
+def eval_call(forward, variables, tally, images, labels, shard_sizes):
     """One evaluation batch of every local device: images (devices, rows, ...), shard_sizes (devices, readers).
     `tally` is per device, as the batches; correct and count are summed over the devices by XLA."""
     rows = images.shape[1] // shard_sizes.shape[1]
     valid = jax.vmap(shards.valid_mask, (0, 0, None))(tally["position"], shard_sizes, rows)
     flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
-    predicted = jnp.argmax(apply_fn({"params": params}, flat(images)), -1)
+    predicted = jnp.argmax(forward(variables, flat(images), False)[0], -1)  # BatchNorm: its running statistics
     correct = (predicted == contract.class_ids(flat(labels))) * flat(valid)
     per_device = lambda x: jnp.broadcast_to(jnp.sum(x), tally["count"].shape)  # noqa: E731
     return {"position": tally["position"] + rows, "correct": tally["correct"] + per_device(correct),
@@ -43,22 +44,23 @@ class Evaluator:
         self.spec, self.devices, self.readers = spec, devices, readers
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
-        apply_fn = create_model(spec.train.model, spec.data.num_classes).apply
+        forward = Forward(create_model(spec.train.model, spec.data.num_classes), spec.train.precision)
         mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        self.eval = jax.jit(partial(eval_call, apply_fn), donate_argnums=(1,))
+        self.eval = jax.jit(partial(eval_call, forward), donate_argnums=(1,))
 
-    def __call__(self, params) -> tuple[float, int, float]:
-        """Accuracy of `params`, one replica on this process's first device (copied to the others)."""
+    def __call__(self, variables) -> tuple[float, int, float]:
+        """Accuracy of `variables` (params and any collections), one replica on this process's first device
+        (copied to the others)."""
         start = time.perf_counter()
-        params = jax.device_put(params, self.replicated)
+        variables = jax.device_put(variables, self.replicated)
         if self.data is None:
             self._build()
         zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
         tally = self.data.put([zero] * len(self.data.devices))
         kept = []
         for batch in self.cached or self.data.epoch():
-            tally = self.eval(params, tally, batch["images"], batch["labels"], self.shard_sizes)
+            tally = self.eval(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
         label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "testing")

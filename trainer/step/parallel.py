@@ -8,13 +8,18 @@
 Both take the same device call (DALI batch (devices, rows, ...), rows = --steps-per-call steps of
 --batch-size) and make the same SGD steps: step j is rows [j*B, (j+1)*B) of every device, the loss
 is summed over the step's real samples of the whole job and divided by their count, so padding
-never counts and every replica applies the same update.
+never counts and every replica applies the same update (state.py: the optimizer, accumulation, EMA).
+A model's mutable collections (BatchNorm statistics) are averaged over the job after every step:
+under pmap each device computed its own; under jit the batch is one job-wide array, so they are
+the job's already and the average is the identity.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
+from dataclasses import dataclass
 from functools import partial
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -28,19 +33,38 @@ from dali_launch.trainer.data.shards import valid_mask
 from dali_launch.trainer.errors import UsageError
 
 
-def sgd_step(state, images, labels, valid, total):
-    """One SGD step on one batch; `total` sums a value over the whole job (psum, or nothing under jit)."""
-    def loss_sum(params):
-        logits = state.apply_fn({"params": params}, images)
-        return jnp.sum(optax.softmax_cross_entropy(logits, targets(labels, logits.shape[-1])) * valid)
+@dataclass(frozen=True)
+class Job:
+    """How a step's program sees the job: `sum` over every device (psum under pmap; nothing under jit,
+    whose arrays are already job-wide) and `index`, this device's global index (0 under jit: one
+    program sees every row)."""
+    sum: Callable
+    index: Callable
 
-    loss, grads = jax.value_and_grad(loss_sum)(state.params)
-    count = total(jnp.sum(valid))
-    grads = jax.tree.map(lambda g: total(g) / jnp.maximum(count, 1), grads)
-    # A step made only of padding (the tail of a shard read k batches at a time) is no step at all:
-    # momentum must not move on a zero gradient.
-    stepped = jax.tree.map(lambda new, old: jnp.where(count > 0, new, old), state.apply_gradients(grads=grads), state)
-    return stepped, total(loss), count
+    def mean(self, x):
+        return self.sum(x) / self.sum(jnp.ones((), x.dtype))
+
+
+PMAP_JOB = Job(partial(jax.lax.psum, axis_name=AXIS), partial(jax.lax.axis_index, AXIS))
+JIT_JOB = Job(lambda x: x, lambda: 0)
+
+
+def sgd_step(state, images, labels, valid, job: Job):
+    """One SGD step on one batch (state.py applies it); the loss is the job's sum over real samples."""
+    key = state.dropout_key(job.index())
+
+    def loss_sum(params):
+        logits, collections = state.forward({"params": params, **state.collections}, images, True, key)
+        goal = targets(labels, logits.shape[-1])
+        if state.recipe.label_smoothing:
+            goal = optax.smooth_labels(goal, state.recipe.label_smoothing)
+        return jnp.sum(optax.softmax_cross_entropy(logits, goal) * valid), collections
+
+    (loss, collections), grads = jax.value_and_grad(loss_sum, has_aux=True)(state.params)
+    count = job.sum(jnp.sum(valid))
+    # BatchNorm statistics (any mutable collection) averaged over every device: replicas stay identical.
+    collections = jax.tree.map(job.mean, collections)
+    return state.learn(jax.tree.map(job.sum, grads), count, collections), job.sum(loss), count
 
 
 def targets(labels, num_classes: int):
@@ -53,15 +77,15 @@ def targets(labels, num_classes: int):
     return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
 
 
-def sgd_steps(state, images, labels, valid, total):
+def sgd_steps(state, images, labels, valid, job: Job):
     """Steps over a leading `steps` axis, fused by `lax.scan`: the host dispatches once per DALI batch.
     Returns the state and the loss and sample sums of all of them."""
     if images.shape[0] == 1:  # XLA:CPU runs convolutions inside a scan ~15x slower (a CNN: 60 vs 1,250 images/s)
-        return sgd_step(state, images[0], labels[0], valid[0], total)
+        return sgd_step(state, images[0], labels[0], valid[0], job)
 
     def one(carry, batch):
         state, loss, count = carry
-        state, step_loss, step_count = sgd_step(state, *batch, total)
+        state, step_loss, step_count = sgd_step(state, *batch, job)
         return (state, loss + step_loss, count + step_count), None
 
     zero = jnp.zeros((), jnp.float32)
@@ -91,8 +115,7 @@ def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
     rows = images.shape[0] // readers
     valid = valid_mask(tally["position"], shard_sizes, rows)
     steps = lambda x: sample_order(x, readers).reshape(-1, batch_size, *x.shape[1:])  # noqa: E731
-    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid),
-                                   partial(jax.lax.psum, axis_name=AXIS))
+    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), PMAP_JOB)
     return state, advance(tally, rows, loss, count, label_check.fold(tally["labels"], labels))
 
 
@@ -107,7 +130,7 @@ def sharded_call(state, tally, images, labels, shard_sizes, batch_size: int):
         per_step = x.reshape(x.shape[0], -1, batch_size, *x.shape[2:]).swapaxes(0, 1)
         return per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
 
-    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), lambda x: x)
+    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), JIT_JOB)
     seen = jax.vmap(label_check.fold)(tally["labels"], labels)  # per device, as the tally: no collective
     return state, advance(tally, rows, loss, count, seen)
 
@@ -145,11 +168,10 @@ class Sharded:
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         """Compiles `call` for a state of these `shapes` and these other arguments, in a thread (into
         XLA's persistent cache, where the real call finds it); a failure here is the real call's to report."""
-        state = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
-
         def compile_() -> None:
             with contextlib.suppress(Exception):
-                self.call.lower(state, *args).compile()
+                spec = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated)  # noqa: E731
+                self.call.lower(jax.tree.map(spec, shapes), *args).compile()
 
         thread = threading.Thread(target=compile_, name="dali-launch-compile-ahead", daemon=True)
         thread.start()

@@ -1,0 +1,24 @@
+"""User models for the tests, found through PYTHONPATH=tests as a user's package would be: state
+(BatchNorm statistics) and randomness (dropout), the contract's new parts (trainer/model/models.py)."""
+from __future__ import annotations
+
+import flax.linen as nn
+
+from dali_launch.trainer.model.resnet import ResNet
+
+
+class BatchNormDropoutMLP(nn.Module):
+    """The README's example of a model with BatchNorm and dropout."""
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        x = x.reshape(x.shape[0], -1)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(nn.Dense(256)(x))
+        x = nn.Dropout(0.2, deterministic=not train)(nn.relu(x))
+        return nn.Dense(self.num_classes)(x)
+
+
+def tiny_resnet(num_classes: int) -> ResNet:
+    """resnet50's blocks, one per stage, three stages of 8, 16 and 32 filters: cheap on two CPU cores."""
+    return ResNet(num_classes=num_classes, stages=(1, 1, 1), width=8)

@@ -1,0 +1,57 @@
+"""ResNet v1.5 with BatchNorm, the standard ImageNet model (`--model resnet50`), after Flax's
+examples/imagenet/models.py: bottleneck blocks whose 3x3 convolution strides (v1.5), BatchNorm
+statistics kept in `batch_stats`, and each block's last BatchNorm scale initialised to zero, so
+every block starts as the identity (Goyal et al. 2017). Under --parallel pmap each device
+normalises by its own batch and the trainer averages the statistics over the job every step;
+under --parallel sharded the step's batch is one job-wide array and BatchNorm normalises over it.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from dali_launch.trainer.model.models import as_images
+
+
+class Bottleneck(nn.Module):
+    filters: int
+    strides: int = 1
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5)
+        conv = partial(nn.Conv, use_bias=False)
+        y = nn.relu(norm()(conv(self.filters, (1, 1))(x)))
+        y = nn.relu(norm()(conv(self.filters, (3, 3), self.strides)(y)))  # v1.5: the stride is here
+        y = norm(scale_init=nn.initializers.zeros)(conv(self.filters * 4, (1, 1))(y))
+        if x.shape != y.shape:
+            x = norm()(conv(self.filters * 4, (1, 1), self.strides)(x))
+        return nn.relu(x + y)
+
+
+class ResNet(nn.Module):
+    """Bottleneck stages of `width`·2^stage filters. Images under 64 pixels get a 3x3 stem without
+    pooling (as models.ResNet18): a 7x7/2 stem and a pool would leave 7x7 of 28x28."""
+    num_classes: int = 1000
+    stages: tuple[int, ...] = (3, 4, 6, 3)
+    width: int = 64
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        x = as_images(x)
+        x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)  # bf16 stays bf16
+        small = x.shape[1] < 64
+        x = nn.Conv(self.width, (3, 3) if small else (7, 7), 1 if small else 2, use_bias=False)(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x))
+        if not small:
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        for stage, blocks in enumerate(self.stages):
+            for block in range(blocks):
+                x = Bottleneck(self.width * 2 ** stage, 2 if stage and not block else 1)(x, train)
+        return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
+
+
+def resnet50(num_classes: int) -> ResNet:
+    return ResNet(num_classes=num_classes)
