@@ -16,6 +16,7 @@ On the GPU machine:
 
 `--smoke-cpu` runs it on CPU JAX (for checking the script; its numbers mean nothing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,16 +38,36 @@ def pipelines(data: Path, readers: int, threads: int, prefetch: int) -> list:
     from dali_launch.trainer.data.pipelines import mnist
 
     def one(shard: int):
-        args = PipelineArgs(path=str(data / "training"), shard_id=shard, num_shards=readers, batch_size=150,
-                            training=True, on_gpu=False, decoder="cpu", seed=shard, num_classes=10, image_size=28)
-        return graph(mnist, args, "mnist", batch_size=150, num_threads=threads, device_id=None, seed=shard,
-                     prefetch_queue_depth=prefetch)
+        args = PipelineArgs(
+            path=str(data / "training"),
+            shard_id=shard,
+            num_shards=readers,
+            batch_size=150,
+            training=True,
+            on_gpu=False,
+            decoder="cpu",
+            seed=shard,
+            num_classes=10,
+            image_size=28,
+        )
+        return graph(
+            mnist,
+            args,
+            "mnist",
+            batch_size=150,
+            num_threads=threads,
+            device_id=None,
+            seed=shard,
+            prefetch_queue_depth=prefetch,
+        )
+
     return [one(shard) for shard in range(readers)]
 
 
 def codecs(data: Path, readers: int) -> list[dict]:
     """All codecs first: nvImageCodec reads its codec folder each time a decoder is made."""
     import numpy as np
+
     from dali_launch.trainer.data import placement
 
     rows = []
@@ -63,14 +84,22 @@ def codecs(data: Path, readers: int) -> list[dict]:
         for _ in range(20):
             samples += sum(len(pipe.run()[0]) for pipe in pipes)
         rate = samples / (time.perf_counter() - start)
-        rows.append({"component": "codecs", "setting": f"{name}, {readers} pipelines", "build_s": built,
-                     "images_per_s": rate, "first_batch_sum": first})
+        rows.append(
+            {
+                "component": "codecs",
+                "setting": f"{name}, {readers} pipelines",
+                "build_s": built,
+                "images_per_s": rate,
+                "first_batch_sum": first,
+            }
+        )
         del pipes
     return rows
 
 
 def data_epochs(data: Path, grid: list[str], epochs: int = 3) -> list[dict]:
     import jax
+
     from dali_launch.trainer.config import DataConfig
     from dali_launch.trainer.data import dali, shards
 
@@ -79,17 +108,22 @@ def data_epochs(data: Path, grid: list[str], epochs: int = 3) -> list[dict]:
         readers, threads, prefetch = (int(x) for x in cell.split("x"))
         config = DataConfig(data_dir=str(data), decoder="cpu", reader_threads=threads, prefetch=prefetch)
         sharding = shards.Sharding(0, 1, 1, readers)
-        batches = dali.build(str(data / "training"), device, device, sharding, BATCH * PER_CALL, True,
-                                       config, 0)
+        batches = dali.build(str(data / "training"), device, device, sharding, BATCH * PER_CALL, True, config, 0)
         times = []
         for _ in range(epochs):
             start = time.perf_counter()
-            for batch in batches.epoch():
+            for batch in batches.epoch():  # noqa: B007 - the last batch is waited for below
                 pass
             jax.block_until_ready(batch)
             times.append(time.perf_counter() - start)
-        rows.append({"component": "data", "setting": f"{readers} readers x {threads} threads, prefetch {prefetch}",
-                     "epoch_s": min(times[1:] or times), "epochs_s": times})
+        rows.append(
+            {
+                "component": "data",
+                "setting": f"{readers} readers x {threads} threads, prefetch {prefetch}",
+                "epoch_s": min(times[1:] or times),
+                "epochs_s": times,
+            }
+        )
         del batches
     return rows
 
@@ -98,6 +132,7 @@ def steps(count: int) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import numpy as np
+
     from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.train import create_train_state
@@ -126,8 +161,14 @@ def steps(count: int) -> list[dict]:
                 state, loss = fn(state, images, labels)
             jax.block_until_ready(loss)
             times.append(time.perf_counter() - start)
-        rows.append({"component": "steps", "setting": f"CUDA graphs {name}, {count} steps, {PER_CALL} per call",
-                     "epoch_s": min(times), "epochs_s": times})
+        rows.append(
+            {
+                "component": "steps",
+                "setting": f"CUDA graphs {name}, {count} steps, {PER_CALL} per call",
+                "epoch_s": min(times),
+                "epochs_s": times,
+            }
+        )
     return rows
 
 
@@ -140,8 +181,10 @@ def table(rows: list[dict]) -> str:
     sums = {r["first_batch_sum"] for r in rows if r["component"] == "codecs"}
     if sums:
         lines.append(f"codecs: the first batch is the same with both: {'yes' if len(sums) == 1 else 'NO'}")
-    lines += ["codecs: seconds to build the pipelines, images/s decoded by all of them; data: a data-only epoch "
-              "(best of epochs 1..2); steps: one epoch of steps (best of 3)"]
+    lines += [
+        "codecs: seconds to build the pipelines, images/s decoded by all of them; data: a data-only epoch "
+        "(best of epochs 1..2); steps: one epoch of steps (best of 3)"
+    ]
     return "\n".join(lines)
 
 
@@ -149,8 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="Folder with training/ and testing/ Caffe2 LMDBs.")
     parser.add_argument("--readers", type=int, default=8, help="Pipelines for the codecs part (default 8).")
-    parser.add_argument("--data-grid", type=listed(), default="4x4x2,4x4x4,8x2x4",
-                        help="Data-only epochs: READERSxTHREADSxPREFETCH cells (default 4x4x2,4x4x4,8x2x4).")
+    parser.add_argument(
+        "--data-grid",
+        type=listed(),
+        default="4x4x2,4x4x4,8x2x4",
+        help="Data-only epochs: READERSxTHREADSxPREFETCH cells (default 4x4x2,4x4x4,8x2x4).",
+    )
     parser.add_argument("--parts", type=listed(choices=("codecs", "data", "steps")), default="codecs,data,steps")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"SGD steps per timed epoch (default {STEPS}).")
     parser.add_argument("--out", type=Path, help="Write the table and every number as JSON here.")
@@ -167,8 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     print(text, flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)], "environment": environment(),
-               "table": text, "rows": rows}
+        doc = {
+            "argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)],
+            "environment": environment(),
+            "table": text,
+            "rows": rows,
+        }
         args.out.write_text(json.dumps(doc, indent=2))
         print(f"wrote {args.out}")
     return 0

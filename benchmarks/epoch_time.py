@@ -31,6 +31,7 @@ without running anything (e.g. off the GPU machine).
 without a GPU; its numbers mean nothing). A contender that fails is recorded as failed; the others
 are still timed, and the exit status is 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,6 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.trainer.data.placement import CODECS_PATH
-from dali_launch.trainer.topology import disable_cuda_graphs
 from example import run_example  # the same folder: run as a script
 from report import (
     PARALLEL,
@@ -58,10 +57,14 @@ from report import (
     table,
 )
 
+from dali_launch.trainer.data.placement import CODECS_PATH
+from dali_launch.trainer.topology import disable_cuda_graphs
+
 
 @dataclass(frozen=True)
 class Ours:
     """One configuration of our trainer to time."""
+
     parallel: str
     decoder: str
     steps_per_call: int
@@ -71,8 +74,15 @@ class Ours:
         return f"ours-{self.parallel}-{self.decoder}-k{self.steps_per_call}-r{readers}"
 
 
-def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: Path,
-             reader_threads: int | None, cuda_graphs: str = "auto") -> dict:
+def run_ours(
+    data_dir: Path,
+    epochs: int,
+    ours: Ours,
+    jax_platform: str,
+    root: Path,
+    reader_threads: int | None,
+    cuda_graphs: str = "auto",
+) -> dict:
     from dali_launch.trainer.config import (
         DataConfig,
         DistributedConfig,
@@ -84,12 +94,21 @@ def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: P
 
     name = ours.name(ours.readers or "auto")
     run_dir = root / name
-    data = DataConfig(data_dir=str(data_dir), decoder=ours.decoder, readers_per_device=ours.readers,
-                      **({"reader_threads": reader_threads} if reader_threads else {}))
-    train = TrainConfig(epochs=epochs, steps_per_call=ours.steps_per_call, parallel=ours.parallel,
-                        cuda_graphs=cuda_graphs)
-    spec = TaskSpec(run_dir=str(run_dir), data=data, train=train,
-                    distributed=DistributedConfig(platform=jax_platform, local_device_count=1))
+    data = DataConfig(
+        data_dir=str(data_dir),
+        decoder=ours.decoder,
+        readers_per_device=ours.readers,
+        **({"reader_threads": reader_threads} if reader_threads else {}),
+    )
+    train = TrainConfig(
+        epochs=epochs, steps_per_call=ours.steps_per_call, parallel=ours.parallel, cuda_graphs=cuda_graphs
+    )
+    spec = TaskSpec(
+        run_dir=str(run_dir),
+        data=data,
+        train=train,
+        distributed=DistributedConfig(platform=jax_platform, local_device_count=1),
+    )
     paths = RunPaths(run_dir)
     run_dir.mkdir(parents=True)
     paths.config.write_text(spec.to_json())
@@ -106,12 +125,21 @@ def run_ours(data_dir: Path, epochs: int, ours: Ours, jax_platform: str, root: P
     total_s = time.perf_counter() - start
     per_epoch = read_epochs(paths.metrics)
     readers = json.loads(paths.rank_map.read_text())[0]["readers_per_device"]
-    return {"name": ours.name(readers), "parallel": ours.parallel, "decoder": ours.decoder,
-            "steps_per_call": ours.steps_per_call, "readers_per_device": readers, "readers_requested": ours.readers,
-            "epochs": per_epoch, "run_task_s": total_s,
-            "setup_s": total_s - sum(e["train_s"] + e["eval_s"] for e in per_epoch),
-            "batch_size": spec.train.batch_size, "eval_batch_size": spec.train.eval_batch_size,
-            "reader_threads": spec.data.reader_threads, "run_dir": str(run_dir)}
+    return {
+        "name": ours.name(readers),
+        "parallel": ours.parallel,
+        "decoder": ours.decoder,
+        "steps_per_call": ours.steps_per_call,
+        "readers_per_device": readers,
+        "readers_requested": ours.readers,
+        "epochs": per_epoch,
+        "run_task_s": total_s,
+        "setup_s": total_s - sum(e["train_s"] + e["eval_s"] for e in per_epoch),
+        "batch_size": spec.train.batch_size,
+        "eval_batch_size": spec.train.eval_batch_size,
+        "reader_threads": spec.data.reader_threads,
+        "run_dir": str(run_dir),
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -121,19 +149,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="Write every number and the command line as JSON here.")
     parser.add_argument("--plot", type=Path, help="Write a PNG chart of the epoch and eval times here (matplotlib).")
     parser.add_argument("--plot-from", type=Path, help="Only redraw --plot from this earlier --out JSON.")
-    parser.add_argument("--parallel", type=listed(choices=PARALLEL), default="sharded",
-                        help="Our --parallel values to time, e.g. pmap,sharded (default sharded, the trainer's).")
-    parser.add_argument("--decoders", type=listed(choices=("auto", "cpu", "mixed")), default="auto",
-                        help="Our --decoder values to time (default auto, the trainer's).")
-    parser.add_argument("--steps-per-call", type=listed(int), default="0",
-                        help="Our --steps-per-call values to time, e.g. 1,24 (default 0: auto, the trainer's).")
-    parser.add_argument("--readers", type=listed(int), default="0",
-                        help="Our --readers-per-device values to time, e.g. 1,4 (default 0: the trainer picks).")
+    parser.add_argument(
+        "--parallel",
+        type=listed(choices=PARALLEL),
+        default="sharded",
+        help="Our --parallel values to time, e.g. pmap,sharded (default sharded, the trainer's).",
+    )
+    parser.add_argument(
+        "--decoders",
+        type=listed(choices=("auto", "cpu", "mixed")),
+        default="auto",
+        help="Our --decoder values to time (default auto, the trainer's).",
+    )
+    parser.add_argument(
+        "--steps-per-call",
+        type=listed(int),
+        default="0",
+        help="Our --steps-per-call values to time, e.g. 1,24 (default 0: auto, the trainer's).",
+    )
+    parser.add_argument(
+        "--readers",
+        type=listed(int),
+        default="0",
+        help="Our --readers-per-device values to time, e.g. 1,4 (default 0: the trainer picks).",
+    )
     parser.add_argument("--reader-threads", type=int, help="Our DALI threads per pipeline (default: the trainer's).")
     parser.add_argument("--skip-example", action="store_true", help="Time only ours.")
-    parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
-                        help="Our --cuda-graphs (default auto). One process: XLA's setting is the first "
-                             "contender's (the example's: on) for all; off turns them off for all.")
+    parser.add_argument(
+        "--cuda-graphs",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="Our --cuda-graphs (default auto). One process: XLA's setting is the first "
+        "contender's (the example's: on) for all; off turns them off for all.",
+    )
     parser.add_argument("--work-dir", type=Path, help="Where ours writes its run directories (default: a temp dir).")
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU pipelines and CPU JAX: checks the script only.")
     args = parser.parse_args(argv)
@@ -147,8 +195,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--epochs must be at least 1")
     for split in ("training", "testing"):
         if not (args.data / split / "data.mdb").is_file():
-            parser.error(f"{args.data / split} is no LMDB; make one with "
-                         f"`dali-launch data prepare --from IDX_DIR --to {args.data}`")
+            parser.error(
+                f"{args.data / split} is no LMDB; make one with "
+                f"`dali-launch data prepare --from IDX_DIR --to {args.data}`"
+            )
     return args
 
 
@@ -168,12 +218,18 @@ def run_all(args: argparse.Namespace) -> list[dict]:
         except Exception as e:  # still time ours
             tb = traceback.format_exc()
             print(f"  example FAILED: {type(e).__name__}: {e}\n{tb}", flush=True)
-            results.append({"name": "example", "failed": True,
-                            "failures": [{"error": f"{type(e).__name__}: {e}", "traceback": tb}]})
+            results.append(
+                {
+                    "name": "example",
+                    "failed": True,
+                    "failures": [{"error": f"{type(e).__name__}: {e}", "traceback": tb}],
+                }
+            )
     for ours in contenders(args):
         print(f"ours (run_task): {ours.name(ours.readers or 'auto')}", flush=True)
-        results.append(run_ours(data, args.epochs, ours, "gpu" if gpu else "cpu", root, args.reader_threads,
-                                args.cuda_graphs))
+        results.append(
+            run_ours(data, args.epochs, ours, "gpu" if gpu else "cpu", root, args.reader_threads, args.cuda_graphs)
+        )
     return results
 
 
@@ -195,8 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     example = next((r for r in results if r["name"] == "example" and not r.get("failed")), None)
     if example:
         print(f"example's eval with the notebook's own (eager) accuracy(): {example['notebook_eager_eval_s']:.2f} s")
-    doc = {"argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)], "environment": environment(),
-           "epochs": args.epochs, "table": text, "results": results}
+    doc = {
+        "argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)],
+        "environment": environment(),
+        "epochs": args.epochs,
+        "table": text,
+        "results": results,
+    }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2))

@@ -9,6 +9,7 @@
 Only timing is added: around the iterator's next() (data wait) and one `jax.block_until_ready`
 after the very first step (compile time).
 """
+
 from __future__ import annotations
 
 import time
@@ -46,10 +47,9 @@ def run_example(data_dir: Path, epochs: int, gpu: bool, batch_size: int = 50) ->
 
     @pipeline_def(device_id=0 if gpu else None, num_threads=4, seed=0)
     def mnist_pipeline(data_path, random_shuffle):
-        jpegs, labels = fn.readers.caffe2(path=data_path, random_shuffle=random_shuffle,
-                                          name="mnist_caffe2_reader")
+        jpegs, labels = fn.readers.caffe2(path=data_path, random_shuffle=random_shuffle, name="mnist_caffe2_reader")
         images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.GRAY)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.], output_layout="CHW")
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
         images = fn.reshape(images, shape=[-1])  # Flatten the output image
         if gpu:
             labels = labels.gpu()
@@ -57,16 +57,18 @@ def run_example(data_dir: Path, epochs: int, gpu: bool, batch_size: int = 50) ->
             labels = fn.one_hot(labels, num_classes=num_classes)
         return images, labels
 
-    training_pipeline = mnist_pipeline(data_path=str(data_dir / "training"), random_shuffle=True,
-                                       batch_size=batch_size)
-    validation_pipeline = mnist_pipeline(data_path=str(data_dir / "testing"), random_shuffle=False,
-                                         batch_size=batch_size)
+    training_pipeline = mnist_pipeline(data_path=str(data_dir / "training"), random_shuffle=True, batch_size=batch_size)
+    validation_pipeline = mnist_pipeline(
+        data_path=str(data_dir / "testing"), random_shuffle=False, batch_size=batch_size
+    )
     training_pipeline.build()
     validation_pipeline.build()
-    training_iterator = dax.DALIGenericIterator(training_pipeline, output_map=["images", "labels"],
-                                                reader_name="mnist_caffe2_reader", auto_reset=True)
-    validation_iterator = dax.DALIGenericIterator(validation_pipeline, output_map=["images", "labels"],
-                                                  reader_name="mnist_caffe2_reader", auto_reset=True)
+    training_iterator = dax.DALIGenericIterator(
+        training_pipeline, output_map=["images", "labels"], reader_name="mnist_caffe2_reader", auto_reset=True
+    )
+    validation_iterator = dax.DALIGenericIterator(
+        validation_pipeline, output_map=["images", "labels"], reader_name="mnist_caffe2_reader", auto_reset=True
+    )
 
     class CNN(nn.Module):
         @nn.compact
@@ -136,19 +138,37 @@ def run_example(data_dir: Path, epochs: int, gpu: bool, batch_size: int = 50) ->
         start = time.perf_counter()
         acc = float(accuracy(model_state, validation_iterator))
         eval_s = time.perf_counter() - start
-        per_epoch.append({"epoch": epoch, "train_s": train_s, "eval_s": eval_s, "train_samples": steps * batch_size,
-                          "test_accuracy": acc, "test_count": int(validation_iterator.size),
-                          "data_wait_fraction": batches.seconds / train_s,
-                          "compile_s": compile_s if epoch == 0 else None})
-        print(f"  example epoch {epoch}: train {train_s:.2f} s ({steps} steps, {batches.seconds / train_s:.0%} waiting "
-              f"for data)  eval {eval_s:.2f} s  accuracy {acc:.4f}", flush=True)
+        per_epoch.append(
+            {
+                "epoch": epoch,
+                "train_s": train_s,
+                "eval_s": eval_s,
+                "train_samples": steps * batch_size,
+                "test_accuracy": acc,
+                "test_count": int(validation_iterator.size),
+                "data_wait_fraction": batches.seconds / train_s,
+                "compile_s": compile_s if epoch == 0 else None,
+            }
+        )
+        print(
+            f"  example epoch {epoch}: train {train_s:.2f} s ({steps} steps, {batches.seconds / train_s:.0%} waiting "
+            f"for data)  eval {eval_s:.2f} s  accuracy {acc:.4f}",
+            flush=True,
+        )
     start = time.perf_counter()
     acc_nb = float(accuracy_notebook(model_state, validation_iterator))
     notebook_eval_s = time.perf_counter() - start
     print(f"  example, the notebook's eager accuracy(): {notebook_eval_s:.2f} s (accuracy {acc_nb:.4f})", flush=True)
-    return {"name": "example", "setup_s": setup_s, "epochs": per_epoch, "notebook_eager_eval_s": notebook_eval_s,
-            "batch_size": batch_size, "eval_batch_size": batch_size, "reader_threads": 4,
-            "decoder": "mixed" if gpu else "cpu"}
+    return {
+        "name": "example",
+        "setup_s": setup_s,
+        "epochs": per_epoch,
+        "notebook_eager_eval_s": notebook_eval_s,
+        "batch_size": batch_size,
+        "eval_batch_size": batch_size,
+        "reader_threads": 4,
+        "decoder": "mixed" if gpu else "cpu",
+    }
 
 
 def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200) -> dict:
@@ -166,21 +186,34 @@ def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200) -
 
     @pipeline_def(num_threads=4, seed=0)
     def mnist_pipeline(data_path, random_shuffle, shard_id, num_shards):
-        jpegs, labels = fn.readers.caffe2(path=data_path, random_shuffle=random_shuffle, name="mnist_caffe2_reader",
-                                          shard_id=shard_id, num_shards=num_shards)
+        jpegs, labels = fn.readers.caffe2(
+            path=data_path,
+            random_shuffle=random_shuffle,
+            name="mnist_caffe2_reader",
+            shard_id=shard_id,
+            num_shards=num_shards,
+        )
         images = fn.decoders.image(jpegs, device="mixed", output_type=types.GRAY)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.], output_layout="CHW")
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
         images = fn.reshape(images, shape=[-1])
         labels = labels.gpu()
         return images, (fn.one_hot(labels, num_classes=10) if random_shuffle else labels)
 
     def iterator(split, shuffle):
-        pipes = [mnist_pipeline(data_path=str(data_dir / split), random_shuffle=shuffle, shard_id=i,
-                                num_shards=len(gpus), batch_size=per_gpu, device_id=i) for i in range(len(gpus))]
+        pipes = [
+            mnist_pipeline(
+                data_path=str(data_dir / split),
+                random_shuffle=shuffle,
+                shard_id=i,
+                num_shards=len(gpus),
+                batch_size=per_gpu,
+                device_id=i,
+            )
+            for i in range(len(gpus))
+        ]
         for p in pipes:
             p.build()
-        return dax.DALIGenericIterator(pipes, ["images", "labels"], reader_name="mnist_caffe2_reader",
-                                       auto_reset=True)
+        return dax.DALIGenericIterator(pipes, ["images", "labels"], reader_name="mnist_caffe2_reader", auto_reset=True)
 
     class MLP(nn.Module):
         @nn.compact
@@ -190,18 +223,26 @@ def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200) -
             return nn.Dense(10)(x)
 
     model = MLP()
-    state = train_state.TrainState.create(apply_fn=model.apply, params=model.init(jax.random.PRNGKey(0),
-                                          jnp.ones([784]))["params"], tx=optax.sgd(0.1, 0.9))
+    state = train_state.TrainState.create(
+        apply_fn=model.apply,
+        params=model.init(jax.random.PRNGKey(0), jnp.ones([784]))["params"],
+        tx=optax.sgd(0.1, 0.9),
+    )
     state = jax_utils.replicate(state, devices=gpus)
 
     def train_step(state, batch):  # as in the notebook: no pmean, each replica on its own
-        grads = jax.grad(lambda p: optax.softmax_cross_entropy(
-            state.apply_fn({"params": p}, batch["images"]), batch["labels"]).mean())(state.params)
+        grads = jax.grad(
+            lambda p: optax.softmax_cross_entropy(
+                state.apply_fn({"params": p}, batch["images"]), batch["labels"]
+            ).mean()
+        )(state.params)
         return state.apply_gradients(grads=grads)
 
     p_train = jax.pmap(train_step, devices=gpus)
-    p_correct = jax.pmap(lambda s, b: jnp.sum(b["labels"].ravel() == jnp.argmax(
-        s.apply_fn({"params": s.params}, b["images"]), -1)), devices=gpus)
+    p_correct = jax.pmap(
+        lambda s, b: jnp.sum(b["labels"].ravel() == jnp.argmax(s.apply_fn({"params": s.params}, b["images"]), -1)),
+        devices=gpus,
+    )
     train_it, test_it = iterator("training", True), iterator("testing", False)
     epochs_out = []
     for epoch in range(epochs):
@@ -214,6 +255,9 @@ def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200) -
         correct = sum(int(c.sum()) for c in (p_correct(state, b) for b in test_it))
         eval_s = time.perf_counter() - start
         epochs_out.append({"epoch": epoch, "train_s": train_s, "eval_s": eval_s, "test_accuracy": correct / 10_000})
-        print(f"  example epoch {epoch}: train {train_s:.2f} s  eval {eval_s:.2f} s  accuracy (replica 0 + 1 "
-              f"halves) {correct / 10_000:.4f}", flush=True)
+        print(
+            f"  example epoch {epoch}: train {train_s:.2f} s  eval {eval_s:.2f} s  accuracy (replica 0 + 1 "
+            f"halves) {correct / 10_000:.4f}",
+            flush=True,
+        )
     return {"name": "example 1 proc x 2 GPU (no averaging)", "epochs": epochs_out}

@@ -1,4 +1,5 @@
 """What the benchmark scripts share: a run's metrics read back, summaries and ratios, the table, the chart."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,10 +13,20 @@ PARALLEL = ("pmap", "sharded")
 def read_epochs(metrics: Path) -> list[dict]:
     """A run's metrics.jsonl in the example's per-epoch keys."""
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return [{"epoch": m["epoch"], "train_s": m["epoch_time_s"], "eval_s": m["eval_time_s"],
-             "train_samples": m["train_samples"], "test_accuracy": m["test_accuracy"], "test_count": m["test_count"],
-             "train_loss": m["train_loss"], "data_wait_fraction": m["data_wait_fraction"], "compile_s": m["compile_s"]}
-            for m in lines]
+    return [
+        {
+            "epoch": m["epoch"],
+            "train_s": m["epoch_time_s"],
+            "eval_s": m["eval_time_s"],
+            "train_samples": m["train_samples"],
+            "test_accuracy": m["test_accuracy"],
+            "test_count": m["test_count"],
+            "train_loss": m["train_loss"],
+            "data_wait_fraction": m["data_wait_fraction"],
+            "compile_s": m["compile_s"],
+        }
+        for m in lines
+    ]
 
 
 def summarize(result: dict) -> dict | None:
@@ -23,13 +34,21 @@ def summarize(result: dict) -> dict | None:
     if not epochs:
         return None
     steady = epochs[1:] or epochs
-    mean = lambda key: sum(e[key] for e in steady) / len(steady)  # noqa: E731
+    mean = lambda key: sum(e[key] for e in steady) / len(steady)
     train_s, eval_s = mean("train_s"), mean("eval_s")
-    return {"epoch0_train_s": epochs[0]["train_s"], "epoch0_eval_s": epochs[0]["eval_s"], "train_s": train_s,
-            "eval_s": eval_s, "train_images_per_s": mean("train_samples") / train_s,
-            "eval_images_per_s": mean("test_count") / eval_s, "data_wait_fraction": mean("data_wait_fraction"),
-            "compile_s": epochs[0]["compile_s"], "final_accuracy": epochs[-1]["test_accuracy"],
-            "steady_epochs": [e["epoch"] for e in steady], "setup_s": result.get("setup_s")}
+    return {
+        "epoch0_train_s": epochs[0]["train_s"],
+        "epoch0_eval_s": epochs[0]["eval_s"],
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "train_images_per_s": mean("train_samples") / train_s,
+        "eval_images_per_s": mean("test_count") / eval_s,
+        "data_wait_fraction": mean("data_wait_fraction"),
+        "compile_s": epochs[0]["compile_s"],
+        "final_accuracy": epochs[-1]["test_accuracy"],
+        "steady_epochs": [e["epoch"] for e in steady],
+        "setup_s": result.get("setup_s"),
+    }
 
 
 def add_ratios(results: list[dict]) -> None:
@@ -51,27 +70,31 @@ def ratio(value: float | None) -> str:
 
 def table(results: list[dict], epochs: int) -> str:
     width = max(len(r["name"]) for r in results) + 2
-    head = (f"{'':<{width}}{'train s':>8}{'x ex':>7}{'eval s':>8}{'x ex':>7}{'eval0 s':>8}{'train img/s':>12}"
-            f"{'data wait':>10}"
-            f"{'compile s':>10}{f'acc@{epochs}':>8}{'setup s':>9}")
+    head = (
+        f"{'':<{width}}{'train s':>8}{'x ex':>7}{'eval s':>8}{'x ex':>7}{'eval0 s':>8}{'train img/s':>12}"
+        f"{'data wait':>10}"
+        f"{'compile s':>10}{f'acc@{epochs}':>8}{'setup s':>9}"
+    )
     rows = [head, "-" * len(head)]
     for r in results:
         s = r.get("summary")
         if s is None:
             rows.append(f"{r['name']:<{width}}FAILED: {r['failures'][-1]['error'][:90]}")
             continue
-        rows.append(f"{r['name']:<{width}}{s['train_s']:>8.2f}{ratio(s['train_vs_example']):>7}{s['eval_s']:>8.2f}"
-                    f"{ratio(s['eval_vs_example']):>7}{s['epoch0_eval_s']:>8.2f}{s['train_images_per_s']:>12,.0f}"
-                    f"{s['data_wait_fraction']:>10.1%}"
-                    f"{s['compile_s']:>10.2f}{s['final_accuracy']:>8.4f}{s['setup_s']:>9.1f}")
-    rows += [f"train s, eval s, data wait: means over {steady_label(epochs)}; "
-             "x ex: time / the example's (<1: faster)",
-             "data wait: share of the training epoch spent in the data iterator's next(); "
-             "compile s: first step until done",
-             "eval0 s: epoch 0's evaluation; ours reads the test set through DALI then, and keeps it decoded on "
-             "the device after (--eval-cache-mb)",
-             "eval batch: example 50, ours 500 per device; "
-             "setup s: pipelines, model init (ours: run_task total minus its epochs)"]
+        rows.append(
+            f"{r['name']:<{width}}{s['train_s']:>8.2f}{ratio(s['train_vs_example']):>7}{s['eval_s']:>8.2f}"
+            f"{ratio(s['eval_vs_example']):>7}{s['epoch0_eval_s']:>8.2f}{s['train_images_per_s']:>12,.0f}"
+            f"{s['data_wait_fraction']:>10.1%}"
+            f"{s['compile_s']:>10.2f}{s['final_accuracy']:>8.4f}{s['setup_s']:>9.1f}"
+        )
+    rows += [
+        f"train s, eval s, data wait: means over {steady_label(epochs)}; x ex: time / the example's (<1: faster)",
+        "data wait: share of the training epoch spent in the data iterator's next(); compile s: first step until done",
+        "eval0 s: epoch 0's evaluation; ours reads the test set through DALI then, and keeps it decoded on "
+        "the device after (--eval-cache-mb)",
+        "eval batch: example 50, ours 500 per device; "
+        "setup s: pipelines, model init (ours: run_task total minus its epochs)",
+    ]
     return "\n".join(rows)
 
 
@@ -90,8 +113,13 @@ def plot(doc: dict, path: Path) -> None:
             ax.text(0, i, " FAILED", va="center")
             continue
         for offset, key, colour in ((-0.2, "train", "tab:blue"), (0.2, "eval", "tab:orange")):
-            bar = ax.barh(i + offset, s[f"{key}_s"], height=0.4, color=colour,
-                          label=("training epoch" if key == "train" else "evaluation") if i == 0 else None)
+            bar = ax.barh(
+                i + offset,
+                s[f"{key}_s"],
+                height=0.4,
+                color=colour,
+                label=("training epoch" if key == "train" else "evaluation") if i == 0 else None,
+            )
             ax.bar_label(bar, labels=[f"{s[f'{key}_s']:.2f} s  ({ratio(s[f'{key}_vs_example'])})"], padding=3)
     ax.set_yticks(range(len(results)), [r["name"] for r in results])
     ax.invert_yaxis()  # the example on top
@@ -114,9 +142,14 @@ def environment() -> dict:
         import nvidia.dali
         import optax
 
-        info.update(jax=jax.__version__, flax=flax.__version__, optax=optax.__version__,
-                    dali=nvidia.dali.__version__, devices=[str(d) for d in jax.devices()],
-                    device_kind=jax.devices()[0].device_kind)
+        info.update(
+            jax=jax.__version__,
+            flax=flax.__version__,
+            optax=optax.__version__,
+            dali=nvidia.dali.__version__,
+            devices=[str(d) for d in jax.devices()],
+            device_kind=jax.devices()[0].device_kind,
+        )
     except Exception as e:  # the table matters more than the inventory
         info["error"] = repr(e)
     return info
@@ -124,6 +157,7 @@ def environment() -> dict:
 
 def listed(kind=str, choices: tuple = ()):
     """An argparse type for comma lists, e.g. `pmap,sharded`."""
+
     def parse(text: str) -> list:
         values = [kind(v) for v in text.split(",") if v]
         bad = [v for v in values if choices and v not in choices]
@@ -131,4 +165,5 @@ def listed(kind=str, choices: tuple = ()):
             of = f" of {', '.join(choices)}" if choices else ""
             raise argparse.ArgumentTypeError(f"{text!r}: want a comma list{of}")
         return values
+
     return parse

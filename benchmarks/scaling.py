@@ -27,6 +27,7 @@ is recorded as failed with its last lines of stderr; the others still run, and t
 process, or N processes of one) and skips the GPU count: it checks the script, its numbers mean
 nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,9 @@ def visible_gpus() -> int:
     """GPUs JAX sees, counted in a child: JAX in this process would hold on to the GPUs the runs need."""
     probe = "import jax; print(len(jax.devices('gpu')))"
     try:
-        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         print("counting GPUs timed out; taking 0", flush=True)
         return 0
@@ -67,14 +69,42 @@ def visible_gpus() -> int:
 
 def cli_args(args: argparse.Namespace, gpus: int, layout: str, run_root: Path, cache: Path) -> list[str]:
     """The dali-launch arguments of one run; batch stays the default 50 per device (weak scaling)."""
-    where = (["train", "--gpus-per-node", str(gpus)] if layout == "node" else
-             ["--local", "--gpus-per-node", str(gpus), "--processes", str(gpus),
-              "--local-timeout-s", str(args.timeout_s)])
-    return [*where, "--data-dir", str(args.data.absolute()), "--epochs", str(args.epochs),
-            "--steps-per-call", str(args.steps_per_call), "--reader-threads", str(args.reader_threads),
-            "--parallel", args.parallel, "--cuda-graphs", args.cuda_graphs,
-            "--platform", "cpu" if args.smoke_cpu else "gpu", "--run-root", str(run_root),
-            "--compile-cache", str(cache), "--name", f"scaling-{gpus}-{layout}"]
+    where = (
+        ["train", "--gpus-per-node", str(gpus)]
+        if layout == "node"
+        else [
+            "--local",
+            "--gpus-per-node",
+            str(gpus),
+            "--processes",
+            str(gpus),
+            "--local-timeout-s",
+            str(args.timeout_s),
+        ]
+    )
+    return [
+        *where,
+        "--data-dir",
+        str(args.data.absolute()),
+        "--epochs",
+        str(args.epochs),
+        "--steps-per-call",
+        str(args.steps_per_call),
+        "--reader-threads",
+        str(args.reader_threads),
+        "--parallel",
+        args.parallel,
+        "--cuda-graphs",
+        args.cuda_graphs,
+        "--platform",
+        "cpu" if args.smoke_cpu else "gpu",
+        "--run-root",
+        str(run_root),
+        "--compile-cache",
+        str(cache),
+        "--name",
+        f"scaling-{gpus}-{layout}",
+    ]
 
 
 def execute(command: list[str], timeout_s: float) -> tuple[int | None, str, float]:
@@ -105,9 +135,12 @@ def run_one(args: argparse.Namespace, gpus: int, layout: str, root: Path) -> dic
     record["run_dir"] = str(run_dirs[0])
     record.update(measure(run_dirs[0], gpus))
     s = record["summary"]
-    print(f"  {record['wall_s']:.0f} s: epoch {s['train_s']:.3f} s, {s['train_images_per_s']:,.0f} images/s, "
-          f"accuracy {s['final_accuracy']:.4f}, {s['replicas']} replicas"
-          f"{'' if s['replicas_identical'] else ' that DIFFER'}", flush=True)
+    print(
+        f"  {record['wall_s']:.0f} s: epoch {s['train_s']:.3f} s, {s['train_images_per_s']:,.0f} images/s, "
+        f"accuracy {s['final_accuracy']:.4f}, {s['replicas']} replicas"
+        f"{'' if s['replicas_identical'] else ' that DIFFER'}",
+        flush=True,
+    )
     return record
 
 
@@ -116,9 +149,12 @@ def measure(run_dir: Path, gpus: int) -> dict:
     epochs = read_epochs(run_dir / "metrics.jsonl")
     checksums = json.loads((run_dir / "result.json").read_text())["checksums"]
     summary = summarize({"epochs": epochs})
-    summary.update(images_per_s_per_gpu=summary["train_images_per_s"] / gpus,
-                   epoch0_accuracy=epochs[0]["test_accuracy"], replicas=len(checksums),
-                   replicas_identical=len(checksums) == gpus and len(set(checksums)) == 1)
+    summary.update(
+        images_per_s_per_gpu=summary["train_images_per_s"] / gpus,
+        epoch0_accuracy=epochs[0]["test_accuracy"],
+        replicas=len(checksums),
+        replicas_identical=len(checksums) == gpus and len(set(checksums)) == 1,
+    )
     return {"summary": summary, "epochs": epochs, "checksums": checksums}
 
 
@@ -132,8 +168,10 @@ def add_efficiency(runs: list[dict]) -> None:
 
 
 def table(runs: list[dict], epochs: int) -> str:
-    head = (f"{'gpus':>4}  {'layout':<25}{'epoch 0 s':>10}{'epoch s':>9}{'images/s':>11}{'per GPU':>9}"
-            f"{'efficiency':>11}{'acc@1':>8}{f'acc@{epochs}':>8}{'data wait':>10}  replicas")
+    head = (
+        f"{'gpus':>4}  {'layout':<25}{'epoch 0 s':>10}{'epoch s':>9}{'images/s':>11}{'per GPU':>9}"
+        f"{'efficiency':>11}{'acc@1':>8}{f'acc@{epochs}':>8}{'data wait':>10}  replicas"
+    )
     rows = [head, "-" * len(head)]
     for r in runs:
         procs = (1, r["gpus"]) if r["layout"] == "node" else (r["gpus"], 1)
@@ -144,22 +182,27 @@ def table(runs: list[dict], epochs: int) -> str:
             continue
         eff = "-" if s["efficiency"] is None else f"{s['efficiency']:.2f}"
         same = f"{s['replicas']} {'identical' if s['replicas_identical'] else 'DIFFER'}"
-        rows.append(f"{r['gpus']:>4}  {where:<25}{s['epoch0_train_s']:>10.2f}{s['train_s']:>9.3f}"
-                    f"{s['train_images_per_s']:>11,.0f}{s['images_per_s_per_gpu']:>9,.0f}{eff:>11}"
-                    f"{s['epoch0_accuracy']:>8.4f}{s['final_accuracy']:>8.4f}{s['data_wait_fraction']:>10.1%}  {same}")
+        rows.append(
+            f"{r['gpus']:>4}  {where:<25}{s['epoch0_train_s']:>10.2f}{s['train_s']:>9.3f}"
+            f"{s['train_images_per_s']:>11,.0f}{s['images_per_s_per_gpu']:>9,.0f}{eff:>11}"
+            f"{s['epoch0_accuracy']:>8.4f}{s['final_accuracy']:>8.4f}{s['data_wait_fraction']:>10.1%}  {same}"
+        )
     return "\n".join(rows)
 
 
 def footer(epochs: int) -> str:
-    return "\n".join([
-        "epoch 0 s: the first epoch, compiling included (empty XLA cache); "
-        f"epoch s, images/s, data wait: means over {steady_label(epochs)}",
-        "images/s: training images per second over all GPUs; per GPU: that / N (50 images per GPU per step)",
-        "efficiency: images/s at N / (N x images/s of the same layout's 1-GPU run); 1.00 is linear, - no 1-GPU run",
-        f"acc@1, acc@{epochs}: test accuracy after the first and the last epoch; data wait: share of the epoch "
-        "spent waiting for DALI",
-        "replicas: parameter SHA-256s at the end, one per device of every process; identical = N of them, all "
-        "equal"])
+    return "\n".join(
+        [
+            "epoch 0 s: the first epoch, compiling included (empty XLA cache); "
+            f"epoch s, images/s, data wait: means over {steady_label(epochs)}",
+            "images/s: training images per second over all GPUs; per GPU: that / N (50 images per GPU per step)",
+            "efficiency: images/s at N / (N x images/s of the same layout's 1-GPU run); 1.00 is linear, - no 1-GPU run",
+            f"acc@1, acc@{epochs}: test accuracy after the first and the last epoch; data wait: share of the epoch "
+            "spent waiting for DALI",
+            "replicas: parameter SHA-256s at the end, one per device of every process; identical = N of them, all "
+            "equal",
+        ]
+    )
 
 
 def environment(runs: list[dict]) -> dict:
@@ -169,23 +212,36 @@ def environment(runs: list[dict]) -> dict:
         return {}
     manifest = json.loads((Path(done["run_dir"]) / "manifest.json").read_text())
     devices = manifest["topology"]["devices"]
-    return {"packages": manifest["packages"], "source": manifest["source"], "platform": manifest["platform"],
-            "device_kind": devices[0]["kind"] if devices else None}
+    return {
+        "packages": manifest["packages"],
+        "source": manifest["source"],
+        "platform": manifest["platform"],
+        "device_kind": devices[0]["kind"] if devices else None,
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="Folder with training/ and testing/ Caffe2 LMDBs.")
     parser.add_argument("--gpus", type=listed(int), default="1,2,4,8", help="GPU counts (default 1,2,4,8).")
-    parser.add_argument("--layouts", type=listed(choices=LAYOUTS), default="node,process",
-                        help="node: one process with N GPUs; process: N processes of one GPU (default both).")
+    parser.add_argument(
+        "--layouts",
+        type=listed(choices=LAYOUTS),
+        default="node,process",
+        help="node: one process with N GPUs; process: N processes of one GPU (default both).",
+    )
     parser.add_argument("--epochs", type=int, default=5, help="Epochs per run (default 5).")
     parser.add_argument("--steps-per-call", type=int, default=0, help="dali-launch --steps-per-call (default 0: auto).")
     parser.add_argument("--reader-threads", type=int, default=2, help="dali-launch --reader-threads (default 2).")
-    parser.add_argument("--parallel", choices=PARALLEL, default="sharded",
-                        help="dali-launch --parallel (default sharded, the trainer's).")
-    parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
-                        help="dali-launch --cuda-graphs (default auto).")
+    parser.add_argument(
+        "--parallel",
+        choices=PARALLEL,
+        default="sharded",
+        help="dali-launch --parallel (default sharded, the trainer's).",
+    )
+    parser.add_argument(
+        "--cuda-graphs", choices=("auto", "on", "off"), default="auto", help="dali-launch --cuda-graphs (default auto)."
+    )
     parser.add_argument("--timeout-s", type=int, default=900, help="Seconds one run may take (default 900).")
     parser.add_argument("--out", type=Path, help="Write the table and every run's numbers and command as JSON.")
     parser.add_argument("--work-dir", type=Path, help="Where the runs' directories go (default: a new temp dir).")
@@ -195,8 +251,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--epochs must be at least 1")
     missing = [split for split in ("training", "testing") if not (args.data / split / "data.mdb").is_file()]
     if missing:  # every run would fail the same way
-        parser.error(f"no {' or '.join(missing)} LMDB in {args.data}; make them with "
-                     f"`dali-launch data prepare --from IDX_DIR --to {args.data}`")
+        parser.error(
+            f"no {' or '.join(missing)} LMDB in {args.data}; make them with "
+            f"`dali-launch data prepare --from IDX_DIR --to {args.data}`"
+        )
     return args
 
 
@@ -220,8 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     text = table(runs, args.epochs)
     print("\n" + text + "\n" + footer(args.epochs), flush=True)
     if args.out:
-        doc = {"argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)], "environment": environment(runs),
-               "epochs": args.epochs, "table": text, "footer": footer(args.epochs), "runs": runs}
+        doc = {
+            "argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)],
+            "environment": environment(runs),
+            "epochs": args.epochs,
+            "table": text,
+            "footer": footer(args.epochs),
+            "runs": runs,
+        }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2))
         print(f"wrote {args.out}")

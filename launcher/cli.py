@@ -1,18 +1,19 @@
 """`dali-launch`: the commands, wired. Each command's work lives in its own module.
 
-    dali-launch train                                   # one process, this machine, embedded MNIST
-    dali-launch --local --nodes 1 --gpus-per-node 2 --processes 2   # a real multi-process job, here
-    dali-launch --nodes 2 --gpus-per-node 8             # a SLURM job through submitit
-    dali-launch data prepare --from IDX_DIR --to OUT    # IDX files -> Caffe2 LMDBs
-    dali-launch config show --config run.toml --epochs 3   # the effective settings, as TOML
-    dali-launch runs; dali-launch plot runs/A runs/B --out ab.png   # the runs so far, their curves
+dali-launch train                                   # one process, this machine, embedded MNIST
+dali-launch --local --nodes 1 --gpus-per-node 2 --processes 2   # a real multi-process job, here
+dali-launch --nodes 2 --gpus-per-node 8             # a SLURM job through submitit
+dali-launch data prepare --from IDX_DIR --to OUT    # IDX files -> Caffe2 LMDBs
+dali-launch config show --config run.toml --epochs 3   # the effective settings, as TOML
+dali-launch runs; dali-launch plot runs/A runs/B --out ab.png   # the runs so far, their curves
 """
+
 from __future__ import annotations
 
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -29,8 +30,12 @@ from dali_launch.trainer.config import (
 )
 from dali_launch.trainer.errors import UsageError
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="Train Flax networks on DALI pipelines: here, on several local processes, or on SLURM.")
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Train Flax networks on DALI pipelines: here, on several local processes, or on SLURM.",
+)
 data_app = typer.Typer(help="Prepare data sets.", rich_markup_mode=None)
 app.add_typer(data_app, name="data")
 config_app = typer.Typer(help="Configuration files (--config FILE.toml).", rich_markup_mode=None)
@@ -40,9 +45,15 @@ app.add_typer(sweep_app, name="sweep")
 slurm_app = typer.Typer(help="SLURM scripts of your own (see `dali-launch task`).", rich_markup_mode=None)
 app.add_typer(slurm_app, name="slurm")
 
-RUN_OPTIONS = (("Job", (LaunchConfig,)), ("SLURM", (SlurmConfig,)), ("Data", (DataConfig,)), ("Training", (TrainConfig,)),
-               ("Distributed", (DistributedConfig,)), ("Checkpoints and failures", (ResilienceConfig,)),
-               ("Observe", (ObserveConfig,)))
+RUN_OPTIONS = (
+    ("Job", (LaunchConfig,)),
+    ("SLURM", (SlurmConfig,)),
+    ("Data", (DataConfig,)),
+    ("Training", (TrainConfig,)),
+    ("Distributed", (DistributedConfig,)),
+    ("Checkpoints and failures", (ResilienceConfig,)),
+    ("Observe", (ObserveConfig,)),
+)
 
 
 @app.callback(invoke_without_command=True)
@@ -71,8 +82,11 @@ def train(values: dict):
     """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
     from dali_launch.launcher import launch as run_job
 
-    sys.exit(run_job.resume_run(values, "train") if values["resume"] else
-             run_job.new_run(build(RunConfig, values), here=True))
+    sys.exit(
+        run_job.resume_run(values, "train")
+        if values["resume"]
+        else run_job.new_run(build(RunConfig, values), here=True)
+    )
 
 
 @app.command()
@@ -134,10 +148,13 @@ def status(job: JobArg, run_root: RunRoot = "runs"):
 
 
 @app.command()
-def logs(job: JobArg, run_root: RunRoot = "runs",
-         rank: Annotated[Optional[int], typer.Option(help="Only this rank's log, unprefixed.")] = None,
-         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
-         follow_timeout_s: Annotated[int, typer.Option(help="Stop following after this long.")] = 86400):
+def logs(
+    job: JobArg,
+    run_root: RunRoot = "runs",
+    rank: Annotated[int | None, typer.Option(help="Only this rank's log, unprefixed.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow_timeout_s: Annotated[int, typer.Option(help="Stop following after this long.")] = 86400,
+):
     """A run's logs: every rank, prefixed, or one rank; --follow until it ends."""
     from dali_launch.launcher import job_control
 
@@ -153,8 +170,10 @@ def cancel(job: JobArg, run_root: RunRoot = "runs"):
 
 
 @app.command("runs")
-def runs_(root: Annotated[str, typer.Argument(help="Folder holding the run directories.")] = "runs",
-          as_json: Annotated[bool, typer.Option("--json", help="One JSON list of the rows instead of a table.")] = False):
+def runs_(
+    root: Annotated[str, typer.Argument(help="Folder holding the run directories.")] = "runs",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON list of the rows instead of a table.")] = False,
+):
     """Every run under ROOT: state (running, finished, failed, interrupted), mode, topology, epochs, accuracy, speed."""
     import json
 
@@ -174,8 +193,10 @@ def runs_(root: Annotated[str, typer.Argument(help="Folder holding the run direc
 
 
 @app.command("plot")
-def plot_(runs: Annotated[list[str], typer.Argument(help="Run directories.")],
-          out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png")):
+def plot_(
+    runs: Annotated[list[str], typer.Argument(help="Run directories.")],
+    out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png"),
+):
     """Loss, test accuracy and images/s of several runs over SGD steps, on one figure (needs dali-launch[plot])."""
     from dali_launch.launcher.plot import plot
 
@@ -183,8 +204,10 @@ def plot_(runs: Annotated[list[str], typer.Argument(help="Run directories.")],
 
 
 @sweep_app.command("status")
-def sweep_status(sweep_dir: Annotated[Path, typer.Argument(help="The sweep directory `--sweep` printed.")],
-                 as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False):
+def sweep_status(
+    sweep_dir: Annotated[Path, typer.Argument(help="The sweep directory `--sweep` printed.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
+):
     """Each point of a sweep: its values, state and final (or latest) metrics."""
     import json
 
@@ -204,10 +227,16 @@ def data_prepare(
     source: Annotated[Path, typer.Option("--from", help="Folder with MNIST-format IDX files (train-*, t10k-*).")],
     target: Annotated[Path, typer.Option("--to", help="New folder for training/ and testing/.")],
     jpeg_quality: Annotated[int, typer.Option(help="JPEG quality of the stored images.")] = 95,
-    test_fraction: Annotated[Optional[float], typer.Option(
-        help="With only one IDX split present, the fraction held out for testing (default 0.2).")] = None,
-    layout: Annotated[DataFormat, typer.Option(
-        "--format", help="lmdb: Caffe2 LMDBs (--pipeline mnist); folders: SPLIT/<label>/<n>.jpg (--pipeline folders).")
+    test_fraction: Annotated[
+        float | None,
+        typer.Option(help="With only one IDX split present, the fraction held out for testing (default 0.2)."),
+    ] = None,
+    layout: Annotated[
+        DataFormat,
+        typer.Option(
+            "--format",
+            help="lmdb: Caffe2 LMDBs (--pipeline mnist); folders: SPLIT/<label>/<n>.jpg (--pipeline folders).",
+        ),
     ] = DataFormat.lmdb,
 ):
     """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout), or JPEG class folders."""

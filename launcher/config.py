@@ -1,4 +1,5 @@
 """The launcher's own settings, and the pure checks run before anything is written or submitted."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,25 +20,33 @@ from dali_launch.trainer.errors import UsageError
 class LaunchConfig:
     nodes: int = opt(1, "Nodes (hosts) for the job.")
     gpus_per_node: int | None = opt(
-        None, "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
-        "Default: `train` takes every GPU it sees (1 CPU device if none); a job (--local, SLURM) takes 1 per node.")
+        None,
+        "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
+        "Default: `train` takes every GPU it sees (1 CPU device if none); a job (--local, SLURM) takes 1 per node.",
+    )
     tasks_per_node: int | None = opt(
-        None, "Processes per node: 1 (one task sees all the node's GPUs) or --gpus-per-node (one task per GPU). "
-        "Default 1.", aliases=("--processes",))
+        None,
+        "Processes per node: 1 (one task sees all the node's GPUs) or --gpus-per-node (one task per GPU). Default 1.",
+        aliases=("--processes",),
+    )
     local: bool = opt(False, "Run the job's processes on this machine instead of submitting to SLURM.")
     run_root: str = opt("runs", "Folder under which each run gets its own directory.")
     name: str = opt("dali-launch", "Job name; also names the run directory.")
     local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.")
     dry_run: bool = opt(False, "Print what would run (batch script, rank map) and start nothing.")
-    resume: str | None = opt(None, "Continue the run in this run directory from its newest checkpoint, in the mode it "
-                             "started in (train, --local, SLURM) and with its own configuration. Flags that change "
-                             "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
-                             "given; others that differ from the run's are refused.")
+    resume: str | None = opt(
+        None,
+        "Continue the run in this run directory from its newest checkpoint, in the mode it "
+        "started in (train, --local, SLURM) and with its own configuration. Flags that change "
+        "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
+        "given; others that differ from the run's are refused.",
+    )
 
 
 @dataclass(frozen=True)
 class SlurmConfig:
     """sbatch's knobs, passed to submitit; each one is data, never shell text (setup lines excepted)."""
+
     partition: str | None = opt(None, "SLURM partition (default: the cluster's default partition).")
     time_min: int = opt(60, "Job time limit in minutes.")
     account: str | None = opt(None, "SLURM account to charge.")
@@ -46,13 +55,20 @@ class SlurmConfig:
     mem_gb: int | None = opt(None, "Memory per node in GB (default: the partition's).")
     cpus_per_task: int | None = opt(None, "CPUs per task (DALI's reader and decoder threads run on them).")
     exclusive: bool = opt(False, "Take whole nodes (sbatch --exclusive).")
-    sbatch_arg: list[str] = field(default_factory=list, metadata={
-        "help": "Extra #SBATCH line as KEY=VALUE (repeatable), e.g. --sbatch-arg mail-type=END."})
-    srun_arg: list[str] = field(default_factory=list, metadata={
-        "help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none."})
-    setup: list[str] = field(default_factory=list, metadata={
-        "help": "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs. "
-                "It is shell, run as written: quote what must stay data. One line per flag, no newline."})
+    sbatch_arg: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Extra #SBATCH line as KEY=VALUE (repeatable), e.g. --sbatch-arg mail-type=END."},
+    )
+    srun_arg: list[str] = field(
+        default_factory=list, metadata={"help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none."}
+    )
+    setup: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs. "
+            "It is shell, run as written: quote what must stay data. One line per flag, no newline."
+        },
+    )
     container_image: str | None = opt(None, "Container image for pyxis/enroot sites (srun --container-image).")
     detach: bool = opt(False, "Return once submitted instead of following the job.")
 
@@ -60,6 +76,7 @@ class SlurmConfig:
 @dataclass(frozen=True)
 class RunConfig:
     """Everything one `dali-launch` invocation decided: flags (and later files) resolved."""
+
     launch: LaunchConfig = LaunchConfig()
     slurm: SlurmConfig = SlurmConfig()
     data: DataConfig = DataConfig()
@@ -91,20 +108,32 @@ def counted(n: int, noun: str) -> str:
 
 
 def device_phrase(run: RunConfig) -> str:
-    return (f"{counted(run.num_devices, 'device')} ({counted(run.launch.nodes, 'node')} × "
-            f"{counted(run.launch.gpus_per_node or 1, 'GPU')})")
+    return (
+        f"{counted(run.num_devices, 'device')} ({counted(run.launch.nodes, 'node')} × "
+        f"{counted(run.launch.gpus_per_node or 1, 'GPU')})"
+    )
 
 
 def validate(run: RunConfig) -> None:
     """Raises UsageError with the fix for the first bad value; never changes anything."""
     launch, train = run.launch, run.train
-    _positive(nodes=launch.nodes, epochs=train.epochs, batch_size=train.batch_size,
-              eval_batch_size=train.eval_batch_size, sync_every_steps=train.sync_every_steps,
-              reader_threads=run.data.reader_threads, prefetch=run.data.prefetch, num_classes=run.data.num_classes,
-              image_size=run.data.image_size, init_timeout_s=run.distributed.init_timeout_s,
-              barrier_timeout_s=run.distributed.barrier_timeout_s, local_timeout_s=launch.local_timeout_s,
-              heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,
-              keep_checkpoints=run.resilience.keep_checkpoints, accumulate_steps=train.accumulate_steps)
+    _positive(
+        nodes=launch.nodes,
+        epochs=train.epochs,
+        batch_size=train.batch_size,
+        eval_batch_size=train.eval_batch_size,
+        sync_every_steps=train.sync_every_steps,
+        reader_threads=run.data.reader_threads,
+        prefetch=run.data.prefetch,
+        num_classes=run.data.num_classes,
+        image_size=run.data.image_size,
+        init_timeout_s=run.distributed.init_timeout_s,
+        barrier_timeout_s=run.distributed.barrier_timeout_s,
+        local_timeout_s=launch.local_timeout_s,
+        heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,
+        keep_checkpoints=run.resilience.keep_checkpoints,
+        accumulate_steps=train.accumulate_steps,
+    )
     _resilience(run.resilience)
     if train.steps_per_call < 0:
         raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
@@ -116,12 +145,15 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--tasks-per-node {launch.tasks_per_node} must be at least 1")
     gpus, tasks = launch.gpus_per_node or 1, run.tasks_per_node
     if tasks < 1 or gpus % tasks:
-        raise UsageError(f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
-                         f"use 1 (one task per node) or {gpus} (one task per GPU)")
+        raise UsageError(
+            f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
+            f"use 1 (one task per node) or {gpus} (one task per GPU)"
+        )
     gbs = train.global_batch_size
     if gbs is not None and (gbs < 1 or gbs % run.num_devices):
-        raise UsageError(f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; "
-                         f"use a multiple of {run.num_devices}")
+        raise UsageError(
+            f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; use a multiple of {run.num_devices}"
+        )
     _readers(run)
     if train.eval_cache_mb < 0:
         raise UsageError(f"--eval-cache-mb {train.eval_cache_mb} must be 0 (no cache) or more")
@@ -146,16 +178,21 @@ def _optimizer(train: TrainConfig) -> None:
     if not 0 < train.decay_factor <= 1:
         raise UsageError(f"--decay-factor {train.decay_factor} is out of range; use a value in (0, 1]")
     if train.warmup_steps < 0 or not train.warmup_epochs >= 0:
-        raise UsageError(f"--warmup-epochs {train.warmup_epochs} and --warmup-steps {train.warmup_steps} must be 0 "
-                         f"or more")
+        raise UsageError(
+            f"--warmup-epochs {train.warmup_epochs} and --warmup-steps {train.warmup_steps} must be 0 or more"
+        )
     if train.warmup_steps and train.warmup_epochs:
         raise UsageError("--warmup-epochs and --warmup-steps both given; use one of them")
     if train.warmup_epochs >= train.epochs and train.schedule != "constant":
-        raise UsageError(f"--warmup-epochs {train.warmup_epochs} leaves nothing of --epochs {train.epochs} for "
-                         f"--schedule {train.schedule}; warm up for fewer epochs")
+        raise UsageError(
+            f"--warmup-epochs {train.warmup_epochs} leaves nothing of --epochs {train.epochs} for "
+            f"--schedule {train.schedule}; warm up for fewer epochs"
+        )
     if train.eval_ema and not train.ema_decay:
-        raise UsageError("--eval-ema evaluates the parameters' average, but --ema-decay is 0 (none kept); "
-                         "give --ema-decay, e.g. 0.999")
+        raise UsageError(
+            "--eval-ema evaluates the parameters' average, but --ema-decay is 0 (none kept); "
+            "give --ema-decay, e.g. 0.999"
+        )
     _decay_epochs(train)
 
 
@@ -169,8 +206,9 @@ def _decay_epochs(train: TrainConfig) -> None:
     if train.schedule == "step" and not epochs:
         raise UsageError("--schedule step needs --decay-epochs, e.g. --decay-epochs 30,60,80")
     if epochs and train.schedule != "step":
-        raise UsageError(f"--decay-epochs is for --schedule step, not {train.schedule}; leave it out or use "
-                         f"--schedule step")
+        raise UsageError(
+            f"--decay-epochs is for --schedule step, not {train.schedule}; leave it out or use --schedule step"
+        )
 
 
 def _readers(run: RunConfig) -> None:
@@ -181,12 +219,15 @@ def _readers(run: RunConfig) -> None:
     per_device = train.per_device_batch(run.num_devices)
     batches = {"--eval-batch-size": train.eval_batch_size}
     if train.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
-        batches = {"the training batch per device and call (batch × --steps-per-call)":
-                   per_device * train.steps_per_call, **batches}
+        batches = {
+            "the training batch per device and call (batch × --steps-per-call)": per_device * train.steps_per_call,
+            **batches,
+        }
     for name, size in batches.items():
         if readers and size % readers:
-            raise UsageError(f"--readers-per-device {readers} does not divide {name}, {size}; "
-                             f"use a divisor of {size} or 0 (auto)")
+            raise UsageError(
+                f"--readers-per-device {readers} does not divide {name}, {size}; use a divisor of {size} or 0 (auto)"
+            )
 
 
 def _resilience(r: ResilienceConfig) -> None:
@@ -197,8 +238,9 @@ def _resilience(r: ResilienceConfig) -> None:
     if r.max_requeues < 0:
         raise UsageError(f"--max-requeues {r.max_requeues} must be 0 or more")
     if r.watchdog_s < 10:
-        raise UsageError(f"--watchdog-s {r.watchdog_s} is too short to tell a stopped rank from a busy one; "
-                         f"use 10 or more")
+        raise UsageError(
+            f"--watchdog-s {r.watchdog_s} is too short to tell a stopped rank from a busy one; use 10 or more"
+        )
 
 
 def _observe(o: ObserveConfig, num_processes: int) -> None:
@@ -207,24 +249,31 @@ def _observe(o: ObserveConfig, num_processes: int) -> None:
     try:
         o.profile_range()
     except ValueError:
-        raise UsageError(f"--profile-steps {o.profile_steps} is not A:B with 0 <= A < B (global SGD steps, B "
-                         f"excluded); e.g. --profile-steps 100:110") from None
+        raise UsageError(
+            f"--profile-steps {o.profile_steps} is not A:B with 0 <= A < B (global SGD steps, B "
+            f"excluded); e.g. --profile-steps 100:110"
+        ) from None
     try:
         o.ranks_to_profile()
     except ValueError:
-        raise UsageError(f"--profile-ranks {o.profile_ranks} is not a comma-separated list of ranks; e.g. 0 or 0,1") \
-            from None
+        raise UsageError(
+            f"--profile-ranks {o.profile_ranks} is not a comma-separated list of ranks; e.g. 0 or 0,1"
+        ) from None
     if max(o.ranks_to_profile()) >= num_processes:
-        raise UsageError(f"--profile-ranks {o.profile_ranks} names a rank the job does not have (ranks 0.."
-                         f"{num_processes - 1}); use ranks below {num_processes}")
+        raise UsageError(
+            f"--profile-ranks {o.profile_ranks} names a rank the job does not have (ranks 0.."
+            f"{num_processes - 1}); use ranks below {num_processes}"
+        )
     if o.wandb_project is not None:
         import importlib.util
 
         if not o.wandb_project.strip():
             raise UsageError("--wandb-project is empty; name a W&B project, or leave the flag out")
         if importlib.util.find_spec("wandb") is None:
-            raise UsageError(f"--wandb-project {o.wandb_project} needs the wandb package; "
-                             f"pip install 'dali-launch[wandb]', or leave --wandb-project out")
+            raise UsageError(
+                f"--wandb-project {o.wandb_project} needs the wandb package; "
+                f"pip install 'dali-launch[wandb]', or leave --wandb-project out"
+            )
 
 
 def _positive(**values: int) -> None:
@@ -243,8 +292,18 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     from dali_launch.trainer.cache import cache_root
 
     # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
-    distributed = replace(run.distributed, backend=backend, num_processes=run.num_processes,
-                          local_device_count=run.devices_per_process if run.launch.gpus_per_node else None)
+    distributed = replace(
+        run.distributed,
+        backend=backend,
+        num_processes=run.num_processes,
+        local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
+    )
     train = replace(run.train, compile_cache=run.train.compile_cache or str(cache_root() / "xla"))
-    return TaskSpec(run_dir=run_dir, data=replace(run.data, data_dir=data_dir), train=train,
-                    distributed=distributed, resilience=run.resilience, observe=run.observe)
+    return TaskSpec(
+        run_dir=run_dir,
+        data=replace(run.data, data_dir=data_dir),
+        train=train,
+        distributed=distributed,
+        resilience=run.resilience,
+        observe=run.observe,
+    )

@@ -10,6 +10,7 @@ Precedence: defaults < the file < flags given on the command line. TOML has no n
 out keeps its default. `dali-launch config show [flags]` prints the result in this format, and every
 run directory holds its own as config.toml, so `--config RUN_DIR/config.toml` repeats a run.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,13 @@ except ModuleNotFoundError:  # Python 3.10
 from dali_launch.launcher.config import RunConfig
 from dali_launch.trainer.errors import UsageError
 
-_WANT = {bool: "true or false", int: "an integer", float: "a number", str: "a quoted string",
-         list: "a list of quoted strings"}
+_WANT = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a quoted string",
+    list: "a list of quoted strings",
+}
 
 
 def table_name(cls: type) -> str:
@@ -40,8 +46,10 @@ def table_name(cls: type) -> str:
 def settings(classes) -> dict[str, dict[str, dataclasses.Field]]:
     """table -> key -> field: what a file may set (fields hidden from the CLI are not settable)."""
     run_classes = [typing.get_type_hints(RunConfig)[f.name] for f in dataclasses.fields(RunConfig)]
-    return {table_name(cls): {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("flag", "") is not None}
-            for cls in dict.fromkeys([*run_classes, *classes])}
+    return {
+        table_name(cls): {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("flag", "") is not None}
+        for cls in dict.fromkeys([*run_classes, *classes])
+    }
 
 
 def load(path: str, classes=()) -> dict:
@@ -55,9 +63,10 @@ def load(path: str, classes=()) -> dict:
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{where} is not valid TOML ({e}); fix that line") from None
     except UnicodeDecodeError as e:  # TOML is UTF-8 only; tomllib decodes before it parses
-        line = e.object[:e.start].count(b"\n") + 1
-        raise UsageError(f"{where} is not UTF-8 text (byte 0x{e.object[e.start]:02x} in line {line}); "
-                         f"save it as UTF-8") from None
+        line = e.object[: e.start].count(b"\n") + 1
+        raise UsageError(
+            f"{where} is not UTF-8 text (byte 0x{e.object[e.start]:02x} in line {line}); save it as UTF-8"
+        ) from None
     known, values = settings(classes), {}
     types = {table: type_of(table, classes) for table in known}
     for table, content in data.items():
@@ -112,8 +121,10 @@ def _checked(where: str, field: dataclasses.Field, kind, value):
         fits = fits and all(isinstance(v, str) for v in value)
     if not fits:
         example = field.default if field.default not in (None, dataclasses.MISSING) else _example(origin)
-        raise UsageError(f"{where} = {dumps_value(value)} is {_kind(value)}; write {_WANT[origin]}, "
-                         f"e.g. {field.name} = {dumps_value(example)}")
+        raise UsageError(
+            f"{where} = {dumps_value(value)} is {_kind(value)}; write {_WANT[origin]}, "
+            f"e.g. {field.name} = {dumps_value(example)}"
+        )
     choices = field.metadata.get("choices")
     if choices and value not in choices:
         raise UsageError(f"{where} = {dumps_value(value)} is not one of {', '.join(choices)}{_guess(value, choices)}")
@@ -125,8 +136,7 @@ def _example(origin: type):
 
 
 def _kind(value) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-             dict: "a table"}
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}
     return next((name for t, name in names.items() if isinstance(value, t)), f"a {type(value).__name__}")
 
 

@@ -1,4 +1,5 @@
 """What the launcher prints: a closed console (`dali-launch ... | head`) is no failure of the job."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ Every mode is covered: a SLURM job (job.json, written at submission) is asked of
 from submitit's logs; a local or `train` run is read from its run directory alone (its ranks' logs
 and reports; live while its launcher or process 0 holds the run directory's lock).
 """
+
 from __future__ import annotations
 
 import json
@@ -94,8 +95,10 @@ class LocalRun:
             return "RUNNING"
         checkpoints = self.paths.checkpoints
         saved = checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
-        return (f"ENDED without a result (failed or interrupted){'; resumable from its checkpoint' if saved else ''}: "
-                f"`dali-launch --resume {self.paths.root}`")
+        return (
+            f"ENDED without a result (failed or interrupted){'; resumable from its checkpoint' if saved else ''}: "
+            f"`dali-launch --resume {self.paths.root}`"
+        )
 
     def cancel(self) -> str:
         """SIGTERM to its ranks: they write a checkpoint and stop, as after Ctrl-C."""
@@ -105,8 +108,11 @@ class LocalRun:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        return f"stopping {self.name} (SIGTERM to {len(pids)} processes)" if pids else \
-            f"{self.name} is not running; nothing to cancel"
+        return (
+            f"stopping {self.name} (SIGTERM to {len(pids)} processes)"
+            if pids
+            else f"{self.name} is not running; nothing to cancel"
+        )
 
 
 def find(job: str, run_root: str) -> SubmittedRun | LocalRun:
@@ -138,8 +144,9 @@ def _sacct_state(job_id: str) -> str | None:
     if shutil.which("sacct") is None:
         return None
     try:
-        out = subprocess.run(["sacct", "-n", "-X", "-j", job_id, "-o", "State"], capture_output=True, text=True,
-                             timeout=QUERY_TIMEOUT_S)
+        out = subprocess.run(
+            ["sacct", "-n", "-X", "-j", job_id, "-o", "State"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return None
     words = out.stdout.split() if out.returncode == 0 else []

@@ -1,10 +1,11 @@
 """Running a run, one way for every mode: prepare -> a backend starts the tasks -> wait -> report.
 
-    dali-launch train            -> Here    (this process)
-    dali-launch --local ...      -> Local   (the job's processes on this machine)
-    dali-launch ...              -> Slurm   (a SLURM job through submitit)
-    dali-launch --resume RUN     -> whichever started RUN (its config.json says)
+dali-launch train            -> Here    (this process)
+dali-launch --local ...      -> Local   (the job's processes on this machine)
+dali-launch ...              -> Slurm   (a SLURM job through submitit)
+dali-launch --resume RUN     -> whichever started RUN (its config.json says)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,5 +57,7 @@ def summarize(result: dict, paths: RunPaths) -> None:
     same = len(set(result["checksums"])) == 1
     replicas = len(result["checksums"])
     agree = "" if replicas == 1 else f"{replicas} replicas {'identical' if same else 'DIFFER'}; "
-    echo(f"done: test accuracy {final['test_accuracy']:.4f} after {counted(final['epoch'] + 1, 'epoch')}; "
-         f"{agree}metrics in {paths.metrics}")
+    echo(
+        f"done: test accuracy {final['test_accuracy']:.4f} after {counted(final['epoch'] + 1, 'epoch')}; "
+        f"{agree}metrics in {paths.metrics}"
+    )

@@ -5,6 +5,7 @@ command a signature built from the dataclass fields and hands it the values as o
 such command also takes `--config FILE.toml` (config_file.py): a flag that click reports as
 given on the command line wins over the file, the file over the defaults.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,16 +38,19 @@ def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Para
     if "choices" in meta:  # Typer lists an Enum's values as the allowed choices
         base = enum.Enum(field.name, {c: c for c in meta["choices"]}, type=str)
         default = base(default)
-    annotation = Annotated[typing.Optional[base] if base is not kind else kind, option]
+    annotation = Annotated[base | None if base is not kind else kind, option]
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
 def config_options(*groups: tuple[str, tuple[type, ...]]):
     """Decorates `command(values: Values, **own)`: adds one flag per field of each group's classes."""
+
     def wrap(command):
         hints = typing.get_type_hints(command, include_extras=True)  # resolve `from __future__` strings
-        own = [p.replace(annotation=hints.get(p.name, p.annotation))
-               for p in list(inspect.signature(command).parameters.values())[1:]]
+        own = [
+            p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in list(inspect.signature(command).parameters.values())[1:]
+        ]
         generated = [_parameter(f, kind, panel) for panel, classes in groups for _, f, kind in _fields(classes)]
         names = {p.name for p in generated}
         classes = [cls for _, group in groups for cls in group]
@@ -70,18 +74,32 @@ def config_options(*groups: tuple[str, tuple[type, ...]]):
 
         wrapper.__signature__ = inspect.Signature(own + [_CONFIG] + generated + ([] if own_context else [_CONTEXT]))
         return wrapper
+
     return wrap
 
 
-_CONFIG = inspect.Parameter("config_file", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
-    typing.Optional[str], typer.Option("--config", metavar="FILE.toml", help=(
-        "Settings from a TOML file: tables [launch] [slurm] [data] [train] [distributed] ..., keys named like "
-        "the flags (batch_size = 64). Flags given here override it; `dali-launch config show` prints the result."))])
+_CONFIG = inspect.Parameter(
+    "config_file",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=None,
+    annotation=Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            metavar="FILE.toml",
+            help=(
+                "Settings from a TOML file: tables [launch] [slurm] [data] [train] [distributed] ..., keys named like "
+                "the flags (batch_size = 64). Flags given here override it; `dali-launch config show` prints the result."
+            ),
+        ),
+    ],
+)
 _CONTEXT = inspect.Parameter("click_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
 
 
 class Values(dict):
     """Field name -> value, and `given`: the names set by a flag or the --config file (not defaults)."""
+
     given: set[str] = frozenset()
 
 

@@ -5,6 +5,7 @@ when it is auto); the tasks write the shards they read into rank_map.json.
 
 The trainer computes the same shard ids from what JAX reports; tests hold the two to agreement.
 """
+
 from __future__ import annotations
 
 from dali_launch.launcher.config import RunConfig, counted
@@ -15,16 +16,27 @@ def rank_map(run: RunConfig) -> list[dict]:
     for process_id in range(run.num_processes):
         node, task = divmod(process_id, run.tasks_per_node)
         first = process_id * per_process
-        rows.append({"process_id": process_id, "node": node, "local_rank": task,
-                     "local_devices": list(range(task * per_process, (task + 1) * per_process)),
-                     "device_indices": list(range(first, first + per_process)), "num_devices": run.num_devices})
+        rows.append(
+            {
+                "process_id": process_id,
+                "node": node,
+                "local_rank": task,
+                "local_devices": list(range(task * per_process, (task + 1) * per_process)),
+                "device_indices": list(range(first, first + per_process)),
+                "num_devices": run.num_devices,
+            }
+        )
     return rows
 
 
 def describe(run: RunConfig) -> str:
-    lines = [f"{counted(run.num_processes, 'process')} on {counted(run.launch.nodes, 'node')}, "
-             f"{counted(run.devices_per_process, 'device')} each, {counted(run.num_devices, 'DALI shard')}"]
+    lines = [
+        f"{counted(run.num_processes, 'process')} on {counted(run.launch.nodes, 'node')}, "
+        f"{counted(run.devices_per_process, 'device')} each, {counted(run.num_devices, 'DALI shard')}"
+    ]
     for r in rank_map(run):
-        lines.append(f"  process {r['process_id']}: node {r['node']} task {r['local_rank']} "
-                     f"devices {r['local_devices']}, job devices {r['device_indices']}")
+        lines.append(
+            f"  process {r['process_id']}: node {r['node']} task {r['local_rank']} "
+            f"devices {r['local_devices']}, job devices {r['device_indices']}"
+        )
     return "\n".join(lines)

@@ -5,6 +5,7 @@ The x axis is the global SGD step. Loss and images/s come from the run's TensorB
 per epoch only, or older than the events) falls back to its metrics.jsonl epochs. Accuracy is per
 epoch. Needs the `plot` extra (matplotlib, tensorboard).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,14 +14,20 @@ from pathlib import Path
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
-PANELS = (("train/loss", "train_loss", "training loss"), (None, "test_accuracy", "test accuracy"),
-          ("perf/images_per_s", "images_per_s", "images/s"))
+PANELS = (
+    ("train/loss", "train_loss", "training loss"),
+    (None, "test_accuracy", "test accuracy"),
+    ("perf/images_per_s", "images_per_s", "images/s"),
+)
 
 
 def curves(paths: RunPaths) -> dict[str, tuple[list[int], list[float]]]:
     """Panel title -> (steps, values) of one run."""
-    epochs = [json.loads(line) for line in paths.metrics.read_text().splitlines() if line.strip()] \
-        if paths.metrics.exists() else []
+    epochs = (
+        [json.loads(line) for line in paths.metrics.read_text().splitlines() if line.strip()]
+        if paths.metrics.exists()
+        else []
+    )
     events = _events(paths.tensorboard)
     out = {}
     for tag, key, title in PANELS:
@@ -39,8 +46,10 @@ def _events(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
 
     reader = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point
     reader.Reload()
-    return {tag: ([e.step for e in reader.Scalars(tag)], [e.value for e in reader.Scalars(tag)])
-            for tag in reader.Tags()["scalars"]}
+    return {
+        tag: ([e.step for e in reader.Scalars(tag)], [e.value for e in reader.Scalars(tag)])
+        for tag in reader.Tags()["scalars"]
+    }
 
 
 def plot(runs: list[str], out: Path) -> Path:
@@ -59,7 +68,7 @@ def plot(runs: list[str], out: Path) -> Path:
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4), constrained_layout=True)
     for p in paths:
-        for ax, (title, (steps, values)) in zip(axes, curves(p).items()):
+        for ax, (steps, values) in zip(axes, curves(p).values()):
             ax.plot(steps, values, marker="." if len(steps) < 20 else None, label=p.root.name)
     for ax, (_, _, title) in zip(axes, PANELS):
         ax.set_title(title)

@@ -5,6 +5,7 @@ the backend's own (SLURM's flags and cluster), the run root, the data. Then the 
 created, or reopened for --resume (launcher/resume.py made the run's configuration from it). A dry
 run prints the plan where the directory would be written, and nothing is.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

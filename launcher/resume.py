@@ -6,6 +6,7 @@ change the training itself (more epochs, timeouts, checkpoint policy, SLURM knob
 submission); any other flag that differs from the run's own value is refused, since the checkpoint
 would then continue a different run.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,13 +22,27 @@ from dali_launch.trainer.run_dir import RunPaths
 COMMAND = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}
 # What a resumed run may change: how long it trains, how it waits, checkpoints and is scheduled, and
 # how fast it reads; never what it computes (model, data, batch, devices, seed, ...).
-MAY_CHANGE = frozenset({
-    "resume", "dry_run", "epochs", "local_timeout_s", "init_timeout_s", "heartbeat_timeout_s", "barrier_timeout_s",
-    "eval_cache_mb", "sync_every_steps", "cuda_graphs", "compile_cache", "record_samples", "reader_threads",
-    "prefetch", *(f.name for f in dataclasses.fields(SlurmConfig)),
-    *(f.name for f in dataclasses.fields(ResilienceConfig)),
-    *(f.name for f in dataclasses.fields(ObserveConfig)),  # what it shows of itself, not what it computes
-})
+MAY_CHANGE = frozenset(
+    {
+        "resume",
+        "dry_run",
+        "epochs",
+        "local_timeout_s",
+        "init_timeout_s",
+        "heartbeat_timeout_s",
+        "barrier_timeout_s",
+        "eval_cache_mb",
+        "sync_every_steps",
+        "cuda_graphs",
+        "compile_cache",
+        "record_samples",
+        "reader_threads",
+        "prefetch",
+        *(f.name for f in dataclasses.fields(SlurmConfig)),
+        *(f.name for f in dataclasses.fields(ResilienceConfig)),
+        *(f.name for f in dataclasses.fields(ObserveConfig)),  # what it shows of itself, not what it computes
+    }
+)
 PATHS = {"data_dir", "run_root"}  # compared as absolute paths
 
 
@@ -49,19 +64,27 @@ def reopen(values: Values, entry: str) -> Resumption:
     """
     paths = RunPaths(Path(values["resume"]).absolute())
     if not paths.root.is_dir():
-        raise UsageError(f"--resume {paths.root}: no such run directory; pass one that dali-launch made "
-                         f"(they are under --run-root, default runs/)")
+        raise UsageError(
+            f"--resume {paths.root}: no such run directory; pass one that dali-launch made "
+            f"(they are under --run-root, default runs/)"
+        )
     if not paths.config.is_file() or not paths.config_toml.is_file():
-        raise UsageError(f"--resume {paths.root} is not a run directory (no config.json and config.toml); pass one "
-                         f"that dali-launch made under --run-root")
+        raise UsageError(
+            f"--resume {paths.root} is not a run directory (no config.json and config.toml); pass one "
+            f"that dali-launch made under --run-root"
+        )
     runs.check_not_live(paths)
     backend = TaskSpec.load(paths.root).distributed.backend
     if entry == "train" and backend != "none":
-        raise UsageError(f"--resume {paths.root} was started by `{COMMAND[backend]}`, not `dali-launch train`; "
-                         f"continue it with `dali-launch --resume {paths.root}`")
+        raise UsageError(
+            f"--resume {paths.root} was started by `{COMMAND[backend]}`, not `dali-launch train`; "
+            f"continue it with `dali-launch --resume {paths.root}`"
+        )
     if values.get("local") and "local" in values.given and backend != "local":
-        raise UsageError(f"--resume {paths.root} was started by `{COMMAND[backend]}`, not on local processes; "
-                         f"continue it with `dali-launch --resume {paths.root}` (no --local)")
+        raise UsageError(
+            f"--resume {paths.root} was started by `{COMMAND[backend]}`, not on local processes; "
+            f"continue it with `dali-launch --resume {paths.root}` (no --local)"
+        )
     recorded = config_file.load(str(paths.config_toml))
     changes = _changes(values, recorded, paths.root)
     resumed = {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))}
@@ -73,12 +96,14 @@ def _changes(values: Values, recorded: dict, root: Path) -> dict:
     changes = {}
     for name in sorted(values.given):
         value, before = values[name], recorded.get(name)
-        if value == before or name in ("resume", "dry_run") or name in PATHS and _same_path(value, before):
+        if value == before or name in ("resume", "dry_run") or (name in PATHS and _same_path(value, before)):
             continue
         if name not in MAY_CHANGE:
             flag = "--" + name.replace("_", "-")
-            raise UsageError(f"{flag} {value} differs from the run's own {before} and would make --resume {root} "
-                             f"another run; leave {flag} out to continue it, or start a new run")
+            raise UsageError(
+                f"{flag} {value} differs from the run's own {before} and would make --resume {root} "
+                f"another run; leave {flag} out to continue it, or start a new run"
+            )
         changes[name] = value
     return changes
 

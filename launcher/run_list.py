@@ -1,10 +1,11 @@
 """`dali-launch runs [ROOT]`: every run directory under ROOT, one row each, from its files alone.
 
-    finished     result.json is there
-    running      a launcher or process 0 holds the run's lock (local, `train`), or its SLURM job is queued
-    interrupted  a rank recorded that a signal stopped it after a checkpoint (endings/): --resume continues it
-    failed       it ended any other way: a rank raised, a watchdog gave up, or it died without a word
+finished     result.json is there
+running      a launcher or process 0 holds the run's lock (local, `train`), or its SLURM job is queued
+interrupted  a rank recorded that a signal stopped it after a checkpoint (endings/): --resume continues it
+failed       it ended any other way: a rank raised, a watchdog gave up, or it died without a word
 """
+
 from __future__ import annotations
 
 import json
@@ -47,12 +48,17 @@ def describe(paths: RunPaths) -> dict:
     started = paths.launch.stat().st_mtime if paths.launch.exists() else paths.config.stat().st_mtime
     ended = time.time() if run_state == "running" else _last_write(paths)
     return {
-        "run": paths.root.name, "path": str(paths.root), "state": run_state,
+        "run": paths.root.name,
+        "path": str(paths.root),
+        "state": run_state,
         "mode": MODES.get(spec["distributed"]["backend"], spec["distributed"]["backend"]),
-        "nodes": launch.get("nodes", 1), "processes": spec["distributed"].get("num_processes") or 1,
+        "nodes": launch.get("nodes", 1),
+        "processes": spec["distributed"].get("num_processes") or 1,
         "devices_per_process": spec["distributed"].get("local_device_count"),
-        "epochs_done": len(epochs), "epochs": spec["train"]["epochs"],
-        "best_accuracy": max(accuracies, default=None), "last_accuracy": accuracies[-1] if accuracies else None,
+        "epochs_done": len(epochs),
+        "epochs": spec["train"]["epochs"],
+        "best_accuracy": max(accuracies, default=None),
+        "last_accuracy": accuracies[-1] if accuracies else None,
         "images_per_s": epochs[-1]["images_per_s"] if epochs else None,
         "wall_time_s": max(0.0, ended - started),
     }
@@ -83,10 +89,17 @@ def table(rows: list[dict]):
     colour = {"finished": "green", "running": "cyan", "interrupted": "yellow", "failed": "red"}
     for r in rows:
         per = f" × {r['devices_per_process']} dev" if r["devices_per_process"] else ""
-        out.add_row(r["run"], f"[{colour[r['state']]}]{r['state']}[/]", r["mode"],
-                    f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
-                    f"{r['epochs_done']}/{r['epochs']}", _num(r["best_accuracy"], ".4f"),
-                    _num(r["last_accuracy"], ".4f"), _num(r["images_per_s"], ",.0f"), _duration(r["wall_time_s"]))
+        out.add_row(
+            r["run"],
+            f"[{colour[r['state']]}]{r['state']}[/]",
+            r["mode"],
+            f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
+            f"{r['epochs_done']}/{r['epochs']}",
+            _num(r["best_accuracy"], ".4f"),
+            _num(r["last_accuracy"], ".4f"),
+            _num(r["images_per_s"], ",.0f"),
+            _duration(r["wall_time_s"]),
+        )
     return out
 
 

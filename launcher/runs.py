@@ -1,4 +1,5 @@
 """Creating a run directory: once, complete, or not at all."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,9 @@ def check_root(run_root: str) -> None:
     if not existing.is_dir():
         raise UsageError(f"cannot create --run-root {root}: {existing} is not a folder; choose another --run-root")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write in --run-root {root}: {existing} is not writable for this user; "
-                         f"choose a writable folder")
+        raise UsageError(
+            f"cannot write in --run-root {root}: {existing} is not writable for this user; choose a writable folder"
+        )
 
 
 def create(run: RunConfig, data_dir: Path, backend: str, name: str | None = None) -> RunPaths:
@@ -72,8 +74,12 @@ def reopen(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPa
     paths = RunPaths(Path(run.launch.resume))
     if changed:
         write_atomic(paths.config, task_spec(run, str(paths.root), str(data_dir), backend).to_json())
-        write_atomic(paths.config_toml, config_file.dumps(dataclasses.replace(run, launch=dataclasses.replace(
-            run.launch, resume=None, dry_run=False))))
+        write_atomic(
+            paths.config_toml,
+            config_file.dumps(
+                dataclasses.replace(run, launch=dataclasses.replace(run.launch, resume=None, dry_run=False))
+            ),
+        )
     return paths
 
 
@@ -82,8 +88,10 @@ def check_not_live(paths: RunPaths) -> None:
     by the kernel when they die), or its SLURM job is still queued (locks may not cross NFS hosts)."""
     holder = next((h for h in ("launcher", "task") if is_locked(paths.lock(h))), None)
     if holder:
-        raise UsageError(f"--resume {paths.root}: a job is still running in it (its {holder} holds "
-                         f"{paths.lock(holder).name}); wait for it to end, or stop it first")
+        raise UsageError(
+            f"--resume {paths.root}: a job is still running in it (its {holder} holds "
+            f"{paths.lock(holder).name}); wait for it to end, or stop it first"
+        )
     job = paths.root / "job.json"
     if job.is_file():
         from dali_launch.launcher.backends.follow import queue_state
@@ -91,5 +99,7 @@ def check_not_live(paths: RunPaths) -> None:
         job_id = json.loads(job.read_text())["job_id"]
         state = queue_state(job_id) if shutil.which("squeue") else None
         if state is not None:
-            raise UsageError(f"--resume {paths.root}: its SLURM job {job_id} is still {state}; wait for it to end, "
-                             f"or `dali-launch cancel {job_id}` first")
+            raise UsageError(
+                f"--resume {paths.root}: its SLURM job {job_id} is still {state}; wait for it to end, "
+                f"or `dali-launch cancel {job_id}` first"
+            )

@@ -5,6 +5,7 @@ what dali-launch needs in them: the job's shape in #SBATCH lines, a warning sign
 preemption, and `srun dali-launch task FLAGS` (backends/allocation.py). SLURM flags become #SBATCH
 lines (and --setup lines, shell run before the step); the other flags given go to `task`.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -17,32 +18,58 @@ from dali_launch.launcher.options import Values
 
 SIGNAL_S = 90  # warning before the time limit: room for a checkpoint of a large model on a slow filesystem
 # Not for `task`: the allocation gives the job's shape, and these are about submitting or other modes.
-NOT_FOR_TASK = {f for f in SlurmConfig.__dataclass_fields__} | {"nodes", "tasks_per_node", "local", "local_timeout_s",
-                                                                 "dry_run", "resume"}
+NOT_FOR_TASK = {f for f in SlurmConfig.__dataclass_fields__} | {
+    "nodes",
+    "tasks_per_node",
+    "local",
+    "local_timeout_s",
+    "dry_run",
+    "resume",
+}
 PATHS = ("data_dir", "run_root")  # the script may run from another folder than this command
 
 
 def template(run: RunConfig, values: Values) -> str:
     launch, s = run.launch, run.slurm
-    sbatch = {"job-name": launch.name, "nodes": launch.nodes, "ntasks-per-node": run.tasks_per_node,
-              "gpus-per-node": launch.gpus_per_node if run.distributed.platform != "cpu" else None,
-              "time": s.time_min, "partition": s.partition, "account": s.account, "qos": s.qos,
-              "constraint": s.constraint, "cpus-per-task": s.cpus_per_task,
-              "mem": f"{s.mem_gb}G" if s.mem_gb else None, **dict(sbatch_pair(a) for a in s.sbatch_arg)}
-    lines = ["#!/bin/bash",
-             "# dali-launch in your own batch script: adapt it (account, modules, container), then `sbatch` it.",
-             "# Every task of the srun step below is one process of the run; the run directory is",
-             "# RUN_ROOT/NAME-JOBID.STEP, made once by task 0. Inside `salloc`, run the srun line alone."]
+    sbatch = {
+        "job-name": launch.name,
+        "nodes": launch.nodes,
+        "ntasks-per-node": run.tasks_per_node,
+        "gpus-per-node": launch.gpus_per_node if run.distributed.platform != "cpu" else None,
+        "time": s.time_min,
+        "partition": s.partition,
+        "account": s.account,
+        "qos": s.qos,
+        "constraint": s.constraint,
+        "cpus-per-task": s.cpus_per_task,
+        "mem": f"{s.mem_gb}G" if s.mem_gb else None,
+        **dict(sbatch_pair(a) for a in s.sbatch_arg),
+    }
+    lines = [
+        "#!/bin/bash",
+        "# dali-launch in your own batch script: adapt it (account, modules, container), then `sbatch` it.",
+        "# Every task of the srun step below is one process of the run; the run directory is",
+        "# RUN_ROOT/NAME-JOBID.STEP, made once by task 0. Inside `salloc`, run the srun line alone.",
+    ]
     lines += [f"#SBATCH --{key}={shlex.quote(str(value))}" for key, value in sbatch.items() if value is not None]
     if s.exclusive:
         lines.append("#SBATCH --exclusive")
-    lines += [f"# SIGUSR2 {SIGNAL_S} s before the time limit: the tasks checkpoint and requeue the job, which reopens",
-              "# its run directory and resumes. Without --signal, SLURM's SIGTERM at the limit still checkpoints, but",
-              "# the job ends; continue it with `dali-launch --resume RUN_DIR`.",
-              f"#SBATCH --signal=USR2@{SIGNAL_S}", "#SBATCH --requeue", "#SBATCH --open-mode=append", ""]
+    lines += [
+        f"# SIGUSR2 {SIGNAL_S} s before the time limit: the tasks checkpoint and requeue the job, which reopens",
+        "# its run directory and resumes. Without --signal, SLURM's SIGTERM at the limit still checkpoints, but",
+        "# the job ends; continue it with `dali-launch --resume RUN_DIR`.",
+        f"#SBATCH --signal=USR2@{SIGNAL_S}",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+        "",
+    ]
     lines += [*s.setup, *([""] if s.setup else [])]
-    srun = ["srun", "--kill-on-bad-exit=1", *s.srun_arg, *(["--container-image", s.container_image]
-                                                              if s.container_image else [])]
+    srun = [
+        "srun",
+        "--kill-on-bad-exit=1",
+        *s.srun_arg,
+        *(["--container-image", s.container_image] if s.container_image else []),
+    ]
     lines.append(" ".join([*map(shlex.quote, srun), _dali_launch(), "task", *map(shlex.quote, task_flags(values))]))
     return "\n".join(lines) + "\n"
 
@@ -67,4 +94,3 @@ def _dali_launch() -> str:
     """This installation's dali-launch, so the script runs as printed; a site's module or venv may replace it."""
     script = Path(sys.executable).parent / "dali-launch"
     return shlex.quote(str(script)) if script.exists() else f"{shlex.quote(sys.executable)} -m dali_launch.launcher.cli"
-

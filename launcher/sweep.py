@@ -8,6 +8,7 @@ element a multi-node job of its own with its own run directory, all made before 
 --local they run one after another. The sweep directory keeps the sweep's own record (sweep.json:
 the axes, each point's values and run directory, the array's job id); the run directories keep the rest.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,13 +29,20 @@ POLL_S = 2.0
 
 @dataclass(frozen=True)
 class SweepConfig:
-    sweep: list[str] = field(default_factory=list, metadata={
-        "help": "KEY=V1,V2,... (repeatable): one run per point of the grid of all values; KEY is a training, data "
-                "or checkpoint flag (dashes or underscores). SLURM: one job array; --local: one run after another."})
-    max_parallel: int | None = opt(None, "With --sweep on SLURM: at most this many points run at once (the array's %N).")
+    sweep: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "KEY=V1,V2,... (repeatable): one run per point of the grid of all values; KEY is a training, data "
+            "or checkpoint flag (dashes or underscores). SLURM: one job array; --local: one run after another."
+        },
+    )
+    max_parallel: int | None = opt(
+        None, "With --sweep on SLURM: at most this many points run at once (the array's %N)."
+    )
 
 
 # --- the grid ---------------------------------------------------------------------------------------
+
 
 def axes(specs: list[str]) -> list[tuple[str, list]]:
     """[(field name, typed values)] from `KEY=V1,V2` words, each value checked as a --config file's would be."""
@@ -50,11 +58,15 @@ def axes(specs: list[str]) -> list[tuple[str, list]]:
         table = next((t for t, keys in known.items() if name in keys), None)
         if table is None:
             keys = [k for t in SWEPT_TABLES for k in known[t]]
-            raise UsageError(f"--sweep {key}: no such flag{config_file._guess(name, keys)}; sweep one of the "
-                             f"training, data or checkpoint flags (dali-launch --help)")
+            raise UsageError(
+                f"--sweep {key}: no such flag{config_file._guess(name, keys)}; sweep one of the "
+                f"training, data or checkpoint flags (dali-launch --help)"
+            )
         if table not in SWEPT_TABLES:
-            raise UsageError(f"--sweep {key}: --{name.replace('_', '-')} shapes the job or its submission, which is "
-                             f"one for the whole sweep; give it once as a flag")
+            raise UsageError(
+                f"--sweep {key}: --{name.replace('_', '-')} shapes the job or its submission, which is "
+                f"one for the whole sweep; give it once as a flag"
+            )
         if name in (n for n, _ in found):
             raise UsageError(f"--sweep {key} is given twice; list all its values in one --sweep {key}=V1,V2")
         found.append((name, [_value(f"--sweep {key}", known[table][name], table, v) for v in text.split(",")]))
@@ -91,6 +103,7 @@ def label(point: dict) -> str:
 
 # --- running it -------------------------------------------------------------------------------------
 
+
 def run(values: Values) -> int:
     """`--sweep ...`: check every point, make the sweep and run directories, run them; the summary last."""
     from dali_launch.launcher import backends, prepare
@@ -110,8 +123,13 @@ def run(values: Values) -> int:
     base = build(RunConfig, {**values, "gpus_per_node": values.get("gpus_per_node") or 1})
     sweep_dir = Path(base.launch.run_root).absolute() / f"{base.launch.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     grid_points = points(grid)
-    runs_ = [dataclasses.replace(_point_run(base, point), launch=dataclasses.replace(
-        base.launch, run_root=str(sweep_dir), name=f"{base.launch.name}-{i:02d}")) for i, point in enumerate(grid_points)]
+    runs_ = [
+        dataclasses.replace(
+            _point_run(base, point),
+            launch=dataclasses.replace(base.launch, run_root=str(sweep_dir), name=f"{base.launch.name}-{i:02d}"),
+        )
+        for i, point in enumerate(grid_points)
+    ]
     backend = backends.create("local" if base.launch.local else "slurm")
     data = []
     for i, point_run in enumerate(runs_):  # every point checked before anything is written or submitted
@@ -124,8 +142,13 @@ def run(values: Values) -> int:
             echo(array_script(runs_[0], base.launch.name, sweep_dir, len(runs_), values.get("max_parallel")))
         return 0
     sweep_dir.mkdir(parents=True)
-    record = {"name": base.launch.name, "backend": backend.name, "axes": dict(grid), "max_parallel":
-              values.get("max_parallel"), "points": []}
+    record = {
+        "name": base.launch.name,
+        "backend": backend.name,
+        "axes": dict(grid),
+        "max_parallel": values.get("max_parallel"),
+        "points": [],
+    }
     try:
         for i, (point_run, point, data_dir) in enumerate(zip(runs_, grid_points, data)):
             paths = backend.make_run_dir(point_run, data_dir)
@@ -142,8 +165,10 @@ def run(values: Values) -> int:
             shutil.rmtree(sweep_dir, ignore_errors=True)  # nothing was submitted: leave nothing behind
         raise
     _write(sweep_dir, record)
-    echo(f"submitted array job {record['array_job_id']}: {len(runs_)} points, at most "
-         f"{values.get('max_parallel') or len(runs_)} at once; `dali-launch sweep status {sweep_dir}`")
+    echo(
+        f"submitted array job {record['array_job_id']}: {len(runs_)} points, at most "
+        f"{values.get('max_parallel') or len(runs_)} at once; `dali-launch sweep status {sweep_dir}`"
+    )
     if base.slurm.detach:
         return 0
     return _wait(sweep_dir, record, deadline_s=_deadline_s(base, len(runs_), values.get("max_parallel")))
@@ -211,8 +236,10 @@ def _wait(sweep_dir: Path, record: dict, deadline_s: float) -> int:
         for row in rows:
             if row["index"] not in told and row["state"] not in ACTIVE:
                 told.add(row["index"])
-                echo(f"point {row['index']} ({label(row['values'])}): {row['state']}"
-                     + (f", test accuracy {row['test_accuracy']:.4f}" if row.get("test_accuracy") is not None else ""))
+                echo(
+                    f"point {row['index']} ({label(row['values'])}): {row['state']}"
+                    + (f", test accuracy {row['test_accuracy']:.4f}" if row.get("test_accuracy") is not None else "")
+                )
         if len(told) == len(rows) or time.monotonic() > end:
             break
         time.sleep(POLL_S)
@@ -243,6 +270,7 @@ def _run_locally(runs_, sweep_dir: Path, record: dict) -> int:
 
 # --- its summary ----------------------------------------------------------------------------------
 
+
 def status_rows(sweep_dir: Path) -> list[dict]:
     """Each point: its values, its state (as `dali-launch status` says it) and its final (or latest) metrics."""
     from dali_launch.launcher import job_control
@@ -258,9 +286,16 @@ def status_rows(sweep_dir: Path) -> list[dict]:
             state = "NOT STARTED"
         state = state.split(" ", 1)[0].rstrip(":;")  # the word; `dali-launch status RUN_DIR` says the rest
         final = json.loads(paths.result.read_text())["final"] if paths.result.exists() else _last_epoch(paths)
-        rows.append({"index": point["index"], "values": point["values"], "state": state,
-                     "epochs": final["epoch"] + 1 if final else 0,
-                     "test_accuracy": final.get("test_accuracy") if final else None, "run_dir": str(paths.root)})
+        rows.append(
+            {
+                "index": point["index"],
+                "values": point["values"],
+                "state": state,
+                "epochs": final["epoch"] + 1 if final else 0,
+                "test_accuracy": final.get("test_accuracy") if final else None,
+                "run_dir": str(paths.root),
+            }
+        )
     return rows
 
 
@@ -280,8 +315,16 @@ def table(grid, rows: list[dict]) -> str:
     """Rows as an aligned text table: point, one column per swept flag, state, epochs, accuracy, run directory."""
     names = [name for name, _ in grid]
     head = ["point", *(n.replace("_", "-") for n in names), "state", "epochs", "test accuracy", "run directory"]
-    body = [[str(r["index"]), *(str(r["values"][n]) for n in names), r.get("state", "planned"), str(r.get("epochs", "")),
-             f"{r['test_accuracy']:.4f}" if r.get("test_accuracy") is not None else "",
-             Path(r["run_dir"]).name if r.get("run_dir") else ""] for r in rows]
+    body = [
+        [
+            str(r["index"]),
+            *(str(r["values"][n]) for n in names),
+            r.get("state", "planned"),
+            str(r.get("epochs", "")),
+            f"{r['test_accuracy']:.4f}" if r.get("test_accuracy") is not None else "",
+            Path(r["run_dir"]).name if r.get("run_dir") else "",
+        ]
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [head, *body])

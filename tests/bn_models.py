@@ -1,5 +1,6 @@
 """User models for the tests, found through PYTHONPATH=tests as a user's package would be: state
 (BatchNorm statistics) and randomness (dropout), the contract's new parts (trainer/model/models.py)."""
+
 from __future__ import annotations
 
 import flax.linen as nn
@@ -9,6 +10,7 @@ from dali_launch.trainer.model.resnet import ResNet
 
 class BatchNormDropoutMLP(nn.Module):
     """The README's example of a model with BatchNorm and dropout."""
+
     num_classes: int = 10
 
     @nn.compact

@@ -1,6 +1,7 @@
 """What the catalogue of bad inputs (test_catalogue*.py) shares: small data sets to break, and the
 runner that holds every entry to one exact line on stderr, exit code 2, nothing written, nothing started.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,6 +20,7 @@ ERROR = "dali-launch: error: "
 
 
 # --- the data sets entries start from -----------------------------------------------------------
+
 
 def encoded_image(fmt: str = "JPEG", size: int = 28) -> bytes:
     import io
@@ -43,8 +45,13 @@ def _lmdb(path: Path, records: list[bytes]) -> Path:
     return path
 
 
-def dataset(tmp: Path, training: list[bytes] | None = None, testing: list[bytes] | None = None,
-             splits=("training", "testing"), empty=()) -> dict:
+def dataset(
+    tmp: Path,
+    training: list[bytes] | None = None,
+    testing: list[bytes] | None = None,
+    splits=("training", "testing"),
+    empty=(),
+) -> dict:
     """tmp/data with four good 28×28 JPEG records per split, unless a split's records are given;
     splits not in `splits` are left out, those in `empty` are empty folders."""
     root = tmp / "data"
@@ -98,12 +105,14 @@ def label_record(*values: float, kind: int = data_prepare._INT32) -> bytes:
 
 def class_folders(classes: int):
     """Class folders 0..classes-1 in both splits, one 28×28 JPEG in each (the folders pipeline's layout)."""
+
     def make(tmp: Path) -> dict:
         for split in ("training", "testing"):
             for label in range(classes):
                 (tmp / "data" / split / str(label)).mkdir(parents=True)
                 (tmp / "data" / split / str(label) / "0.jpg").write_bytes(encoded_image())
         return {"data": tmp / "data"}
+
     return make
 
 
@@ -118,6 +127,7 @@ def empty_folder(tmp: Path) -> dict:
 
 
 # --- running an entry ---------------------------------------------------------------------------
+
 
 @pytest.fixture
 def nothing_starts(monkeypatch):
@@ -148,21 +158,30 @@ def place(tmp_path):
     (tmp_path / "full" / "keep").write_text("")
     (tmp_path / "cut").mkdir()
     (tmp_path / "cut" / "t10k-images-idx3-ubyte").write_bytes(
-        b"\x00\x00\x08\x03" + b"".join(n.to_bytes(4, "big") for n in (10, 28, 28)) + bytes(100))
+        b"\x00\x00\x08\x03" + b"".join(n.to_bytes(4, "big") for n in (10, 28, 28)) + bytes(100)
+    )
     (tmp_path / "cut" / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01" + (10).to_bytes(4, "big") + bytes(10))
 
     def fill(args, message, make):
         values = make(tmp_path) if make else dataset(tmp_path)
-        values = {"tmp": tmp_path, "root": tmp_path / "runs", "idx": idx,
-                  "newline_root": repr(f"{tmp_path}/a\nb"), **values}
+        values = {
+            "tmp": tmp_path,
+            "root": tmp_path / "runs",
+            "idx": idx,
+            "newline_root": repr(f"{tmp_path}/a\nb"),
+            **values,
+        }
         return [a.format(**values) for a in args], message.format(**values)
 
     yield tmp_path, fill
 
 
 def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
-            for p in folder.rglob("*") if not p.is_symlink()}
+    return {
+        str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if not p.is_symlink()
+    }
 
 
 def run_entry(capsys, folder: Path, args: list[str], message: str) -> None:
@@ -173,4 +192,3 @@ def run_entry(capsys, folder: Path, args: list[str], message: str) -> None:
     assert (code, err) == (2, f"{ERROR}{message}\n")
     assert snapshot(folder) == before, "a bad input left something written"
     assert not (folder / "runs").exists()
-

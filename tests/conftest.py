@@ -1,4 +1,5 @@
 """Shared fixtures: real data sets prepared once per session, and the CLI run as users run it."""
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,15 @@ def fashion_lmdb(tmp_path_factory) -> Path:
 
 def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI in a fresh process, as a user runs it (each JAX run needs its own process)."""
-    return subprocess.run([sys.executable, "-m", "dali_launch.launcher.cli", *args], capture_output=True, cwd=REPO,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "dali_launch.launcher.cli", *args],
+        capture_output=True,
+        cwd=REPO,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def wait_for(probe, timeout_s: float):
@@ -109,7 +117,9 @@ def assert_same_params(a: RunPaths, b: RunPaths) -> None:
 
 
 def check_ok(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    )
 
 
 SLURM_SCRIPT = REPO / "slurm" / "cluster.sh"
@@ -129,8 +139,12 @@ def slurm_env() -> dict:
         pytest.skip("needs root and Debian's slurmctld slurmd slurm-client munge")
     given = os.environ.get("DALI_LAUNCH_SLURM_DIR")
     cluster = Path(given or "/tmp/dali-launch-test-slurm")
-    subprocess.run(["bash", str(SLURM_SCRIPT), "up", "--nodes", "2", "--cpus-per-node", "2", "--dir", str(cluster)],
-                   check=True, timeout=120, capture_output=True)
+    subprocess.run(
+        ["bash", str(SLURM_SCRIPT), "up", "--nodes", "2", "--cpus-per-node", "2", "--dir", str(cluster)],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     yield {"SLURM_CONF": str(cluster / "slurm.conf"), "PATH": f"{cluster / 'bin'}:{os.environ['PATH']}"}
     if not given:
         subprocess.run(["bash", str(SLURM_SCRIPT), "down", "--dir", str(cluster)], timeout=120, capture_output=True)

@@ -1,5 +1,6 @@
 """In-allocation mode: `srun dali-launch task` in the user's own sbatch script or salloc (backends/allocation.py),
 and `dali-launch slurm template`, the script to start from."""
+
 from __future__ import annotations
 
 import json
@@ -20,25 +21,60 @@ from dali_launch.trainer.run_dir import RunPaths
 
 GOLDEN = Path(__file__).parent / "golden"
 CPU = ["--platform", "cpu", "--epochs", "1"]
-STEP = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_NTASKS": "2"}
+STEP = {
+    "SLURM_JOB_ID": "77",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "1",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    "SLURM_NTASKS": "2",
+}
 
 
 # --- pure: the step, the template --------------------------------------------------------------------
 
+
 def test_step_from_srun_variables():
     assert expand_counts("2(x3),1") == (2, 2, 2, 1) and expand_counts("4") == (4,)
     step = step_of(STEP)
-    assert (step.job_id, step.step_id, step.process_id, step.num_tasks, step.tasks_per_node) == ("77", "0", 1, 2, (1, 1))
+    assert (step.job_id, step.step_id, step.process_id, step.num_tasks, step.tasks_per_node) == (
+        "77",
+        "0",
+        1,
+        2,
+        (1, 1),
+    )
     assert step_of({"SLURM_JOB_ID": "77", "SLURM_NTASKS": "2"}) is None  # a batch script or salloc shell: no step
 
 
 def test_template_is_the_golden_script(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(slurm_template, "_dali_launch", lambda: "dali-launch")
     monkeypatch.chdir(tmp_path)
-    assert main(["slurm", "template", "--nodes", "2", "--gpus-per-node", "8", "--partition", "gpu", "--account",
-                 "proj 1", "--epochs", "3", "--data-dir", "/data/mnist", "--setup", "module load cuda",
-                 "--no-record-samples"]) == 0
+    assert (
+        main(
+            [
+                "slurm",
+                "template",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "8",
+                "--partition",
+                "gpu",
+                "--account",
+                "proj 1",
+                "--epochs",
+                "3",
+                "--data-dir",
+                "/data/mnist",
+                "--setup",
+                "module load cuda",
+                "--no-record-samples",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     golden = GOLDEN / "slurm_template.sh"
     assert golden.is_file(), f"write {golden} from:\n{text}"
@@ -47,22 +83,37 @@ def test_template_is_the_golden_script(capsys, monkeypatch, tmp_path):
 
 # --- bad inputs: one line, exit 2, nothing written -------------------------------------------------
 
+
 def _entries():
-    outside = "`dali-launch task` is one task of a SLURM job step, and this is outside any SLURM allocation (no " \
-              "SLURM_JOB_ID); start it as `srun dali-launch task ...` in an sbatch script or salloc (`dali-launch " \
-              "slurm template` writes one)"
-    smaller = "--nodes 3 asks for more than the 2 nodes of this job step (SLURM_STEP_NUM_NODES); run srun in an " \
-              "allocation of that shape (sbatch/salloc --nodes 3), or leave --nodes out to take the step's"
-    per_node = "--tasks-per-node 2 asks for more than the 1 tasks per node of this job step " \
-               "(SLURM_STEP_TASKS_PER_NODE); run srun in an allocation of that shape (sbatch/salloc --tasks-per-node " \
-               "2), or leave --tasks-per-node out to take the step's"
-    one_of_n = "`dali-launch train` runs one process, but this is task 1 of 2 of SLURM job step 77.0: each would " \
-               "train alone; to train with all 2 tasks use `srun dali-launch task` with the same flags"
-    return [pytest.param({}, ["task"], outside, id="task-outside-any-allocation"),
-            pytest.param(STEP, ["task", "--nodes", "3"], smaller, id="task-allocation-smaller-than-asked"),
-            pytest.param(STEP, ["task", "--gpus-per-node", "2", "--tasks-per-node", "2"], per_node,
-                         id="task-more-tasks-per-node-than-the-step"),
-            pytest.param(STEP, ["train"], one_of_n, id="train-as-one-of-several-tasks")]
+    outside = (
+        "`dali-launch task` is one task of a SLURM job step, and this is outside any SLURM allocation (no "
+        "SLURM_JOB_ID); start it as `srun dali-launch task ...` in an sbatch script or salloc (`dali-launch "
+        "slurm template` writes one)"
+    )
+    smaller = (
+        "--nodes 3 asks for more than the 2 nodes of this job step (SLURM_STEP_NUM_NODES); run srun in an "
+        "allocation of that shape (sbatch/salloc --nodes 3), or leave --nodes out to take the step's"
+    )
+    per_node = (
+        "--tasks-per-node 2 asks for more than the 1 tasks per node of this job step "
+        "(SLURM_STEP_TASKS_PER_NODE); run srun in an allocation of that shape (sbatch/salloc --tasks-per-node "
+        "2), or leave --tasks-per-node out to take the step's"
+    )
+    one_of_n = (
+        "`dali-launch train` runs one process, but this is task 1 of 2 of SLURM job step 77.0: each would "
+        "train alone; to train with all 2 tasks use `srun dali-launch task` with the same flags"
+    )
+    return [
+        pytest.param({}, ["task"], outside, id="task-outside-any-allocation"),
+        pytest.param(STEP, ["task", "--nodes", "3"], smaller, id="task-allocation-smaller-than-asked"),
+        pytest.param(
+            STEP,
+            ["task", "--gpus-per-node", "2", "--tasks-per-node", "2"],
+            per_node,
+            id="task-more-tasks-per-node-than-the-step",
+        ),
+        pytest.param(STEP, ["train"], one_of_n, id="train-as-one-of-several-tasks"),
+    ]
 
 
 @pytest.mark.parametrize("env, args, message", _entries())
@@ -72,15 +123,34 @@ def test_bad_inputs(capsys, place, nothing_starts, monkeypatch, env, args, messa
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     folder, fill = place
-    run_entry(capsys, folder, *fill([*args, "--platform", "cpu", "--data-dir", "{data}", "--run-root", "{root}"],
-                                    message, None))
+    run_entry(
+        capsys,
+        folder,
+        *fill([*args, "--platform", "cpu", "--data-dir", "{data}", "--run-root", "{root}"], message, None),
+    )
 
 
 # --- for real, on the local cluster ------------------------------------------------------------------
 
+
 def _script(tmp_path: Path, data: Path, *flags: str, env: dict) -> Path:
-    proc = dali_launch("slurm", "template", "--nodes", "2", "--gpus-per-node", "1", "--time-min", "10",
-                       "--data-dir", str(data), "--run-root", str(tmp_path / "runs"), *CPU, *flags, env=env)
+    proc = dali_launch(
+        "slurm",
+        "template",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--time-min",
+        "10",
+        "--data-dir",
+        str(data),
+        "--run-root",
+        str(tmp_path / "runs"),
+        *CPU,
+        *flags,
+        env=env,
+    )
     check_ok(proc)
     script = tmp_path / "job.sh"
     script.write_text(proc.stdout)
@@ -89,8 +159,14 @@ def _script(tmp_path: Path, data: Path, *flags: str, env: dict) -> Path:
 
 def _sbatch(script: Path, env: dict, wait: bool) -> tuple[str, subprocess.CompletedProcess]:
     out = script.parent / "slurm-%j.out"
-    proc = subprocess.run(["sbatch", "--parsable", f"--output={out}", *(["--wait"] if wait else []), str(script)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **env}, cwd=script.parent)
+    proc = subprocess.run(
+        ["sbatch", "--parsable", f"--output={out}", *(["--wait"] if wait else []), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+        cwd=script.parent,
+    )
     return proc.stdout.split(";")[0].strip().splitlines()[0], proc
 
 
@@ -125,25 +201,40 @@ def test_inside_salloc_one_task_per_gpu_and_refusals(slurm_env, small_lmdb, tmp_
     and a --nodes larger than the allocation are refused by every task, with nothing written."""
     cli = f"{sys.executable} -m dali_launch.launcher.cli"
     common = f"{' '.join(CPU)} --data-dir {small_lmdb}"
-    shell = "\n".join([
-        f"srun {cli} task --gpus-per-node 2 {common} --run-root {tmp_path}/runs > {tmp_path}/task.out 2>&1",
-        f"echo $? > {tmp_path}/task.rc",
-        f"srun {cli} train {common} --run-root {tmp_path}/refused > {tmp_path}/train.out 2>&1; echo $? > {tmp_path}/train.rc",
-        f"srun {cli} task --nodes 3 {common} --run-root {tmp_path}/refused > {tmp_path}/big.out 2>&1; echo $? > {tmp_path}/big.rc",
-        "echo $SLURM_JOB_ID"])
-    proc = subprocess.run(["salloc", "--nodes", "2", "--ntasks-per-node", "2", "bash", "-c", shell], cwd=REPO,
-                          capture_output=True, text=True, timeout=400, env={**os.environ, **slurm_env})
+    shell = "\n".join(
+        [
+            f"srun {cli} task --gpus-per-node 2 {common} --run-root {tmp_path}/runs > {tmp_path}/task.out 2>&1",
+            f"echo $? > {tmp_path}/task.rc",
+            f"srun {cli} train {common} --run-root {tmp_path}/refused > {tmp_path}/train.out 2>&1; echo $? > {tmp_path}/train.rc",
+            f"srun {cli} task --nodes 3 {common} --run-root {tmp_path}/refused > {tmp_path}/big.out 2>&1; echo $? > {tmp_path}/big.rc",
+            "echo $SLURM_JOB_ID",
+        ]
+    )
+    proc = subprocess.run(
+        ["salloc", "--nodes", "2", "--ntasks-per-node", "2", "bash", "-c", shell],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**os.environ, **slurm_env},
+    )
     job_id = proc.stdout.split()[-1]
     task_out = (tmp_path / "task.out").read_text()
     assert (tmp_path / "task.rc").read_text().strip() == "0", task_out
     paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
     ranks = json.loads(paths.rank_map.read_text())
     assert [(r["host"], len(r["devices"]), r["dali_shard_ids"]) for r in ranks] == [
-        ("node1", 1, [0]), ("node1", 1, [1]), ("node2", 1, [2]), ("node2", 1, [3])]
+        ("node1", 1, [0]),
+        ("node1", 1, [1]),
+        ("node2", 1, [2]),
+        ("node2", 1, [3]),
+    ]
     result = json.loads(paths.result.read_text())
     assert len(result["checksums"]) == 4 and len(set(result["checksums"])) == 1
-    for name, needle in (("train", "`dali-launch train` runs one process, but this is task"),
-                         ("big", "--nodes 3 asks for more than the 2 nodes of this job step")):
+    for name, needle in (
+        ("train", "`dali-launch train` runs one process, but this is task"),
+        ("big", "--nodes 3 asks for more than the 2 nodes of this job step"),
+    ):
         out = (tmp_path / f"{name}.out").read_text()
         assert (tmp_path / f"{name}.rc").read_text().strip() != "0" and out.count(needle) == 4, out
         assert "Traceback" not in out
@@ -176,6 +267,7 @@ def test_preempted_job_requeues_and_resumes_in_its_run_directory(slurm_env, mnis
 
 
 def _state(job_id: str, env: dict) -> str:
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True,
-                         env=env, timeout=30)
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True, env=env, timeout=30
+    )
     return out.stdout.strip()

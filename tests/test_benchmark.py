@@ -1,4 +1,5 @@
 """The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8), run end to end with --smoke-cpu."""
+
 from __future__ import annotations
 
 import json
@@ -19,17 +20,38 @@ OURS = ("ours-pmap-cpu-k4-r1", "ours-sharded-cpu-k4-r1")  # --readers 0 resolves
 
 
 def bench(*args: str, timeout: float, script: Path = SCRIPT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, cwd=REPO, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        cwd=REPO,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
 def smoke(mnist_lmdb, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     """One smoke run (the example and ours in pmap and sharded mode, 2 epochs), shared by the tests."""
     out = tmp_path_factory.mktemp("bench")
-    proc = bench("--data", str(mnist_lmdb), "--smoke-cpu", "--epochs", "2", "--parallel", "pmap,sharded",
-                 "--steps-per-call", "4", "--work-dir", str(out / "runs"), "--out", str(out / "out.json"),
-                 "--plot", str(out / "out.png"), timeout=300)
+    proc = bench(
+        "--data",
+        str(mnist_lmdb),
+        "--smoke-cpu",
+        "--epochs",
+        "2",
+        "--parallel",
+        "pmap,sharded",
+        "--steps-per-call",
+        "4",
+        "--work-dir",
+        str(out / "runs"),
+        "--out",
+        str(out / "out.json"),
+        "--plot",
+        str(out / "out.png"),
+        timeout=300,
+    )
     return proc, out
 
 
@@ -61,9 +83,25 @@ def test_plot_from_redraws_without_running(smoke):
 
 def test_scaling_smoke_runs_both_layouts_with_identical_replicas(mnist_lmdb, tmp_path):
     out = tmp_path / "scaling.json"
-    proc = bench("--smoke-cpu", "--gpus", "1,2", "--layouts", "node,process", "--epochs", "2", "--steps-per-call", "4",
-                 "--data", str(mnist_lmdb), "--work-dir", str(tmp_path / "runs"), "--out", str(out), timeout=240,
-                 script=SCALING)
+    proc = bench(
+        "--smoke-cpu",
+        "--gpus",
+        "1,2",
+        "--layouts",
+        "node,process",
+        "--epochs",
+        "2",
+        "--steps-per-call",
+        "4",
+        "--data",
+        str(mnist_lmdb),
+        "--work-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+        timeout=240,
+        script=SCALING,
+    )
     check_ok(proc)
     doc = json.loads(out.read_text())
     runs = {(r["gpus"], r["layout"]): r for r in doc["runs"]}
@@ -80,8 +118,21 @@ def test_scaling_smoke_runs_both_layouts_with_identical_replicas(mnist_lmdb, tmp
 def test_components_smoke_times_every_part(mnist_lmdb, tmp_path):
     """Both codec sets decode the same first batch; every data cell and both CUDA-graph settings are timed."""
     out = tmp_path / "components.json"
-    proc = bench("--data", str(mnist_lmdb), "--smoke-cpu", "--readers", "2", "--data-grid", "1x1x2,2x1x2",
-                 "--steps", "48", "--out", str(out), timeout=300, script=COMPONENTS)
+    proc = bench(
+        "--data",
+        str(mnist_lmdb),
+        "--smoke-cpu",
+        "--readers",
+        "2",
+        "--data-grid",
+        "1x1x2,2x1x2",
+        "--steps",
+        "48",
+        "--out",
+        str(out),
+        timeout=300,
+        script=COMPONENTS,
+    )
     check_ok(proc)
     doc = json.loads(out.read_text())
     settings = [(r["component"], r["setting"]) for r in doc["rows"]]

@@ -1,5 +1,6 @@
 """`--config FILE.toml`: defaults < file < flags, one-line errors naming file, key and fix, `config show`,
 and the config.toml every run directory keeps."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,11 @@ def _write(tmp_path, text: str):
 
 
 def test_defaults_then_file_then_flags(capsys, tmp_path):
-    path = _write(tmp_path, '[train]\nmodel = "cnn"\nepochs = 3\nbatch_size = 64\nlearning_rate = 1\n'
-                            '[data]\npipeline = "folders"\nimage_size = 32\n[slurm]\nsetup = ["module load cuda"]\n')
+    path = _write(
+        tmp_path,
+        '[train]\nmodel = "cnn"\nepochs = 3\nbatch_size = 64\nlearning_rate = 1\n'
+        '[data]\npipeline = "folders"\nimage_size = 32\n[slurm]\nsetup = ["module load cuda"]\n',
+    )
     shown = _show(capsys, "--config", path, "--epochs", "7", "--batch-size", "50")
     assert shown["train"]["model"] == "cnn"  # file over default
     assert shown["train"]["epochs"] == 7  # flag over file
@@ -51,20 +55,29 @@ def test_strings_survive_toml(text):
     assert tomllib.loads(f"x = {config_file.dumps_value(text)}")["x"] == text
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[train]\nepoch = 3\n", "--config {path}: unknown key epoch in [train]; did you mean epochs?"),
-    ("[trian]\nepochs = 3\n", "--config {path}: unknown table [trian]; did you mean [train]?"),
-    ("epochs = 3\n", "--config {path}: epochs is outside any table; put it under [train]"),
-    ("[train]\ndata_dir = \"/data\"\n", "--config {path}: unknown key data_dir in [train]; data_dir belongs in [data]"),
-    ("[distributed]\nbackend = \"slurm\"\n", "unknown key backend in [distributed]; dali-launch sets backend itself"),
-    ("[train]\nepochs = \"3\"\n", '--config {path}: [train] epochs = "3" is a string; write an integer, e.g. epochs = 5'),
-    ("[launch]\nlocal = 1\n", "[launch] local = 1 is an integer; write true or false, e.g. local = false"),
-    ("[train]\nlearning_rate = \"fast\"\n", "[train] learning_rate = \"fast\" is a string; write a number"),
-    ("[slurm]\nsetup = \"module load x\"\n", "[slurm] setup = \"module load x\" is a string; write a list of quoted"),
-    ("[data]\ndecoder = \"gpu\"\n", '[data] decoder = "gpu" is not one of auto, cpu, mixed'),
-    ("[train]\nepochs = 3\n[train]\n", "--config {path} is not valid TOML (Cannot declare ('train',) twice"),
-    ("[train]\nepochs = 0\n", "--epochs 0 must be at least 1"),  # values from files meet the flags' checks
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[train]\nepoch = 3\n", "--config {path}: unknown key epoch in [train]; did you mean epochs?"),
+        ("[trian]\nepochs = 3\n", "--config {path}: unknown table [trian]; did you mean [train]?"),
+        ("epochs = 3\n", "--config {path}: epochs is outside any table; put it under [train]"),
+        (
+            '[train]\ndata_dir = "/data"\n',
+            "--config {path}: unknown key data_dir in [train]; data_dir belongs in [data]",
+        ),
+        ('[distributed]\nbackend = "slurm"\n', "unknown key backend in [distributed]; dali-launch sets backend itself"),
+        (
+            '[train]\nepochs = "3"\n',
+            '--config {path}: [train] epochs = "3" is a string; write an integer, e.g. epochs = 5',
+        ),
+        ("[launch]\nlocal = 1\n", "[launch] local = 1 is an integer; write true or false, e.g. local = false"),
+        ('[train]\nlearning_rate = "fast"\n', '[train] learning_rate = "fast" is a string; write a number'),
+        ('[slurm]\nsetup = "module load x"\n', '[slurm] setup = "module load x" is a string; write a list of quoted'),
+        ('[data]\ndecoder = "gpu"\n', '[data] decoder = "gpu" is not one of auto, cpu, mixed'),
+        ("[train]\nepochs = 3\n[train]\n", "--config {path} is not valid TOML (Cannot declare ('train',) twice"),
+        ("[train]\nepochs = 0\n", "--epochs 0 must be at least 1"),  # values from files meet the flags' checks
+    ],
+)
 def test_bad_files_are_one_clear_line(capsys, tmp_path, text, message):
     path = _write(tmp_path, text)
     assert main(["train", "--config", path, "--run-root", str(tmp_path / "runs")]) == 2
@@ -78,8 +91,9 @@ def test_a_file_that_is_not_utf8(capsys, tmp_path):
     path = tmp_path / "run.toml"
     path.write_bytes('[train]\nmodel = "cnn"\n# r\u00e9sum\u00e9\n'.encode("latin-1"))  # an editor's Latin-1
     assert main(["train", "--config", str(path), "--run-root", str(tmp_path / "runs")]) == 2
-    assert capsys.readouterr().err == (f"dali-launch: error: --config {path} is not UTF-8 text (byte 0xe9 in line 3); "
-                                       f"save it as UTF-8\n")
+    assert capsys.readouterr().err == (
+        f"dali-launch: error: --config {path} is not UTF-8 text (byte 0xe9 in line 3); save it as UTF-8\n"
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -94,8 +108,11 @@ def test_missing_file_and_misplaced_flag(capsys, tmp_path):
 def test_a_run_keeps_its_resolved_config_toml(mnist_lmdb, tmp_path, capsys):
     """The file sets the data and the batch, a flag the learning rate; config.toml holds all three and
     repeats the run when given back as --config."""
-    path = _write(tmp_path, f'[data]\ndata_dir = {json.dumps(str(mnist_lmdb))}\n[train]\nepochs = 1\n'
-                            f'batch_size = 100\n[launch]\nrun_root = {json.dumps(str(tmp_path / "runs"))}\n')
+    path = _write(
+        tmp_path,
+        f"[data]\ndata_dir = {json.dumps(str(mnist_lmdb))}\n[train]\nepochs = 1\n"
+        f"batch_size = 100\n[launch]\nrun_root = {json.dumps(str(tmp_path / 'runs'))}\n",
+    )
     check_ok(dali_launch("train", "--config", path, "--learning-rate", "0.05"))
     paths = only_run(tmp_path / "runs")
     spec = json.loads(paths.config.read_text())

@@ -1,4 +1,5 @@
 """`data prepare`: IDX in, Caffe2 LMDB out, read back through DALI's own caffe2 reader."""
+
 from __future__ import annotations
 
 import gzip

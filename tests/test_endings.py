@@ -4,6 +4,7 @@ The launcher dies: its ranks die with it. A rank raises: the job stops within se
 first. SIGINT/SIGTERM/SIGUSR2: the ranks checkpoint and stop, and a resumed run appends to the logs
 and times its partial epoch honestly. A running run refuses `--resume`. A closed console is no failure.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "30"]
 
-FAILING = '''
+FAILING = """
 import itertools
 
 import flax.linen as nn
@@ -56,14 +57,20 @@ def at_start(num_classes):
 
 def mid_epoch(num_classes):
     return Failing(num_classes=num_classes)
-'''
+"""
 
 
 def _start(args, root, env=None) -> subprocess.Popen:
     """The launcher in its own session (its process group is its pid), stderr kept for the verdict."""
-    return subprocess.Popen([*CLI, *LOCAL, *args, "--run-root", str(root)], cwd=REPO, text=True,
-                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [*CLI, *LOCAL, *args, "--run-root", str(root)],
+        cwd=REPO,
+        text=True,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _unlocked(paths) -> bool:
@@ -107,8 +114,7 @@ def test_a_killed_launcher_takes_its_ranks_and_unlocks_the_run(mnist_lmdb, tmp_p
         refused = dali_launch(*LOCAL, "--resume", str(paths.root), timeout=60)
         assert refused.returncode == 2 and time.monotonic() - started < 30, refused
         assert refused.stderr.count("\n") == 1 and "a job is still running in it" in refused.stderr, refused.stderr
-        assert "resuming" not in refused.stdout and not any("--- resumed" in paths.log(r).read_text()
-                                                            for r in range(2))
+        assert "resuming" not in refused.stdout and not any("--- resumed" in paths.log(r).read_text() for r in range(2))
         (os.killpg if "group" in how else os.kill)(proc.pid, signal.SIGKILL)
         killed = time.monotonic()
         wait_for(lambda: not any(_alive(pid) for pid in pids), timeout_s=30)
@@ -123,8 +129,10 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     says where and how to resume. The resumed run appends to the ranks' logs, and its first, partial
     epoch reports the images and time of its own part."""
     # 160 calls an epoch; the signal comes once a checkpoint at call 20 shows epoch 0 under way
-    proc = _start(["--epochs", "2", "--batch-size", "25", "--checkpoint-every-steps", "20", "--data-dir",
-                   str(mnist_lmdb)], tmp_path)
+    proc = _start(
+        ["--epochs", "2", "--batch-size", "25", "--checkpoint-every-steps", "20", "--data-dir", str(mnist_lmdb)],
+        tmp_path,
+    )
     try:
         pids = _rank_pids(tmp_path)
         wait_for(lambda: any(p.name.isdigit() for p in only_run(tmp_path).checkpoints.glob("*")), timeout_s=120)
@@ -137,7 +145,9 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     print(f"SIGINT: launcher done {took:.2f} s later")
     paths = only_run(tmp_path)
     last = err.strip().splitlines()[-1]
-    assert proc.returncode == 130 and last.startswith("dali-launch: interrupted (SIGINT); checkpoint written at step "), err
+    assert proc.returncode == 130 and last.startswith(
+        "dali-launch: interrupted (SIGINT); checkpoint written at step "
+    ), err
     assert took < 30 and not any(_alive(pid) for pid in pids)
     assert not paths.result.exists() and any(p.name.isdigit() for p in paths.checkpoints.iterdir())
     first_logs = [paths.log(r).read_text() for r in range(2)]
@@ -149,7 +159,9 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     assert "resumed from checkpoint" in resumed.stdout
     for rank, before in enumerate(first_logs):
         log = paths.log(rank).read_text()
-        assert log.startswith(before) and "--- resumed" in log[len(before):] and f"rank {rank} on" in log[len(before):]
+        assert (
+            log.startswith(before) and "--- resumed" in log[len(before) :] and f"rank {rank} on" in log[len(before) :]
+        )
     metrics = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [0, 1] and metrics[1]["resumed_at_call"] is None
     partial = metrics[0]
@@ -163,8 +175,10 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
 def test_a_job_that_finishes_within_the_grace_is_reported_finished(mnist_lmdb, tmp_path, sig):
     """A one-epoch run with no check point inside its epoch (10 fused calls): asked to stop once both
     ranks are up, it finishes instead, and says so (exit 0)."""
-    proc = _start(["--epochs", "1", "--steps-per-call", "8", "--sync-every-steps", "1000",
-                   "--data-dir", str(mnist_lmdb)], tmp_path)
+    proc = _start(
+        ["--epochs", "1", "--steps-per-call", "8", "--sync-every-steps", "1000", "--data-dir", str(mnist_lmdb)],
+        tmp_path,
+    )
     try:
         _rank_pids(tmp_path)
         proc.send_signal(sig)
@@ -183,8 +197,11 @@ def test_a_rank_that_raises_stops_the_job_and_is_named_first(mnist_lmdb, tmp_pat
     package = tmp_path / "code"
     package.mkdir()
     (package / "failing.py").write_text(textwrap.dedent(FAILING))
-    proc = _start(["--epochs", "2", "--model", f"failing:{when}", "--data-dir", str(mnist_lmdb)], tmp_path / "runs",
-                  env={"PYTHONPATH": str(package)})
+    proc = _start(
+        ["--epochs", "2", "--model", f"failing:{when}", "--data-dir", str(mnist_lmdb)],
+        tmp_path / "runs",
+        env={"PYTHONPATH": str(package)},
+    )
     try:
         _, err = proc.communicate(timeout=150)
         ended = time.time()
@@ -219,4 +236,3 @@ def test_a_closed_console_is_no_failure_of_the_job(mnist_lmdb, tmp_path):
     logs = [paths.log(r).read_text() for r in range(2)]
     assert "epoch 0: loss" in logs[0] and paths.result.exists()
     assert all(f"rank {r} on " in logs[r] and "[Gloo] Rank" in logs[r] for r in range(2))
-

@@ -1,4 +1,5 @@
 """How the follow loop words a SLURM job's end, on a job's files as submitit and slurmstepd leave them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,15 +12,20 @@ from dali_launch.launcher.backends import follow
 from dali_launch.trainer.run_dir import RunPaths
 
 CANCEL_LINE = "slurmstepd-node1: error: *** JOB 77 ON node1 CANCELLED AT 2026-11-30T06:11:15 ***\n"
-PEER_LOST = "Traceback (most recent call last):\n  ...\nJaxRuntimeError: Gloo all-reduce failed: Connection reset by peer\n"
+PEER_LOST = (
+    "Traceback (most recent call last):\n  ...\nJaxRuntimeError: Gloo all-reduce failed: Connection reset by peer\n"
+)
 
 
 def fake_job(root: Path, stderr: dict[int, str], errors: dict[int, str]):
     """A two-rank job: per rank a stderr text and, for some, a submitit result file holding an error."""
+
     def task(rank: int):
-        paths = SimpleNamespace(stdout=root / f"{rank}.out", stderr=root / f"{rank}.err",
-                                result_pickle=root / f"{rank}_result.pkl")
+        paths = SimpleNamespace(
+            stdout=root / f"{rank}.out", stderr=root / f"{rank}.err", result_pickle=root / f"{rank}_result.pkl"
+        )
         return SimpleNamespace(paths=paths)
+
     for rank, text in stderr.items():
         (root / f"{rank}.err").write_text(text)
     for rank, text in errors.items():

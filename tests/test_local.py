@@ -1,4 +1,5 @@
 """Local mode: real jax.distributed processes on this machine, through `dali-launch --local`."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,20 @@ def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
     common = ["--data-dir", str(fashion_lmdb), "--epochs", "1", "--global-batch-size", "200"]
     single = dali_launch("train", "--gpus-per-node", "2", *common, "--run-root", str(tmp_path / "one"))
     check_ok(single)
-    multi = dali_launch("--local", "--nodes", "1", "--gpus-per-node", "4", "--processes", "2",
-                        "--init-timeout-s", "60", *common, "--run-root", str(tmp_path / "two"))
+    multi = dali_launch(
+        "--local",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "4",
+        "--processes",
+        "2",
+        "--init-timeout-s",
+        "60",
+        *common,
+        "--run-root",
+        str(tmp_path / "two"),
+    )
     check_ok(multi)
     _, one = _result(tmp_path / "one")
     paths, two = _result(tmp_path / "two")
@@ -55,8 +68,18 @@ def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path)
     conftest.PARAMS_*TOL: two programs), and keeps both processes' replicas bit-identical."""
     common = ["--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--steps-per-call", "4"]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "one")))
-    multi = dali_launch("--local", "--processes", "2", "--parallel", "sharded", "--init-timeout-s", "60", *common,
-                        "--run-root", str(tmp_path / "two"))
+    multi = dali_launch(
+        "--local",
+        "--processes",
+        "2",
+        "--parallel",
+        "sharded",
+        "--init-timeout-s",
+        "60",
+        *common,
+        "--run-root",
+        str(tmp_path / "two"),
+    )
     check_ok(multi)
     (one_paths, _), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
     # Each rank's start line under its own prefix; gloo's connection lines only in the logs
@@ -68,16 +91,39 @@ def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path)
     # Where launch -> first step went, phase by phase, in order
     first = json.loads(paths.metrics.read_text().splitlines()[0])
     assert first["startup_since"] == "launch" and list(first["startup"]) == [
-        "imports", "jax initialized", "checkpoints read", "pipelines built", "model initialised", "first step"]
+        "imports",
+        "jax initialized",
+        "checkpoints read",
+        "pipelines built",
+        "model initialised",
+        "first step",
+    ]
     times = list(first["startup"].values())
     assert times == sorted(times) and first["first_step_s"] == times[-1] > 0
 
 
 def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--gpus-per-node", "2", "--processes", "2",
-         "--epochs", "50", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "dali_launch.launcher.cli",
+            "--local",
+            "--gpus-per-node",
+            "2",
+            "--processes",
+            "2",
+            "--epochs",
+            "50",
+            "--data-dir",
+            str(mnist_lmdb),
+            "--run-root",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         report = wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
         time.sleep(3)  # mid-epoch
@@ -95,14 +141,28 @@ def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
 
 def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
     """Process 0 of 2 waits for a peer that never comes: bounded, and the error says why."""
-    spec = TaskSpec(run_dir=str(tmp_path), distributed=DistributedConfig(
-        backend="local", platform="cpu", num_processes=2, local_device_count=1, init_timeout_s=5))
+    spec = TaskSpec(
+        run_dir=str(tmp_path),
+        distributed=DistributedConfig(
+            backend="local", platform="cpu", num_processes=2, local_device_count=1, init_timeout_s=5
+        ),
+    )
     write_atomic(RunPaths(tmp_path).config, spec.to_json())
-    env = {**os.environ, "DALI_LAUNCH_PROCESS_ID": "0", "DALI_LAUNCH_NUM_PROCESSES": "2",
-           "DALI_LAUNCH_LOCAL_RANK": "0", "DALI_LAUNCH_COORDINATOR": "127.0.0.1:29517"}
+    env = {
+        **os.environ,
+        "DALI_LAUNCH_PROCESS_ID": "0",
+        "DALI_LAUNCH_NUM_PROCESSES": "2",
+        "DALI_LAUNCH_LOCAL_RANK": "0",
+        "DALI_LAUNCH_COORDINATOR": "127.0.0.1:29517",
+    }
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "dali_launch.trainer", str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dali_launch.trainer", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert proc.returncode != 0 and time.monotonic() - start < 60
     assert "not all 2 processes reached the coordinator at 127.0.0.1:29517 within 5 s" in proc.stderr
 
@@ -110,8 +170,23 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
 def test_a_local_run_resumes_from_its_directory_and_reports_itself(small_lmdb, tmp_path):
     """`dali-launch --resume RUN` of a local run needs no other flag and runs locally again; status and
     logs read a local run from its directory."""
-    check_ok(dali_launch("--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "1", "--data-dir",
-                         str(small_lmdb), "--init-timeout-s", "60", "--run-root", str(tmp_path)))
+    check_ok(
+        dali_launch(
+            "--local",
+            "--gpus-per-node",
+            "2",
+            "--processes",
+            "2",
+            "--epochs",
+            "1",
+            "--data-dir",
+            str(small_lmdb),
+            "--init-timeout-s",
+            "60",
+            "--run-root",
+            str(tmp_path),
+        )
+    )
     paths = only_run(tmp_path)
     resumed = dali_launch("--resume", str(paths.root), "--epochs", "2")
     check_ok(resumed)
@@ -126,12 +201,28 @@ def test_a_local_run_resumes_from_its_directory_and_reports_itself(small_lmdb, t
     assert "\n[rank 1] " in logs.stdout and "[rank 0] epoch 1:" in logs.stdout
 
 
-
 def test_status_and_cancel_of_a_running_local_run(mnist_lmdb, tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--gpus-per-node", "2", "--processes", "2",
-         "--epochs", "50", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "dali_launch.launcher.cli",
+            "--local",
+            "--gpus-per-node",
+            "2",
+            "--processes",
+            "2",
+            "--epochs",
+            "50",
+            "--data-dir",
+            str(mnist_lmdb),
+            "--run-root",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
         paths = only_run(tmp_path)

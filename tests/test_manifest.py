@@ -1,4 +1,5 @@
 """trainer/manifest.py: the run manifest, written for real from this checkout and this environment."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,25 @@ from dali_launch.trainer.observe.manifest import REDACTED, git_revision, write_m
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.topology import from_environment
 
-SECRETS = {"AWS_SECRET_ACCESS_KEY": "aws-s3cr3t", "OPENAI_API_KEY": "sk-live-123", "hf_token": "hf_abc",
-           "PGPASSWORD": "pg-pw", "GITHUB_TOKEN": "ghp_xyz", "MY_SERVICE_Secret": "shh", "SSHPASS": "ssh-pw"}
-SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
-         "SLURM_LOCALID": "0", "SLURM_JOB_PARTITION": "debug", "SLURM_RESTART_COUNT": "1", "SLURMD_NODENAME": "node1"}
+SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "aws-s3cr3t",
+    "OPENAI_API_KEY": "sk-live-123",
+    "hf_token": "hf_abc",
+    "PGPASSWORD": "pg-pw",
+    "GITHUB_TOKEN": "ghp_xyz",
+    "MY_SERVICE_Secret": "shh",
+    "SSHPASS": "ssh-pw",
+}
+SLURM = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_NODELIST": "node[1-2]",
+    "SLURM_NTASKS": "2",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_JOB_PARTITION": "debug",
+    "SLURM_RESTART_COUNT": "1",
+    "SLURMD_NODENAME": "node1",
+}
 
 
 def _git(*args: str, cwd=REPO) -> str:
@@ -26,11 +42,17 @@ def _git(*args: str, cwd=REPO) -> str:
 def test_manifest_of_a_slurm_task(tmp_path, monkeypatch):
     import jax
 
-    for name, value in {**SECRETS, **SLURM, "PIP_INDEX_URL": "https://me:pip-pw@pypi.example/simple",
-                        "DALI_LAUNCH_NOTE": "kept as is"}.items():
+    for name, value in {
+        **SECRETS,
+        **SLURM,
+        "PIP_INDEX_URL": "https://me:pip-pw@pypi.example/simple",
+        "DALI_LAUNCH_NOTE": "kept as is",
+    }.items():
         monkeypatch.setenv(name, value)
-    spec = TaskSpec(run_dir=str(tmp_path), distributed=DistributedConfig(
-        backend="slurm", platform="cpu", num_processes=2, local_device_count=1))
+    spec = TaskSpec(
+        run_dir=str(tmp_path),
+        distributed=DistributedConfig(backend="slurm", platform="cpu", num_processes=2, local_device_count=1),
+    )
     topology = from_environment(spec.distributed)
     paths = RunPaths(tmp_path)
 
@@ -60,8 +82,14 @@ def test_manifest_of_a_slurm_task(tmp_path, monkeypatch):
     assert manifest["topology"]["process_id"] == 0 and manifest["topology"]["num_processes"] == 2
     assert manifest["topology"]["host"] == "node1" and manifest["topology"]["coordinator_address"] == "node1:61586"
     assert [d["platform"] for d in manifest["topology"]["devices"]] == ["cpu"]
-    assert manifest["slurm"] == {"job_id": "4242", "nodelist": "node[1-2]", "hosts": ["node1", "node2"],
-                                 "ntasks": "2", "partition": "debug", "restart_count": "1"}
+    assert manifest["slurm"] == {
+        "job_id": "4242",
+        "nodelist": "node[1-2]",
+        "hosts": ["node1", "node2"],
+        "ntasks": "2",
+        "partition": "debug",
+        "restart_count": "1",
+    }
 
 
 def test_manifest_outside_slurm_has_no_slurm_facts(tmp_path, monkeypatch):
@@ -83,7 +111,10 @@ def test_git_revision_only_of_a_checkout_that_tracks_the_package(tmp_path):
     assert git_revision(package) is None  # inside a checkout, but not tracked by it (site-packages in a repo)
     _git("add", "pkg/__init__.py", cwd=repo)
     _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one", cwd=repo)
-    assert git_revision(package) == {"revision": _git("rev-parse", "HEAD", cwd=repo).strip(), "dirty": False,
-                                     "checkout": str(repo)}
+    assert git_revision(package) == {
+        "revision": _git("rev-parse", "HEAD", cwd=repo).strip(),
+        "dirty": False,
+        "checkout": str(repo),
+    }
     (package / "__init__.py").write_text("x = 1\n")
     assert git_revision(package)["dirty"] is True

@@ -1,5 +1,6 @@
 """What a run shows of itself: TensorBoard events and a W&B run that continue across a preemption
 without a step twice or a step missing, and a profiler trace the profiler's own tooling reads."""
+
 from __future__ import annotations
 
 import glob
@@ -17,8 +18,14 @@ from conftest import REPO, check_ok, dali_launch, only_run, wait_for
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 STEP_TAGS = ("train/loss", "train/learning_rate", "perf/images_per_s", "perf/step_time_ms", "perf/data_wait_fraction")
-EPOCH_TAGS = ("epoch/train_loss", "epoch/test_accuracy", "epoch/images_per_s", "epoch/data_wait_fraction",
-              "epoch/time_s", "epoch/eval_time_s")
+EPOCH_TAGS = (
+    "epoch/train_loss",
+    "epoch/test_accuracy",
+    "epoch/images_per_s",
+    "epoch/data_wait_fraction",
+    "epoch/time_s",
+    "epoch/eval_time_s",
+)
 
 
 def scalars(folder) -> dict[str, list[int]]:
@@ -40,11 +47,11 @@ def wandb_history(path: str) -> tuple[str, list[int]]:
     pos, pending, run_id, steps = 7, b"", None, []
     while pos + 7 <= len(data):
         left = block - pos % block
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7]) if left >= 7 else (0, 0, 0)
         if kind == 0:  # a block's zero-padded tail
             pos += left
             continue
-        pending, pos = pending + data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending, pos = pending + data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 4):  # a whole record, or a record's last piece
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
@@ -61,13 +68,36 @@ def test_events_and_wandb_continue_across_a_preemption(mnist_lmdb, tmp_path):
     shows epoch 0 under way, then --resume. TensorBoard shows each step of the uninterrupted run's
     grid once; the W&B run keeps its id and its step axis goes on where the first part stopped."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.Popen([*CLI, "train", "--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2",
-                             "--log-every-steps", "20", "--checkpoint-every-steps", "20",
-                             "--wandb-project", "dali-launch-test", "--run-root", str(tmp_path)],
-                            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "train",
+            "--data-dir",
+            str(mnist_lmdb),
+            "--epochs",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--log-every-steps",
+            "20",
+            "--checkpoint-every-steps",
+            "20",
+            "--wandb-project",
+            "dali-launch-test",
+            "--run-root",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
-        wait_for(lambda: proc.poll() is not None or any(p.name.isdigit() for p in tmp_path.glob("*/checkpoints/*")),
-                 timeout_s=120)
+        wait_for(
+            lambda: proc.poll() is not None or any(p.name.isdigit() for p in tmp_path.glob("*/checkpoints/*")),
+            timeout_s=120,
+        )
         proc.send_signal(signal.SIGUSR2)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -102,8 +132,23 @@ def test_profile_steps_write_a_readable_trace(small_lmdb, tmp_path):
     profiler's own reader parses the XSpace and the Perfetto trace is JSON with events."""
     from jax.profiler import ProfileData
 
-    check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2",
-                         "--steps-per-call", "2", "--profile-steps", "3:6", "--run-root", str(tmp_path)))
+    check_ok(
+        dali_launch(
+            "train",
+            "--data-dir",
+            str(small_lmdb),
+            "--epochs",
+            "1",
+            "--gpus-per-node",
+            "2",
+            "--steps-per-call",
+            "2",
+            "--profile-steps",
+            "3:6",
+            "--run-root",
+            str(tmp_path),
+        )
+    )
     paths = only_run(tmp_path)
     [xplane] = paths.profile(0).glob("plugins/profile/*/*.xplane.pb")
     planes = [plane.name for plane in ProfileData.from_file(str(xplane)).planes]
@@ -135,7 +180,7 @@ def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():
     spec = TaskSpec(run_dir="unused", observe=ObserveConfig(log_every_steps=25))
     rec = Recorder()
     log = StepLog(spec, rec, steps_per_call=2)
-    tally = lambda loss, count: {"loss": jnp.array([loss]), "count": jnp.array([count])}  # noqa: E731
+    tally = lambda loss, count: {"loss": jnp.array([loss]), "count": jnp.array([count])}
     log.begin_epoch(0, None)
     log.compiled(tally(10.0, 100), 0.0)
     for calls in (10, 20, 30):  # check points every 10 calls = 20 steps: 25 and 50 crossed at 40 and 60

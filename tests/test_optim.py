@@ -1,5 +1,6 @@
 """The optimizer, schedules, weight decay, accumulation and the built-in ResNet-50: pure functions and
 one step function called directly on the CPU, no DALI."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,7 @@ def test_warmup_cosine_is_optaxs_own(steps):
 def test_warmup_linear_in_steps(steps, expected):
     """Warm-up over 10 steps to 0.4, then a straight line to 0 at the run's 400th step."""
     config = _train(schedule="linear", warmup_steps=10)
-    reference = optax.join_schedules([optax.linear_schedule(0.0, 0.4, 10), optax.linear_schedule(0.4, 0.0, 390)],
-                                     [10])
+    reference = optax.join_schedules([optax.linear_schedule(0.0, 0.4, 10), optax.linear_schedule(0.4, 0.0, 390)], [10])
     assert float(optim.schedule(config, SLOTS)(steps)) == pytest.approx(expected, abs=1e-6)
     assert float(optim.schedule(config, SLOTS)(steps)) == pytest.approx(float(reference(steps)), abs=1e-7)
 
@@ -89,10 +89,24 @@ class _Tiny(nn.Module):
 def _state(accumulate: int, optimizer: str) -> TrainState:
     model = _Tiny()
     variables = model.init(jax.random.PRNGKey(1), jnp.zeros((1, 5)))
-    config = _train(optimizer=optimizer, learning_rate=0.05, accumulate_steps=accumulate, schedule="cosine",
-                    warmup_steps=1, label_smoothing=0.1, clip_norm=1.0, weight_decay=0.01)
-    return TrainState.create(dict(variables), jax.random.PRNGKey(2), Forward(model), optim.optimizer(config),
-                             optim.schedule(config, 8), Recipe(accumulate_steps=accumulate, label_smoothing=0.1))
+    config = _train(
+        optimizer=optimizer,
+        learning_rate=0.05,
+        accumulate_steps=accumulate,
+        schedule="cosine",
+        warmup_steps=1,
+        label_smoothing=0.1,
+        clip_norm=1.0,
+        weight_decay=0.01,
+    )
+    return TrainState.create(
+        dict(variables),
+        jax.random.PRNGKey(2),
+        Forward(model),
+        optim.optimizer(config),
+        optim.schedule(config, 8),
+        Recipe(accumulate_steps=accumulate, label_smoothing=0.1),
+    )
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
@@ -108,12 +122,17 @@ def test_accumulating_4_steps_is_one_step_of_4x_the_batch(optimizer):
     small = _state(4, optimizer)
     for group in (slice(0, 4), slice(4, 8)):
         small, _, _ = jax.jit(parallel.sgd_steps, static_argnums=4)(
-            small, images[group], labels[group], valid[group], parallel.JIT_JOB)
+            small, images[group], labels[group], valid[group], parallel.JIT_JOB
+        )
     big = _state(1, optimizer)
     for group in (slice(0, 4), slice(4, 8)):
         big, _, _ = jax.jit(parallel.sgd_steps, static_argnums=4)(
-            big, images[group].reshape(1, 24, 5), labels[group].reshape(1, 24), valid[group].reshape(1, 24),
-            parallel.JIT_JOB)
+            big,
+            images[group].reshape(1, 24, 5),
+            labels[group].reshape(1, 24),
+            valid[group].reshape(1, 24),
+            parallel.JIT_JOB,
+        )
     assert int(small.step) == int(big.step) == 2 and int(small.slot) == 8
     for name, a in flatten_dict(small.params, sep="/").items():
         np.testing.assert_allclose(a, flatten_dict(big.params, sep="/")[name], rtol=1e-5, atol=1e-7, err_msg=name)
@@ -122,15 +141,17 @@ def test_accumulating_4_steps_is_one_step_of_4x_the_batch(optimizer):
 def test_resnet50_is_the_standard_model():
     """ResNet-50 v1.5 at 224x224 and 1,000 classes has 25,557,032 parameters (torchvision's count);
     each bottleneck's last BatchNorm scale starts at zero, every other at one."""
-    shapes = jax.eval_shape(lambda x: resnet50(1000).init(jax.random.PRNGKey(0), x, train=False),
-                            jnp.zeros((1, 224, 224, 3)))
+    shapes = jax.eval_shape(
+        lambda x: resnet50(1000).init(jax.random.PRNGKey(0), x, train=False), jnp.zeros((1, 224, 224, 3))
+    )
     params = flatten_dict(shapes["params"], sep="/")
     assert sum(int(np.prod(p.shape)) for p in params.values()) == 25_557_032
     assert len(flatten_dict(shapes["batch_stats"])) == 2 * 53  # mean and var of 53 BatchNorms
     blocks = {k.split("/")[0] for k in params if k.startswith("Bottleneck")}
     assert len(blocks) == 16
-    variables = ResNet(num_classes=10, stages=(1, 1), width=8).init(jax.random.PRNGKey(0), jnp.ones((1, 32, 32, 3)),
-                                                                    train=False)
+    variables = ResNet(num_classes=10, stages=(1, 1), width=8).init(
+        jax.random.PRNGKey(0), jnp.ones((1, 32, 32, 3)), train=False
+    )
     scales = {k: v for k, v in flatten_dict(variables["params"], sep="/").items() if k.endswith("scale")}
     assert all(float(jnp.max(jnp.abs(v))) == 0 for k, v in scales.items() if "BatchNorm_2/" in k), scales.keys()
     assert all(float(jnp.min(v)) == 1 for k, v in scales.items() if "BatchNorm_2/" not in k)

@@ -1,5 +1,6 @@
 """Config dataclasses as the CLI (launcher/options.py): defaults < --config file < flags, and which
 values were given at all (a value equal to its default may still have been asked for)."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,13 +18,16 @@ def captured(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("flags, file, epochs", [
-    ([], None, 1),  # cluster CI trains one epoch unless asked
-    (["--epochs", "5"], None, 5),  # 5 is the default of `train`: asked for, so kept
-    (["--epochs", "3"], None, 3),
-    ([], "[train]\nepochs = 5\n", 5),
-    (["--epochs", "2"], "[train]\nepochs = 5\n", 2),
-])
+@pytest.mark.parametrize(
+    "flags, file, epochs",
+    [
+        ([], None, 1),  # cluster CI trains one epoch unless asked
+        (["--epochs", "5"], None, 5),  # 5 is the default of `train`: asked for, so kept
+        (["--epochs", "3"], None, 3),
+        ([], "[train]\nepochs = 5\n", 5),
+        (["--epochs", "2"], "[train]\nepochs = 5\n", 2),
+    ],
+)
 def test_ci_epochs_from_flag_and_file(captured, tmp_path, flags, file, epochs):
     config = []
     if file:

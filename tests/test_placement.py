@@ -1,4 +1,5 @@
 """Where DALI runs (--decoder), what follows from it (CPU codecs only, --cuda-graphs), and readers per device."""
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,17 @@ from dali_launch.trainer.data import placement
 from dali_launch.trainer.data.shards import readers_per_device
 
 
-@pytest.mark.parametrize("pipeline, decoder, platform, expected", [
-    ("mnist", "auto", "gpu", "cpu"),  # mnist's own auto_decoder: 28x28 JPEGs
-    ("folders", "auto", "gpu", "mixed"),
-    ("folders", "auto", "cpu", "cpu"),
-    ("test_placement:plain_pipeline", "auto", "gpu", "mixed"),  # no auto_decoder: nvJPEG on GPUs
-    ("mnist", "mixed", "gpu", "mixed"),
-    ("folders", "cpu", "gpu", "cpu"),
-])
+@pytest.mark.parametrize(
+    "pipeline, decoder, platform, expected",
+    [
+        ("mnist", "auto", "gpu", "cpu"),  # mnist's own auto_decoder: 28x28 JPEGs
+        ("folders", "auto", "gpu", "mixed"),
+        ("folders", "auto", "cpu", "cpu"),
+        ("test_placement:plain_pipeline", "auto", "gpu", "mixed"),  # no auto_decoder: nvJPEG on GPUs
+        ("mnist", "mixed", "gpu", "mixed"),
+        ("folders", "cpu", "gpu", "cpu"),
+    ],
+)
 def test_decoder_resolution(pipeline, decoder, platform, expected):
     config = DataConfig(pipeline=pipeline, decoder=decoder)
     assert placement.decoder(config, platform) == expected
@@ -32,22 +36,27 @@ def plain_pipeline(args):  # a user's pipeline function that says nothing about 
     raise AssertionError("never built here")
 
 
-@pytest.mark.parametrize("setting, dali_gpu, expected", [
-    ("auto", False, True), ("auto", True, False), ("on", True, True), ("off", False, False)])
+@pytest.mark.parametrize(
+    "setting, dali_gpu, expected",
+    [("auto", False, True), ("auto", True, False), ("on", True, True), ("off", False, False)],
+)
 def test_cuda_graphs_resolution(setting, dali_gpu, expected):
     assert placement.cuda_graphs(setting, dali_gpu) is expected
 
 
-@pytest.mark.parametrize("readers, threads, batch, cores, platform, expected", [
-    (0, 2, 1200, 16, "gpu", 8),  # the H200 machine: 16 cores per GPU
-    (0, 4, 1200, 16, "gpu", 4),
-    (0, 2, 1200, 4, "gpu", 2),
-    (0, 2, 1000, 64, "gpu", 8),
-    (0, 2, 500, 64, "gpu", 4),  # 8 does not divide 500
-    (0, 8, 1200, 2, "gpu", 1),
-    (0, 2, 1200, 64, "cpu", 1),
-    (3, 2, 1200, 1, "gpu", 3),  # asked for: as given (the launcher checked that it divides)
-])
+@pytest.mark.parametrize(
+    "readers, threads, batch, cores, platform, expected",
+    [
+        (0, 2, 1200, 16, "gpu", 8),  # the H200 machine: 16 cores per GPU
+        (0, 4, 1200, 16, "gpu", 4),
+        (0, 2, 1200, 4, "gpu", 2),
+        (0, 2, 1000, 64, "gpu", 8),
+        (0, 2, 500, 64, "gpu", 4),  # 8 does not divide 500
+        (0, 8, 1200, 2, "gpu", 1),
+        (0, 2, 1200, 64, "cpu", 1),
+        (3, 2, 1200, 1, "gpu", 3),  # asked for: as given (the launcher checked that it divides)
+    ],
+)
 def test_readers_per_device(readers, threads, batch, cores, platform, expected):
     config = DataConfig(readers_per_device=readers, reader_threads=threads)
     assert readers_per_device(config, platform, batch, cores) == expected
@@ -74,8 +83,13 @@ print(json.dumps({"sum": float(np.array(images.as_tensor()).sum()), "labels": np
 
 
 def _decode(path: Path, codecs: str, env: dict | None = None) -> dict:
-    proc = subprocess.run([sys.executable, "-c", DECODE, str(path), codecs], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-c", DECODE, str(path), codecs],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -97,8 +111,10 @@ def test_a_killed_process_leaves_no_codecs_folder(tmp_path):
     """kill -9 right after the codecs are set up: nothing is left in the temporary folder."""
     env = {**os.environ, "DALI_LAUNCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
-    code = "from dali_launch.trainer.data import placement; placement.use_cpu_codecs_only(); print('ready', flush=True); " \
-           "import time; time.sleep(60)"
+    code = (
+        "from dali_launch.trainer.data import placement; placement.use_cpu_codecs_only(); print('ready', flush=True); "
+        "import time; time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
@@ -128,12 +144,15 @@ def test_a_codecs_path_already_set_is_kept(monkeypatch, tmp_path):
     assert os.environ[placement.CODECS_PATH] == str(tmp_path)
 
 
-@pytest.mark.parametrize("decoder, graphs, codecs_only, graphs_off", [
-    ("auto", "auto", True, False),  # mnist on a GPU node: DALI on the CPU, CUDA graphs on
-    ("mixed", "auto", False, True),  # nvJPEG: DALI works on the GPU, graphs off
-    ("mixed", "on", False, False),
-    ("cpu", "off", True, True),
-])
+@pytest.mark.parametrize(
+    "decoder, graphs, codecs_only, graphs_off",
+    [
+        ("auto", "auto", True, False),  # mnist on a GPU node: DALI on the CPU, CUDA graphs on
+        ("mixed", "auto", False, True),  # nvJPEG: DALI works on the GPU, graphs off
+        ("mixed", "on", False, False),
+        ("cpu", "off", True, True),
+    ],
+)
 def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, graphs_off):
     """What a GPU task sets before JAX and DALI start: nvImageCodec's codecs and XLA's CUDA graphs."""
     from dali_launch.trainer.topology import Topology, configure_process_env

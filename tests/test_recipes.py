@@ -1,6 +1,7 @@
 """Beyond the example: a user's own model and pipeline by entry point, the CNN recipe on Fashion-MNIST,
 and the JPEG-folder pipeline (ResNet-18) on a tree from `data prepare --format folders`, in local
 multi-process mode. Real runs, real data."""
+
 from __future__ import annotations
 
 import collections
@@ -95,9 +96,22 @@ def user_package(tmp_path):
 
 @pytest.mark.slow
 def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_path):
-    proc = dali_launch("train", "--model", "mypkg.models:build", "--pipeline", "mypkg.pipe:make",
-                       "--data-dir", str(mnist_lmdb), "--epochs", "2", "--learning-rate", "0.05",
-                       "--run-root", str(tmp_path / "runs"), env={"PYTHONPATH": str(user_package)})
+    proc = dali_launch(
+        "train",
+        "--model",
+        "mypkg.models:build",
+        "--pipeline",
+        "mypkg.pipe:make",
+        "--data-dir",
+        str(mnist_lmdb),
+        "--epochs",
+        "2",
+        "--learning-rate",
+        "0.05",
+        "--run-root",
+        str(tmp_path / "runs"),
+        env={"PYTHONPATH": str(user_package)},
+    )
     check_ok(proc)
     paths = only_run(tmp_path / "runs")
     epochs = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
@@ -109,22 +123,43 @@ def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_pat
 
 @pytest.mark.slow
 def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, tmp_path):
-    proc = dali_launch("train", "--pipeline", "mypkg.pipe:no_shards", "--data-dir", str(mnist_lmdb),
-                       "--run-root", str(tmp_path), env={"PYTHONPATH": str(user_package)})
+    proc = dali_launch(
+        "train",
+        "--pipeline",
+        "mypkg.pipe:no_shards",
+        "--data-dir",
+        str(mnist_lmdb),
+        "--run-root",
+        str(tmp_path),
+        env={"PYTHONPATH": str(user_package)},
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "dali-launch: error: --pipeline mypkg.pipe:no_shards: its reader does not read shard 0 of 1 padded to "
-        "whole batches; pass **args.reader_args() to it")
+        "whole batches; pass **args.reader_args() to it"
+    )
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--model", "mypkg.models:nope", "--model mypkg.models:nope: module mypkg.models has no attribute nope"),
-    ("--model", "mypkg.absent:build", "--model mypkg.absent:build: cannot import mypkg.absent"),
-    ("--model", "transformer", "unknown --model transformer; use one of mlp, cnn, resnet18, resnet50, or package.module:factory"),
-    ("--pipeline", "mypkg.pipe:MISSING", "--pipeline mypkg.pipe:MISSING: module mypkg.pipe has no attribute MISSING"),
-])
-def test_bad_entry_points_fail_before_anything_is_written(capsys, monkeypatch, user_package, tmp_path,
-                                                          flag, value, message):
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--model", "mypkg.models:nope", "--model mypkg.models:nope: module mypkg.models has no attribute nope"),
+        ("--model", "mypkg.absent:build", "--model mypkg.absent:build: cannot import mypkg.absent"),
+        (
+            "--model",
+            "transformer",
+            "unknown --model transformer; use one of mlp, cnn, resnet18, resnet50, or package.module:factory",
+        ),
+        (
+            "--pipeline",
+            "mypkg.pipe:MISSING",
+            "--pipeline mypkg.pipe:MISSING: module mypkg.pipe has no attribute MISSING",
+        ),
+    ],
+)
+def test_bad_entry_points_fail_before_anything_is_written(
+    capsys, monkeypatch, user_package, tmp_path, flag, value, message
+):
     monkeypatch.syspath_prepend(str(user_package))
     assert main(["train", flag, value, "--run-root", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
@@ -132,52 +167,116 @@ def test_bad_entry_points_fail_before_anything_is_written(capsys, monkeypatch, u
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    pytest.param("--model", "mypkg.models:not_a_module", "--model mypkg.models:not_a_module returned a function, "
-                 "not a flax.linen.Module; the factory must return the module itself", id="factory-not-a-module"),
-    pytest.param("--model", "mypkg.models:fixed", "--model mypkg.models:fixed cannot be called as "
-                 "factory(num_classes=N) (got an unexpected keyword argument 'num_classes'); see the contract in the "
-                 "README", id="factory-without-num-classes"),
-    pytest.param("--model", "mypkg.models:broken", "--model mypkg.models:broken: factory(num_classes=10) raised "
-                 "ValueError: no such width; fix the factory", id="factory-raises"),
-    pytest.param("--pipeline", "mypkg.pipe:two_args", "--pipeline mypkg.pipe:two_args cannot be called as "
-                 "function(args) (missing a required argument: 'extra'); see the contract in the README",
-                 id="pipeline-signature"),
-])
-def test_broken_contracts_are_refused_before_anything_is_written(capsys, monkeypatch, nothing_starts, user_package,
-                                                                 mnist_lmdb, tmp_path, flag, value, message):
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        pytest.param(
+            "--model",
+            "mypkg.models:not_a_module",
+            "--model mypkg.models:not_a_module returned a function, "
+            "not a flax.linen.Module; the factory must return the module itself",
+            id="factory-not-a-module",
+        ),
+        pytest.param(
+            "--model",
+            "mypkg.models:fixed",
+            "--model mypkg.models:fixed cannot be called as "
+            "factory(num_classes=N) (got an unexpected keyword argument 'num_classes'); see the contract in the "
+            "README",
+            id="factory-without-num-classes",
+        ),
+        pytest.param(
+            "--model",
+            "mypkg.models:broken",
+            "--model mypkg.models:broken: factory(num_classes=10) raised ValueError: no such width; fix the factory",
+            id="factory-raises",
+        ),
+        pytest.param(
+            "--pipeline",
+            "mypkg.pipe:two_args",
+            "--pipeline mypkg.pipe:two_args cannot be called as "
+            "function(args) (missing a required argument: 'extra'); see the contract in the README",
+            id="pipeline-signature",
+        ),
+    ],
+)
+def test_broken_contracts_are_refused_before_anything_is_written(
+    capsys, monkeypatch, nothing_starts, user_package, mnist_lmdb, tmp_path, flag, value, message
+):
     """Checked by the launcher (entry_points.check); they used to pass it and fail in the task, after the
     run directory was written."""
     monkeypatch.syspath_prepend(str(user_package))
-    run_entry(capsys, tmp_path, ["train", flag, value, "--data-dir", str(mnist_lmdb), "--run-root",
-                                 str(tmp_path / "runs")], message)
+    run_entry(
+        capsys,
+        tmp_path,
+        ["train", flag, value, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path / "runs")],
+        message,
+    )
 
 
-@pytest.mark.parametrize("args, data, message", [
-    pytest.param(["--pipeline", "mypkg.pipe:make"], [99] * 8, "--num-classes 10 but --pipeline mypkg.pipe:make gave "
-                 "training label 99; use --num-classes 100 or more", id="label-too-large"),
-    pytest.param(["--pipeline", "mypkg.pipe:make"], (list(range(8)), [-1] * 8), "--pipeline mypkg.pipe:make gave "
-                 "testing label -1; labels are class ids 0..9, so fix the labels it returns", id="test-label-negative"),
-    pytest.param(["--pipeline", "mypkg.pipe:make", "--parallel", "sharded", "--num-classes", "3"], list(range(8)),
-                 "--num-classes 3 but --pipeline mypkg.pipe:make gave training label 7; use --num-classes 8 or more",
-                 id="num-classes-too-small-sharded"),
-    pytest.param(["--pipeline", "mypkg.pipe:make", "--model", "mypkg.models:wide"], list(range(8)), "--model "
-                 "mypkg.models:wide returns logits of shape (1, 12) for one sample but --num-classes is 10; make it "
-                 "return (batch, 10) (its last layer num_classes wide)", id="model-width"),
-    pytest.param(["--pipeline", "mypkg.pipe:one_hot_wide"], list(range(8)), "the pipeline gave float labels (one-hot "
-                 "or soft targets) 12 wide but --num-classes is 10; make them 10 wide, or give class ids",
-                 id="one-hot-width"),
-])
+@pytest.mark.parametrize(
+    "args, data, message",
+    [
+        pytest.param(
+            ["--pipeline", "mypkg.pipe:make"],
+            [99] * 8,
+            "--num-classes 10 but --pipeline mypkg.pipe:make gave training label 99; use --num-classes 100 or more",
+            id="label-too-large",
+        ),
+        pytest.param(
+            ["--pipeline", "mypkg.pipe:make"],
+            (list(range(8)), [-1] * 8),
+            "--pipeline mypkg.pipe:make gave testing label -1; labels are class ids 0..9, so fix the labels it returns",
+            id="test-label-negative",
+        ),
+        pytest.param(
+            ["--pipeline", "mypkg.pipe:make", "--parallel", "sharded", "--num-classes", "3"],
+            list(range(8)),
+            "--num-classes 3 but --pipeline mypkg.pipe:make gave training label 7; use --num-classes 8 or more",
+            id="num-classes-too-small-sharded",
+        ),
+        pytest.param(
+            ["--pipeline", "mypkg.pipe:make", "--model", "mypkg.models:wide"],
+            list(range(8)),
+            "--model "
+            "mypkg.models:wide returns logits of shape (1, 12) for one sample but --num-classes is 10; make it "
+            "return (batch, 10) (its last layer num_classes wide)",
+            id="model-width",
+        ),
+        pytest.param(
+            ["--pipeline", "mypkg.pipe:one_hot_wide"],
+            list(range(8)),
+            "the pipeline gave float labels (one-hot "
+            "or soft targets) 12 wide but --num-classes is 10; make them 10 wide, or give class ids",
+            id="one-hot-width",
+        ),
+    ],
+)
 def test_what_only_the_task_can_see_is_one_line(user_package, tmp_path, args, data, message):
     """A pipeline of the user's own is not read before the run: its labels are checked in the steps
     (label_check.py), the model's width at its initialisation. One line and exit 2, not a run that
     ends with exit 0 having learnt nothing (labels) or a shape traceback (widths)."""
     train, test = data if isinstance(data, tuple) else (data, data)
-    root = dataset(tmp_path, training=[data_prepare.caffe2_record(encoded_image(), label) for label in train],
-                   testing=[data_prepare.caffe2_record(encoded_image(), label) for label in test])["data"]
-    proc = dali_launch("train", *args, "--data-dir", str(root), "--epochs", "1", "--batch-size", "4",
-                       "--eval-batch-size", "4", "--run-root", str(tmp_path / "runs"),
-                       env={"PYTHONPATH": str(user_package)})
+    root = dataset(
+        tmp_path,
+        training=[data_prepare.caffe2_record(encoded_image(), label) for label in train],
+        testing=[data_prepare.caffe2_record(encoded_image(), label) for label in test],
+    )["data"]
+    proc = dali_launch(
+        "train",
+        *args,
+        "--data-dir",
+        str(root),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--eval-batch-size",
+        "4",
+        "--run-root",
+        str(tmp_path / "runs"),
+        env={"PYTHONPATH": str(user_package)},
+    )
     assert (proc.returncode, proc.stderr) == (2, f"dali-launch: error: {message}\n"), proc.stderr[-3000:]
 
 
@@ -188,8 +287,21 @@ def test_cnn_recipe_beats_the_mlp_on_fashion_mnist(fashion_lmdb, tmp_path):
     Measured here: 0.877 / 0.896 after epochs 1 / 2, ~35 s an epoch. Published MLPs reach 0.87-0.88.
     """
     start = time.monotonic()
-    proc = dali_launch("train", "--model", "cnn", "--data-dir", str(fashion_lmdb), "--epochs", "2",
-                       "--batch-size", "100", "--learning-rate", "0.05", "--run-root", str(tmp_path))
+    proc = dali_launch(
+        "train",
+        "--model",
+        "cnn",
+        "--data-dir",
+        str(fashion_lmdb),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "100",
+        "--learning-rate",
+        "0.05",
+        "--run-root",
+        str(tmp_path),
+    )
     check_ok(proc)
     final = json.loads(only_run(tmp_path).result.read_text())["final"]
     print(f"cnn on Fashion-MNIST: accuracy {final['test_accuracy']:.4f} in {time.monotonic() - start:.0f} s")
@@ -226,13 +338,34 @@ def test_data_prepare_folders_writes_every_image_under_its_label(small_idx, tmp_
 def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
     """`data prepare --format folders`, then ResNet-18 on the folders pipeline (random resized crops)
     in 2 jax.distributed processes: every sample once per epoch, identical replicas."""
-    idx, train_labels, test_labels = small_idx
+    idx, train_labels, _ = small_idx
     check_ok(dali_launch("data", "prepare", "--format", "folders", "--from", str(idx), "--to", str(tmp_path / "tree")))
     start = time.monotonic()
-    proc = dali_launch("--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "60",
-                       "--pipeline", "folders", "--model", "resnet18", "--image-size", "32",
-                       "--data-dir", str(tmp_path / "tree"), "--epochs", "2", "--batch-size", "16",
-                       "--eval-batch-size", "32", "--run-root", str(tmp_path / "runs"))
+    proc = dali_launch(
+        "--local",
+        "--gpus-per-node",
+        "2",
+        "--processes",
+        "2",
+        "--init-timeout-s",
+        "60",
+        "--pipeline",
+        "folders",
+        "--model",
+        "resnet18",
+        "--image-size",
+        "32",
+        "--data-dir",
+        str(tmp_path / "tree"),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--eval-batch-size",
+        "32",
+        "--run-root",
+        str(tmp_path / "runs"),
+    )
     check_ok(proc)
     print(f"resnet18 on folders, 2 processes: {time.monotonic() - start:.0f} s")
     paths = only_run(tmp_path / "runs")
@@ -244,8 +377,9 @@ def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
     ranks = json.loads(paths.rank_map.read_text())
     assert [r["device_indices"] for r in ranks] == [[0], [1]] and ranks[0]["num_devices"] == 2
     # The file reader numbers class folders in sorted order: the labels it reads are the IDX labels.
-    assert collections.Counter(_file_reader_labels(tmp_path / "tree" / "training")) == \
-        collections.Counter(train_labels.tolist())
+    assert collections.Counter(_file_reader_labels(tmp_path / "tree" / "training")) == collections.Counter(
+        train_labels.tolist()
+    )
 
 
 def _file_reader_labels(root) -> list[int]:

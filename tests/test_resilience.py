@@ -1,5 +1,6 @@
 """Never lose work: preemption -> checkpoint -> resume gives the uninterrupted run's parameters;
 stopped or killed ranks stop the job within the watchdog's bound."""
+
 from __future__ import annotations
 
 import collections
@@ -21,8 +22,15 @@ CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 
 
 def _start(args, env=None) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, *args], cwd=REPO, env={**os.environ, **(env or {})}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(
+        [*CLI, *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _result(paths: RunPaths) -> dict:
@@ -33,13 +41,24 @@ def _epoch_prints(paths: RunPaths, epoch: int) -> collections.Counter:
     return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
 
 
-@pytest.mark.parametrize("mode", [[], ["--parallel", "sharded", "--readers-per-device", "2"]],
-                         ids=["pmap", "sharded-2-readers"])
+@pytest.mark.parametrize(
+    "mode", [[], ["--parallel", "sharded", "--readers-per-device", "2"]], ids=["pmap", "sharded-2-readers"]
+)
 def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path, mode):
     """SIGUSR2 mid-epoch (what SLURM sends before a time limit): checkpoint, exit; --resume finishes
     with the parameters of a run never interrupted, every sample seen once per epoch."""
-    common = ["--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2", "--record-samples",
-              "--checkpoint-every-steps", "0", *mode]
+    common = [
+        "--data-dir",
+        str(mnist_lmdb),
+        "--epochs",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--record-samples",
+        "--checkpoint-every-steps",
+        "0",
+        *mode,
+    ]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
     whole = only_run(tmp_path / "whole")
 
@@ -62,8 +81,23 @@ def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path, mode
 
 def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
     """The watchdog's verdict on the stopped rank comes first, not the exit of the rank that noticed."""
-    proc = _start(["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "50", "--watchdog-s", "10",
-                   "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)])
+    proc = _start(
+        [
+            "--local",
+            "--gpus-per-node",
+            "2",
+            "--processes",
+            "2",
+            "--epochs",
+            "50",
+            "--watchdog-s",
+            "10",
+            "--data-dir",
+            str(mnist_lmdb),
+            "--run-root",
+            str(tmp_path),
+        ]
+    )
     try:
         pid = wait_for(lambda: (rank_report(tmp_path, 1) or {}).get("pid"), timeout_s=120)
         time.sleep(2)
@@ -84,8 +118,23 @@ def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
 def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp_path):
     """USR2 through SLURM: every rank agrees on a step, checkpoints, the job requeues itself and the
     next incarnation finishes with the uninterrupted run's parameters."""
-    common = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15", "--epochs", "2",
-              "--data-dir", str(mnist_lmdb), "--checkpoint-every-steps", "0", "--record-samples"]
+    common = [
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--platform",
+        "cpu",
+        "--time-min",
+        "15",
+        "--epochs",
+        "2",
+        "--data-dir",
+        str(mnist_lmdb),
+        "--checkpoint-every-steps",
+        "0",
+        "--record-samples",
+    ]
     check_ok(dali_launch(*common, "--run-root", str(tmp_path / "whole"), env=slurm_env))
     whole = only_run(tmp_path / "whole")
     proc = _start([*common, "--run-root", str(tmp_path / "cut")], env=slurm_env)
@@ -110,10 +159,27 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
 def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
     for sig, name in ((signal.SIGKILL, "kill"), (signal.SIGSTOP, "stop")):
         root = tmp_path / name
-        proc = _start(["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--epochs", "50",
-                       "--watchdog-s", "15", "--data-dir", str(mnist_lmdb), "--run-root", str(root)], env=slurm_env)
+        proc = _start(
+            [
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "1",
+                "--platform",
+                "cpu",
+                "--epochs",
+                "50",
+                "--watchdog-s",
+                "15",
+                "--data-dir",
+                str(mnist_lmdb),
+                "--run-root",
+                str(root),
+            ],
+            env=slurm_env,
+        )
         try:
-            pid = wait_for(lambda: (rank_report(root, 1) or {}).get("pid"), timeout_s=120)
+            pid = wait_for(lambda root=root: (rank_report(root, 1) or {}).get("pid"), timeout_s=120)
             time.sleep(2)
             os.kill(pid, sig)
             hit = time.monotonic()
@@ -131,8 +197,25 @@ def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
 @pytest.mark.multiprocess
 def test_slurm_scancel_checkpoints_before_the_job_ends(slurm_env, mnist_lmdb, tmp_path):
     """scancel sends SIGTERM: every rank agrees on a step, checkpoints it and records that it stopped."""
-    proc = _start(["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "10", "--epochs", "50",
-                   "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)], env=slurm_env)
+    proc = _start(
+        [
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--platform",
+            "cpu",
+            "--time-min",
+            "10",
+            "--epochs",
+            "50",
+            "--data-dir",
+            str(mnist_lmdb),
+            "--run-root",
+            str(tmp_path),
+        ],
+        env=slurm_env,
+    )
     try:
         wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
         time.sleep(3)
@@ -158,8 +241,21 @@ def _alive(pid: int) -> bool:
 
 def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(mnist_lmdb, tmp_path):
     """--checkpoint-every-min: a clock decides, every process agrees; only --keep-checkpoints stay."""
-    check_ok(dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "1", "--checkpoint-every-min", "0.0005",
-                         "--keep-checkpoints", "4", "--run-root", str(tmp_path)))
+    check_ok(
+        dali_launch(
+            "train",
+            "--data-dir",
+            str(mnist_lmdb),
+            "--epochs",
+            "1",
+            "--checkpoint-every-min",
+            "0.0005",
+            "--keep-checkpoints",
+            "4",
+            "--run-root",
+            str(tmp_path),
+        )
+    )
     steps = sorted(int(p.name) for p in only_run(tmp_path).checkpoints.iterdir() if p.name.isdigit())
     assert len(steps) == 4 and steps[-1] == 160  # 8,000 samples / 50: the epoch-end checkpoint
     assert all(s % 10 == 0 and s < 160 for s in steps[:-1])  # mid-epoch, at check points
@@ -170,8 +266,9 @@ def test_slurm_resume_by_hand_continues_the_run(slurm_env, mnist_lmdb, tmp_path)
     """`dali-launch --resume RUN_DIR` submits the run again from its directory alone (no other flag);
     it resumes from its checkpoint. A flag that would change the run (its data) is refused."""
     job = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "10"]
-    check_ok(dali_launch(*job, "--epochs", "1", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path),
-                         env=slurm_env))
+    check_ok(
+        dali_launch(*job, "--epochs", "1", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path), env=slurm_env)
+    )
     paths = only_run(tmp_path)
     before = _result(paths)
     refused = dali_launch("--resume", str(paths.root), "--data-dir", str(tmp_path / "elsewhere"), env=slurm_env)

@@ -1,4 +1,5 @@
 """The task's auto values (trainer/resolve.py) and the sample order of a device call (step/parallel.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,17 +10,20 @@ from dali_launch.trainer.resolve import resolve, steps_per_call
 from dali_launch.trainer.step.parallel import sample_order
 
 
-@pytest.mark.parametrize("setting, platform, batch, readers, expected", [
-    (0, "gpu", 50, 0, 24),  # the example's batch: 1,200 samples a call
-    (0, "gpu", 256, 0, 5),
-    (0, "gpu", 4, 0, 64),  # at most 64 steps
-    (0, "gpu", 5000, 0, 1),
-    (0, "cpu", 50, 0, 1),  # XLA:CPU: one step a call
-    (0, "cpu", 50, 4, 2),  # 4 readers share 50 x 2 samples equally
-    (0, "gpu", 50, 8, 24),  # 24 x 50 = 1,200, which 8 readers divide
-    (0, "gpu", 50, 16, 24),
-    (7, "gpu", 50, 0, 7),  # given: kept
-])
+@pytest.mark.parametrize(
+    "setting, platform, batch, readers, expected",
+    [
+        (0, "gpu", 50, 0, 24),  # the example's batch: 1,200 samples a call
+        (0, "gpu", 256, 0, 5),
+        (0, "gpu", 4, 0, 64),  # at most 64 steps
+        (0, "gpu", 5000, 0, 1),
+        (0, "cpu", 50, 0, 1),  # XLA:CPU: one step a call
+        (0, "cpu", 50, 4, 2),  # 4 readers share 50 x 2 samples equally
+        (0, "gpu", 50, 8, 24),  # 24 x 50 = 1,200, which 8 readers divide
+        (0, "gpu", 50, 16, 24),
+        (7, "gpu", 50, 0, 7),  # given: kept
+    ],
+)
 def test_steps_per_call(setting, platform, batch, readers, expected):
     k = steps_per_call(setting, platform, batch, readers)
     assert k == expected and (not readers or batch * k % readers == 0)
@@ -28,9 +32,16 @@ def test_steps_per_call(setting, platform, batch, readers, expected):
 def test_resolve_records_every_auto_value():
     spec = TaskSpec(run_dir="x", data=DataConfig(reader_threads=2), train=TrainConfig(batch_size=50))
     auto = resolve(spec, "cpu", local_devices=2, global_devices=4, processes_here=2)
-    assert auto.as_dict() == {"platform": "cpu", "decoder": "cpu", "cuda_graphs": False, "parallel": "sharded",
-                              "batch_per_device_step": 50, "steps_per_call": 1, "readers_per_device": 1,
-                              "eval_readers_per_device": 1}
+    assert auto.as_dict() == {
+        "platform": "cpu",
+        "decoder": "cpu",
+        "cuda_graphs": False,
+        "parallel": "sharded",
+        "batch_per_device_step": 50,
+        "steps_per_call": 1,
+        "readers_per_device": 1,
+        "eval_readers_per_device": 1,
+    }
     assert auto.call_batch == 50
 
 

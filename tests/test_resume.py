@@ -3,6 +3,7 @@
 Run directories are made here as the launcher makes them (runs.create), without training; a resumed
 run that trains is in test_local.py and test_resilience.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,53 +23,80 @@ BACKENDS = {"none": "dali-launch train", "local": "dali-launch --local", "slurm"
 @pytest.fixture
 def made(small_lmdb, tmp_path):
     """made(backend) -> a run directory as that mode writes it, 3 epochs, under tmp_path/made."""
+
     def make(backend: str):
-        launch = LaunchConfig(run_root=str(tmp_path / "made"), local=backend == "local",
-                              gpus_per_node=None if backend == "none" else 2)
+        launch = LaunchConfig(
+            run_root=str(tmp_path / "made"), local=backend == "local", gpus_per_node=None if backend == "none" else 2
+        )
         run = RunConfig(launch=launch, train=TrainConfig(epochs=3))
         return runs.create(run, small_lmdb, backend)
+
     return make
 
 
 @pytest.mark.parametrize("entry", [["train"], []], ids=["train", "launch"])
 def test_a_missing_run_directory_says_so(capsys, tmp_path, entry):
-    run_entry(capsys, tmp_path, [*entry, "--resume", str(tmp_path / "nope")],
-              f"--resume {tmp_path / 'nope'}: no such run directory; pass one that dali-launch made (they are under "
-              f"--run-root, default runs/)")
+    run_entry(
+        capsys,
+        tmp_path,
+        [*entry, "--resume", str(tmp_path / "nope")],
+        f"--resume {tmp_path / 'nope'}: no such run directory; pass one that dali-launch made (they are under "
+        f"--run-root, default runs/)",
+    )
 
 
 def test_a_folder_that_is_no_run_directory_says_so(capsys, tmp_path):
     (tmp_path / "plain").mkdir()
-    run_entry(capsys, tmp_path, ["--resume", str(tmp_path / "plain")],
-              f"--resume {tmp_path / 'plain'} is not a run directory (no config.json and config.toml); pass one that "
-              f"dali-launch made under --run-root")
+    run_entry(
+        capsys,
+        tmp_path,
+        ["--resume", str(tmp_path / "plain")],
+        f"--resume {tmp_path / 'plain'} is not a run directory (no config.json and config.toml); pass one that "
+        f"dali-launch made under --run-root",
+    )
 
 
 @pytest.mark.parametrize("backend", ["local", "slurm"])
 def test_train_continues_only_its_own_runs(capsys, made, tmp_path, backend):
     paths = made(backend)
-    run_entry(capsys, tmp_path, ["train", "--resume", str(paths.root)],
-              f"--resume {paths.root} was started by `{BACKENDS[backend]}`, not `dali-launch train`; continue it "
-              f"with `dali-launch --resume {paths.root}`")
+    run_entry(
+        capsys,
+        tmp_path,
+        ["train", "--resume", str(paths.root)],
+        f"--resume {paths.root} was started by `{BACKENDS[backend]}`, not `dali-launch train`; continue it "
+        f"with `dali-launch --resume {paths.root}`",
+    )
 
 
 def test_local_cannot_continue_a_slurm_run(capsys, made, tmp_path):
     paths = made("slurm")
-    run_entry(capsys, tmp_path, ["--local", "--resume", str(paths.root)],
-              f"--resume {paths.root} was started by `dali-launch`, not on local processes; continue it with "
-              f"`dali-launch --resume {paths.root}` (no --local)")
+    run_entry(
+        capsys,
+        tmp_path,
+        ["--local", "--resume", str(paths.root)],
+        f"--resume {paths.root} was started by `dali-launch`, not on local processes; continue it with "
+        f"`dali-launch --resume {paths.root}` (no --local)",
+    )
 
 
-@pytest.mark.parametrize("flags, shown", [(["--batch-size", "64"], "--batch-size 64 differs from the run's own 50"),
-                                          (["--data-dir", "elsewhere"], "--data-dir elsewhere differs from the run's "
-                                           "own {data}"),
-                                          (["--gpus-per-node", "1"], "--gpus-per-node 1 differs from the run's own 2")])
+@pytest.mark.parametrize(
+    "flags, shown",
+    [
+        (["--batch-size", "64"], "--batch-size 64 differs from the run's own 50"),
+        (["--data-dir", "elsewhere"], "--data-dir elsewhere differs from the run's own {data}"),
+        (["--gpus-per-node", "1"], "--gpus-per-node 1 differs from the run's own 2"),
+    ],
+)
 def test_flags_that_change_the_training_are_refused(capsys, made, small_lmdb, tmp_path, flags, shown):
     paths = made("local")
     flag = flags[0]
-    run_entry(capsys, tmp_path, ["--resume", str(paths.root), *flags],
-              f"{shown.format(data=small_lmdb.resolve())} and would make --resume {paths.root} another run; leave "
-              f"{flag} out to continue it, or start a new run")
+    run_entry(
+        capsys,
+        tmp_path,
+        ["--resume", str(paths.root), *flags],
+        f"{shown.format(data=small_lmdb.resolve())} and would make --resume {paths.root} another run; leave "
+        f"{flag} out to continue it, or start a new run",
+    )
 
 
 @pytest.mark.parametrize("backend", ["none", "local", "slurm"])
@@ -86,7 +114,7 @@ def test_a_dry_run_of_a_resume_prints_the_plan_and_changes_nothing(capsys, made,
     if backend == "slurm":
         assert "#SBATCH" in out
     else:
-        assert json.loads(out[out.index("{"):])["train"]["epochs"] == 5
+        assert json.loads(out[out.index("{") :])["train"]["epochs"] == 5
     assert json.loads(paths.config.read_text())["train"]["epochs"] == 3
 
 
@@ -99,7 +127,7 @@ def test_a_changed_flag_is_written_to_the_run_before_it_continues(made, monkeypa
     monkeypatch.setattr(local, "LocalJob", lambda run, p, echo: started.append((run, p)) or _Stop())
     with pytest.raises(_Stopped):
         main(["--resume", str(paths.root), "--epochs", "7", "--watchdog-s", "30"])
-    (run, at), = started
+    ((run, at),) = started
     assert at.root == paths.root and run.launch.local and run.train.epochs == 7
     spec = json.loads(paths.config.read_text())
     assert (spec["train"]["epochs"], spec["resilience"]["watchdog_s"]) == (7, 30)

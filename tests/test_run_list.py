@@ -1,4 +1,5 @@
 """`dali-launch runs` tells finished, failed, running and interrupted runs apart; `plot` draws several."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from conftest import REPO, check_ok, dali_launch, rank_report, wait_for
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 
-FAILING = '''
+FAILING = """
 import flax.linen as nn
 import jax
 
@@ -31,7 +32,7 @@ class Failing(nn.Module):
 
 def factory(num_classes):
     return Failing(num_classes=num_classes)
-'''
+"""
 
 
 def _rows(root) -> dict[str, dict]:
@@ -45,12 +46,26 @@ def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     check_ok(dali_launch("train", *common, "--epochs", "2", "--name", "done", "--run-root", str(root)))
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "failing.py").write_text(textwrap.dedent(FAILING))
-    failed = dali_launch("train", *common, "--model", "failing:factory", "--name", "broken", "--run-root", str(root),
-                         env={"PYTHONPATH": str(tmp_path / "code")})
+    failed = dali_launch(
+        "train",
+        *common,
+        "--model",
+        "failing:factory",
+        "--name",
+        "broken",
+        "--run-root",
+        str(root),
+        env={"PYTHONPATH": str(tmp_path / "code")},
+    )
     assert failed.returncode != 0
     live_root = tmp_path / "live"
-    proc = subprocess.Popen([*CLI, "train", *common, "--epochs", "1000", "--name", "long", "--run-root",
-                             str(live_root)], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*CLI, "train", *common, "--epochs", "1000", "--name", "long", "--run-root", str(live_root)],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(lambda: proc.poll() is not None or rank_report(live_root, 0), timeout_s=120)
         [running] = _rows(live_root).values()

@@ -1,4 +1,5 @@
 """Run directories (launcher/runs.py): made once and complete, reopened for --resume, refused while live."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,6 @@
 """Shard arithmetic (trainer/data/shards.py): pure functions, checked against DALI's own splits
 elsewhere (test_train.py's exactly-once epochs); here their values, fast."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,14 +35,17 @@ def test_valid_mask_marks_the_padding():
     assert mask.tolist() == [1, 0, 1, 1]
 
 
-@pytest.mark.parametrize("setting, platform, call_batch, cores, expected", [
-    (3, "gpu", 50, 16, 3),  # given: kept
-    (0, "cpu", 1200, 16, 1),  # CPU devices: one reader
-    (0, "gpu", 1200, 16, 8),  # 8 readers of 2 threads fit 16 cores
-    (0, "gpu", 1200, 8, 4),
-    (0, "gpu", 50, 16, 2),  # 50: 2 divides it, 8 and 4 do not
-    (0, "gpu", 1200, 1, 1),
-])
+@pytest.mark.parametrize(
+    "setting, platform, call_batch, cores, expected",
+    [
+        (3, "gpu", 50, 16, 3),  # given: kept
+        (0, "cpu", 1200, 16, 1),  # CPU devices: one reader
+        (0, "gpu", 1200, 16, 8),  # 8 readers of 2 threads fit 16 cores
+        (0, "gpu", 1200, 8, 4),
+        (0, "gpu", 50, 16, 2),  # 50: 2 divides it, 8 and 4 do not
+        (0, "gpu", 1200, 1, 1),
+    ],
+)
 def test_readers_per_device(setting, platform, call_batch, cores, expected):
     config = DataConfig(readers_per_device=setting, reader_threads=2)
     assert readers_per_device(config, platform, call_batch, cores) == expected

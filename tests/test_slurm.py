@@ -1,4 +1,5 @@
 """`dali-launch --nodes N` on a real SLURM cluster (slurm/cluster.sh): sbatch -> srun -> submitit -> JAX."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ CPU_JOB = ["--nodes", "2", "--gpus-per-node", "2", "--platform", "cpu", "--time-
 
 
 def test_two_nodes_train_fashion_mnist(slurm_env, fashion_lmdb, tmp_path):
-    proc = dali_launch(*CPU_JOB, "--epochs", "1", "--data-dir", str(fashion_lmdb), "--run-root", str(tmp_path),
-                       env=slurm_env)
+    proc = dali_launch(
+        *CPU_JOB, "--epochs", "1", "--data-dir", str(fashion_lmdb), "--run-root", str(tmp_path), env=slurm_env
+    )
     check_ok(proc)
     paths = only_run(tmp_path)
     result = json.loads(paths.result.read_text())
@@ -29,8 +31,17 @@ def test_two_nodes_train_fashion_mnist(slurm_env, fashion_lmdb, tmp_path):
 
 
 def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, mnist_lmdb, tmp_path):
-    args = [*CPU_JOB, "--tasks-per-node", "2", "--epochs", "1", "--data-dir", str(mnist_lmdb),
-            "--setup", "echo 'setup ran; $HOME stays literal'"]
+    args = [
+        *CPU_JOB,
+        "--tasks-per-node",
+        "2",
+        "--epochs",
+        "1",
+        "--data-dir",
+        str(mnist_lmdb),
+        "--setup",
+        "echo 'setup ran; $HOME stays literal'",
+    ]
     dry = dali_launch(*args, "--dry-run", "--run-root", str(tmp_path), env=slurm_env)
     check_ok(dry)
     assert not any(tmp_path.iterdir()), "a dry run wrote a run directory"
@@ -39,12 +50,16 @@ def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, mnist_lmdb
     paths = only_run(tmp_path)
     job_id = json.loads((paths.root / "job.json").read_text())["job_id"]
     submitted = (paths.submitit / job_id / f"{job_id}_submission.sh").read_text()
-    planned = dry.stdout[dry.stdout.index("#!/bin/bash"):].replace(str(tmp_path / "RUN_DIR"), str(paths.root))
+    planned = dry.stdout[dry.stdout.index("#!/bin/bash") :].replace(str(tmp_path / "RUN_DIR"), str(paths.root))
     assert planned.strip() == submitted.strip()
     assert "echo 'setup ran; $HOME stays literal'" in submitted
     ranks = json.loads(paths.rank_map.read_text())
     assert [(r["host"], len(r["devices"]), r["device_indices"]) for r in ranks] == [
-        ("node1", 1, [0]), ("node1", 1, [1]), ("node2", 1, [2]), ("node2", 1, [3])]
+        ("node1", 1, [0]),
+        ("node1", 1, [1]),
+        ("node2", 1, [2]),
+        ("node2", 1, [3]),
+    ]
     assert "process 3: node 1 task 1 devices [1], job devices [3]" in dry.stdout
 
 
@@ -67,9 +82,24 @@ def test_status_logs_and_cancel_a_live_job(slurm_env, mnist_lmdb, tmp_path):
 
 
 def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):
-    follow = subprocess.Popen([sys.executable, "-m", "dali_launch.launcher.cli", *CPU_JOB, "--epochs", "200",
-                               "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path)],
-                              env={**os.environ, **slurm_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dali_launch.launcher.cli",
+            *CPU_JOB,
+            "--epochs",
+            "200",
+            "--data-dir",
+            str(mnist_lmdb),
+            "--run-root",
+            str(tmp_path),
+        ],
+        env={**os.environ, **slurm_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: any(tmp_path.glob("*/metrics.jsonl")), timeout_s=120)
         job_id = json.loads(next(tmp_path.glob("*/job.json")).read_text())["job_id"]
@@ -84,8 +114,16 @@ def test_a_failing_task_surfaces_its_traceback(slurm_env, mnist_lmdb, tmp_path):
     """The data set vanishes between submission and start (a scratch purge): the task's own error comes back."""
     data = tmp_path / "scratch"
     shutil.copytree(mnist_lmdb, data)
-    proc = dali_launch(*CPU_JOB, "--data-dir", str(data), "--run-root", str(tmp_path / "runs"),
-                       "--setup", f"rm -rf {data}/training", env=slurm_env)
+    proc = dali_launch(
+        *CPU_JOB,
+        "--data-dir",
+        str(data),
+        "--run-root",
+        str(tmp_path / "runs"),
+        "--setup",
+        f"rm -rf {data}/training",
+        env=slurm_env,
+    )
     assert proc.returncode == 1
     assert "dali-launch: rank 0 of job" in proc.stderr and "Traceback" in proc.stderr
     assert "training" in proc.stderr.split("Traceback")[-1]
@@ -96,9 +134,23 @@ def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_pa
     import xml.etree.ElementTree as ET
 
     junit = tmp_path / "ci.xml"
-    proc = dali_launch("ci", *CPU_JOB, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path / "runs"),
-                       "--tests", "tests/test_flavours.py tests/test_topology.py", "--pytest-args", "-q",
-                       "--min-accuracy", "0.85", "--junit", str(junit), env=slurm_env)
+    proc = dali_launch(
+        "ci",
+        *CPU_JOB,
+        "--data-dir",
+        str(mnist_lmdb),
+        "--run-root",
+        str(tmp_path / "runs"),
+        "--tests",
+        "tests/test_flavours.py tests/test_topology.py",
+        "--pytest-args",
+        "-q",
+        "--min-accuracy",
+        "0.85",
+        "--junit",
+        str(junit),
+        env=slurm_env,
+    )
     check_ok(proc)
     suites = {s.get("name"): s for s in ET.parse(junit).getroot()}
     training = suites.pop("dali-launch.training")
@@ -106,9 +158,23 @@ def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_pa
     (pytest_suite,) = suites.values()
     assert int(pytest_suite.get("tests")) >= 10 and pytest_suite.get("failures") == "0"
     assert "training rank 1: exit 0" in proc.stdout and "test job: exit 0" in proc.stdout
-    bad = dali_launch("ci", *CPU_JOB, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path / "runs"),
-                      "--tests", "tests/test_flavours.py", "--pytest-args", "-q -k mismatches",
-                      "--min-accuracy", "0.999", "--junit", str(junit), env=slurm_env)
+    bad = dali_launch(
+        "ci",
+        *CPU_JOB,
+        "--data-dir",
+        str(mnist_lmdb),
+        "--run-root",
+        str(tmp_path / "runs"),
+        "--tests",
+        "tests/test_flavours.py",
+        "--pytest-args",
+        "-q -k mismatches",
+        "--min-accuracy",
+        "0.999",
+        "--junit",
+        str(junit),
+        env=slurm_env,
+    )
     assert bad.returncode == 1
     accuracy = ET.parse(junit).getroot().find("testsuite[@name='dali-launch.training']/testcase[@name='accuracy']")
     assert "below --min-accuracy 0.999" in accuracy.find("failure").text

@@ -31,9 +31,7 @@ pytestmark = [
 
 
 def run(args, *, env=None, timeout=60.0, check=True, cwd="/tmp") -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [str(a) for a in args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run([str(a) for a in args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} -> rc {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
@@ -86,11 +84,7 @@ def processes_of(cluster_dir: Path, marker: str | None = None) -> list[str]:
         if stat.rsplit(")", 1)[1].split()[0] in "ZX":
             continue
         args = [a.decode(errors="replace") for a in argv if a]
-        if (
-            conf in args
-            or any(fd.startswith(f"{cluster_dir}/") for fd in fds)
-            or (marker and marker in " ".join(args))
-        ):
+        if conf in args or any(fd.startswith(f"{cluster_dir}/") for fd in fds) or (marker and marker in " ".join(args)):
             found.append(f"{proc.name} {' '.join(args)}")
     return found
 
@@ -131,8 +125,17 @@ def test_srun_spans_two_nodes(cluster):
 
 def test_two_tasks_per_node(cluster):
     out = cluster.slurm(
-        "srun", "-N2", "--ntasks-per-node", "2", "--cpus-per-task", "1", "--mem", "1G",
-        "bash", "-c", 'echo "$SLURMD_NODENAME $SLURM_PROCID"',
+        "srun",
+        "-N2",
+        "--ntasks-per-node",
+        "2",
+        "--cpus-per-task",
+        "1",
+        "--mem",
+        "1G",
+        "bash",
+        "-c",
+        'echo "$SLURMD_NODENAME $SLURM_PROCID"',
     )
     pairs = [line.split() for line in out.splitlines()]
     assert collections.Counter(node for node, _ in pairs) == {"node1": 2, "node2": 2}
@@ -142,13 +145,24 @@ def test_two_tasks_per_node(cluster):
 def test_sbatch_runs_steps_on_both_nodes(cluster, tmp_path):
     out_file = tmp_path / "job out.txt"
     job_id = cluster.slurm(
-        "sbatch", "--parsable", "--nodes", "2", "--ntasks-per-node", "1", "--output", out_file,
-        "--wrap", "srun printenv SLURMD_NODENAME",
+        "sbatch",
+        "--parsable",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--output",
+        out_file,
+        "--wrap",
+        "srun printenv SLURMD_NODENAME",
     ).strip()
     # Not `sbatch --wait`: it polls with a back-off and takes ~10 s for this 1 s job.
     deadline = time.monotonic() + 30
     while (state := cluster.slurm("squeue", "-h", "--states=all", "-j", job_id, "-o", "%T").strip()) in {
-        "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
     } and time.monotonic() < deadline:
         time.sleep(0.2)
     assert state == "COMPLETED"
@@ -180,7 +194,8 @@ def test_submitit_round_trip(cluster, tmp_path):
     # A child process: node_name lives in __main__, so cloudpickle ships it by value.
     out = run(
         [sys.executable, "-c", SUBMITIT_SCRIPT, tmp_path / "submitit logs" / "%j"],
-        env=cluster.env, timeout=120,
+        env=cluster.env,
+        timeout=120,
     )
     names_a, names_b, seconds, state = out.stdout.split()
     assert [names_a, names_b] == ["node1", "node2"]
@@ -216,6 +231,7 @@ def test_second_cluster_restart_and_down(cluster, short_tmp):
 
         # `down` must take a running multi-node job down with it.
         second.slurm("sbatch", "-N2", "-n2", "--output", "/dev/null", "--wrap", f"srun {marker}")
+
         def tasks():  # 2 x `srun sleep` in the batch script + 2 x `sleep` on the nodes
             return [p for p in processes_of(other, marker) if marker in p]
 

@@ -8,6 +8,7 @@ directory and data set live under hostile paths. Every `$(touch MARK)` must leav
 What no quoting carries (a newline; a backslash or `%` in #SBATCH values) is refused before anything
 is written: see test_catalogue.py. --setup lines are shell by design: they run as written.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,24 +31,39 @@ def _hostile(marks: Path) -> str:
 
 def _args(tmp: Path, marks: Path, data_dir: Path) -> tuple[list[str], dict]:
     root = f"{tmp}/{_hostile(marks)}/runs"
-    want = {"root": root, "srun": f"--comment=a b;$(touch {marks}/pwned3)",
-            "comment": f"c d'\"$(touch {marks}/pwned4) `touch {marks}/pwned5`"}
-    args = ["--nodes", "1", "--platform", "cpu", "--data-dir", str(data_dir), "--run-root", root,
-            "--srun-arg", want["srun"], "--sbatch-arg", f"comment={want['comment']}"]
+    want = {
+        "root": root,
+        "srun": f"--comment=a b;$(touch {marks}/pwned3)",
+        "comment": f"c d'\"$(touch {marks}/pwned4) `touch {marks}/pwned5`",
+    }
+    args = [
+        "--nodes",
+        "1",
+        "--platform",
+        "cpu",
+        "--data-dir",
+        str(data_dir),
+        "--run-root",
+        root,
+        "--srun-arg",
+        want["srun"],
+        "--sbatch-arg",
+        f"comment={want['comment']}",
+    ]
     return args, want
 
 
 def _dry_run_script(capsys, args: list[str]) -> str:
     assert main([*args, "--dry-run"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    return out[out.index("#!/bin/bash"):]
+    return out[out.index("#!/bin/bash") :]
 
 
 def test_bash_hands_srun_the_exact_arguments(capsys, tmp_path, mnist_lmdb):
     marks = tmp_path / "marks"
     marks.mkdir()
     args, want = _args(tmp_path, marks, mnist_lmdb)
-    setup = f"echo \"setup is shell: $((6 * 7))\" > {tmp_path}/setup.out"  # by design, and documented
+    setup = f'echo "setup is shell: $((6 * 7))" > {tmp_path}/setup.out'  # by design, and documented
     script = tmp_path / "job.sh"
     script.write_text(_dry_run_script(capsys, [*args, "--setup", setup]))
     fake = tmp_path / "bin"
@@ -77,18 +93,31 @@ def test_sbatch_reads_the_directives_as_data(capsys, tmp_path, mnist_lmdb, slurm
     args, want = _args(tmp_path, marks, mnist_lmdb)
     script = tmp_path / "job.sh"
     script.write_text(_dry_run_script(capsys, args))
-    job_id = subprocess.run(["sbatch", "--hold", "--parsable", str(script)], capture_output=True, text=True,
-                            check=True, timeout=30, cwd=tmp_path).stdout.strip()
+    job_id = subprocess.run(
+        ["sbatch", "--hold", "--parsable", str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        cwd=tmp_path,
+    ).stdout.strip()
     try:
-        shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True,
-                               timeout=30).stdout
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
     finally:
         subprocess.run(["scancel", job_id], timeout=30)
-    fields = dict(line.strip().split("=", 1) for line in shown.splitlines()
-                  if line.strip().startswith(("StdOut=", "StdErr=", "Comment=")))
+    fields = dict(
+        line.strip().split("=", 1)
+        for line in shown.splitlines()
+        if line.strip().startswith(("StdOut=", "StdErr=", "Comment="))
+    )
     folder = f"{want['root']}/RUN_DIR/submitit/{job_id}"
-    assert fields == {"StdOut": f"{folder}/{job_id}_0_log.out", "StdErr": f"{folder}/{job_id}_0_log.err",
-                      "Comment": want["comment"]}
+    assert fields == {
+        "StdOut": f"{folder}/{job_id}_0_log.out",
+        "StdErr": f"{folder}/{job_id}_0_log.err",
+        "Comment": want["comment"],
+    }
     assert not any(marks.iterdir()), "a hostile string ran as a shell command"
 
 

@@ -1,5 +1,6 @@
 """Real training jobs: BatchNorm and dropout models, optimizers with schedules, EMA, accumulation, bf16,
 through the CLI on real data; the user models are in tests/bn_models.py, found through PYTHONPATH."""
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,27 @@ def _checkpoint_state(paths) -> dict:
 def test_batchnorm_statistics_identical_across_2_processes_x_2_devices(small_lmdb, tmp_path, mode):
     """Each device normalises its own rows (pmap) or the job's (sharded), the statistics are averaged
     over all 4 devices each step: every replica of params, batch_stats and the EMA is the same."""
-    check_ok(dali_launch("--local", "--gpus-per-node", "4", "--processes", "2", "--parallel", mode, *BN_MLP,
-                         "--ema-decay", "0.9", "--epochs", "1", "--data-dir", str(small_lmdb),
-                         "--run-root", str(tmp_path), env=MODELS))
+    check_ok(
+        dali_launch(
+            "--local",
+            "--gpus-per-node",
+            "4",
+            "--processes",
+            "2",
+            "--parallel",
+            mode,
+            *BN_MLP,
+            "--ema-decay",
+            "0.9",
+            "--epochs",
+            "1",
+            "--data-dir",
+            str(small_lmdb),
+            "--run-root",
+            str(tmp_path),
+            env=MODELS,
+        )
+    )
     paths = only_run(tmp_path)
     checksums = _result(paths)["checksums"]
     assert len(checksums) == 4 and len(set(checksums)) == 1, checksums
@@ -56,10 +75,38 @@ def test_batchnorm_statistics_identical_across_2_processes_x_2_devices(small_lmd
 def test_resume_is_bit_identical_with_batchnorm_dropout_ema_adamw_and_a_schedule(mnist_lmdb, tmp_path):
     """SIGUSR2 mid-epoch, after a checkpoint 10 steps in (check points every 5 steps, groups of 2):
     the resumed run ends with the uninterrupted run's params, statistics and EMA, bit for bit."""
-    common = ["--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2", *BN_MLP,
-              "--optimizer", "adamw", "--learning-rate", "0.003", "--weight-decay", "0.05", "--schedule", "cosine",
-              "--warmup-epochs", "0.5", "--label-smoothing", "0.1", "--clip-norm", "1", "--accumulate-steps", "2",
-              "--ema-decay", "0.99", "--eval-ema", "--sync-every-steps", "5", "--checkpoint-every-steps", "10"]
+    common = [
+        "--data-dir",
+        str(mnist_lmdb),
+        "--epochs",
+        "2",
+        "--gpus-per-node",
+        "2",
+        *BN_MLP,
+        "--optimizer",
+        "adamw",
+        "--learning-rate",
+        "0.003",
+        "--weight-decay",
+        "0.05",
+        "--schedule",
+        "cosine",
+        "--warmup-epochs",
+        "0.5",
+        "--label-smoothing",
+        "0.1",
+        "--clip-norm",
+        "1",
+        "--accumulate-steps",
+        "2",
+        "--ema-decay",
+        "0.99",
+        "--eval-ema",
+        "--sync-every-steps",
+        "5",
+        "--checkpoint-every-steps",
+        "10",
+    ]
     whole = dali_launch("train", *common, "--run-root", str(tmp_path / "whole"), env=MODELS)
     check_ok(whole)
     whole = only_run(tmp_path / "whole")
@@ -85,17 +132,24 @@ def test_bf16_trains_the_examples_mlp_to_its_fp32_accuracy(mnist_lmdb, tmp_path)
     """bf16 compute, fp32 parameters: one epoch of the example's MLP, in both --parallel modes.
     Measured (8,000 samples, 1 epoch): fp32 0.891, bf16 0.873 on 1 device; 2 devices sharded fp32
     0.918, bf16 0.905. lr 0.1 with momentum 0.9 is noisy at this size: within 0.04 of fp32."""
-    runs = {"fp32": [], "bf16": ["--precision", "bf16"],
-            "bf16-sharded": ["--precision", "bf16", "--parallel", "sharded", "--gpus-per-node", "2"]}
+    runs = {
+        "fp32": [],
+        "bf16": ["--precision", "bf16"],
+        "bf16-sharded": ["--precision", "bf16", "--parallel", "sharded", "--gpus-per-node", "2"],
+    }
     accuracy = {}
     for name, flags in runs.items():
-        check_ok(dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "1", *flags,
-                             "--run-root", str(tmp_path / name)))
+        check_ok(
+            dali_launch(
+                "train", "--data-dir", str(mnist_lmdb), "--epochs", "1", *flags, "--run-root", str(tmp_path / name)
+            )
+        )
         paths = only_run(tmp_path / name)
         accuracy[name] = _metrics(paths)[0]["test_accuracy"]
         state = _checkpoint_state(paths)
-        assert {str(v.dtype) for k, v in state.items() if k.startswith(("params/", "opt_state/"))
-                and v.dtype.kind == "f"} == {"float32"}, name
+        assert {
+            str(v.dtype) for k, v in state.items() if k.startswith(("params/", "opt_state/")) and v.dtype.kind == "f"
+        } == {"float32"}, name
     assert accuracy["fp32"] >= 0.85, accuracy
     assert accuracy["bf16"] >= accuracy["fp32"] - 0.04 and accuracy["bf16-sharded"] >= accuracy["fp32"] - 0.04, accuracy
 
@@ -103,12 +157,29 @@ def test_bf16_trains_the_examples_mlp_to_its_fp32_accuracy(mnist_lmdb, tmp_path)
 def test_accumulating_4_steps_of_50_is_one_step_of_200(small_lmdb, tmp_path):
     """The same DALI batches (200 per device and call) as 4 accumulated steps of 50 or one step of 200,
     2 devices, 2 epochs: the same parameters within conftest's tolerance for different programs."""
-    runs = {"accumulated": ["--batch-size", "50", "--steps-per-call", "4", "--accumulate-steps", "4"],
-            "big": ["--batch-size", "200"]}
+    runs = {
+        "accumulated": ["--batch-size", "50", "--steps-per-call", "4", "--accumulate-steps", "4"],
+        "big": ["--batch-size", "200"],
+    }
     for name, flags in runs.items():
-        check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "2", "--gpus-per-node", "2",
-                             "--readers-per-device", "1", "--learning-rate", "0.05", *flags,
-                             "--run-root", str(tmp_path / name)))
+        check_ok(
+            dali_launch(
+                "train",
+                "--data-dir",
+                str(small_lmdb),
+                "--epochs",
+                "2",
+                "--gpus-per-node",
+                "2",
+                "--readers-per-device",
+                "1",
+                "--learning-rate",
+                "0.05",
+                *flags,
+                "--run-root",
+                str(tmp_path / name),
+            )
+        )
     assert_same_params(only_run(tmp_path / "accumulated"), only_run(tmp_path / "big"))
 
 
@@ -116,8 +187,22 @@ def test_small_resnet_with_batchnorm_trains(small_lmdb, tmp_path):
     """resnet50's bottleneck blocks and BatchNorm in a tiny ResNet (bn_models.tiny_resnet), the example's
     SGD, 800 digits, 2 devices, 5 epochs (80 steps). Measured: test accuracy 0.43 of 200 (chance 0.1),
     train loss 2.29 -> 1.77; a plain Flax loop of the same model and step count learns as slowly."""
-    check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--model", "bn_models:tiny_resnet",
-                         "--epochs", "5", "--gpus-per-node", "2", "--run-root", str(tmp_path), env=MODELS))
+    check_ok(
+        dali_launch(
+            "train",
+            "--data-dir",
+            str(small_lmdb),
+            "--model",
+            "bn_models:tiny_resnet",
+            "--epochs",
+            "5",
+            "--gpus-per-node",
+            "2",
+            "--run-root",
+            str(tmp_path),
+            env=MODELS,
+        )
+    )
     epochs = _metrics(only_run(tmp_path))
     losses = [e["train_loss"] for e in epochs]
     assert losses == sorted(losses, reverse=True) and losses[-1] < 2.0, epochs

@@ -1,4 +1,5 @@
 """Topology from the launcher's and SLURM's variables, for both task layouts; the planned rank map."""
+
 from __future__ import annotations
 
 import os
@@ -17,19 +18,29 @@ from dali_launch.trainer.topology import (
 )
 
 
-@pytest.mark.parametrize("nodelist, hosts", [
-    ("node1", ["node1"]),
-    ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
-    ("gpu[8-10],login1", ["gpu8", "gpu9", "gpu10", "login1"]),
-    ("a[1-2],b[09-10]", ["a1", "a2", "b09", "b10"]),
-])
+@pytest.mark.parametrize(
+    "nodelist, hosts",
+    [
+        ("node1", ["node1"]),
+        ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
+        ("gpu[8-10],login1", ["gpu8", "gpu9", "gpu10", "login1"]),
+        ("a[1-2],b[09-10]", ["a1", "a2", "b09", "b10"]),
+    ],
+)
 def test_hostlists(nodelist, hosts):
     assert expand_hostlist(nodelist) == hosts
 
 
 def _slurm(procid, localid, ntasks, per_node, nodelist="node[01-03,07]", **extra):
-    return {"SLURM_PROCID": str(procid), "SLURM_LOCALID": str(localid), "SLURM_NTASKS": str(ntasks),
-            "SLURM_NTASKS_PER_NODE": per_node, "SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_ID": "4242", **extra}
+    return {
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(localid),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NTASKS_PER_NODE": per_node,
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_JOB_ID": "4242",
+        **extra,
+    }
 
 
 def test_slurm_one_task_per_node_sees_all_gpus():
@@ -56,8 +67,13 @@ def test_a_step_on_part_of_the_allocation_coordinates_on_its_own_first_node():
 
 def test_the_launcher_names_the_table_not_whichever_variables_exist():
     """Local mode started inside an salloc, and `train` inside one, ignore SLURM's variables."""
-    env = {**_slurm(0, 0, 2, "2"), "DALI_LAUNCH_PROCESS_ID": "1", "DALI_LAUNCH_NUM_PROCESSES": "2",
-           "DALI_LAUNCH_LOCAL_RANK": "1", "DALI_LAUNCH_COORDINATOR": "127.0.0.1:1234"}
+    env = {
+        **_slurm(0, 0, 2, "2"),
+        "DALI_LAUNCH_PROCESS_ID": "1",
+        "DALI_LAUNCH_NUM_PROCESSES": "2",
+        "DALI_LAUNCH_LOCAL_RANK": "1",
+        "DALI_LAUNCH_COORDINATOR": "127.0.0.1:1234",
+    }
     local = DistributedConfig(backend="local", platform="cpu", num_processes=2, local_device_count=2)
     t = from_environment(local, env)
     assert (t.process_id, t.coordinator_address, t.local_device_ids, t.platform) == (1, "127.0.0.1:1234", None, "cpu")
@@ -70,15 +86,21 @@ def test_planned_rank_map_matches_trainer_shards():
     rows = plan.rank_map(run)
     assert [r["device_indices"] for r in rows] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert [(r["node"], r["local_rank"], r["local_devices"]) for r in rows] == [
-        (0, 0, [0, 1]), (0, 1, [2, 3]), (1, 0, [0, 1]), (1, 1, [2, 3])]
+        (0, 0, [0, 1]),
+        (0, 1, [2, 3]),
+        (1, 0, [0, 1]),
+        (1, 1, [2, 3]),
+    ]
     assert all(r["num_devices"] == 8 for r in rows)
 
 
 def test_a_lone_process_given_fewer_devices_than_it_sees_trains_on_those_alone():
     """One process given 1 of the 2 devices it sees (--gpus-per-node 1 on a 2-GPU node): the job's
     mesh is that one device, not every device JAX lists."""
-    code = ("import jax; from dali_launch.trainer.topology import job_devices; d = jax.devices(); "
-            "print(len(d), len(job_devices(d[:1])), len(job_devices(d)))")
+    code = (
+        "import jax; from dali_launch.trainer.topology import job_devices; d = jax.devices(); "
+        "print(len(d), len(job_devices(d[:1])), len(job_devices(d)))"
+    )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["2", "1", "2"], out.stderr
@@ -88,8 +110,9 @@ def test_slurm_job_facts_come_from_the_table_and_only_for_slurm_tasks():
     """The job id and restart count a task would requeue or cancel: a SLURM task's own; a `train` run
     inside an salloc (backend none) knows no job, so it never requeues or cancels the salloc."""
     env = _slurm(procid=0, localid=0, ntasks=2, per_node="1", SLURM_RESTART_COUNT="2")
-    slurm = from_environment(DistributedConfig(backend="slurm", platform="cpu", num_processes=2,
-                                               local_device_count=1), env)
+    slurm = from_environment(
+        DistributedConfig(backend="slurm", platform="cpu", num_processes=2, local_device_count=1), env
+    )
     assert (slurm.job_id, slurm.restart_count) == ("4242", 2)
     here = from_environment(DistributedConfig(backend="none", platform="cpu", local_device_count=1), env)
     assert (here.job_id, here.restart_count) == (None, 0)

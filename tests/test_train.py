@@ -1,4 +1,5 @@
 """`dali-launch train`: the example's model and hyper-parameters, trained for real on CPU."""
+
 from __future__ import annotations
 
 import collections
@@ -27,8 +28,14 @@ def test_fashion_mnist_one_epoch_reaches_the_examples_accuracy(fashion_lmdb, tmp
 
 def test_embedded_sample_trains_with_no_data_flags(tmp_path):
     """The README's main command: no data flags, the embedded MNIST sample, made on first use."""
-    proc = dali_launch("train", "--epochs", "2", "--run-root", str(tmp_path / "runs"),
-                       env={"DALI_LAUNCH_CACHE": str(tmp_path / "cache")})
+    proc = dali_launch(
+        "train",
+        "--epochs",
+        "2",
+        "--run-root",
+        str(tmp_path / "runs"),
+        env={"DALI_LAUNCH_CACHE": str(tmp_path / "cache")},
+    )
     check_ok(proc)
     paths = only_run(tmp_path / "runs")
     epochs = _metrics(paths)
@@ -41,8 +48,20 @@ def test_embedded_sample_trains_with_no_data_flags(tmp_path):
 
 def test_two_devices_identical_replicas_and_exactly_once_epochs(mnist_lmdb, tmp_path):
     """2 CPU devices in one process: same parameters on both; each epoch sees every sample once."""
-    proc = dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2",
-                       "--batch-size", "64", "--record-samples", "--run-root", str(tmp_path))
+    proc = dali_launch(
+        "train",
+        "--data-dir",
+        str(mnist_lmdb),
+        "--epochs",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--batch-size",
+        "64",
+        "--record-samples",
+        "--run-root",
+        str(tmp_path),
+    )
     check_ok(proc)
     paths = only_run(tmp_path)
     result = json.loads(paths.result.read_text())
@@ -58,9 +77,24 @@ def test_two_devices_identical_replicas_and_exactly_once_epochs(mnist_lmdb, tmp_
 def test_readers_per_device_read_every_sample_once(mnist_lmdb, tmp_path):
     """2 readers per device (4 shards over 2 devices) and 3 steps per call, whose last call is part
     padding: every sample once per epoch, in the sharded mode."""
-    proc = dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2",
-                       "--readers-per-device", "2", "--steps-per-call", "3", "--parallel", "sharded",
-                       "--record-samples", "--run-root", str(tmp_path))
+    proc = dali_launch(
+        "train",
+        "--data-dir",
+        str(mnist_lmdb),
+        "--epochs",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--readers-per-device",
+        "2",
+        "--steps-per-call",
+        "3",
+        "--parallel",
+        "sharded",
+        "--record-samples",
+        "--run-root",
+        str(tmp_path),
+    )
     check_ok(proc)
     assert "(job devices [0, 1] of 2); DALI shards [0, 1, 2, 3] of 4 (2 readers per device)" in proc.stdout
     paths = only_run(tmp_path)
@@ -76,13 +110,29 @@ def test_parallel_modes_and_fused_steps_run_the_same_sgd_steps(small_lmdb, tmp_p
     --parallel sharded (one jit over a mesh), run the same SGD steps, so they train the same parameters
     (within conftest.PARAMS_*TOL: different programs may round differently). Two readers per device:
     a call holds each reader's rows end to end, and the steps take them in sample order whatever K is."""
-    contenders = {"reference": ["--parallel", "pmap", "--steps-per-call", "1"],
-                  "pmap-fused": ["--parallel", "pmap", "--steps-per-call", "7"],  # 8 steps: 7, then 1 + 6 padding
-                  "sharded-fused": ["--parallel", "sharded", "--steps-per-call", "3"]}
+    contenders = {
+        "reference": ["--parallel", "pmap", "--steps-per-call", "1"],
+        "pmap-fused": ["--parallel", "pmap", "--steps-per-call", "7"],  # 8 steps: 7, then 1 + 6 padding
+        "sharded-fused": ["--parallel", "sharded", "--steps-per-call", "3"],
+    }
     runs = {}
     for name, flags in contenders.items():
-        check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2",
-                             "--readers-per-device", "2", *flags, "--run-root", str(tmp_path / name)))
+        check_ok(
+            dali_launch(
+                "train",
+                "--data-dir",
+                str(small_lmdb),
+                "--epochs",
+                "1",
+                "--gpus-per-node",
+                "2",
+                "--readers-per-device",
+                "2",
+                *flags,
+                "--run-root",
+                str(tmp_path / name),
+            )
+        )
         runs[name] = only_run(tmp_path / name)
         assert _metrics(runs[name])[0]["train_samples"] == 800
     reference = runs.pop("reference")
@@ -96,8 +146,21 @@ def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_
     what reading it through DALI again scores."""
     accuracies = {}
     for cache in ("1024", "0"):
-        check_ok(dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "3", "--gpus-per-node", "2",
-                             "--eval-cache-mb", cache, "--run-root", str(tmp_path / cache)))
+        check_ok(
+            dali_launch(
+                "train",
+                "--data-dir",
+                str(mnist_lmdb),
+                "--epochs",
+                "3",
+                "--gpus-per-node",
+                "2",
+                "--eval-cache-mb",
+                cache,
+                "--run-root",
+                str(tmp_path / cache),
+            )
+        )
         epochs = _metrics(only_run(tmp_path / cache))
         assert [e["test_count"] for e in epochs] == [2000] * 3
         accuracies[cache] = [e["test_accuracy"] for e in epochs]
@@ -107,8 +170,19 @@ def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_
 def test_compile_cache_is_written_and_can_be_off(mnist_lmdb, tmp_path):
     """By default XLA's compiled steps go to $DALI_LAUNCH_CACHE/xla for the next run; off keeps none."""
     for cache, flags in (("on", []), ("off", ["--compile-cache", "off"])):
-        check_ok(dali_launch("train", "--data-dir", str(mnist_lmdb), "--epochs", "1", *flags,
-                             "--run-root", str(tmp_path / "runs"), env={"DALI_LAUNCH_CACHE": str(tmp_path / cache)}))
+        check_ok(
+            dali_launch(
+                "train",
+                "--data-dir",
+                str(mnist_lmdb),
+                "--epochs",
+                "1",
+                *flags,
+                "--run-root",
+                str(tmp_path / "runs"),
+                env={"DALI_LAUNCH_CACHE": str(tmp_path / cache)},
+            )
+        )
     assert any((tmp_path / "on" / "xla").iterdir())
     assert not (tmp_path / "off" / "xla").exists()
 
@@ -120,8 +194,18 @@ def _reference_prints(path) -> np.ndarray:
     from dali_launch.trainer.data.pipelines import mnist
     from dali_launch.trainer.observe.replicas import fingerprints
 
-    args = PipelineArgs(path=str(path), shard_id=0, num_shards=1, batch_size=1000, training=False, on_gpu=False,
-                        decoder="cpu", seed=0, num_classes=10, image_size=28)
+    args = PipelineArgs(
+        path=str(path),
+        shard_id=0,
+        num_shards=1,
+        batch_size=1000,
+        training=False,
+        on_gpu=False,
+        decoder="cpu",
+        seed=0,
+        num_classes=10,
+        image_size=28,
+    )
     pipe = graph(mnist, args, "mnist", batch_size=1000, num_threads=2, device_id=None)
     pipe.build()
     n, prints = pipe.epoch_size("caffe2"), []

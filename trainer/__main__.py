@@ -1,4 +1,5 @@
 """`python -m dali_launch.trainer RUN_DIR`: one task of a run, as local mode starts it."""
+
 import os
 import sys
 

@@ -1,4 +1,5 @@
 """The per-user cache both halves share: the embedded data set, XLA's compiled programs, codec links."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ This module imports nothing heavy so the launcher can build flags from it instan
 `help` metadata is its command-line help; derived values (per-device batch, shard ids) are
 methods or functions elsewhere, never fields.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,91 +22,138 @@ def opt(default, help: str, **meta):
 @dataclass(frozen=True)
 class DataConfig:
     data_dir: str | None = opt(
-        None, "Folder holding training/ and testing/ in the pipeline's format: Caffe2 LMDBs for mnist (the layout "
+        None,
+        "Folder holding training/ and testing/ in the pipeline's format: Caffe2 LMDBs for mnist (the layout "
         "of DALI_extra's db/MNIST), JPEG class folders for folders. "
-        "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample.")
+        "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample.",
+    )
     pipeline: str = opt(
-        "mnist", "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
-        "crop, flip, normalize), or package.module:function of your own (see README).")
+        "mnist",
+        "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
+        "crop, flip, normalize), or package.module:function of your own (see README).",
+    )
     num_classes: int = opt(10, "Classes in the data set: the model's output width and the one-hot depth.")
     image_size: int = opt(224, "Side in pixels of the square crops the folders pipeline feeds the model.")
     reader_threads: int = opt(2, "DALI CPU threads per pipeline (per reader).")
     readers_per_device: int = opt(
-        0, "DALI pipelines per device, each reading its own part of the device's shard (one Caffe2 reader is a "
+        0,
+        "DALI pipelines per device, each reading its own part of the device's shard (one Caffe2 reader is a "
         "serial bottleneck). 0: auto (CPU devices: 1; GPUs: the most of 8, 4, 2, 1 that divides the device's "
-        "batch and whose --reader-threads fit the cores this process has per device).")
-    prefetch: int = opt(4, "Batches each DALI pipeline prepares ahead of the trainer (prefetch_queue_depth): "
-                        "a deeper queue rides out uneven batch times.")
-    decoder: str = opt("auto", "Where JPEGs are decoded, and so where DALI runs: cpu (the whole pipeline on the "
-                       "CPU; JAX copies batches to the devices), mixed (nvJPEG; the pipeline on the GPU), or auto: "
-                       "cpu on CPU devices; on GPUs each pipeline picks (mnist: cpu, faster for 28x28 images; "
-                       "folders and your own: mixed).", choices=("auto", "cpu", "mixed"))
+        "batch and whose --reader-threads fit the cores this process has per device).",
+    )
+    prefetch: int = opt(
+        4,
+        "Batches each DALI pipeline prepares ahead of the trainer (prefetch_queue_depth): "
+        "a deeper queue rides out uneven batch times.",
+    )
+    decoder: str = opt(
+        "auto",
+        "Where JPEGs are decoded, and so where DALI runs: cpu (the whole pipeline on the "
+        "CPU; JAX copies batches to the devices), mixed (nvJPEG; the pipeline on the GPU), or auto: "
+        "cpu on CPU devices; on GPUs each pipeline picks (mnist: cpu, faster for 28x28 images; "
+        "folders and your own: mixed).",
+        choices=("auto", "cpu", "mixed"),
+    )
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    model: str = opt("mlp", "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), "
-                     "resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), or package.module:factory of your own "
-                     "(see README).")
+    model: str = opt(
+        "mlp",
+        "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), "
+        "resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), or package.module:factory of your own "
+        "(see README).",
+    )
     epochs: int = opt(5, "Training epochs.")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
     global_batch_size: int | None = opt(
-        None, "Samples per step over all devices; overrides --batch-size and must divide by the device count.")
+        None, "Samples per step over all devices; overrides --batch-size and must divide by the device count."
+    )
     steps_per_call: int = opt(
-        0, "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
+        0,
+        "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
         "over them (lax.scan). The steps stay those of --batch-size; only host dispatch gets cheaper. "
         "0: auto: on GPUs about 1,200 samples per device and call (24 steps of the example's 50), at most 64; "
-        "on CPUs 1. The value used is in rank_map.json and the first log lines.")
+        "on CPUs 1. The value used is in rank_map.json and the first log lines.",
+    )
     parallel: str = opt(
-        "sharded", "How steps run on the devices: sharded (one jit program over a job-wide device mesh; XLA "
+        "sharded",
+        "How steps run on the devices: sharded (one jit program over a job-wide device mesh; XLA "
         "partitions it and inserts the all-reduce) or pmap (JAX's legacy way: one replica per device, gradients "
         "summed by psum). The same SGD steps; results equal up to float rounding.",
-        choices=("sharded", "pmap"))
+        choices=("sharded", "pmap"),
+    )
     # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
     optimizer: str = opt(
-        "sgd", "sgd (with --momentum; 0: plain SGD), nesterov (SGD with Nesterov momentum), adamw, lamb, or lars "
-        "(LARS with --momentum). Through optax.", choices=("sgd", "nesterov", "adamw", "lamb", "lars"))
+        "sgd",
+        "sgd (with --momentum; 0: plain SGD), nesterov (SGD with Nesterov momentum), adamw, lamb, or lars "
+        "(LARS with --momentum). Through optax.",
+        choices=("sgd", "nesterov", "adamw", "lamb", "lars"),
+    )
     learning_rate: float = opt(0.1, "Peak learning rate (after warm-up).")
     momentum: float = opt(0.9, "Momentum of sgd, nesterov and lars (adamw and lamb: optax's b1 0.9, b2 0.999).")
     schedule: str = opt(
-        "constant", "Learning-rate schedule after the warm-up: constant, cosine (to 0 at the end of training), linear "
+        "constant",
+        "Learning-rate schedule after the warm-up: constant, cosine (to 0 at the end of training), linear "
         "(to 0 at the end), or step (times --decay-factor at each of --decay-epochs).",
-        choices=("constant", "cosine", "linear", "step"))
-    warmup_epochs: float = opt(0.0, "Linear warm-up from 0 to --learning-rate over this many epochs (may be a "
-                               "fraction).")
+        choices=("constant", "cosine", "linear", "step"),
+    )
+    warmup_epochs: float = opt(
+        0.0, "Linear warm-up from 0 to --learning-rate over this many epochs (may be a fraction)."
+    )
     warmup_steps: int = opt(0, "Linear warm-up over this many optimizer steps instead of --warmup-epochs.")
-    decay_epochs: str = opt("", "--schedule step: the epochs at which the rate is multiplied by --decay-factor, "
-                            "comma-separated, e.g. 30,60,80.")
+    decay_epochs: str = opt(
+        "",
+        "--schedule step: the epochs at which the rate is multiplied by --decay-factor, "
+        "comma-separated, e.g. 30,60,80.",
+    )
     decay_factor: float = opt(0.1, "--schedule step: the factor applied at each of --decay-epochs.")
     weight_decay: float = opt(
-        0.0, "Weight decay of kernels (parameters of 2 or more dimensions; biases and normalisation scales are "
-        "left alone): added to the gradient for sgd/nesterov/lars, decoupled for adamw/lamb.")
+        0.0,
+        "Weight decay of kernels (parameters of 2 or more dimensions; biases and normalisation scales are "
+        "left alone): added to the gradient for sgd/nesterov/lars, decoupled for adamw/lamb.",
+    )
     label_smoothing: float = opt(0.0, "Label smoothing: the one-hot targets mixed with this much of a uniform one.")
     clip_norm: float = opt(0.0, "Clip the job-wide gradient to this global norm (0: no clipping).")
     accumulate_steps: int = opt(
-        1, "Accumulate gradients over this many steps of --batch-size before one optimizer update: exactly one "
-        "step of a batch this many times larger (the loss stays the mean over every real sample).")
-    ema_decay: float = opt(0.0, "Keep an exponential moving average of the parameters (and BatchNorm statistics) "
-                           "with this decay per optimizer update, e.g. 0.999 (0: none).")
+        1,
+        "Accumulate gradients over this many steps of --batch-size before one optimizer update: exactly one "
+        "step of a batch this many times larger (the loss stays the mean over every real sample).",
+    )
+    ema_decay: float = opt(
+        0.0,
+        "Keep an exponential moving average of the parameters (and BatchNorm statistics) "
+        "with this decay per optimizer update, e.g. 0.999 (0: none).",
+    )
     eval_ema: bool = opt(False, "Evaluate the --ema-decay average instead of the trained parameters.")
     precision: str = opt(
-        "fp32", "Compute precision: fp32, or bf16 (the model's forward and backward pass in bfloat16; parameters, "
-        "gradients and optimizer state stay float32).", choices=("fp32", "bf16"))
+        "fp32",
+        "Compute precision: fp32, or bf16 (the model's forward and backward pass in bfloat16; parameters, "
+        "gradients and optimizer state stay float32).",
+        choices=("fp32", "bf16"),
+    )
     seed: int = opt(0, "Seed for parameters and data shuffling.")
     eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
     eval_cache_mb: int = opt(
-        1024, "Keep the decoded test set on the devices after the first evaluation when it takes at most this "
-        "many MiB per device; later evaluations skip DALI. 0: read it through DALI every time.")
+        1024,
+        "Keep the decoded test set on the devices after the first evaluation when it takes at most this "
+        "many MiB per device; later evaluations skip DALI. 0: read it through DALI every time.",
+    )
     sync_every_steps: int = opt(
-        10, "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).")
+        10, "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it)."
+    )
     cuda_graphs: str = opt(
-        "auto", "Let XLA run programs as CUDA graphs (its command buffers; fused steps ran 2.5x faster on an H200): "
+        "auto",
+        "Let XLA run programs as CUDA graphs (its command buffers; fused steps ran 2.5x faster on an H200): "
         "on, off, or auto: on while DALI runs on the CPU (--decoder), off when it also works on the GPU, whose "
         "CUDA calls can break a graph capture (one run died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).",
-        choices=("auto", "on", "off"))
+        choices=("auto", "on", "off"),
+    )
     compile_cache: str = opt(
-        "", "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
-        "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.")
+        "",
+        "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
+        "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.",
+    )
     record_samples: bool = opt(False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.")
 
     def decay_epoch_list(self) -> list[int]:
@@ -120,14 +168,18 @@ class TrainConfig:
 @dataclass(frozen=True)
 class DistributedConfig:
     """What the launcher knows about the job; what a task learns from its environment is in topology."""
+
     backend: str = opt("none", "Who started the tasks: none (one process), local, or slurm.", flag=None)
-    platform: str = opt("auto", "Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).",
-                        choices=("auto", "gpu", "cpu"))
-    coordinator_address: str | None = opt(None, "host:port of process 0's coordinator; found from SLURM if unset.",
-                                          flag=None)
+    platform: str = opt(
+        "auto", "Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).", choices=("auto", "gpu", "cpu")
+    )
+    coordinator_address: str | None = opt(
+        None, "host:port of process 0's coordinator; found from SLURM if unset.", flag=None
+    )
     num_processes: int | None = opt(None, "Processes in the job; from the environment if unset.", flag=None)
     local_device_count: int | None = opt(
-        None, "Devices per process; on CPU, how many CPU devices to create.", flag=None)
+        None, "Devices per process; on CPU, how many CPU devices to create.", flag=None
+    )
     init_timeout_s: int = opt(120, "Seconds jax.distributed.initialize waits for every process.")
     heartbeat_timeout_s: int = opt(100, "Seconds without a heartbeat before JAX declares a process dead.")
     barrier_timeout_s: int = opt(900, "Seconds processes wait for process 0 to finish evaluating.")
@@ -136,35 +188,51 @@ class DistributedConfig:
 @dataclass(frozen=True)
 class ResilienceConfig:
     """Checkpoints, preemption and the step watchdog."""
-    checkpoint_every_steps: int = opt(
-        0, "Also checkpoint every N SGD steps within an epoch (0: not by steps).")
+
+    checkpoint_every_steps: int = opt(0, "Also checkpoint every N SGD steps within an epoch (0: not by steps).")
     checkpoint_every_min: float = opt(
-        10.0, "Also checkpoint when this many minutes passed since the last checkpoint (0: not by time). "
-        "Checkpoints are always taken at epoch ends.")
+        10.0,
+        "Also checkpoint when this many minutes passed since the last checkpoint (0: not by time). "
+        "Checkpoints are always taken at epoch ends.",
+    )
     keep_checkpoints: int = opt(3, "Checkpoints kept; older ones are deleted once a newer one is complete.")
     max_requeues: int = opt(3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.")
     watchdog_s: int = opt(60, "A rank whose heartbeat is older than this (stopped, hung, dead) stops the job.")
-    on_stuck: str = opt("stop", "What the watchdog does: stop the job, or requeue it from its last checkpoint.",
-                        choices=("stop", "requeue"))
+    on_stuck: str = opt(
+        "stop",
+        "What the watchdog does: stop the job, or requeue it from its last checkpoint.",
+        choices=("stop", "requeue"),
+    )
 
 
 @dataclass(frozen=True)
 class ObserveConfig:
     """What a run shows of itself beyond metrics.jsonl: TensorBoard and W&B scalars, profiler traces."""
+
     log_every_steps: int = opt(
-        100, "Write training scalars (loss, learning rate, images/s, data wait, step time) at the first check point "
+        100,
+        "Write training scalars (loss, learning rate, images/s, data wait, step time) at the first check point "
         "past every N SGD steps, from values read there anyway: check points come every --sync-every-steps steps "
-        "on CPU, every 256 on GPUs, so logging adds no device sync. 0: epoch scalars only.")
-    tensorboard: bool = opt(True, "Write TensorBoard event files into RUN_DIR/tensorboard "
-                            "(`tensorboard --logdir runs/` shows every run).")
+        "on CPU, every 256 on GPUs, so logging adds no device sync. 0: epoch scalars only.",
+    )
+    tensorboard: bool = opt(
+        True, "Write TensorBoard event files into RUN_DIR/tensorboard (`tensorboard --logdir runs/` shows every run)."
+    )
     wandb_project: str | None = opt(
-        None, "Also log to this Weights & Biases project (pip install 'dali-launch[wandb]'). The run id is kept in "
-        "the run directory: a requeued or resumed run continues the same W&B run.")
-    wandb_mode: str = opt("auto", "W&B mode: online, offline (`wandb sync` later), or auto ($WANDB_MODE, else "
-                          "online).", choices=("auto", "online", "offline"))
+        None,
+        "Also log to this Weights & Biases project (pip install 'dali-launch[wandb]'). The run id is kept in "
+        "the run directory: a requeued or resumed run continues the same W&B run.",
+    )
+    wandb_mode: str = opt(
+        "auto",
+        "W&B mode: online, offline (`wandb sync` later), or auto ($WANDB_MODE, else online).",
+        choices=("auto", "online", "offline"),
+    )
     profile_steps: str = opt(
-        "", "Trace SGD steps A to B-1 (A:B, global steps) with the JAX profiler into RUN_DIR/tensorboard/rank-N "
-        "(TensorBoard's profile plugin, XProf, Perfetto). Steps fused in one device call are traced together.")
+        "",
+        "Trace SGD steps A to B-1 (A:B, global steps) with the JAX profiler into RUN_DIR/tensorboard/rank-N "
+        "(TensorBoard's profile plugin, XProf, Perfetto). Steps fused in one device call are traced together.",
+    )
     profile_ranks: str = opt("0", "Processes that trace --profile-steps: comma-separated ranks, e.g. 0,1.")
 
     def profile_range(self) -> tuple[int, int] | None:
@@ -187,6 +255,7 @@ class ObserveConfig:
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything one task needs, written once to the run directory as config.json."""
+
     run_dir: str
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
@@ -198,7 +267,7 @@ class TaskSpec:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "TaskSpec":
+    def from_json(cls, text: str) -> TaskSpec:
         return from_dict(cls, json.loads(text))
 
     def how_to_resume(self) -> str:
@@ -206,7 +275,7 @@ class TaskSpec:
         return f"`dali-launch --resume {self.run_dir}`"
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "TaskSpec":
+    def load(cls, run_dir: str | Path) -> TaskSpec:
         """The spec in `run_dir`, with `run_dir` where it is now: a run directory may have been moved."""
         from dali_launch.trainer.run_dir import RunPaths
 

@@ -8,6 +8,7 @@ tasks inherit the environment; sbatch exports it by default). What the attribute
 documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function).
 This module imports nothing heavy, so the launcher checks built-in names without starting JAX.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,10 +17,16 @@ import inspect
 from dali_launch.trainer.errors import UsageError
 
 BUILTIN = {
-    "model": {"mlp": "dali_launch.trainer.model.models:MLP", "cnn": "dali_launch.trainer.model.models:CNN",
-              "resnet18": "dali_launch.trainer.model.models:ResNet18",
-              "resnet50": "dali_launch.trainer.model.resnet:resnet50"},
-    "pipeline": {"mnist": "dali_launch.trainer.data.pipelines:mnist", "folders": "dali_launch.trainer.data.pipelines:folders"},
+    "model": {
+        "mlp": "dali_launch.trainer.model.models:MLP",
+        "cnn": "dali_launch.trainer.model.models:CNN",
+        "resnet18": "dali_launch.trainer.model.models:ResNet18",
+        "resnet50": "dali_launch.trainer.model.resnet:resnet50",
+    },
+    "pipeline": {
+        "mnist": "dali_launch.trainer.data.pipelines:mnist",
+        "folders": "dali_launch.trainer.data.pipelines:folders",
+    },
 }
 
 
@@ -32,11 +39,11 @@ def load(kind: str, name: str):
     try:
         value = importlib.import_module(module_name)
     except ImportError as e:
-        raise UsageError(f"{flag}: cannot import {module_name} ({e}); install it or put its folder on PYTHONPATH") \
-            from None
+        raise UsageError(
+            f"{flag}: cannot import {module_name} ({e}); install it or put its folder on PYTHONPATH"
+        ) from None
     except Exception as e:  # the module itself is broken: say where, not a traceback
-        raise UsageError(f"{flag}: importing {module_name} failed ({type(e).__name__}: {e}); fix that module") \
-            from None
+        raise UsageError(f"{flag}: importing {module_name} failed ({type(e).__name__}: {e}); fix that module") from None
     for part in attribute.split("."):
         if not hasattr(value, part):
             raise UsageError(f"{flag}: module {module_name} has no attribute {attribute}; check the name after ':'")

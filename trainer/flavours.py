@@ -1,4 +1,5 @@
 """DALI and JAX must be built for the same CUDA major version; say exactly what to install if not."""
+
 from __future__ import annotations
 
 from importlib import metadata
@@ -28,16 +29,20 @@ def check(dali: dict[str, int] | None = None, jax_cuda: dict[str, int] | None = 
     if not dali:
         raise UsageError("DALI is not installed; pip install 'dali-launch[cuda12]' (or [cuda13], or [cpu])")
     if len(dali) > 1:
-        raise UsageError(f"both {' and '.join(sorted(dali))} are installed and share one module; "
-                         f"pip uninstall -y {' '.join(sorted(dali))}, then install one flavour")
+        raise UsageError(
+            f"both {' and '.join(sorted(dali))} are installed and share one module; "
+            f"pip uninstall -y {' '.join(sorted(dali))}, then install one flavour"
+        )
     if len(jax_cuda) > 1:
         raise UsageError(f"both {' and '.join(sorted(jax_cuda))} are installed; keep the one matching DALI")
-    (dali_name, dali_cuda), = dali.items()
+    ((dali_name, dali_cuda),) = dali.items()
     if not jax_cuda:
         return "cpu"  # CPU JAX runs beside any DALI build: DALI then works with device_id=None
-    (jax_name, jax_cuda_major), = jax_cuda.items()
+    ((jax_name, jax_cuda_major),) = jax_cuda.items()
     if jax_cuda_major != dali_cuda:
         want = EXTRA[jax_cuda_major]
-        raise UsageError(f"{dali_name} (CUDA {dali_cuda}) does not match {jax_name} (CUDA {jax_cuda_major}); "
-                         f"pip uninstall -y {dali_name} && pip install 'dali-launch[{want}]'")
+        raise UsageError(
+            f"{dali_name} (CUDA {dali_cuda}) does not match {jax_name} (CUDA {jax_cuda_major}); "
+            f"pip uninstall -y {dali_name} && pip install 'dali-launch[{want}]'"
+        )
     return EXTRA[dali_cuda]

@@ -1,14 +1,15 @@
 """Every `auto` value of a task, resolved once, here, from what the task knows; recorded in rank_map.json.
 
-    decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word
-    cuda_graphs      whether XLA captures CUDA graphs: only while DALI stays off the GPU
-    steps_per_call   SGD steps fused into one device call (the same steps: only the host's dispatch
-                     changes). GPUs: about CALL_SAMPLES samples per device and call, at most MAX_STEPS
-                     steps (the example's batch of 50: 24 steps; measured best on an H200, README);
-                     CPUs: 1 (XLA:CPU runs convolutions inside a scan ~15x slower, and gloo needs a
-                     wait every few steps anyway)
-    readers          DALI pipelines per device (shards.readers_per_device), for training and evaluation
+decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word
+cuda_graphs      whether XLA captures CUDA graphs: only while DALI stays off the GPU
+steps_per_call   SGD steps fused into one device call (the same steps: only the host's dispatch
+                 changes). GPUs: about CALL_SAMPLES samples per device and call, at most MAX_STEPS
+                 steps (the example's batch of 50: 24 steps; measured best on an H200, README);
+                 CPUs: 1 (XLA:CPU runs convolutions inside a scan ~15x slower, and gloo needs a
+                 wait every few steps anyway)
+readers          DALI pipelines per device (shards.readers_per_device), for training and evaluation
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,12 @@ def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: i
     cores = shards.cores_per_device(local_devices, processes_here)
     decoder = placement.decoder(spec.data, platform)
     return Resolved(
-        platform=platform, decoder=decoder,
+        platform=platform,
+        decoder=decoder,
         cuda_graphs=platform == "gpu" and placement.cuda_graphs(spec.train.cuda_graphs, decoder == "mixed"),
-        parallel=spec.train.parallel, batch_per_device_step=batch, steps_per_call=k,
+        parallel=spec.train.parallel,
+        batch_per_device_step=batch,
+        steps_per_call=k,
         readers_per_device=shards.readers_per_device(spec.data, platform, batch * k, cores),
-        eval_readers_per_device=shards.readers_per_device(spec.data, platform, spec.train.eval_batch_size, cores))
+        eval_readers_per_device=shards.readers_per_device(spec.data, platform, spec.train.eval_batch_size, cores),
+    )

@@ -1,4 +1,5 @@
 """One class names every file of a run directory; the launcher and every task use it alike."""
+
 from __future__ import annotations
 
 import fcntl

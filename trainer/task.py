@@ -3,6 +3,7 @@
 Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through submitit calls
 `run_task(RUN_DIR)`. Either way the spec on disk is the only input, so a task can be re-run by hand.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,9 @@ def _lock(paths: RunPaths):
     """Process 0 holds the run directory's task lock while the task runs: `--resume` refuses it."""
     lock = hold_lock(paths.lock("task"))
     if lock is None:
-        raise UsageError(f"another job is running in {paths.root} ({paths.lock('task')} is held); "
-                         f"wait for it to end, or stop it")
+        raise UsageError(
+            f"another job is running in {paths.root} ({paths.lock('task')} is held); wait for it to end, or stop it"
+        )
     return lock
 
 
@@ -68,8 +70,9 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     watchdog = Watchdog(paths, topology, spec.resilience)
     if topology.num_processes > 1:
         watchdog.start()
-    auto = resolve(spec, topology.platform, len(devices), len(devices) * topology.num_processes,
-                   topology.processes_on_host)
+    auto = resolve(
+        spec, topology.platform, len(devices), len(devices) * topology.num_processes, topology.processes_on_host
+    )
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:
         startup.mark("jax initialized")

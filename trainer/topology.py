@@ -4,6 +4,7 @@ The launcher's local mode and SLURM describe a task through different environmen
 tables map them to the same keys, so nothing after `from_environment` knows which backend started it.
 JAX's own SLURM detection is not used: it assumes one GPU per task (jax issue 16788).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -93,9 +94,11 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
     num_processes = config.num_processes or int(read("num_processes"))
     local_rank = int(read("local_rank"))
     address = config.coordinator_address or (
-        read("coordinator_address") if table is LOCAL_ENV
+        read("coordinator_address")
+        if table is LOCAL_ENV
         else f"{expand_hostlist(env.get(table['step_nodelist']) or read('nodelist'))[0]}:"
-             f"{coordinator_port(read('job_id'))}")
+        f"{coordinator_port(read('job_id'))}"
+    )
     count = config.local_device_count
     if count is None:
         raise UsageError("the launcher did not say how many devices each process has (local_device_count)")
@@ -104,10 +107,18 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
     slurm = table is SLURM_ENV
     # Local mode starts every process on this host; SLURM says how many tasks share a node ("2(x3)": 2 each).
     here = int(re.match(r"\d*", env.get("SLURM_NTASKS_PER_NODE", "")).group() or 1) if slurm else num_processes
-    return Topology(process_id, num_processes, address if num_processes > 1 else None, count,
-                    _gpu_ids(platform, local_rank, count, env), host, platform, processes_on_host=here,
-                    job_id=read("job_id") if slurm else None,
-                    restart_count=int(env.get(SLURM_ENV["restart_count"], "0")) if slurm else 0)
+    return Topology(
+        process_id,
+        num_processes,
+        address if num_processes > 1 else None,
+        count,
+        _gpu_ids(platform, local_rank, count, env),
+        host,
+        platform,
+        processes_on_host=here,
+        job_id=read("job_id") if slurm else None,
+        restart_count=int(env.get(SLURM_ENV["restart_count"], "0")) if slurm else 0,
+    )
 
 
 def resolve_platform(platform: str) -> str:
@@ -123,8 +134,7 @@ def resolve_platform(platform: str) -> str:
     return "gpu" if glob.glob("/dev/nvidia[0-9]*") and installed(JAX_CUDA) else "cpu"
 
 
-def _gpu_ids(platform: str, local_rank: int, count: int | None,
-             env: dict[str, str]) -> tuple[int, ...] | None:
+def _gpu_ids(platform: str, local_rank: int, count: int | None, env: dict[str, str]) -> tuple[int, ...] | None:
     """GPU ordinals of this process: its slice of the node's GPUs, by local rank.
 
     If SLURM already narrowed CUDA_VISIBLE_DEVICES to this task's GPUs (--gpu-bind), they are 0..count-1.
@@ -169,9 +179,11 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
 
     if topology.coordinator_address is None:
         return
-    message = (f"process {topology.process_id}: not all {topology.num_processes} processes reached the "
-               f"coordinator at {topology.coordinator_address} within {config.init_timeout_s} s (--init-timeout-s); "
-               f"a rank did not start, or cannot reach that address")
+    message = (
+        f"process {topology.process_id}: not all {topology.num_processes} processes reached the "
+        f"coordinator at {topology.coordinator_address} within {config.init_timeout_s} s (--init-timeout-s); "
+        f"a rank did not start, or cannot reach that address"
+    )
     # JAX's preemption service would take SIGTERM for itself; our handlers decide (preemption.py).
     # Should a JAX version lack the option, preemption.listen still replaces its handler afterwards.
     with contextlib.suppress(AttributeError):
@@ -208,8 +220,10 @@ def local_devices(topology: Topology) -> list:
     devices = jax.local_devices(backend=topology.platform)
     count = topology.local_device_count or len(devices)
     if len(devices) < count:
-        raise UsageError(f"process {topology.process_id} sees {len(devices)} {devices[0].platform} devices "
-                         f"but was planned for {count}; lower --gpus-per-node")
+        raise UsageError(
+            f"process {topology.process_id} sees {len(devices)} {devices[0].platform} devices "
+            f"but was planned for {count}; lower --gpus-per-node"
+        )
     return devices[:count]
 
 
@@ -238,5 +252,6 @@ def barrier(name: str, timeout_s: int) -> None:
     try:
         distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=timeout_s * 1000)
     except Exception as e:  # XlaRuntimeError: DEADLINE_EXCEEDED, or a peer gone
-        raise TimeoutError(f"process {jax.process_index()}: barrier '{name}' not reached by every "
-                           f"process within {timeout_s} s ({e})") from e
+        raise TimeoutError(
+            f"process {jax.process_index()}: barrier '{name}' not reached by every process within {timeout_s} s ({e})"
+        ) from e

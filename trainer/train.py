@@ -3,6 +3,7 @@
 The steps themselves (and --parallel pmap or sharded) are in parallel.py. The example's multi-GPU
 section averages nothing; here every step averages gradients over the whole job's real samples.
 """
+
 from __future__ import annotations
 
 import threading
@@ -48,13 +49,21 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
 
     logits, variables = jax.jit(init, backend="cpu")(example)  # eager init is seconds on a small CPU; jit is not
     if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
-        raise UsageError(f"--model {spec.train.model} returns logits of shape {jnp.shape(logits)} for one sample but "
-                         f"--num-classes is {spec.data.num_classes}; make it return (batch, {spec.data.num_classes}) "
-                         f"(its last layer num_classes wide)")
+        raise UsageError(
+            f"--model {spec.train.model} returns logits of shape {jnp.shape(logits)} for one sample but "
+            f"--num-classes is {spec.data.num_classes}; make it return (batch, {spec.data.num_classes}) "
+            f"(its last layer num_classes wide)"
+        )
     t = spec.train
     recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
-    return TrainState.create(dict(variables), jax.random.fold_in(dropout_key, 2), forward, optim.optimizer(t),
-                             optim.schedule(t, slots_per_epoch), recipe)
+    return TrainState.create(
+        dict(variables),
+        jax.random.fold_in(dropout_key, 2),
+        forward,
+        optim.optimizer(t),
+        optim.schedule(t, slots_per_epoch),
+        recipe,
+    )
 
 
 def zero_tally() -> dict:
@@ -81,8 +90,17 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     resume = checkpointer.latest()
     startup.mark("checkpoints read")
-    data = dali.build(split_dir(spec, "training"), devices, all_devices, sharding, auto.call_batch, True,
-                                spec.data, spec.train.seed, checkpoints=resume.dali if resume else None)
+    data = dali.build(
+        split_dir(spec, "training"),
+        devices,
+        all_devices,
+        sharding,
+        auto.call_batch,
+        True,
+        spec.data,
+        spec.train.seed,
+        checkpoints=resume.dali if resume else None,
+    )
     startup.mark("pipelines built")
     mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
@@ -93,7 +111,9 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     startup.mark("model initialised")
     reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict())
     evaluator = Evaluator(spec, devices, auto.eval_readers_per_device) if process == 0 else None
-    reporter.track(spec, resume.step * auto.steps_per_call if resume else 0, auto.steps_per_call)  # after the checkpoint's
+    reporter.track(
+        spec, resume.step * auto.steps_per_call if resume else 0, auto.steps_per_call
+    )  # after the checkpoint's
     loop = Loop(spec, data, checkpointer, reporter, mode, startup, auto.steps_per_call)
     warm.join()
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
@@ -105,7 +125,8 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         state, metrics = loop.epoch(state, epoch, resume if resume and resume.epoch == epoch else None)
         if evaluator:
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = evaluator(
-                mode.replica(state.variables(ema=spec.train.eval_ema)))
+                mode.replica(state.variables(ema=spec.train.eval_ema))
+            )
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
         last_update = ((epoch + 1) * data.steps * auto.steps_per_call - 1) // spec.train.accumulate_steps
         metrics.learning_rate = float(fresh.schedule(last_update))
@@ -127,7 +148,7 @@ def _compile_ahead(spec: TaskSpec, mode, data, example, slots: int) -> threading
         return parallel.finished()
     try:
         shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not compiled
-    except Exception:  # noqa: BLE001 - the real init reports what is wrong with the model
+    except Exception:
         return parallel.finished()
     batch = data.peek()
     tally = data.put([call_tally()] * len(data.devices))
@@ -137,8 +158,9 @@ def _compile_ahead(spec: TaskSpec, mode, data, example, slots: int) -> threading
 class Loop:
     """One epoch of training, with its check points: preemption, periodic checkpoints, device syncs."""
 
-    def __init__(self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup,
-                 k: int):
+    def __init__(
+        self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup, k: int
+    ):
         self.spec, self.data, self.sharding, self.reporter = spec, data, data.sharding, reporter
         self.checkpointer, self.mode, self.startup, self.k = checkpointer, mode, startup, k
         self.shard_sizes = data.shard_sizes()
@@ -156,8 +178,9 @@ class Loop:
         start, done = time.perf_counter(), resume.calls_done if resume else 0
         tally = self.data.put([call_tally(resume.tally if resume else None)] * len(self.data.devices))
         counted_before = float(resume.tally["count"]) if resume else 0.0  # by the run that was interrupted
-        recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) \
-            if self.spec.train.record_samples else None
+        recorder = (
+            replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.train.record_samples else None
+        )
         data_wait, compile_s = 0.0, None
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, resume.tally if resume else None)
@@ -185,11 +208,18 @@ class Loop:
         if recorder:
             recorder.save(self.data.steps)
         return state, EpochMetrics(
-            epoch=epoch, train_loss=loss / count, train_samples=count, epoch_time_s=elapsed,
-            images_per_s=timed / elapsed, images_per_s_per_device=timed / elapsed / self.sharding.global_devices,
-            data_wait_fraction=data_wait / elapsed, compile_s=compile_s, resumed_at_call=done or None,
+            epoch=epoch,
+            train_loss=loss / count,
+            train_samples=count,
+            epoch_time_s=elapsed,
+            images_per_s=timed / elapsed,
+            images_per_s_per_device=timed / elapsed / self.sharding.global_devices,
+            data_wait_fraction=data_wait / elapsed,
+            compile_s=compile_s,
+            resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
-            **self._startup(compile_s is not None))
+            **self._startup(compile_s is not None),
+        )
 
     def _first_call_done(self, tally, started: float) -> float:
         """The first device call of the run compiles: time it once (one sync), and since launch."""
@@ -203,8 +233,11 @@ class Loop:
         if not first:
             return {}
         launched = self.startup.since == "launch"
-        return {"startup": self.startup.phases, "startup_since": self.startup.since,
-                "first_step_s": self.startup.phases["first step"] if launched else None}
+        return {
+            "startup": self.startup.phases,
+            "startup_since": self.startup.since,
+            "first_step_s": self.startup.phases["first step"] if launched else None,
+        }
 
     def _check_labels(self, tally) -> None:
         label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "training")
@@ -232,5 +265,6 @@ class Loop:
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.saved_at = time.monotonic()
         kept = {k: v for k, v in tally.items() if k in zero_tally()}
-        self.checkpointer.save(epoch * self.data.steps + calls_done, epoch, calls_done, self.mode.replica(state),
-                               kept, self.data.pipes)
+        self.checkpointer.save(
+            epoch * self.data.steps + calls_done, epoch, calls_done, self.mode.replica(state), kept, self.data.pipes
+        )

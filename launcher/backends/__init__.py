@@ -1,10 +1,11 @@
 """Backends: who starts a run's tasks. One small interface (base.py), one module per mode.
 
-    here    this very process (`dali-launch train`)
-    local   the job's processes on this machine (`--local`)
-    slurm   a SLURM job through submitit (the default)
-    allocation  one task of the user's own srun step (`srun dali-launch task`)
+here    this very process (`dali-launch train`)
+local   the job's processes on this machine (`--local`)
+slurm   a SLURM job through submitit (the default)
+allocation  one task of the user's own srun step (`srun dali-launch task`)
 """
+
 from __future__ import annotations
 
 from dali_launch.launcher.backends.base import Backend

@@ -12,6 +12,7 @@ its steps again from 0, so it reopens its directory and the trainer resumes from
 Each task runs the trainer in its own process, which reads its rank from SLURM's variables
 (config.json says `slurm`), exactly as in a job dali-launch submitted.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ POLL_S = 0.2
 @dataclass(frozen=True)
 class Step:
     """The SLURM job step this process is one task of, as srun describes it."""
+
     job_id: str
     step_id: str
     process_id: int
@@ -53,11 +55,16 @@ def step_of(env=None) -> Step | None:
     if "SLURM_JOB_ID" not in env or "SLURM_STEP_ID" not in env:
         return None
     num_tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
-    return Step(job_id=env["SLURM_JOB_ID"], step_id=env["SLURM_STEP_ID"], process_id=int(env.get("SLURM_PROCID", 0)),
-                num_tasks=num_tasks, num_nodes=int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1),
-                tasks_per_node=expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or str(num_tasks)),
-                restarts=int(env.get("SLURM_RESTART_COUNT") or 0),
-                gpus_on_node=int(env["SLURM_GPUS_ON_NODE"]) if env.get("SLURM_GPUS_ON_NODE") else None)
+    return Step(
+        job_id=env["SLURM_JOB_ID"],
+        step_id=env["SLURM_STEP_ID"],
+        process_id=int(env.get("SLURM_PROCID", 0)),
+        num_tasks=num_tasks,
+        num_nodes=int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1),
+        tasks_per_node=expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or str(num_tasks)),
+        restarts=int(env.get("SLURM_RESTART_COUNT") or 0),
+        gpus_on_node=int(env["SLURM_GPUS_ON_NODE"]) if env.get("SLURM_GPUS_ON_NODE") else None,
+    )
 
 
 def expand_counts(text: str) -> tuple[int, ...]:
@@ -74,9 +81,11 @@ def refuse_one_of_several(env=None) -> None:
     """`dali-launch train` under an srun of N tasks would train N times, each alone calling itself rank 0."""
     step = step_of(env)
     if step is not None and step.num_tasks > 1:
-        raise UsageError(f"`dali-launch train` runs one process, but this is task {step.process_id} of "
-                         f"{step.num_tasks} of SLURM job step {step.job_id}.{step.step_id}: each would train alone; "
-                         f"to train with all {step.num_tasks} tasks use `{COMMAND}` with the same flags")
+        raise UsageError(
+            f"`dali-launch train` runs one process, but this is task {step.process_id} of "
+            f"{step.num_tasks} of SLURM job step {step.job_id}.{step.step_id}: each would train alone; "
+            f"to train with all {step.num_tasks} tasks use `{COMMAND}` with the same flags"
+        )
 
 
 def from_step(values: Values, env=None) -> Values:
@@ -92,13 +101,15 @@ def from_step(values: Values, env=None) -> Values:
     if "tasks_per_node" not in values.given:
         filled["tasks_per_node"] = step.tasks_per_node[0] if step.tasks_per_node else 1
     if "gpus_per_node" not in values.given:
-        filled["gpus_per_node"] = (step.gpus_on_node if step.gpus_on_node and values.get("platform") != "cpu"
-                                   else filled["tasks_per_node"])
+        filled["gpus_per_node"] = (
+            step.gpus_on_node if step.gpus_on_node and values.get("platform") != "cpu" else filled["tasks_per_node"]
+        )
     return filled
 
 
 class Allocation(Here):
     """One task of the user's srun step: checks, the shared run directory, then the trainer in this process."""
+
     name, spec_name = "allocation", "slurm"
 
     def __init__(self, env=None):
@@ -109,24 +120,40 @@ class Allocation(Here):
     def check(self, run: RunConfig) -> None:
         step = self.step
         if step is None:
-            where = (f"inside SLURM job {self.env['SLURM_JOB_ID']} but not in a job step" if "SLURM_JOB_ID" in self.env
-                     else "outside any SLURM allocation (no SLURM_JOB_ID)")
-            raise UsageError(f"`dali-launch task` is one task of a SLURM job step, and this is {where}; start it as "
-                             f"`{COMMAND} ...` in an sbatch script or salloc (`dali-launch slurm template` writes one)")
+            where = (
+                f"inside SLURM job {self.env['SLURM_JOB_ID']} but not in a job step"
+                if "SLURM_JOB_ID" in self.env
+                else "outside any SLURM allocation (no SLURM_JOB_ID)"
+            )
+            raise UsageError(
+                f"`dali-launch task` is one task of a SLURM job step, and this is {where}; start it as "
+                f"`{COMMAND} ...` in an sbatch script or salloc (`dali-launch slurm template` writes one)"
+            )
         if run.launch.local or run.launch.resume:
             flag = "--local" if run.launch.local else "--resume"
-            raise UsageError(f"{flag} does not apply to `dali-launch task`: its tasks are SLURM's; a requeued job "
-                             f"resumes on its own, and `dali-launch --resume RUN_DIR` continues a run as a job of its own")
+            raise UsageError(
+                f"{flag} does not apply to `dali-launch task`: its tasks are SLURM's; a requeued job "
+                f"resumes on its own, and `dali-launch --resume RUN_DIR` continues a run as a job of its own"
+            )
         if len(set(step.tasks_per_node)) > 1:
-            raise UsageError(f"job step {step.job_id}.{step.step_id} has uneven tasks per node "
-                             f"({','.join(map(str, step.tasks_per_node))}); start srun with --ntasks-per-node")
+            raise UsageError(
+                f"job step {step.job_id}.{step.step_id} has uneven tasks per node "
+                f"({','.join(map(str, step.tasks_per_node))}); start srun with --ntasks-per-node"
+            )
         _same("--nodes", run.launch.nodes, step.num_nodes, "nodes", "SLURM_STEP_NUM_NODES")
-        _same("--tasks-per-node", run.tasks_per_node, step.tasks_per_node[0], "tasks per node",
-              "SLURM_STEP_TASKS_PER_NODE")
+        _same(
+            "--tasks-per-node",
+            run.tasks_per_node,
+            step.tasks_per_node[0],
+            "tasks per node",
+            "SLURM_STEP_TASKS_PER_NODE",
+        )
         gpus = run.launch.gpus_per_node or 1
         if step.gpus_on_node is not None and run.distributed.platform != "cpu" and gpus > step.gpus_on_node:
-            raise UsageError(f"--gpus-per-node {gpus} asks for more than the {step.gpus_on_node} GPUs the job holds "
-                             f"on this node (SLURM_GPUS_ON_NODE); ask sbatch/salloc for --gpus-per-node {gpus}")
+            raise UsageError(
+                f"--gpus-per-node {gpus} asks for more than the {step.gpus_on_node} GPUs the job holds "
+                f"on this node (SLURM_GPUS_ON_NODE); ask sbatch/salloc for --gpus-per-node {gpus}"
+            )
 
     def make_run_dir(self, run: RunConfig, data_dir: Path) -> RunPaths:
         """Process 0 makes (or, in a requeued job, reopens) RUN_ROOT/NAME-JOB.STEP; the others wait for it."""
@@ -140,13 +167,19 @@ class Allocation(Here):
         spec = task_spec(run, str(paths.root), str(data_dir), self.spec_name)
         if paths.config.is_file():
             if TaskSpec.load(paths.root).to_json() != spec.to_json():
-                raise UsageError(f"{paths.root} holds a run of job {step.job_id} with other settings (an earlier start "
-                                 f"of this step); keep the script's flags as they were, or choose another --name")
+                raise UsageError(
+                    f"{paths.root} holds a run of job {step.job_id} with other settings (an earlier start "
+                    f"of this step); keep the script's flags as they were, or choose another --name"
+                )
             echo(f"job {step.job_id} restarted ({step.restarts}): reopening {paths.root}")
         else:
             paths = runs.create(run, data_dir, self.spec_name, name=name)
-        write_atomic(paths.step, json.dumps({"job_id": step.job_id, "step_id": step.step_id, "restarts": step.restarts,
-                                             "num_tasks": step.num_tasks}))
+        write_atomic(
+            paths.step,
+            json.dumps(
+                {"job_id": step.job_id, "step_id": step.step_id, "restarts": step.restarts, "num_tasks": step.num_tasks}
+            ),
+        )
         return paths
 
     def wait(self) -> Outcome:
@@ -158,9 +191,11 @@ class Allocation(Here):
 def _same(flag: str, asked: int, have: int, what: str, variable: str) -> None:
     if asked != have:
         more = "more" if asked > have else "fewer"
-        raise UsageError(f"{flag} {asked} asks for {more} than the {have} {what} of this job step ({variable}); "
-                         f"run srun in an allocation of that shape (sbatch/salloc {flag} {asked}), or leave {flag} "
-                         f"out to take the step's")
+        raise UsageError(
+            f"{flag} {asked} asks for {more} than the {have} {what} of this job step ({variable}); "
+            f"run srun in an allocation of that shape (sbatch/salloc {flag} {asked}), or leave {flag} "
+            f"out to take the step's"
+        )
 
 
 def _wait_for(paths: RunPaths, step: Step, timeout_s: int) -> RunPaths:
@@ -173,8 +208,10 @@ def _wait_for(paths: RunPaths, step: Step, timeout_s: int) -> RunPaths:
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(POLL_S)
-    raise UsageError(f"process {step.process_id}: process 0 did not make the run directory {paths.root} within "
-                     f"{timeout_s} s (--init-timeout-s); see process 0's error")
+    raise UsageError(
+        f"process {step.process_id}: process 0 did not make the run directory {paths.root} within "
+        f"{timeout_s} s (--init-timeout-s); see process 0's error"
+    )
 
 
 def run_in_step(values: Values) -> int:

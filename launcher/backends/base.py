@@ -4,6 +4,7 @@ The preparation path (launcher/prepare.py) asks a backend for its own checks and
 shows; the launch (launcher/launch.py) starts the tasks, waits and reports. A backend never decides
 anything the run's configuration already says.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dali_launch.trainer.run_dir import RunPaths
 @dataclass
 class Outcome:
     """How a job ended: ok (its result.json holds the result), else a message and an exit code."""
+
     ok: bool
     message: str = ""
     code: int = 1  # what the command exits with when not ok
@@ -24,6 +26,7 @@ class Outcome:
 
 class Backend:
     """One launch mode. `spec_name` is the name the tasks read their rank from (config.json)."""
+
     name: str
     spec_name: str
 

@@ -3,6 +3,7 @@
 Never blocks without a bound: the queue is read with squeue (which works without accounting),
 results are read only once their files exist, and the whole wait has a deadline.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,9 @@ class LogTail:
 def queue_state(job_id: str) -> str | None:
     """The job's state in squeue (PENDING, RUNNING, ...), or None once it has left the queue."""
     try:
-        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
-                             timeout=QUERY_TIMEOUT_S)
+        out = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return "UNKNOWN"
     if out.returncode != 0:  # squeue errors on ids it no longer knows
@@ -79,16 +81,22 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             cancelled_at = _cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
             _print_new(tails, echo)
-            why = ([f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled_at}"] if cancelled_at
-                   else [f"dali-launch: rank {failed[0]} of job {job.job_id} failed:", failed[1].rstrip()])
+            why = (
+                [f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled_at}"]
+                if cancelled_at
+                else [f"dali-launch: rank {failed[0]} of job {job.job_id} failed:", failed[1].rstrip()]
+            )
             print("\n".join([*_said(job), *why]), file=sys.stderr, flush=True)
             return 1
         if queue_state(job.job_id) is None:
             break
         if time.monotonic() > deadline:
             cancel(job.job_id)
-            print(f"dali-launch: job {job.job_id} still running after {timeout_s:.0f} s; cancelled it",
-                  file=sys.stderr, flush=True)
+            print(
+                f"dali-launch: job {job.job_id} still running after {timeout_s:.0f} s; cancelled it",
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
         time.sleep(POLL_S)
     _print_new(tails, echo)
@@ -133,8 +141,16 @@ def _said(job) -> list[str]:
 def _ending(job, paths: RunPaths) -> int:
     missing = [r for r in range(job.num_tasks) if not job.task(r).paths.result_pickle.exists()]
     if missing:
-        print("\n".join([*_said(job), f"dali-launch: job {job.job_id} ended without a result from rank(s) {missing}: "
-                         f"cancelled, timed out or killed; see `dali-launch logs {job.job_id} --rank {missing[0]}`"]),
-              file=sys.stderr, flush=True)
+        print(
+            "\n".join(
+                [
+                    *_said(job),
+                    f"dali-launch: job {job.job_id} ended without a result from rank(s) {missing}: "
+                    f"cancelled, timed out or killed; see `dali-launch logs {job.job_id} --rank {missing[0]}`",
+                ]
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0

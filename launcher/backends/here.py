@@ -1,4 +1,5 @@
 """`dali-launch train`: the task runs in this very process, its output also in logs/rank-0.log."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,10 @@ class Here(Backend):
 
         refuse_one_of_several()  # `srun dali-launch train` would train N times, each alone as "rank 0"
         if run.launch.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
-            raise UsageError("`train` runs one process here; for several use "
-                             "`dali-launch --local --nodes N --gpus-per-node G --processes P`")
+            raise UsageError(
+                "`train` runs one process here; for several use "
+                "`dali-launch --local --nodes N --gpus-per-node G --processes P`"
+            )
 
     def start(self, run: RunConfig, paths: RunPaths) -> None:
         self.paths = paths

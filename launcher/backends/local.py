@@ -9,6 +9,7 @@ merged console view. How the job ends:
 - the launcher itself dies, even by SIGKILL: the kernel kills the ranks (PR_SET_PDEATHSIG, set by
   each rank at its start), so nothing outlives us.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,12 @@ def free_port() -> int:
 
 
 def rank_env(run: RunConfig, rank: int, coordinator: str) -> dict[str, str]:
-    return {LOCAL_ENV["process_id"]: str(rank), LOCAL_ENV["num_processes"]: str(run.num_processes),
-            LOCAL_ENV["local_rank"]: str(rank % run.tasks_per_node), LOCAL_ENV["coordinator_address"]: coordinator}
+    return {
+        LOCAL_ENV["process_id"]: str(rank),
+        LOCAL_ENV["num_processes"]: str(run.num_processes),
+        LOCAL_ENV["local_rank"]: str(rank % run.tasks_per_node),
+        LOCAL_ENV["coordinator_address"]: coordinator,
+    }
 
 
 def command(paths: RunPaths) -> list[str]:
@@ -57,6 +62,7 @@ def command(paths: RunPaths) -> list[str]:
 
 class Local(Backend):
     """--local: the job's processes here, watched until they end."""
+
     name = spec_name = "local"
 
     def start(self, run: RunConfig, paths: RunPaths) -> None:
@@ -92,9 +98,16 @@ class LocalJob:
         for rank in range(self.run.num_processes):
             env = {**os.environ, **rank_env(self.run, rank, coordinator), **launched}
             # Own session: Ctrl-C reaches us alone, and we decide what it means for the ranks.
-            self.procs.append(subprocess.Popen(command(self.paths), env=env, stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    command(self.paths),
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         for rank, proc in enumerate(self.procs):
             for target in (self._pump, self._reap):
                 thread = threading.Thread(target=target, args=(rank, proc), daemon=True)
@@ -139,8 +152,9 @@ class LocalJob:
                 if time.monotonic() > deadline:
                     self._kill()
                     self._drain()
-                    return Outcome(False, f"the job did not finish within --local-timeout-s {timeout_s:g}; "
-                                          f"stopped every rank")
+                    return Outcome(
+                        False, f"the job did not finish within --local-timeout-s {timeout_s:g}; stopped every rank"
+                    )
                 time.sleep(POLL_S)
         self._drain()
         return self._outcome()
@@ -161,8 +175,12 @@ class LocalJob:
     def _ask_to_stop(self) -> None:
         """SIGTERM means "checkpoint and stop" to a rank (trainer/preemption.py)."""
         name = signal.Signals(self.signals[0]).name
-        print(f"dali-launch: {name}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; "
-              f"again to kill them now)", file=sys.stderr, flush=True)
+        print(
+            f"dali-launch: {name}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; "
+            f"again to kill them now)",
+            file=sys.stderr,
+            flush=True,
+        )
         for rank, p in enumerate(self.procs):
             if rank not in self.exited:
                 with contextlib.suppress(ProcessLookupError):
@@ -210,8 +228,10 @@ class LocalJob:
             return self._interrupted()
         causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed")]
         _, culprit, what = causes[0]
-        ends = ", ".join(f"rank {r} {'was killed by the launcher' if r in self.killed else _how(c)}"
-                         for r, c in sorted(codes.items()))
+        ends = ", ".join(
+            f"rank {r} {'was killed by the launcher' if r in self.killed else _how(c)}"
+            for r, c in sorted(codes.items())
+        )
         log = self.paths.log(culprit).read_text(errors="replace") if self.paths.log(culprit).exists() else ""
         return Outcome(False, f"{what}\nhow each rank ended: {ends}\n{traceback_of(log)}", 1)
 
@@ -221,11 +241,17 @@ class LocalJob:
         resume = TaskSpec.load(self.paths.root).how_to_resume()
         stopped = [e for e in ending.read(self.paths, since=self.started) if e["how"] == ending.STOPPED]
         if len(stopped) == len(self.procs):
-            return Outcome(False, f"interrupted ({name}); checkpoint written at step {stopped[0]['step']}; "
-                                  f"resume with {resume}", code)
+            return Outcome(
+                False,
+                f"interrupted ({name}); checkpoint written at step {stopped[0]['step']}; resume with {resume}",
+                code,
+            )
         newest = max((int(p.name) for p in self.paths.checkpoints.glob("*") if p.name.isdigit()), default=None)
-        then = f"the newest checkpoint is step {newest}; resume with {resume}" if newest is not None else \
-            "no checkpoint was written; start the run again"
+        then = (
+            f"the newest checkpoint is step {newest}; resume with {resume}"
+            if newest is not None
+            else "no checkpoint was written; start the run again"
+        )
         return Outcome(False, f"interrupted ({name}); killed the ranks before they checkpointed; {then}", code)
 
 
@@ -237,4 +263,4 @@ def traceback_of(log: str, tail_lines: int = 30) -> str:
     """The last Python traceback in a log, else its tail."""
     lines = log.rstrip().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    return "\n".join(lines[starts[-1]:] if starts else lines[-tail_lines:])
+    return "\n".join(lines[starts[-1] :] if starts else lines[-tail_lines:])

@@ -3,6 +3,7 @@
 Each task runs `dali_launch.trainer.task.run_task(RUN_DIR)`; submitit pickles that reference, so
 the trainer never sees a launcher object.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 class Slurm(Backend):
     """A SLURM job through submitit, followed until it ends (or left to run with --detach)."""
+
     name = spec_name = "slurm"
 
     def check(self, run: RunConfig) -> None:
@@ -51,15 +53,27 @@ class Slurm(Backend):
 def executor_parameters(run: RunConfig) -> dict:
     """submitit's SlurmExecutor parameters for this run (sbatch names, submitit's spelling)."""
     s, launch = run.slurm, run.launch
-    params = {"job_name": launch.name, "nodes": launch.nodes, "ntasks_per_node": run.tasks_per_node,
-              "time": s.time_min, "partition": s.partition, "account": s.account, "qos": s.qos,
-              "constraint": s.constraint, "cpus_per_task": s.cpus_per_task,
-              "mem": f"{s.mem_gb}GB" if s.mem_gb else None, "exclusive": True if s.exclusive else None,
-              "setup": list(s.setup) or None, "stderr_to_stdout": False}
+    params = {
+        "job_name": launch.name,
+        "nodes": launch.nodes,
+        "ntasks_per_node": run.tasks_per_node,
+        "time": s.time_min,
+        "partition": s.partition,
+        "account": s.account,
+        "qos": s.qos,
+        "constraint": s.constraint,
+        "cpus_per_task": s.cpus_per_task,
+        "mem": f"{s.mem_gb}GB" if s.mem_gb else None,
+        "exclusive": True if s.exclusive else None,
+        "setup": list(s.setup) or None,
+        "stderr_to_stdout": False,
+    }
     if run.distributed.platform != "cpu":  # CPU devices stand in for GPUs: ask SLURM for none
         params["gpus_per_node"] = launch.gpus_per_node
     # A rank that dies takes its step down at once; the others would wait in a collective.
-    srun = ["--kill-on-bad-exit=1", *s.srun_arg] + (["--container-image", s.container_image] if s.container_image else [])
+    srun = ["--kill-on-bad-exit=1", *s.srun_arg] + (
+        ["--container-image", s.container_image] if s.container_image else []
+    )
     params["srun_args"] = srun
     # requeue: a preempted or timed-out job checkpoints and puts itself back (trainer/preemption.py)
     params["additional_parameters"] = {"requeue": True, **dict(sbatch_pair(a) for a in s.sbatch_arg)}

@@ -1,5 +1,6 @@
 """SLURM's own checks, before anything is written: the SLURM flags as data the batch script can carry,
 and what the cluster says (its commands answer, the partition has the nodes and GPUs asked for)."""
+
 from __future__ import annotations
 
 import re
@@ -16,13 +17,25 @@ QUERY_TIMEOUT_S = 30  # every squeue/sinfo/scancel call is bounded
 # sbatch options that dali-launch (or submitit, for its logs and requeue signal) writes itself; an
 # --sbatch-arg would silently replace them. (mem and exclusive stay open: they take values our flags cannot.)
 SET_BY_US = {
-    **{key: f"use {flag}" for key, flag in (
-        ("job-name", "--name"), ("nodes", "--nodes"), ("ntasks-per-node", "--tasks-per-node"),
-        ("gpus-per-node", "--gpus-per-node"), ("time", "--time-min"), ("partition", "--partition"),
-        ("account", "--account"), ("qos", "--qos"), ("constraint", "--constraint"),
-        ("cpus-per-task", "--cpus-per-task"))},
-    **{key: "dali-launch needs its own value to find the logs and to requeue the job"
-       for key in ("output", "error", "open-mode", "signal", "requeue")},
+    **{
+        key: f"use {flag}"
+        for key, flag in (
+            ("job-name", "--name"),
+            ("nodes", "--nodes"),
+            ("ntasks-per-node", "--tasks-per-node"),
+            ("gpus-per-node", "--gpus-per-node"),
+            ("time", "--time-min"),
+            ("partition", "--partition"),
+            ("account", "--account"),
+            ("qos", "--qos"),
+            ("constraint", "--constraint"),
+            ("cpus-per-task", "--cpus-per-task"),
+        )
+    },
+    **{
+        key: "dali-launch needs its own value to find the logs and to requeue the job"
+        for key in ("output", "error", "open-mode", "signal", "requeue")
+    },
 }
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -30,8 +43,9 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def sbatch_pair(arg: str) -> tuple[str, str]:
     key, sep, value = arg.partition("=")
     if not sep or not SBATCH_KEY.match(key):
-        raise UsageError(f"--sbatch-arg {arg!r} is not KEY=VALUE with a lowercase sbatch option name "
-                         f"(e.g. mail-type=END)")
+        raise UsageError(
+            f"--sbatch-arg {arg!r} is not KEY=VALUE with a lowercase sbatch option name (e.g. mail-type=END)"
+        )
     return key, value
 
 
@@ -65,20 +79,32 @@ def _check_script_values(run: RunConfig) -> None:
     s = run.slurm
     root = str(Path(run.launch.run_root).absolute())  # becomes #SBATCH --output=ROOT/NAME-.../submitit/%j/...
     checks = [("--run-root", root, "\\%")]
-    checks += [(flag, value, "\\") for flag, value in (
-        ("--partition", s.partition), ("--account", s.account), ("--qos", s.qos), ("--constraint", s.constraint))
-        if value is not None]
+    checks += [
+        (flag, value, "\\")
+        for flag, value in (
+            ("--partition", s.partition),
+            ("--account", s.account),
+            ("--qos", s.qos),
+            ("--constraint", s.constraint),
+        )
+        if value is not None
+    ]
     checks += [("--sbatch-arg", arg, "\\") for arg in s.sbatch_arg]
     checks += [("--srun-arg", arg, "") for arg in s.srun_arg]  # the srun line is bash: only newlines matter
     checks += [("--container-image", s.container_image, "")] if s.container_image else []
     for flag, value, also in checks:
         if CONTROL.search(value):
-            raise UsageError(f"{flag} {value!r} contains a newline or other control character, which the batch "
-                             f"script cannot carry as data; remove it")
+            raise UsageError(
+                f"{flag} {value!r} contains a newline or other control character, which the batch "
+                f"script cannot carry as data; remove it"
+            )
         for char in also:
             if char in value:
-                why = ("sbatch takes it as an escape in #SBATCH lines and drops it" if char == "\\"
-                       else "SLURM expands % in log file names (%j, %t)")
+                why = (
+                    "sbatch takes it as an escape in #SBATCH lines and drops it"
+                    if char == "\\"
+                    else "SLURM expands % in log file names (%j, %t)"
+                )
                 raise UsageError(f"{flag} {value!r} contains {char!r}: {why}; choose a value without it")
 
 
@@ -87,8 +113,10 @@ def check_cluster(run: RunConfig) -> None:
     if shutil.which("sbatch") is None:
         if run.launch.dry_run:  # showing the script needs no cluster
             return
-        raise UsageError("sbatch is not on PATH; submit from a machine with SLURM's commands (a login node), "
-                         "or run here with --local")
+        raise UsageError(
+            "sbatch is not on PATH; submit from a machine with SLURM's commands (a login node), "
+            "or run here with --local"
+        )
     if shutil.which("sinfo") is None:
         return
     args = ["sinfo", "-h", "-o", "%P|%D|%c|%G"] + (["-p", run.slurm.partition] if run.slurm.partition else [])
@@ -100,8 +128,9 @@ def check_cluster(run: RunConfig) -> None:
         if run.launch.dry_run:
             return
         last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1].removeprefix("sinfo: ")
-        raise UsageError(f"SLURM does not answer (sinfo: {last}); check SLURM_CONF and that slurmctld runs, "
-                         f"or run here with --local")
+        raise UsageError(
+            f"SLURM does not answer (sinfo: {last}); check SLURM_CONF and that slurmctld runs, or run here with --local"
+        )
     rows = [line.split("|") for line in proc.stdout.splitlines() if line.count("|") == 3]
     if run.slurm.partition is None:
         rows = [r for r in rows if r[0].endswith("*")] or rows
@@ -115,11 +144,15 @@ def check_cluster(run: RunConfig) -> None:
     if run.distributed.platform != "cpu":
         gpus = max((_gpu_count(r[3]) for r in rows), default=0)
         if gpus == 0:
-            raise UsageError(f"partition {partition} has no GPUs (sinfo shows no gpu GRES); "
-                             f"choose a GPU --partition, or --platform cpu")
+            raise UsageError(
+                f"partition {partition} has no GPUs (sinfo shows no gpu GRES); "
+                f"choose a GPU --partition, or --platform cpu"
+            )
         if run.launch.gpus_per_node > gpus:
-            raise UsageError(f"--gpus-per-node {run.launch.gpus_per_node} is more than the {gpus} GPUs "
-                             f"a node of partition {partition} has")
+            raise UsageError(
+                f"--gpus-per-node {run.launch.gpus_per_node} is more than the {gpus} GPUs "
+                f"a node of partition {partition} has"
+            )
 
 
 def _gpu_count(gres: str) -> int:

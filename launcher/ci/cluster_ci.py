@@ -4,6 +4,7 @@ Two jobs: pytest on one node (its own JUnit XML), and a one-epoch training job o
 --gpus-per-node. Both are waited for with a deadline and cancelled on timeout; one JUnit file
 then holds pytest's cases and one case per training rank, which CI systems read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,18 +36,24 @@ def run_ci(run: RunConfig, ci: CiConfig) -> int:
     targets, pytest_args = _split(ci.tests, "--tests"), _split(ci.pytest_args, "--pytest-args")
     missing = [t for t in targets if not Path(t).exists()]
     if missing or not targets:
-        raise UsageError(f"--tests {' '.join(missing) or repr(ci.tests)} not found here; run from the project's "
-                         f"checkout or pass existing test folders or files")
+        raise UsageError(
+            f"--tests {' '.join(missing) or repr(ci.tests)} not found here; run from the project's "
+            f"checkout or pass existing test folders or files"
+        )
     paths = prepare(run, Slurm())
     if paths is None:  # --dry-run: the training job's plan; nothing is submitted
         return 0
     train_job = slurm.submit(run, paths)
     test_job = _submit_tests(run, paths.root, targets, pytest_args)
-    print(f"submitted training job {train_job.job_id} and test job {test_job.job_id}; run directory {paths.root}",
-          flush=True)
+    print(
+        f"submitted training job {train_job.job_id} and test job {test_job.job_id}; run directory {paths.root}",
+        flush=True,
+    )
     finished = _wait([train_job, test_job], slurm.follow_timeout_s(run))
-    suites = [_training_suite(train_job, paths, ci.min_accuracy, finished),
-              *_pytest_suites(paths.root / "junit-pytest.xml", test_job, finished)]
+    suites = [
+        _training_suite(train_job, paths, ci.min_accuracy, finished),
+        *_pytest_suites(paths.root / "junit-pytest.xml", test_job, finished),
+    ]
     root = ET.Element("testsuites")
     root.extend(suites)
     ET.ElementTree(root).write(ci.junit, encoding="utf-8", xml_declaration=True)
@@ -67,11 +74,13 @@ def _submit_tests(run: RunConfig, root: Path, targets: list[str], pytest_args: l
     """One node, one task: the suite runs where the training would, with the same setup lines."""
     from dali_launch.launcher.ci.ci_job import run_pytest
 
-    one_task = dataclasses.replace(run, launch=dataclasses.replace(run.launch, nodes=1, tasks_per_node=1,
-                                                                   name=f"{run.launch.name}-tests"))
+    one_task = dataclasses.replace(
+        run, launch=dataclasses.replace(run.launch, nodes=1, tasks_per_node=1, name=f"{run.launch.name}-tests")
+    )
     executor = slurm.make_executor(one_task, root / "ci-tests")
-    return executor.submit(run_pytest, str(Path.cwd()), targets, str(root / "junit-pytest.xml"), pytest_args,
-                           run.slurm.time_min * 60)
+    return executor.submit(
+        run_pytest, str(Path.cwd()), targets, str(root / "junit-pytest.xml"), pytest_args, run.slurm.time_min * 60
+    )
 
 
 def _wait(jobs: list, timeout_s: float) -> bool:
@@ -100,8 +109,13 @@ def _training_suite(job, paths, min_accuracy: float, finished: bool) -> ET.Eleme
         print(f"training rank {rank}: exit {'0' if done and not task_error(job, rank) else 'non-zero'}")
         _case(suite, f"rank-{rank}", error)
     accuracy = job.task(0).result()["final"]["test_accuracy"] if paths.result.exists() else None
-    _case(suite, "accuracy", None if accuracy is not None and accuracy >= min_accuracy
-          else f"test accuracy {accuracy} is below --min-accuracy {min_accuracy}")
+    _case(
+        suite,
+        "accuracy",
+        None
+        if accuracy is not None and accuracy >= min_accuracy
+        else f"test accuracy {accuracy} is below --min-accuracy {min_accuracy}",
+    )
     _count(suite)
     return suite
 

@@ -1,4 +1,5 @@
 """Which data a run reads, and the checks that make a bad data set fail before any job starts."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,10 @@ def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10
     if data_dir:
         path, origin = Path(data_dir), "--data-dir"
     elif pipeline == "folders":
-        raise UsageError("--pipeline folders needs --data-dir, a folder holding training/ and testing/ class "
-                         "folders; make one with `dali-launch data prepare --format folders --from IDX_DIR --to DIR`")
+        raise UsageError(
+            "--pipeline folders needs --data-dir, a folder holding training/ and testing/ class "
+            "folders; make one with `dali-launch data prepare --format folders --from IDX_DIR --to DIR`"
+        )
     elif os.environ.get("DALI_EXTRA_PATH"):
         path, origin = Path(os.environ["DALI_EXTRA_PATH"]) / "db" / "MNIST", "$DALI_EXTRA_PATH/db/MNIST"
     else:
@@ -65,8 +68,9 @@ def check_reopened(run_dir: Path) -> Path:
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:
     if not path.exists():
         how = " --format folders" if pipeline == "folders" else ""
-        raise UsageError(f"{origin} {path} does not exist; make it with "
-                         f"`dali-launch data prepare{how} --from IDX_DIR --to {path}`")
+        raise UsageError(
+            f"{origin} {path} does not exist; make it with `dali-launch data prepare{how} --from IDX_DIR --to {path}`"
+        )
     if not path.is_dir():
         raise UsageError(f"{origin} {path} is a file; point it at the folder holding training/ and testing/")
     if not os.access(path, os.R_OK | os.X_OK):
@@ -74,30 +78,38 @@ def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 1
     missing = [split for split in SPLITS if not (path / split).is_dir()]
     if missing:
         what = f"has no {missing[0]}/" if len(missing) == 1 else "holds neither training/ nor testing/"
-        raise UsageError(f"{origin} {path} {what}; a data set needs both training/ and testing/ LMDBs "
-                         f"(as `dali-launch data prepare` makes them)")
+        raise UsageError(
+            f"{origin} {path} {what}; a data set needs both training/ and testing/ LMDBs "
+            f"(as `dali-launch data prepare` makes them)"
+        )
     if pipeline == "folders":
         check_folders(path, num_classes)
     if pipeline != "mnist":  # a pipeline of the user's own reads a format of its own
         return
     scans = {split: scan_lmdb(path / split, origin) for split in SPLITS}
     if scans["training"].size != scans["testing"].size:
-        raise UsageError(f"{path / 'testing'} holds {_hw(scans['testing'].size)} images but {path / 'training'} "
-                         f"{_hw(scans['training'].size)}; the model takes one image size, so re-create one of them")
+        raise UsageError(
+            f"{path / 'testing'} holds {_hw(scans['testing'].size)} images but {path / 'training'} "
+            f"{_hw(scans['training'].size)}; the model takes one image size, so re-create one of them"
+        )
     check_labels(path, scans, num_classes)
 
 
 def check_labels(path: Path, scans: dict[str, LmdbScan], num_classes: int) -> None:
     """Every label a class id the model has: out of range, one_hot gives a zero row and training
     learns nothing from that sample, yet ends with exit 0 (DALI, JAX and optax all accept it)."""
-    low, low_key, low_split = min(scan.lowest + (split,) for split, scan in scans.items())
-    high, high_key, high_split = max(scan.highest + (split,) for split, scan in scans.items())
+    low, low_key, low_split = min((*scan.lowest, split) for split, scan in scans.items())
+    high, high_key, high_split = max((*scan.highest, split) for split, scan in scans.items())
     if low < 0:
-        raise UsageError(f"record {low_key} of {path / low_split} has label {low}; labels are class ids from 0, "
-                         f"so re-create the data set with `dali-launch data prepare`")
+        raise UsageError(
+            f"record {low_key} of {path / low_split} has label {low}; labels are class ids from 0, "
+            f"so re-create the data set with `dali-launch data prepare`"
+        )
     if high >= num_classes:
-        raise UsageError(f"--num-classes {num_classes} but record {high_key} of {path / high_split} has label "
-                         f"{high}; use --num-classes {high + 1} or more")
+        raise UsageError(
+            f"--num-classes {num_classes} but record {high_key} of {path / high_split} has label "
+            f"{high}; use --num-classes {high + 1} or more"
+        )
 
 
 def check_folders(path: Path, num_classes: int) -> None:
@@ -105,17 +117,27 @@ def check_folders(path: Path, num_classes: int) -> None:
     both splits need the same folders (empty ones count) and at most --num-classes of them."""
     classes = {split: sorted(p.name for p in (path / split).iterdir() if p.is_dir()) for split in SPLITS}
     for split, names in classes.items():
-        images = sum(1 for name in names for f in (path / split / name).iterdir()
-                     if f.suffix.lower() in data_prepare.FILE_READER_EXTENSIONS)
+        images = sum(
+            1
+            for name in names
+            for f in (path / split / name).iterdir()
+            if f.suffix.lower() in data_prepare.FILE_READER_EXTENSIONS
+        )
         if not images:
-            raise UsageError(f"{path / split} holds no images in class folders ({split}/<class>/<image>.jpg); "
-                             f"make the tree with `dali-launch data prepare --format folders`")
+            raise UsageError(
+                f"{path / split} holds no images in class folders ({split}/<class>/<image>.jpg); "
+                f"make the tree with `dali-launch data prepare --format folders`"
+            )
     if classes["training"] != classes["testing"]:
-        raise UsageError(f"{path} has different class folders in training/ ({len(classes['training'])}) and "
-                         f"testing/ ({len(classes['testing'])}); give both the same ones (empty ones too) so labels match")
+        raise UsageError(
+            f"{path} has different class folders in training/ ({len(classes['training'])}) and "
+            f"testing/ ({len(classes['testing'])}); give both the same ones (empty ones too) so labels match"
+        )
     if len(classes["training"]) > num_classes:
-        raise UsageError(f"{path} has {len(classes['training'])} classes but --num-classes is {num_classes}; "
-                         f"pass --num-classes {len(classes['training'])}")
+        raise UsageError(
+            f"{path} has {len(classes['training'])} classes but --num-classes is {num_classes}; "
+            f"pass --num-classes {len(classes['training'])}"
+        )
 
 
 def check_lmdb(path: Path, origin: str) -> int:
@@ -141,18 +163,22 @@ def scan_lmdb(path: Path, origin: str) -> LmdbScan:
     if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
         raise UsageError(f"{path} is not readable; fix its permissions")
     if not (path / "data.mdb").is_file():
-        raise UsageError(f"{path} is not an LMDB (no data.mdb); {origin} must hold training/ and testing/ "
-                         f"as made by `dali-launch data prepare`")
+        raise UsageError(
+            f"{path} is not an LMDB (no data.mdb); {origin} must hold training/ and testing/ "
+            f"as made by `dali-launch data prepare`"
+        )
     try:
         env = lmdb.open(str(path), readonly=True, lock=False, subdir=True)
     except lmdb.Error as e:
-        raise UsageError(f"{path} is not a readable LMDB ({e}); re-create it with `dali-launch data prepare`")
+        raise UsageError(f"{path} is not a readable LMDB ({e}); re-create it with `dali-launch data prepare`") from None
     with env:
         # Pages past the end of a cut-short file are mapped but absent: reading them is SIGBUS, here and in DALI.
         need, have = (env.info()["last_pgno"] + 1) * env.stat()["psize"], (path / "data.mdb").stat().st_size
         if have < need:
-            raise UsageError(f"{path / 'data.mdb'} is truncated ({have:,} of {need:,} bytes); copy it again "
-                             f"or re-create it with `dali-launch data prepare`")
+            raise UsageError(
+                f"{path / 'data.mdb'} is truncated ({have:,} of {need:,} bytes); copy it again "
+                f"or re-create it with `dali-launch data prepare`"
+            )
         count, size, lowest, highest = 0, None, None, None
         with env.begin() as txn:
             for key, value in txn.cursor():
@@ -168,8 +194,7 @@ def scan_lmdb(path: Path, origin: str) -> LmdbScan:
     return LmdbScan(count, size, lowest, highest)
 
 
-def _check_record(key: str, value: bytes, path: Path,
-                  size: tuple[int, int] | None) -> tuple[tuple[int, int], int]:
+def _check_record(key: str, value: bytes, path: Path, size: tuple[int, int] | None) -> tuple[tuple[int, int], int]:
     """One record as DALI's Caffe2 reader and image decoder will take it; returns its image size and label."""
     fix = "re-create the data set with `dali-launch data prepare`"
     try:
@@ -185,8 +210,10 @@ def _check_record(key: str, value: bytes, path: Path,
     except ValueError as e:
         raise UsageError(f"record {key} of {path} {e}; {fix} (it writes JPEGs)") from None
     if size is not None and this != size:
-        raise UsageError(f"record {key} of {path} is a {_hw(this)} image but the records before it are "
-                         f"{_hw(size)}; the model takes one image size, so resize them")
+        raise UsageError(
+            f"record {key} of {path} is a {_hw(this)} image but the records before it are "
+            f"{_hw(size)}; the model takes one image size, so resize them"
+        )
     return this, int(label)
 
 

@@ -5,6 +5,7 @@ fails the whole pipeline on one undecodable or truncated image (measured with DA
 by 10 bytes stops it). Images of different sizes make batches DALI cannot stack, and the model
 reads each image as one flat vector, so a data set must hold one size.
 """
+
 from __future__ import annotations
 
 import io
@@ -54,9 +55,9 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
         if marker in _SOF:
             if i + 9 > len(data):
                 raise ValueError("is not a readable JPEG (its header ends before the image size)")
-            size = int.from_bytes(data[i + 5:i + 7], "big"), int.from_bytes(data[i + 7:i + 9], "big")
+            size = int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
             break
-        i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
     if not data.rstrip(b"\0").endswith(b"\xff\xd9"):
         raise ValueError("is a truncated JPEG (it does not end with the end-of-image marker)")
     return size

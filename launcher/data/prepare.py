@@ -5,6 +5,7 @@ each an LMDB whose values are serialised `caffe2.TensorProtos` holding a JPEG (S
 INT32 label -- exactly what `fn.readers.caffe2` parses (dali/operators/reader/parser/caffe2_parser.h).
 `--format folders` writes `OUT/{training,testing}/<label>/<n>.jpg` for `fn.readers.file`.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -25,6 +26,7 @@ SPLITS = {"train": "training", "t10k": "testing"}  # IDX file prefix -> DALI_ext
 
 # --- IDX --------------------------------------------------------------------------------------
 
+
 def read_idx(path: Path) -> np.ndarray:
     """Reads one (optionally gzipped) IDX file: magic 0x0000 08 NDIM, big-endian dims, uint8 data."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -36,8 +38,8 @@ def read_idx(path: Path) -> np.ndarray:
     if len(raw) < 4 or raw[0:3] != b"\x00\x00\x08":
         raise UsageError(f"{path} is not a uint8 IDX file (bad magic); expected MNIST-format data")
     ndim = raw[3]
-    dims = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    data = raw[4 + 4 * ndim:]
+    dims = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    data = raw[4 + 4 * ndim :]
     if len(raw) < 4 + 4 * ndim or len(data) != int(np.prod(dims)):
         raise UsageError(f"{path} is truncated: header says {dims}, found {len(data)} bytes of data")
     return np.frombuffer(data, np.uint8).reshape(dims)
@@ -66,6 +68,7 @@ def load_split(from_dir: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --- Caffe2 records ---------------------------------------------------------------------------
+
 
 def _varint(n: int) -> bytes:
     out = bytearray()
@@ -118,9 +121,9 @@ def _fields_of(buf: bytes) -> list[tuple[int, int | bytes]]:
             size, i = _read_varint(buf, i)
             if i + size > len(buf):
                 raise ValueError("truncated field")
-            value, i = buf[i:i + size], i + size
+            value, i = buf[i : i + size], i + size
         elif wire in (1, 5):
-            value, i = buf[i:i + (8 if wire == 1 else 4)], i + (8 if wire == 1 else 4)
+            value, i = buf[i : i + (8 if wire == 1 else 4)], i + (8 if wire == 1 else 4)
         else:
             raise ValueError(f"unsupported wire type {wire}")
         out.append((number, value))
@@ -197,8 +200,20 @@ def write_lmdb(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality: i
 
 
 # fn.readers.file's own filter (lower-cased): files with other suffixes in a class folder are skipped.
-FILE_READER_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm",
-                          ".jp2", ".webp"}
+FILE_READER_EXTENSIONS = {
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".bmp",
+    ".tif",
+    ".tiff",
+    ".pnm",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+    ".jp2",
+    ".webp",
+}
 
 
 def write_folders(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality: int, classes: int) -> None:
@@ -216,14 +231,21 @@ def write_folders(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality
 
 FORMATS = ("lmdb", "folders")
 
+
 @dataclass(frozen=True)
 class PrepareReport:
     out_dir: Path
     counts: dict[str, int]
 
 
-def prepare(from_dir: Path, to_dir: Path, quality: int = 95, test_fraction: float | None = None,
-            seed: int = 0, layout: str = "lmdb") -> PrepareReport:
+def prepare(
+    from_dir: Path,
+    to_dir: Path,
+    quality: int = 95,
+    test_fraction: float | None = None,
+    seed: int = 0,
+    layout: str = "lmdb",
+) -> PrepareReport:
     """IDX files in `from_dir` -> `to_dir/{training,testing}` as LMDBs or class folders, written atomically.
 
     With both `train-*` and `t10k-*` present they become training and testing. With only one of
@@ -270,6 +292,6 @@ def _splits(from_dir: Path, test_fraction: float | None, seed: int) -> dict[str,
         raise UsageError(f"--test-fraction {fraction} is out of range; use a value between 0 and 1")
     images, labels = load_split(from_dir, present[0])
     order = np.random.default_rng(seed).permutation(len(labels))
-    n_test = int(round(len(labels) * fraction))
+    n_test = round(len(labels) * fraction)
     test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
     return {"training": (images[train], labels[train]), "testing": (images[test], labels[test])}

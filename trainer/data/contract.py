@@ -23,15 +23,17 @@ reader (--readers-per-device per device) and split, and returns two DALI DataNod
 Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
 (--eval-cache-mb). A function may be wrapped in a `Pipeline` to say where `--decoder auto` decodes.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
 class PipelineArgs:
     """What a pipeline function receives: one device's view of one split."""
+
     path: str  # the split's folder: DATA_DIR/training or DATA_DIR/testing
     shard_id: int  # this device's shard of the split, of num_shards
     num_shards: int
@@ -45,8 +47,13 @@ class PipelineArgs:
 
     def reader_args(self) -> dict:
         """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
-        return {"shard_id": self.shard_id, "num_shards": self.num_shards, "random_shuffle": self.training,
-                "pad_last_batch": True, "stick_to_shard": True}
+        return {
+            "shard_id": self.shard_id,
+            "num_shards": self.num_shards,
+            "random_shuffle": self.training,
+            "pad_last_batch": True,
+            "stick_to_shard": True,
+        }
 
     def decode_device(self) -> str:
         """`device=` for fn.decoders.*."""
@@ -57,6 +64,7 @@ class PipelineArgs:
 class Pipeline:
     """A pipeline function and what it says about itself: `auto_decoder` is where `--decoder auto`
     decodes on GPUs (cpu for images so small that the CPU decodes them faster; placement.py)."""
+
     function: Callable
     auto_decoder: str = "mixed"
 

@@ -3,6 +3,7 @@
 A device's batch is its readers' batches end to end, reader after reader; shards.py says which
 shard each reader reads and which positions are padding; contract.py what a pipeline function is.
 """
+
 from __future__ import annotations
 
 import jax
@@ -36,10 +37,12 @@ class DeviceBatches:
     and jit both take without a copy. DALI's own JAX iterator is not used: it stacks CPU outputs on
     one device and cannot shard across processes (see FIELD-NOTES).
     """
+
     names = ("images", "labels")
 
-    def __init__(self, pipes: list, devices: list, mesh_devices: list, num_samples: int, sharding: Sharding,
-                 reader_batch: int):
+    def __init__(
+        self, pipes: list, devices: list, mesh_devices: list, num_samples: int, sharding: Sharding, reader_batch: int
+    ):
         self.pipes, self.devices, self.num_samples, self.sharding = pipes, devices, num_samples, sharding
         self.reader_batch = reader_batch
         self.steps = steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
@@ -71,9 +74,15 @@ class DeviceBatches:
     def _read(self) -> dict:
         outputs = [pipe.run() for pipe in self.pipes]
         r = self.sharding.readers
-        return {name: self._join([_device_batch([out[i] for out in outputs[k * r:(k + 1) * r]], device)
-                                  for k, device in enumerate(self.devices)])
-                for i, name in enumerate(self.names)}
+        return {
+            name: self._join(
+                [
+                    _device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], device)
+                    for k, device in enumerate(self.devices)
+                ]
+            )
+            for i, name in enumerate(self.names)
+        }
 
     def put(self, values):
         """Host values (arrays or pytrees), one per local device, as job-wide arrays laid out like the batches."""
@@ -108,8 +117,17 @@ def _device_batch(outputs: list, device) -> jax.Array:
     return jax.device_put(host, device)
 
 
-def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, call_batch: int, training: bool,
-          config: DataConfig, seed: int, checkpoints: list[bytes] | None = None) -> DeviceBatches:
+def build(
+    path: str,
+    devices: list,
+    mesh_devices: list,
+    sharding: Sharding,
+    call_batch: int,
+    training: bool,
+    config: DataConfig,
+    seed: int,
+    checkpoints: list[bytes] | None = None,
+) -> DeviceBatches:
     """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
 
     `call_batch` is the samples per device and device call (--steps-per-call steps of the per-device
@@ -117,37 +135,63 @@ def build(path: str, devices: list, mesh_devices: list, sharding: Sharding, call
     `checkpoints` (one per pipeline, from `pipe.checkpoint()`) resume each reader where it was.
     """
     if checkpoints is not None and len(checkpoints) != len(sharding.shard_ids):
-        raise UsageError(f"the checkpoint holds {len(checkpoints)} DALI readers for this process but it has "
-                         f"{len(sharding.shard_ids)}; resume with the run's own --nodes/--gpus-per-node/"
-                         f"--tasks-per-node/--readers-per-device")
+        raise UsageError(
+            f"the checkpoint holds {len(checkpoints)} DALI readers for this process but it has "
+            f"{len(sharding.shard_ids)}; resume with the run's own --nodes/--gpus-per-node/"
+            f"--tasks-per-node/--readers-per-device"
+        )
     if call_batch % sharding.readers:
-        raise UsageError(f"--readers-per-device {sharding.readers} does not divide the {call_batch} samples a device "
-                         f"reads per call; use a divisor of it")
+        raise UsageError(
+            f"--readers-per-device {sharding.readers} does not divide the {call_batch} samples a device "
+            f"reads per call; use a divisor of it"
+        )
     reader_batch, function, pipes = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline), []
     for k, shard_id in enumerate(sharding.shard_ids):
         device = devices[k // sharding.readers]
-        args = pipeline_args(path, device, shard_id, sharding.num_shards, reader_batch, training, config,
-                             seed + shard_id)
-        pipes.append(graph(
-            function, args, config.pipeline, batch_size=reader_batch, num_threads=config.reader_threads,
-            device_id=device.local_hardware_id if args.on_gpu else None, seed=args.seed,
-            prefetch_queue_depth=config.prefetch, enable_checkpointing=True,
-            checkpoint=checkpoints[k] if checkpoints else None))
+        args = pipeline_args(
+            path, device, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id
+        )
+        pipes.append(
+            graph(
+                function,
+                args,
+                config.pipeline,
+                batch_size=reader_batch,
+                num_threads=config.reader_threads,
+                device_id=device.local_hardware_id if args.on_gpu else None,
+                seed=args.seed,
+                prefetch_queue_depth=config.prefetch,
+                enable_checkpointing=True,
+                checkpoint=checkpoints[k] if checkpoints else None,
+            )
+        )
     for pipe in pipes:
         pipe.build()
-    sizes = {epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards)
-             for pipe, shard_id in zip(pipes, sharding.shard_ids)}
+    sizes = {
+        epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards)
+        for pipe, shard_id in zip(pipes, sharding.shard_ids)
+    }
     return DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch)
 
 
-def pipeline_args(path: str, device, shard_id: int, num_shards: int, reader_batch: int, training: bool,
-                  config: DataConfig, seed: int) -> PipelineArgs:
+def pipeline_args(
+    path: str, device, shard_id: int, num_shards: int, reader_batch: int, training: bool, config: DataConfig, seed: int
+) -> PipelineArgs:
     decoder = placement.decoder(config, device.platform)
     if decoder == "mixed" and device.platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
-    return PipelineArgs(path=path, shard_id=shard_id, num_shards=num_shards, batch_size=reader_batch,
-                        training=training, on_gpu=decoder == "mixed", decoder=decoder, seed=seed,
-                        num_classes=config.num_classes, image_size=config.image_size)
+    return PipelineArgs(
+        path=path,
+        shard_id=shard_id,
+        num_shards=num_shards,
+        batch_size=reader_batch,
+        training=training,
+        on_gpu=decoder == "mixed",
+        decoder=decoder,
+        seed=seed,
+        num_classes=config.num_classes,
+        image_size=config.image_size,
+    )
 
 
 def epoch_size(pipe, name: str, shard_id: int, num_shards: int) -> int:
@@ -156,8 +200,14 @@ def epoch_size(pipe, name: str, shard_id: int, num_shards: int) -> int:
     if len(readers) != 1:
         raise UsageError(f"--pipeline {name} has {len(readers)} readers; use exactly one, given **args.reader_args()")
     meta = next(iter(readers.values()))
-    if (meta["shard_id"], meta["number_of_shards"], meta["pad_last_batch"], meta["stick_to_shard"]) != \
-            (shard_id, num_shards, 1, 1):
-        raise UsageError(f"--pipeline {name}: its reader does not read shard {shard_id} of {num_shards} padded to "
-                         f"whole batches; pass **args.reader_args() to it")
+    if (meta["shard_id"], meta["number_of_shards"], meta["pad_last_batch"], meta["stick_to_shard"]) != (
+        shard_id,
+        num_shards,
+        1,
+        1,
+    ):
+        raise UsageError(
+            f"--pipeline {name}: its reader does not read shard {shard_id} of {num_shards} padded to "
+            f"whole batches; pass **args.reader_args() to it"
+        )
     return meta["epoch_size"]

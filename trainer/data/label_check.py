@@ -9,6 +9,7 @@ sync), and the host reads them where it already waits for the devices: the loop'
 the end of each epoch. Float labels (one-hot or soft targets) have no class ids to bound; their
 width is checked when the step is traced.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -39,8 +40,12 @@ def check(seen, num_classes: int, pipeline: str, split: str) -> None:
     rows = np.concatenate([np.asarray(shard.data).reshape(-1, 2) for shard in seen.addressable_shards])
     low, high = int(rows[:, 0].min()), int(rows[:, 1].max())
     if high >= num_classes:
-        raise UsageError(f"--num-classes {num_classes} but --pipeline {pipeline} gave {split} label {high}; "
-                         f"use --num-classes {high + 1} or more")
+        raise UsageError(
+            f"--num-classes {num_classes} but --pipeline {pipeline} gave {split} label {high}; "
+            f"use --num-classes {high + 1} or more"
+        )
     if low < 0:
-        raise UsageError(f"--pipeline {pipeline} gave {split} label {low}; labels are class ids 0..{num_classes - 1}, "
-                         f"so fix the labels it returns")
+        raise UsageError(
+            f"--pipeline {pipeline} gave {split} label {low}; labels are class ids 0..{num_classes - 1}, "
+            f"so fix the labels it returns"
+        )

@@ -1,12 +1,13 @@
 """Built-in pipeline functions (`--pipeline NAME`); each meets the contract in contract.py.
 
-    mnist    the DALI + Flax example's: Caffe2 LMDB -> grey JPEG decode -> /255 -> flat 784 floats,
-             one-hot labels for training, class ids for evaluation (DALI_extra's db/MNIST layout)
-    folders  JPEG class folders (SPLIT/<class>/<file>.jpg, classes numbered in sorted order, as
-             `dali-launch data prepare --format folders` writes them) for real image sets:
-             training: random resized crop + flip; evaluation: resize + center crop;
-             both: ImageNet mean/std normalisation, --image-size square RGB crops, HWC floats
+mnist    the DALI + Flax example's: Caffe2 LMDB -> grey JPEG decode -> /255 -> flat 784 floats,
+         one-hot labels for training, class ids for evaluation (DALI_extra's db/MNIST layout)
+folders  JPEG class folders (SPLIT/<class>/<file>.jpg, classes numbered in sorted order, as
+         `dali-launch data prepare --format folders` writes them) for real image sets:
+         training: random resized crop + flip; evaluation: resize + center crop;
+         both: ImageNet mean/std normalisation, --image-size square RGB crops, HWC floats
 """
+
 from __future__ import annotations
 
 from nvidia.dali import fn, types
@@ -37,8 +38,9 @@ def folders(args: PipelineArgs):
     size, device = args.image_size, args.decode_device()
     if args.training:
         # Decoding only the random crop's region: cheaper than decoding whole images, on either device.
-        images = fn.decoders.image_random_crop(jpegs, device=device, output_type=types.RGB,
-                                               random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        images = fn.decoders.image_random_crop(
+            jpegs, device=device, output_type=types.RGB, random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3]
+        )
         images = fn.resize(images, size=[size, size])
         mirror = fn.random.coin_flip(probability=0.5)
     else:
@@ -47,6 +49,7 @@ def folders(args: PipelineArgs):
         mirror = 0
     if args.on_gpu:
         images, labels = images.gpu(), labels.gpu()
-    images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, crop=[size, size], mean=MEAN, std=STD,
-                                      mirror=mirror, output_layout="HWC")
+    images = fn.crop_mirror_normalize(
+        images, dtype=types.FLOAT, crop=[size, size], mean=MEAN, std=STD, mirror=mirror, output_layout="HWC"
+    )
     return images, fn.reshape(labels, shape=[])

@@ -10,6 +10,7 @@ brings its GPU codecs:
   captures (one run with GPU pipelines died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), so XLA may
   run the fused steps as CUDA graphs, 2.5x faster there.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -9,6 +9,7 @@ Exactly-once epochs: every reader pads its shard to whole batches (`pad_last_bat
 it, so shard `s` holds DALI's slice [N*s/S, N*(s+1)/S) and every position past that slice in an
 epoch is padding. `valid` masks are computed from those sizes, on the device, never per sample.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,6 +28,7 @@ class Sharding:
 
     Device d of the job (global index) reads shards d*readers .. d*readers + readers-1.
     """
+
     first_device: int  # the global index of this process's first device
     local_devices: int
     global_devices: int

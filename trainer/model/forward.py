@@ -5,6 +5,7 @@ Old models (`__call__(self, x)`, params only) are called exactly as before; a mo
 `__call__` takes `train` (or `training`) is told which; collections other than `params` (BatchNorm's
 `batch_stats`) are mutable while training; the `dropout` RNG stream is always given.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -39,6 +40,7 @@ class Forward:
     bf16: parameters and floating images are cast to bfloat16 at the call, so any model computes
     in bf16 while the float32 parameters stay the ones differentiated and updated.
     """
+
     module: nn.Module
     precision: str = "fp32"
 
@@ -51,8 +53,9 @@ class Forward:
             images = images.astype(dtype) if jnp.issubdtype(images.dtype, jnp.floating) else images
         rngs = {"dropout": rng} if rng is not None else None
         if train and collections:
-            logits, updates = self.module.apply({"params": params, **collections}, images, rngs=rngs,
-                                                mutable=list(collections), **kwargs)
+            logits, updates = self.module.apply(
+                {"params": params, **collections}, images, rngs=rngs, mutable=list(collections), **kwargs
+            )
             updates = jax.tree.map(lambda new, old: new.astype(old.dtype), dict(updates), collections)
         else:
             logits, updates = self.module.apply({"params": params, **collections}, images, rngs=rngs, **kwargs), {}

@@ -17,6 +17,7 @@ A plain `__call__(self, x)` with params only works as it always did. Built in (`
     resnet18  ResNet-18 with GroupNorm, for the folders pipeline's HWC crops (any square size)
     resnet50  ResNet-50 v1.5 with BatchNorm, the standard ImageNet model (resnet.py)
 """
+
 from __future__ import annotations
 
 import math
@@ -30,6 +31,7 @@ from dali_launch.trainer.errors import UsageError
 
 class MLP(nn.Module):
     """784-784-1024-1024-10 with ReLUs, as in DALI's "Training neural network with DALI and Flax"."""
+
     features: tuple[int, ...] = (784, 1024, 1024)
     num_classes: int = 10
 
@@ -52,6 +54,7 @@ def as_images(x):
 class CNN(nn.Module):
     """3x3 convs of 32 and 64 filters, each with a 2x2 max pool, then 128 and num_classes units:
     ~4 M multiply-adds per 28x28 image, small enough to train on two CPU cores."""
+
     num_classes: int = 10
     features: tuple[int, ...] = (32, 64)
     hidden: int = 128
@@ -96,6 +99,7 @@ class ResidualBlock(nn.Module):
 class ResNet18(nn.Module):
     """ResNet-18's stages (2, 2, 2, 2 blocks of 64..512 filters). Images under 64 pixels get a
     3x3 stem without pooling (the CIFAR variant): a 7x7/2 stem and a pool would leave 7x7 of 28x28."""
+
     num_classes: int = 10
     width: int = 64
     stages: tuple[int, ...] = (2, 2, 2, 2)
@@ -110,7 +114,7 @@ class ResNet18(nn.Module):
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for stage, blocks in enumerate(self.stages):
             for block in range(blocks):
-                x = ResidualBlock(self.width * 2 ** stage, 2 if stage and not block else 1)(x)
+                x = ResidualBlock(self.width * 2**stage, 2 if stage and not block else 1)(x)
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
@@ -119,10 +123,13 @@ def create_model(name: str, num_classes: int) -> nn.Module:
     factory = entry_points.load("model", name)
     try:
         model = factory(num_classes=num_classes)
-    except Exception as e:  # noqa: BLE001 -- the user's code: say where, not a traceback
-        raise UsageError(f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; "
-                         f"fix the factory") from None
+    except Exception as e:
+        raise UsageError(
+            f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"
+        ) from None
     if not isinstance(model, nn.Module):
-        raise UsageError(f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
-                         f"the factory must return the module itself")
+        raise UsageError(
+            f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
+            f"the factory must return the module itself"
+        )
     return model

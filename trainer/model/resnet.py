@@ -5,6 +5,7 @@ every block starts as the identity (Goyal et al. 2017). Under --parallel pmap ea
 normalises by its own batch and the trainer averages the statistics over the job every step;
 under --parallel sharded the step's batch is one job-wide array and BatchNorm normalises over it.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -34,6 +35,7 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     """Bottleneck stages of `width`·2^stage filters. Images under 64 pixels get a 3x3 stem without
     pooling (as models.ResNet18): a 7x7/2 stem and a pool would leave 7x7 of 28x28."""
+
     num_classes: int = 1000
     stages: tuple[int, ...] = (3, 4, 6, 3)
     width: int = 64
@@ -49,7 +51,7 @@ class ResNet(nn.Module):
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for stage, blocks in enumerate(self.stages):
             for block in range(blocks):
-                x = Bottleneck(self.width * 2 ** stage, 2 if stage and not block else 1)(x, train)
+                x = Bottleneck(self.width * 2**stage, 2 if stage and not block else 1)(x, train)
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 

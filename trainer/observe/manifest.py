@@ -5,6 +5,7 @@ runs from, the topology, SLURM's facts about the job, and the environment with e
 name looks secret redacted (so the file can be attached to a bug report). A requeued job writes it
 again: the SLURM facts (restart count) are the newest start's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,12 +26,23 @@ from dali_launch.trainer.topology import Topology, expand_hostlist
 PACKAGES = ("dali-launch", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "submitit", "lmdb", "pillow")
 FLAVOURED = ("nvidia-dali", "jax-cuda")  # every installed build: nvidia-dali-cuda120, jax-cuda12-plugin, ...
 SLURM_FACTS = {
-    "job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "nodelist": "SLURM_JOB_NODELIST",
-    "num_nodes": "SLURM_JOB_NUM_NODES", "ntasks": "SLURM_NTASKS", "ntasks_per_node": "SLURM_NTASKS_PER_NODE",
-    "cpus_per_task": "SLURM_CPUS_PER_TASK", "gpus_on_node": "SLURM_GPUS_ON_NODE", "partition": "SLURM_JOB_PARTITION",
-    "account": "SLURM_JOB_ACCOUNT", "qos": "SLURM_JOB_QOS", "cluster": "SLURM_CLUSTER_NAME",
-    "submit_host": "SLURM_SUBMIT_HOST", "submit_dir": "SLURM_SUBMIT_DIR", "restart_count": "SLURM_RESTART_COUNT",
-    "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "job_id": "SLURM_JOB_ID",
+    "job_name": "SLURM_JOB_NAME",
+    "nodelist": "SLURM_JOB_NODELIST",
+    "num_nodes": "SLURM_JOB_NUM_NODES",
+    "ntasks": "SLURM_NTASKS",
+    "ntasks_per_node": "SLURM_NTASKS_PER_NODE",
+    "cpus_per_task": "SLURM_CPUS_PER_TASK",
+    "gpus_on_node": "SLURM_GPUS_ON_NODE",
+    "partition": "SLURM_JOB_PARTITION",
+    "account": "SLURM_JOB_ACCOUNT",
+    "qos": "SLURM_JOB_QOS",
+    "cluster": "SLURM_CLUSTER_NAME",
+    "submit_host": "SLURM_SUBMIT_HOST",
+    "submit_dir": "SLURM_SUBMIT_DIR",
+    "restart_count": "SLURM_RESTART_COUNT",
+    "array_job_id": "SLURM_ARRAY_JOB_ID",
+    "array_task_id": "SLURM_ARRAY_TASK_ID",
 }
 # Names that look secret: AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY, HF_TOKEN, PGPASSWORD, SSHPASS, ...
 # Over-matching (KEYBOARD, BYPASS) only hides a harmless value.
@@ -40,8 +52,9 @@ REDACTED = "<redacted>"
 GIT_TIMEOUT_S = 10
 
 
-def write_manifest(paths: RunPaths, spec: TaskSpec, topology: Topology, devices: list | None = None,
-                   env: dict[str, str] | None = None) -> dict:
+def write_manifest(
+    paths: RunPaths, spec: TaskSpec, topology: Topology, devices: list | None = None, env: dict[str, str] | None = None
+) -> dict:
     """Writes manifest.json atomically; returns what it wrote. `devices`: this process's JAX devices."""
     env = dict(os.environ if env is None else env)
     manifest = {
@@ -83,10 +96,16 @@ def git_revision(source: Path) -> dict | None:
     repository is not a checkout of ours. Every call is bounded; git takes no locks (the user may
     be committing in that checkout at the same time).
     """
+
     def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ["git", "-C", str(source), *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+            stdin=subprocess.DEVNULL,
+        )
 
     try:
         if git("ls-files", "--error-unmatch", "--", "__init__.py").returncode != 0:
@@ -110,10 +129,16 @@ def slurm_facts(env: dict[str, str]) -> dict:
 
 def redacted(env: dict[str, str]) -> dict[str, str]:
     """The environment, with values of secret-looking names replaced and passwords cut out of URLs."""
-    return {name: REDACTED if SECRET_NAME.search(name) else URL_USERINFO.sub(REDACTED + "@", value)
-            for name, value in sorted(env.items())}
+    return {
+        name: REDACTED if SECRET_NAME.search(name) else URL_USERINFO.sub(REDACTED + "@", value)
+        for name, value in sorted(env.items())
+    }
 
 
 def _device(device) -> dict:
-    return {"id": device.id, "platform": device.platform, "kind": getattr(device, "device_kind", None),
-            "process_index": getattr(device, "process_index", None)}
+    return {
+        "id": device.id,
+        "platform": device.platform,
+        "kind": getattr(device, "device_kind", None),
+        "process_index": getattr(device, "process_index", None),
+    }

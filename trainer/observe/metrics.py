@@ -2,6 +2,7 @@
 
 Process 0 speaks for the job; every process writes its own rank report, merged after a barrier.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,9 @@ class Reporter:
         the profiler's trace (--profile-ranks)."""
         if self.lead:
             self.trackers = Trackers.open(spec, self.paths, first_step)
-        self.profile = Profile(spec, self.topology.process_id, steps_per_call,
-                               lambda line: self.console.print(line, markup=False))
+        self.profile = Profile(
+            spec, self.topology.process_id, steps_per_call, lambda line: self.console.print(line, markup=False)
+        )
 
     def close(self) -> None:
         """However the task ends: what the trackers and the profiler hold reaches the disk (or W&B)."""
@@ -78,18 +80,30 @@ class Reporter:
     def rank_report(self, sharding, devices: list, batch_size: int, resolved: dict) -> None:
         """Every process writes and prints what it is; process 0 merges the reports into rank_map.json."""
         t = self.topology
-        report = {"process_id": t.process_id, "host": t.host, "pid": os.getpid(), "num_processes": t.num_processes,
-                  "devices": [str(d) for d in devices], "device_indices": list(sharding.device_ids),
-                  "num_devices": sharding.global_devices, "readers_per_device": sharding.readers,
-                  "dali_shards": list(sharding.shard_ids), "num_dali_shards": sharding.num_shards,
-                  "batch_per_device_step": batch_size, "resolved": resolved}
+        report = {
+            "process_id": t.process_id,
+            "host": t.host,
+            "pid": os.getpid(),
+            "num_processes": t.num_processes,
+            "devices": [str(d) for d in devices],
+            "device_indices": list(sharding.device_ids),
+            "num_devices": sharding.global_devices,
+            "readers_per_device": sharding.readers,
+            "dali_shards": list(sharding.shard_ids),
+            "num_dali_shards": sharding.num_shards,
+            "batch_per_device_step": batch_size,
+            "resolved": resolved,
+        }
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
         # Each rank says its own line, so it lands in its own log under its own prefix.
         readers = f" ({sharding.readers} readers per device)" if sharding.readers > 1 else ""
-        self.console.print(f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])} (job devices "
-                           f"{report['device_indices']} of {report['num_devices']}); DALI shards "
-                           f"{report['dali_shards']} of {report['num_dali_shards']}{readers}; "
-                           f"{_steps(resolved['steps_per_call'])} of {batch_size} per call", markup=False)
+        self.console.print(
+            f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])} (job devices "
+            f"{report['device_indices']} of {report['num_devices']}); DALI shards "
+            f"{report['dali_shards']} of {report['num_dali_shards']}{readers}; "
+            f"{_steps(resolved['steps_per_call'])} of {batch_size} per call",
+            markup=False,
+        )
         barrier("rank-reports-written", self.barrier_timeout_s)
         if self.lead:
             ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
@@ -122,21 +136,33 @@ class Reporter:
         with self.paths.metrics.open("a") as f:
             f.write(json.dumps(self.last) + "\n")
         m = metrics
-        self.trackers.scalars(m.step, {
-            "epoch/train_loss": m.train_loss, "epoch/test_accuracy": m.test_accuracy,
-            "epoch/images_per_s": m.images_per_s, "epoch/data_wait_fraction": m.data_wait_fraction,
-            "epoch/time_s": m.epoch_time_s, "epoch/eval_time_s": m.eval_time_s, "perf/compile_s": m.compile_s})
+        self.trackers.scalars(
+            m.step,
+            {
+                "epoch/train_loss": m.train_loss,
+                "epoch/test_accuracy": m.test_accuracy,
+                "epoch/images_per_s": m.images_per_s,
+                "epoch/data_wait_fraction": m.data_wait_fraction,
+                "epoch/time_s": m.epoch_time_s,
+                "epoch/eval_time_s": m.eval_time_s,
+                "perf/compile_s": m.compile_s,
+            },
+        )
         self.trackers.flush()  # an epoch's scalars are on disk once its line is printed
         extra = f"  compile {m.compile_s:.1f} s" if m.compile_s is not None else ""
         extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
         resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""
-        self.say(f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
-                 f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
-                 f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data)  "
-                 f"eval {m.eval_time_s:.2f} s{extra}")
+        self.say(
+            f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
+            f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
+            f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data)  "
+            f"eval {m.eval_time_s:.2f} s{extra}"
+        )
         if m.startup:
-            self.say(f"  start-up, s since {m.startup_since}: "
-                     + ", ".join(f"{phase} {t:.1f}" for phase, t in m.startup.items()))
+            self.say(
+                f"  start-up, s since {m.startup_since}: "
+                + ", ".join(f"{phase} {t:.1f}" for phase, t in m.startup.items())
+            )
 
 
 def _steps(k: int) -> str:

@@ -5,6 +5,7 @@ DALI's wait for its batch included, to the end of the call holding step B-1, whi
 (one sync, only then). It lands in RUN_DIR/tensorboard/rank-N/plugins/profile/<time>/ as
 <host>.xplane.pb (TensorBoard's profile plugin, XProf) and <host>.trace.json.gz (Perfetto, chrome://tracing).
 """
+
 from __future__ import annotations
 
 import jax

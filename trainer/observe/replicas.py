@@ -1,4 +1,5 @@
 """Evidence that data parallelism is right: parameter checksums per replica, sample fingerprints per epoch."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,7 @@ def local_checksums(params) -> list[str]:
 
 def gathered_checksums(params) -> list[str]:
     """Every replica's checksum from every process, in global device order (all processes call this)."""
-    local = np.array([[int(h[i:i + 8], 16) for i in range(0, 64, 8)] for h in local_checksums(params)], np.uint32)
+    local = np.array([[int(h[i : i + 8], 16) for i in range(0, 64, 8)] for h in local_checksums(params)], np.uint32)
     everyone = np.asarray(multihost_utils.process_allgather(local, tiled=True)) if jax.process_count() > 1 else local
     return ["".join(f"{w:08x}" for w in row) for row in everyone.reshape(-1, 8)]
 
@@ -49,7 +50,7 @@ class SampleRecorder:
 
     def add(self, step: int, batch: dict) -> None:
         rows = self.data.reader_batch  # a device's rows are its readers' batches end to end
-        per_reader = lambda x: x.reshape(-1, rows, *x.shape[2:])  # noqa: E731
+        per_reader = lambda x: x.reshape(-1, rows, *x.shape[2:])
         images = per_reader(_local_rows(batch["images"]))
         labels = class_ids(per_reader(_local_rows(batch["labels"])), batch_dims=2)
         for k, size in enumerate(self.shard_sizes):

@@ -3,6 +3,7 @@
 Local mode knows when the launcher started the ranks (LAUNCHED_AT); elsewhere the clock starts
 with the task. Reported once, with the run's first epoch.
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ check-point grid, so a resumed run logs the same steps as one never interrupted.
 covers the interval since the previous logged point; rates leave out the run's first device call
 (compilation).
 """
+
 from __future__ import annotations
 
 import time
@@ -82,10 +83,15 @@ class StepLog:
 
     def _write(self, step: int) -> None:
         s = self.sums
-        values = {"train/loss": s.loss / s.loss_count if s.loss_count else None,
-                  "train/learning_rate": float(self.rate(max(step - 1, 0) // self.spec.train.accumulate_steps))}
+        values = {
+            "train/loss": s.loss / s.loss_count if s.loss_count else None,
+            "train/learning_rate": float(self.rate(max(step - 1, 0) // self.spec.train.accumulate_steps)),
+        }
         if s.time_s > 0 and s.steps:
-            values |= {"perf/images_per_s": s.count / s.time_s, "perf/step_time_ms": 1000 * s.time_s / s.steps,
-                       "perf/data_wait_fraction": s.wait_s / s.time_s}
+            values |= {
+                "perf/images_per_s": s.count / s.time_s,
+                "perf/step_time_ms": 1000 * s.time_s / s.steps,
+                "perf/data_wait_fraction": s.wait_s / s.time_s,
+            }
         self.trackers.scalars(step, values)
         self.sums = Sums()

@@ -7,6 +7,7 @@ checkpoint (a run killed between two checkpoints). The event files are never rew
 its run id in the run directory and resumes that run; it ignores steps below its last one, so an
 overlap after a crash is dropped there too.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ class TensorBoard:
         from tensorboardX import SummaryWriter
 
         # A pid suffix: two incarnations starting within one second on one host would share a file name.
-        self.writer = SummaryWriter(str(paths.tensorboard), purge_step=first_step or None,
-                                    filename_suffix=f".{os.getpid()}")
+        self.writer = SummaryWriter(
+            str(paths.tensorboard), purge_step=first_step or None, filename_suffix=f".{os.getpid()}"
+        )
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
@@ -43,16 +45,25 @@ class WandB:
         try:
             import wandb
         except ImportError:
-            raise UsageError(f"--wandb-project {spec.observe.wandb_project} needs the wandb package where the task "
-                             f"runs; pip install 'dali-launch[wandb]'") from None
+            raise UsageError(
+                f"--wandb-project {spec.observe.wandb_project} needs the wandb package where the task "
+                f"runs; pip install 'dali-launch[wandb]'"
+            ) from None
         if paths.wandb_run.exists():
             run_id = json.loads(paths.wandb_run.read_text())["id"]
         else:  # written before the run starts: a requeue that comes before the first log still finds it
             run_id = secrets.token_hex(4)  # W&B's own ids: 8 lowercase letters and digits
             write_atomic(paths.wandb_run, json.dumps({"id": run_id}))
         mode = None if spec.observe.wandb_mode == "auto" else spec.observe.wandb_mode
-        self.run = wandb.init(project=spec.observe.wandb_project, id=run_id, resume="allow", dir=str(paths.root),
-                              name=paths.root.name, config=json.loads(spec.to_json()), mode=mode)
+        self.run = wandb.init(
+            project=spec.observe.wandb_project,
+            id=run_id,
+            resume="allow",
+            dir=str(paths.root),
+            name=paths.root.name,
+            config=json.loads(spec.to_json()),
+            mode=mode,
+        )
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
@@ -77,7 +88,7 @@ class Trackers:
         self.pending = []  # writes since the last flush, whose errors `flush` raises
 
     @classmethod
-    def open(cls, spec: TaskSpec, paths: RunPaths, first_step: int) -> "Trackers":
+    def open(cls, spec: TaskSpec, paths: RunPaths, first_step: int) -> Trackers:
         """`first_step`: the global SGD step the run resumes after (0 for a new run)."""
         trackers = [TensorBoard(paths, first_step + 1 if first_step else 0)] if spec.observe.tensorboard else []
         if spec.observe.wandb_project:

@@ -6,6 +6,7 @@ process's DALI reader positions (DALI pipeline checkpointing). The DALI states a
 processes and written by the primary one; Orbax marks a step complete only once all of it is on
 disk, and `latest` only ever sees complete steps.
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,6 +32,7 @@ class Resume:
     where they were); `restore` the arrays, once a template state exists (the model is initialised
     on the pipelines' first batch).
     """
+
     step: int
     epoch: int
     calls_done: int
@@ -58,8 +60,9 @@ class Checkpointer:
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax
         # then leaves the folder to us; every process may make it.
         processes = ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=False, enable_async_checkpointing=False,
-                                               multiprocessing_options=processes)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, create=False, enable_async_checkpointing=False, multiprocessing_options=processes
+        )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
 
@@ -70,8 +73,11 @@ class Checkpointer:
         """
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
         host_state = jax.tree.map(np.asarray, state)
-        args = ocp.args.Composite(state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
-                                  tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))), meta=ocp.args.JsonSave(meta))
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
+            tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))),
+            meta=ocp.args.JsonSave(meta),
+        )
         self.manager.save(step, args=args, force=True)
         self.manager.wait_until_finished()
 
@@ -82,15 +88,19 @@ class Checkpointer:
             return None
         meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
         if len(meta["dali"]) != jax.process_count():
-            raise UsageError(f"checkpoint step {step} was written by {len(meta['dali'])} processes, this job has "
-                             f"{jax.process_count()}; resume with the run's own --nodes and --tasks-per-node")
+            raise UsageError(
+                f"checkpoint step {step} was written by {len(meta['dali'])} processes, this job has "
+                f"{jax.process_count()}; resume with the run's own --nodes and --tasks-per-node"
+            )
         dali = [base64.b64decode(s) for s in meta["dali"][jax.process_index()]]
         return Resume(step, meta["epoch"], meta["calls_done"], dali)
 
     def restore(self, resume: Resume, template_state, template_tally) -> None:
         """Fills `resume`'s state and tally, restored into the templates' structure."""
-        args = ocp.args.Composite(state=ocp.args.StandardRestore(serialization.to_state_dict(template_state)),
-                                  tally=ocp.args.StandardRestore(template_tally))
+        args = ocp.args.Composite(
+            state=ocp.args.StandardRestore(serialization.to_state_dict(template_state)),
+            tally=ocp.args.StandardRestore(template_tally),
+        )
         restored = self.manager.restore(resume.step, args=args)
         resume.state = serialization.from_state_dict(template_state, restored.state)
         resume.tally = dict(restored.tally)

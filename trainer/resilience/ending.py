@@ -10,6 +10,7 @@ earliest of them first. A rank that raises in a job of several processes also le
 JAX's shutdown barrier, which would keep it (and so the job) alive for up to 300 s while its
 peers wait in a collective for it.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -32,8 +33,9 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 def record(paths: RunPaths, rank: int, how: str, line: str = "", **facts) -> None:
     """Best effort: an unwritable run directory must not hide the error being recorded."""
     try:
-        write_atomic(paths.ending(rank), json.dumps({"rank": rank, "how": how, "line": line, "at": time.time(),
-                                                     **facts}))
+        write_atomic(
+            paths.ending(rank), json.dumps({"rank": rank, "how": how, "line": line, "at": time.time(), **facts})
+        )
     except OSError:
         pass
 

@@ -16,6 +16,7 @@ JAX's preemption service would catch SIGTERM itself ("SIGTERM caught"; topology.
 it off) and submitit installs handlers for USR2 (an immediate requeue, before our checkpoint) and
 TERM (ignored): `listen` replaces them, after jax.distributed.initialize.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,11 @@ def listen(topology: Topology, paths: RunPaths) -> None:
 
 def _on_signal(signum, frame) -> None:
     if MEANING[signum] == STOP and _asked["what"] == STOP:
-        print(f"dali-launch: {signal.Signals(signum).name} again; exiting without a checkpoint", file=sys.stderr,
-              flush=True)
+        print(
+            f"dali-launch: {signal.Signals(signum).name} again; exiting without a checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(128 + signum)
     if MEANING[signum] >= _asked["what"]:
         _asked.update(what=MEANING[signum], signum=signum)
@@ -80,9 +84,15 @@ def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
     if what == REQUEUE and scheduler.may_requeue(topology, max_requeues):
         _requeue(topology, max_requeues, spec)
     name = signal.Signals(signum).name
-    why = "" if what == STOP else f" ({'not a SLURM job' if job_id is None else f'--max-requeues {max_requeues} reached'})"
-    line = (f"{'preempted' if what == REQUEUE else f'stopped by {name}'}; checkpoint written at step {step}{why}; "
-            f"resume with {spec.how_to_resume()}")
+    why = (
+        ""
+        if what == STOP
+        else f" ({'not a SLURM job' if job_id is None else f'--max-requeues {max_requeues} reached'})"
+    )
+    line = (
+        f"{'preempted' if what == REQUEUE else f'stopped by {name}'}; checkpoint written at step {step}{why}; "
+        f"resume with {spec.how_to_resume()}"
+    )
     ending.record(_task["paths"], jax.process_index(), ending.STOPPED, line, step=step, signal=name)
     if jax.process_index() == 0:
         print(f"dali-launch: {line}", file=sys.stderr, flush=True)
@@ -93,8 +103,11 @@ def _requeue(topology: Topology, max_requeues: int, spec: TaskSpec) -> None:
     job_id = topology.job_id
     if jax.process_index() == 0:
         scheduler.requeue(topology)
-        print(f"preempted: checkpoint written, job {job_id} requeued ({topology.restart_count + 1}/{max_requeues})",
-              flush=True)
+        print(
+            f"preempted: checkpoint written, job {job_id} requeued ({topology.restart_count + 1}/{max_requeues})",
+            flush=True,
+        )
     time.sleep(REQUEUE_WAIT_S)  # SLURM ends this incarnation; returning would report success
-    sys.exit(f"dali-launch: job {job_id} was not requeued within {REQUEUE_WAIT_S} s; resume with "
-             f"{spec.how_to_resume()}")
+    sys.exit(
+        f"dali-launch: job {job_id} was not requeued within {REQUEUE_WAIT_S} s; resume with {spec.how_to_resume()}"
+    )

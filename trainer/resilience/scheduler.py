@@ -4,6 +4,7 @@ Both a preempted job (preemption.py) and a stuck one (watchdog.py, --on-stuck re
 within --max-requeues; anything else cancels. Only a task SLURM started knows a job (topology reads
 SLURM's variables only then): a `train` run inside an salloc never requeues or cancels the salloc.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -18,8 +19,7 @@ def may_requeue(topology: Topology, max_requeues: int) -> bool:
 
 
 def requeue(topology: Topology) -> None:
-    subprocess.run(["scontrol", "requeue", topology.job_id], check=False, timeout=QUERY_TIMEOUT_S,
-                   capture_output=True)
+    subprocess.run(["scontrol", "requeue", topology.job_id], check=False, timeout=QUERY_TIMEOUT_S, capture_output=True)
 
 
 def cancel(topology: Topology) -> None:

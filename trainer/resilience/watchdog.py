@@ -7,6 +7,7 @@ long) while it has no ending, or whose ending says it failed, ends the job: the 
 records its verdict, says which rank it is, cancels (or requeues) the SLURM job, and exits.
 A peer that ended `done` or `stopped` is quiet by design.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,14 +65,23 @@ class Watchdog:
             except FileNotFoundError:
                 age = now - self.started
             if age > self.config.watchdog_s:
-                return rank, (f"rank {rank} made no progress for {age:.0f} s (stopped, hung or dead; "
-                              f"--watchdog-s {self.config.watchdog_s})"), True
+                return (
+                    rank,
+                    (
+                        f"rank {rank} made no progress for {age:.0f} s (stopped, hung or dead; "
+                        f"--watchdog-s {self.config.watchdog_s})"
+                    ),
+                    True,
+                )
         return None
 
     def _act(self, rank: int, what: str, stale: bool) -> None:
         job = self.topology.job_id
-        requeue = stale and self.config.on_stuck == "requeue" and \
-            scheduler.may_requeue(self.topology, self.config.max_requeues)
+        requeue = (
+            stale
+            and self.config.on_stuck == "requeue"
+            and scheduler.may_requeue(self.topology, self.config.max_requeues)
+        )
         if stale:  # a failed peer recorded its own ending; a stuck one cannot
             ending.record(self.paths, self.me, ending.VERDICT, what, culprit=rank)
         how = "requeuing the job from its last checkpoint" if requeue else "stopping the job"

@@ -3,6 +3,7 @@
 The other processes wait at a barrier meanwhile; no collective spans processes here, so the
 evaluation is one jit program over a mesh of process 0's own devices (no pmap).
 """
+
 from __future__ import annotations
 
 import time
@@ -23,12 +24,16 @@ def eval_call(forward, variables, tally, images, labels, shard_sizes):
     `tally` is per device, as the batches; correct and count are summed over the devices by XLA."""
     rows = images.shape[1] // shard_sizes.shape[1]
     valid = jax.vmap(shards.valid_mask, (0, 0, None))(tally["position"], shard_sizes, rows)
-    flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+    flat = lambda x: x.reshape(-1, *x.shape[2:])
     predicted = jnp.argmax(forward(variables, flat(images), False)[0], -1)  # BatchNorm: its running statistics
     correct = (predicted == contract.class_ids(flat(labels))) * flat(valid)
-    per_device = lambda x: jnp.broadcast_to(jnp.sum(x), tally["count"].shape)  # noqa: E731
-    return {"position": tally["position"] + rows, "correct": tally["correct"] + per_device(correct),
-            "count": tally["count"] + per_device(valid), "labels": jax.vmap(label_check.fold)(tally["labels"], labels)}
+    per_device = lambda x: jnp.broadcast_to(jnp.sum(x), tally["count"].shape)
+    return {
+        "position": tally["position"] + rows,
+        "correct": tally["correct"] + per_device(correct),
+        "count": tally["count"] + per_device(valid),
+        "labels": jax.vmap(label_check.fold)(tally["labels"], labels),
+    }
 
 
 class Evaluator:
@@ -73,8 +78,16 @@ class Evaluator:
         """Not at start-up: the job's first step waits for process 0's start-up, and a pipeline that
         decodes on the GPU costs ~1 s to build (placement.py)."""
         local = shards.Sharding(0, len(self.devices), len(self.devices), self.readers)
-        self.data = dali.build(split_dir(self.spec, "testing"), self.devices, self.devices, local,
-                                         self.spec.train.eval_batch_size, False, self.spec.data, 0)
+        self.data = dali.build(
+            split_dir(self.spec, "testing"),
+            self.devices,
+            self.devices,
+            local,
+            self.spec.train.eval_batch_size,
+            False,
+            self.spec.data,
+            0,
+        )
         self.shard_sizes = self.data.shard_sizes()
 
     def _fits(self, batch) -> bool:

@@ -7,6 +7,7 @@ than optax's own count, which stands still on padding-only steps (parallel.py). 
 `slots_per_epoch` = DeviceBatches.steps device calls × --steps-per-call SGD steps, and
 --accumulate-steps of them make one optimizer update.
 """
+
 from __future__ import annotations
 
 import jax
@@ -33,8 +34,9 @@ def optimizer(train: TrainConfig) -> optax.GradientTransformation:
     elif name == "lamb":
         tx = optax.lamb(1.0, weight_decay=wd, mask=decay_mask)
     else:  # lars: no trust ratio for biases and scales either (You et al. 2017)
-        tx = optax.lars(1.0, weight_decay=wd, weight_decay_mask=decay_mask, trust_ratio_mask=decay_mask,
-                        momentum=train.momentum)
+        tx = optax.lars(
+            1.0, weight_decay=wd, weight_decay_mask=decay_mask, trust_ratio_mask=decay_mask, momentum=train.momentum
+        )
     if train.clip_norm:
         tx = optax.chain(optax.clip_by_global_norm(train.clip_norm), tx)
     return tx
@@ -53,7 +55,8 @@ def schedule(train: TrainConfig, slots_per_epoch: int) -> optax.Schedule:
         decay = optax.linear_schedule(lr, 0.0, after)
     elif train.schedule == "step":
         decay = optax.piecewise_constant_schedule(
-            lr, {round(e * per_epoch) - warmup: train.decay_factor for e in train.decay_epoch_list()})
+            lr, {round(e * per_epoch) - warmup: train.decay_factor for e in train.decay_epoch_list()}
+        )
     else:
         decay = optax.constant_schedule(lr)
     if not warmup:

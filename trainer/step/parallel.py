@@ -13,13 +13,14 @@ A model's mutable collections (BatchNorm statistics) are averaged over the job a
 under pmap each device computed its own; under jit the batch is one job-wide array, so they are
 the job's already and the average is the identity.
 """
+
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,7 @@ class Job:
     """How a step's program sees the job: `sum` over every device (psum under pmap; nothing under jit,
     whose arrays are already job-wide) and `index`, this device's global index (0 under jit: one
     program sees every row)."""
+
     sum: Callable
     index: Callable
 
@@ -71,8 +73,10 @@ def targets(labels, num_classes: int):
     """One-hot targets: float labels are used as they are, integer class ids are one-hot encoded here."""
     if labels.dtype.kind == "f":
         if labels.shape[-1] != num_classes:  # found while tracing: shapes are static
-            raise UsageError(f"the pipeline gave float labels (one-hot or soft targets) {labels.shape[-1]} wide but "
-                             f"--num-classes is {num_classes}; make them {num_classes} wide, or give class ids")
+            raise UsageError(
+                f"the pipeline gave float labels (one-hot or soft targets) {labels.shape[-1]} wide but "
+                f"--num-classes is {num_classes}; make them {num_classes} wide, or give class ids"
+            )
         return labels
     return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
 
@@ -96,8 +100,12 @@ def sgd_steps(state, images, labels, valid, job: Job):
 def advance(tally, rows_per_reader: int, loss, count, labels) -> dict:
     """The epoch's running tally after a call: each reader's position in its shard, loss and sample sums,
     and the range of class ids seen (label_check.py)."""
-    return {"position": tally["position"] + rows_per_reader, "loss": tally["loss"] + loss,
-            "count": tally["count"] + count, "labels": labels}
+    return {
+        "position": tally["position"] + rows_per_reader,
+        "loss": tally["loss"] + loss,
+        "count": tally["count"] + count,
+        "labels": labels,
+    }
 
 
 def sample_order(x, readers: int):
@@ -114,7 +122,7 @@ def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
     readers = shard_sizes.shape[0]
     rows = images.shape[0] // readers
     valid = valid_mask(tally["position"], shard_sizes, rows)
-    steps = lambda x: sample_order(x, readers).reshape(-1, batch_size, *x.shape[1:])  # noqa: E731
+    steps = lambda x: sample_order(x, readers).reshape(-1, batch_size, *x.shape[1:])
     state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), PMAP_JOB)
     return state, advance(tally, rows, loss, count, label_check.fold(tally["labels"], labels))
 
@@ -137,12 +145,14 @@ def sharded_call(state, tally, images, labels, shard_sizes, batch_size: int):
 
 class Pmap:
     """--parallel pmap: the state stacked over devices, one copy per device."""
+
     name = "pmap"
 
     def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding):
         self.devices = devices
-        self.call = jax.pmap(partial(pmap_call, batch_size=batch_size), AXIS, devices=all_devices,
-                             donate_argnums=(0, 1))
+        self.call = jax.pmap(
+            partial(pmap_call, batch_size=batch_size), AXIS, devices=all_devices, donate_argnums=(0, 1)
+        )
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         return finished()  # pmap compiles at its first call
@@ -157,20 +167,25 @@ class Pmap:
 
 class Sharded:
     """--parallel sharded: the state replicated over a job-wide mesh, one jit program for all devices."""
+
     name = "sharded"
 
     def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding):
         mesh = data_sharding.mesh
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        self.call = jax.jit(partial(sharded_call, batch_size=batch_size), donate_argnums=(0, 1),
-                            out_shardings=(self.replicated, data_sharding))
+        self.call = jax.jit(
+            partial(sharded_call, batch_size=batch_size),
+            donate_argnums=(0, 1),
+            out_shardings=(self.replicated, data_sharding),
+        )
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         """Compiles `call` for a state of these `shapes` and these other arguments, in a thread (into
         XLA's persistent cache, where the real call finds it); a failure here is the real call's to report."""
+
         def compile_() -> None:
             with contextlib.suppress(Exception):
-                spec = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated)  # noqa: E731
+                spec = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated)
                 self.call.lower(jax.tree.map(spec, shapes), *args).compile()
 
         thread = threading.Thread(target=compile_, name="dali-launch-compile-ahead", daemon=True)
@@ -179,9 +194,11 @@ class Sharded:
 
     def place(self, state):
         """Every process holds the same host state; each puts it on its own devices."""
+
         def put(x):
             x = np.asarray(x)
             return jax.make_array_from_callback(x.shape, self.replicated, lambda index: x[index])
+
         return jax.tree.map(put, state)
 
     def replica(self, tree):

@@ -7,10 +7,12 @@ padding-only steps too, so that the schedule, the dropout keys and the accumulat
 the data (an epoch is always DeviceBatches.steps × --steps-per-call slots) and a resumed run
 continues them exactly.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,7 @@ from dali_launch.trainer.model.forward import Forward
 @dataclass(frozen=True)
 class Recipe:
     """What a step does besides the optimizer; static (part of the compiled program)."""
+
     accumulate_steps: int = 1
     ema_decay: float = 0.0
     label_smoothing: float = 0.0
@@ -43,15 +46,29 @@ class TrainState(struct.PyTreeNode):
     recipe: Recipe = struct.field(pytree_node=False)
 
     @classmethod
-    def create(cls, variables: dict, rng, forward: Forward, tx, schedule, recipe: Recipe) -> "TrainState":
+    def create(cls, variables: dict, rng, forward: Forward, tx, schedule, recipe: Recipe) -> TrainState:
         params = variables["params"]
         collections = {k: v for k, v in variables.items() if k != "params"}
         ema = {"params": params, **collections} if recipe.ema_decay else {}
-        accum = {"grads": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.float32)} \
-            if recipe.accumulate_steps > 1 else {}
-        return cls(step=jnp.zeros((), jnp.int32), slot=jnp.zeros((), jnp.int32), params=params,
-                   collections=collections, opt_state=tx.init(params), ema=ema, accum=accum, rng=rng,
-                   forward=forward, tx=tx, schedule=schedule, recipe=recipe)
+        accum = (
+            {"grads": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.float32)}
+            if recipe.accumulate_steps > 1
+            else {}
+        )
+        return cls(
+            step=jnp.zeros((), jnp.int32),
+            slot=jnp.zeros((), jnp.int32),
+            params=params,
+            collections=collections,
+            opt_state=tx.init(params),
+            ema=ema,
+            accum=accum,
+            rng=rng,
+            forward=forward,
+            tx=tx,
+            schedule=schedule,
+            recipe=recipe,
+        )
 
     def variables(self, ema: bool = False) -> dict:
         """What the model is applied to: the trained variables, or their EMA."""
@@ -61,7 +78,7 @@ class TrainState(struct.PyTreeNode):
         """Differs per step and device, and is the same again in a resumed run."""
         return jax.random.fold_in(jax.random.fold_in(self.rng, self.slot), device_index)
 
-    def learn(self, grad_sums, count, collections: dict) -> "TrainState":
+    def learn(self, grad_sums, count, collections: dict) -> TrainState:
         """One SGD step: `grad_sums` and `count` are the job's sums over the step's real samples,
         `collections` the model's updated (and already averaged) mutable collections."""
         k = self.recipe.accumulate_steps
@@ -74,15 +91,20 @@ class TrainState(struct.PyTreeNode):
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
         lr = self.schedule(self.slot // k)
         params = optax.apply_updates(self.params, jax.tree.map(lambda u: lr * u, updates))
-        stepped = self.replace(step=self.step + 1, params=params, opt_state=opt_state,
-                               ema=self._averaged(params, collections or self.collections))
+        stepped = self.replace(
+            step=self.step + 1,
+            params=params,
+            opt_state=opt_state,
+            ema=self._averaged(params, collections or self.collections),
+        )
         # A step made only of padding (the tail of a shard read k batches at a time) is no step at
         # all: momentum must not move on a zero gradient, nor statistics on padding.
         applied = jnp.logical_and(due, count > 0)
         new = jax.tree.map(lambda a, b: jnp.where(applied, a, b), stepped, self)
         if collections:
-            new = new.replace(collections=jax.tree.map(lambda a, b: jnp.where(step_count > 0, a, b), collections,
-                                                       self.collections))
+            new = new.replace(
+                collections=jax.tree.map(lambda a, b: jnp.where(step_count > 0, a, b), collections, self.collections)
+            )
         if k > 1:
             group = {"grads": grad_sums, "count": count}
             new = new.replace(accum=jax.tree.map(lambda s: jnp.where(due, jnp.zeros_like(s), s), group))
