@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+import submitit  # noqa: F401 - see below
 
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data.prepare import load_split, prepare, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths
 
+# submitit's logger keeps the stream it finds at import: imported first inside a test, that is the
+# test's captured output, which pytest closes after it, and the next test's set-up then fails on it.
 pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its two test files
 
 REPO = Path(__file__).resolve().parents[1]
