@@ -56,6 +56,22 @@ def fashion_lmdb(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def fashion_subset(tmp_path_factory) -> Path:
+    """The first 6,000 training and 1,000 test images of Fashion-MNIST: real classes, for models too
+    slow on two CPU cores for the whole set."""
+    if not FASHION_IDX.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"{FASHION_IDX} is missing; .ci/run must apt-get install dataset-fashion-mnist")
+        pytest.skip(f"{FASHION_IDX} is missing; apt-get install dataset-fashion-mnist")
+    out = tmp_path_factory.mktemp("fashion-subset") / "lmdb"
+    for split, prefix, count in (("training", "train", 6000), ("testing", "t10k", 1000)):
+        images, labels = load_split(FASHION_IDX, prefix)
+        (out / split).mkdir(parents=True)
+        write_lmdb(out / split, images[:count], labels[:count], quality=95)
+    return out
+
+
 def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI in a fresh process, as a user runs it (each JAX run needs its own process)."""
     return subprocess.run(

@@ -207,3 +207,41 @@ def test_small_resnet_with_batchnorm_trains(small_lmdb, tmp_path):
     losses = [e["train_loss"] for e in epochs]
     assert losses == sorted(losses, reverse=True) and losses[-1] < 2.0, epochs
     assert epochs[-1]["test_accuracy"] >= 0.3, epochs
+
+
+@pytest.mark.slow
+def test_small_resnet_with_batchnorm_learns_fashion_mnist(fashion_subset, tmp_path):
+    """A real recipe on real classes: the tiny ResNet with BatchNorm, SGD-Nesterov with a warm-up and a
+    cosine decay, weight decay and label smoothing, 3 epochs of 6,000 Fashion-MNIST images. Measured
+    here: test accuracy 0.50, 0.64, 0.72 after epochs 1-3 (1,000 test images; chance 0.1), ~70 s."""
+    check_ok(
+        dali_launch(
+            "train",
+            "--data-dir",
+            str(fashion_subset),
+            "--model",
+            "bn_models:tiny_resnet",
+            "--epochs",
+            "3",
+            "--optimizer",
+            "nesterov",
+            "--learning-rate",
+            "0.1",
+            "--schedule",
+            "cosine",
+            "--warmup-epochs",
+            "0.5",
+            "--weight-decay",
+            "5e-4",
+            "--label-smoothing",
+            "0.1",
+            "--batch-size",
+            "64",
+            "--run-root",
+            str(tmp_path),
+            env=MODELS,
+        )
+    )
+    epochs = _metrics(only_run(tmp_path))
+    assert [e["test_count"] for e in epochs] == [1000] * 3
+    assert epochs[-1]["test_accuracy"] >= 0.65 and epochs[-1]["learning_rate"] < 0.01, epochs
