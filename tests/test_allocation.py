@@ -223,7 +223,7 @@ def test_inside_salloc_one_task_per_gpu_and_refusals(slurm_env, small_lmdb, tmp_
     assert (tmp_path / "task.rc").read_text().strip() == "0", task_out
     paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
     ranks = json.loads(paths.rank_map.read_text())
-    assert [(r["host"], len(r["devices"]), r["dali_shard_ids"]) for r in ranks] == [
+    assert [(r["host"], len(r["devices"]), r["device_indices"]) for r in ranks] == [
         ("node1", 1, [0]),
         ("node1", 1, [1]),
         ("node2", 1, [2]),
