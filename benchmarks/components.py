@@ -138,14 +138,14 @@ def steps(count: int) -> list[dict]:
     from dali_launch.trainer.train import create_train_state
 
     spec = TaskSpec(run_dir="unused", data=DataConfig(), train=TrainConfig())
-    initial = jax.tree.map(np.asarray, create_train_state(spec, np.zeros((1, 784), np.float32)))
+    initial = jax.tree.map(np.asarray, create_train_state(spec, np.zeros((1, 784), np.float32), count))
     rng = np.random.default_rng(0)
     images = jax.device_put(rng.random((PER_CALL, BATCH, 784), np.float32))
     labels = jax.device_put(np.eye(10, dtype=np.float32)[rng.integers(0, 10, (PER_CALL, BATCH))])
     valid = jnp.ones((PER_CALL, BATCH), jnp.float32)
 
     def call(state, images, labels):
-        state, loss, _ = parallel.sgd_steps(state, images, labels, valid, lambda x: x)
+        state, loss, _ = parallel.sgd_steps(state, images, labels, valid, parallel.JIT_JOB)
         return state, loss
 
     rows = []

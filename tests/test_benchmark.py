@@ -16,7 +16,7 @@ SCRIPT = REPO / "benchmarks" / "epoch_time.py"
 SCALING = REPO / "benchmarks" / "scaling.py"
 COMPONENTS = REPO / "benchmarks" / "components.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-OURS = ("ours-pmap-cpu-k4-r1", "ours-sharded-cpu-k4-r1")  # --readers 0 resolves to 1 on CPU
+OURS = ("ours-pmap-auto-k4-r1", "ours-sharded-auto-k4-r1")  # --decoders auto; --readers 0 resolves to 1 on CPU
 
 
 def bench(*args: str, timeout: float, script: Path = SCRIPT) -> subprocess.CompletedProcess:
