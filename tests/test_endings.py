@@ -197,8 +197,10 @@ def test_a_rank_that_raises_stops_the_job_and_is_named_first(mnist_lmdb, tmp_pat
     package = tmp_path / "code"
     package.mkdir()
     (package / "failing.py").write_text(textwrap.dedent(FAILING))
+    # pmap: each device's program calls the model's host callback with its own rows, so rank 1's runs
+    # there (under one jit over the mesh, which process runs it is XLA's choice)
     proc = _start(
-        ["--epochs", "2", "--model", f"failing:{when}", "--data-dir", str(mnist_lmdb)],
+        ["--epochs", "2", "--model", f"failing:{when}", "--parallel", "pmap", "--data-dir", str(mnist_lmdb)],
         tmp_path / "runs",
         env={"PYTHONPATH": str(package)},
     )
