@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Outcome
 from dali_launch.launcher.backends.here import Here
+from dali_launch.launcher.backends.srun_step import COMMAND, Step, step_of
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values
@@ -31,61 +30,7 @@ from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
-COMMAND = "srun dali-launch task"
-POLL_S = 0.2
-
-
-@dataclass(frozen=True)
-class Step:
-    """The SLURM job step this process is one task of, as srun describes it."""
-
-    job_id: str
-    step_id: str
-    process_id: int
-    num_tasks: int
-    num_nodes: int
-    tasks_per_node: tuple[int, ...]  # per node of the step
-    restarts: int  # how often the job was requeued (SLURM_RESTART_COUNT)
-    gpus_on_node: int | None  # SLURM_GPUS_ON_NODE: what the job holds on this node, when it asked for GPUs
-
-
-def step_of(env=None) -> Step | None:
-    """This process's job step, or None outside one (no srun: a login node, an salloc shell, a batch script)."""
-    env = os.environ if env is None else env
-    if "SLURM_JOB_ID" not in env or "SLURM_STEP_ID" not in env:
-        return None
-    num_tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
-    return Step(
-        job_id=env["SLURM_JOB_ID"],
-        step_id=env["SLURM_STEP_ID"],
-        process_id=int(env.get("SLURM_PROCID", 0)),
-        num_tasks=num_tasks,
-        num_nodes=int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1),
-        tasks_per_node=expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or str(num_tasks)),
-        restarts=int(env.get("SLURM_RESTART_COUNT") or 0),
-        gpus_on_node=int(env["SLURM_GPUS_ON_NODE"]) if env.get("SLURM_GPUS_ON_NODE") else None,
-    )
-
-
-def expand_counts(text: str) -> tuple[int, ...]:
-    """SLURM's per-node counts, `2(x3),1` -> (2, 2, 2, 1)."""
-    counts: list[int] = []
-    for part in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if match:
-            counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return tuple(counts)
-
-
-def refuse_one_of_several(env=None) -> None:
-    """`dali-launch train` under an srun of N tasks would train N times, each alone calling itself rank 0."""
-    step = step_of(env)
-    if step is not None and step.num_tasks > 1:
-        raise UsageError(
-            f"`dali-launch train` runs one process, but this is task {step.process_id} of "
-            f"{step.num_tasks} of SLURM job step {step.job_id}.{step.step_id}: each would train alone; "
-            f"to train with all {step.num_tasks} tasks use `{COMMAND}` with the same flags"
-        )
+POLL_S = 0.2  # how often the other tasks look for the run directory task 0 makes
 
 
 def from_step(values: Values, env=None) -> Values:

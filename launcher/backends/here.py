@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Backend, Outcome
+from dali_launch.launcher.backends.srun_step import refuse_one_of_several
 from dali_launch.launcher.config import RunConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
@@ -17,8 +18,6 @@ class Here(Backend):
     process_id = 0  # whose log the output also goes to
 
     def check(self, run: RunConfig) -> None:
-        from dali_launch.launcher.backends.allocation import refuse_one_of_several
-
         refuse_one_of_several()  # `srun dali-launch train` would train N times, each alone as "rank 0"
         if run.launch.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
             raise UsageError(
