@@ -137,16 +137,23 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
     ]
     check_ok(dali_launch(*common, "--run-root", str(tmp_path / "whole"), env=slurm_env))
     whole = only_run(tmp_path / "whole")
-    proc = _start([*common, "--run-root", str(tmp_path / "cut")], env=slurm_env)
+    proc, job_id = _start([*common, "--run-root", str(tmp_path / "cut")], env=slurm_env), None
     try:
         wait_for(lambda: rank_report(tmp_path / "cut", 1), timeout_s=120)
         time.sleep(2)
         cut = only_run(tmp_path / "cut")
         job_id = json.loads((cut.root / "job.json").read_text())["job_id"]
-        subprocess.run(["scancel", "--signal=USR2", job_id], env={**os.environ, **slurm_env}, check=True, timeout=30)
+        env = {**os.environ, **slurm_env}
+        subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
+        # SLURM holds a requeued batch job back ~2 minutes (its credential lifetime): let it start now
+        wait_for(lambda: _queue_state(job_id, env) == "PENDING", timeout_s=180)
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
         out, err = proc.communicate(timeout=300)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            if job_id:  # frees the nodes for the next test
+                subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, timeout=30)
     assert proc.returncode == 0, err
     assert "requeued (1/3)" in out and "resumed from checkpoint" in out
     assert _result(cut)["checksums"] == _result(whole)["checksums"]
@@ -277,3 +284,10 @@ def test_slurm_resume_by_hand_continues_the_run(slurm_env, mnist_lmdb, tmp_path)
     check_ok(again)
     assert "started by `dali-launch`" in again.stdout and "submitted job" in again.stdout
     assert "resumed from checkpoint" in again.stdout and _result(paths)["checksums"] == before["checksums"]
+
+
+def _queue_state(job_id: str, env: dict) -> str:
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "-o", "%T"], env=env, capture_output=True, text=True, timeout=30
+    )
+    return out.stdout.strip()
