@@ -123,7 +123,6 @@ def validate(run: RunConfig) -> None:
         batch_size=train.batch_size,
         eval_batch_size=train.eval_batch_size,
         sync_every_steps=train.sync_every_steps,
-        reader_threads=run.data.reader_threads,
         prefetch=run.data.prefetch,
         num_classes=run.data.num_classes,
         image_size=run.data.image_size,
@@ -137,6 +136,10 @@ def validate(run: RunConfig) -> None:
     _resilience(run.resilience)
     if train.steps_per_call < 0:
         raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
+    if run.data.reader_threads < 0:
+        raise UsageError(f"--reader-threads {run.data.reader_threads} must be 0 (auto) or more")
+    if not 0 <= run.data.hw_decoder_load <= 1:
+        raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
     _observe(run.observe, run.num_processes)
     _optimizer(train)
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:

@@ -38,7 +38,10 @@ CONFIG = [
     ),
     pytest.param(["--sync-every-steps", "0"], "--sync-every-steps 0 must be at least 1", id="sync-every-zero"),
     pytest.param(["--prefetch", "0"], "--prefetch 0 must be at least 1", id="prefetch-zero"),
-    pytest.param(["--reader-threads", "0"], "--reader-threads 0 must be at least 1", id="reader-threads-zero"),
+    pytest.param(
+        ["--reader-threads", "-1"], "--reader-threads -1 must be 0 (auto) or more", id="reader-threads-negative"
+    ),
+    pytest.param(["--hw-decoder-load", "1.5"], "--hw-decoder-load 1.5 is out of range", id="hw-decoder-load-range"),
     pytest.param(
         ["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a value in (0, 100)", id="lr-zero"
     ),

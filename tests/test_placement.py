@@ -12,7 +12,6 @@ import pytest
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import placement
-from dali_launch.trainer.data.shards import readers_per_device
 
 
 @pytest.mark.parametrize(
@@ -42,24 +41,6 @@ def plain_pipeline(args):  # a user's pipeline function that says nothing about 
 )
 def test_cuda_graphs_resolution(setting, dali_gpu, expected):
     assert placement.cuda_graphs(setting, dali_gpu) is expected
-
-
-@pytest.mark.parametrize(
-    "readers, threads, batch, cores, platform, expected",
-    [
-        (0, 2, 1200, 16, "gpu", 8),  # the H200 machine: 16 cores per GPU
-        (0, 4, 1200, 16, "gpu", 4),
-        (0, 2, 1200, 4, "gpu", 2),
-        (0, 2, 1000, 64, "gpu", 8),
-        (0, 2, 500, 64, "gpu", 4),  # 8 does not divide 500
-        (0, 8, 1200, 2, "gpu", 1),
-        (0, 2, 1200, 64, "cpu", 1),
-        (3, 2, 1200, 1, "gpu", 3),  # asked for: as given (the launcher checked that it divides)
-    ],
-)
-def test_readers_per_device(readers, threads, batch, cores, platform, expected):
-    config = DataConfig(readers_per_device=readers, reader_threads=threads)
-    assert readers_per_device(config, platform, batch, cores) == expected
 
 
 DECODE = """

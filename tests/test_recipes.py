@@ -337,7 +337,8 @@ def test_data_prepare_folders_writes_every_image_under_its_label(small_idx, tmp_
 @pytest.mark.multiprocess
 def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
     """`data prepare --format folders`, then ResNet-18 on the folders pipeline (random resized crops)
-    in 2 jax.distributed processes: every sample once per epoch, identical replicas."""
+    in 2 jax.distributed processes, in bf16 (the pipeline hands over float16): every sample once per
+    epoch, identical replicas."""
     idx, train_labels, _ = small_idx
     check_ok(dali_launch("data", "prepare", "--format", "folders", "--from", str(idx), "--to", str(tmp_path / "tree")))
     start = time.monotonic()
@@ -353,6 +354,8 @@ def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
         "folders",
         "--model",
         "resnet18",
+        "--precision",
+        "bf16",
         "--image-size",
         "32",
         "--data-dir",
@@ -376,6 +379,7 @@ def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
     assert len(result["checksums"]) == 2 and len(set(result["checksums"])) == 1
     ranks = json.loads(paths.rank_map.read_text())
     assert [r["device_indices"] for r in ranks] == [[0], [1]] and ranks[0]["num_devices"] == 2
+    assert ranks[0]["resolved"]["output_dtype"] == "float16"
     # The file reader numbers class folders in sorted order: the labels it reads are the IDX labels.
     assert collections.Counter(_file_reader_labels(tmp_path / "tree" / "training")) == collections.Counter(
         train_labels.tolist()

@@ -30,7 +30,7 @@ def test_steps_per_call(setting, platform, batch, readers, expected):
 
 
 def test_resolve_records_every_auto_value():
-    spec = TaskSpec(run_dir="x", data=DataConfig(reader_threads=2), train=TrainConfig(batch_size=50))
+    spec = TaskSpec(run_dir="x", train=TrainConfig(batch_size=50))
     auto = resolve(spec, "cpu", local_devices=2, global_devices=4, processes_here=2)
     assert auto.as_dict() == {
         "platform": "cpu",
@@ -41,8 +41,19 @@ def test_resolve_records_every_auto_value():
         "steps_per_call": 1,
         "readers_per_device": 1,
         "eval_readers_per_device": 1,
+        "reader_threads": 2,
+        "output_dtype": "float32",
     }
     assert auto.call_batch == 50
+    assert (auto.data_config(spec.data).reader_threads, auto.data_config(spec.data).decoder) == (2, "cpu")
+
+
+def test_bf16_pipelines_output_float16():
+    """DALI has no bfloat16: under --precision bf16 the pipelines hand over half the bytes as float16."""
+    spec = TaskSpec(run_dir="x", train=TrainConfig(precision="bf16"))
+    assert resolve(spec, "cpu", 1, 1, 1).output_dtype == "float16"
+    kept = TaskSpec(run_dir="x", data=DataConfig(output_dtype="float32"), train=TrainConfig(precision="bf16"))
+    assert resolve(kept, "cpu", 1, 1, 1).output_dtype == "float32"
 
 
 def test_sample_order_takes_the_readers_in_turn():

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data.shards import Sharding, readers_per_device, shard_size, steps_per_epoch, valid_mask
+from dali_launch.trainer.data.shards import (
+    Sharding,
+    reader_threads,
+    readers_per_device,
+    shard_size,
+    steps_per_epoch,
+    valid_mask,
+)
 
 
 @pytest.mark.parametrize("n, shards", [(10, 3), (8000, 4), (7, 8), (60000, 16)])
@@ -36,16 +43,29 @@ def test_valid_mask_marks_the_padding():
 
 
 @pytest.mark.parametrize(
-    "setting, platform, call_batch, cores, expected",
+    "setting, threads, platform, decoder, call_batch, cores, expected",
     [
-        (3, "gpu", 50, 16, 3),  # given: kept
-        (0, "cpu", 1200, 16, 1),  # CPU devices: one reader
-        (0, "gpu", 1200, 16, 8),  # 8 readers of 2 threads fit 16 cores
-        (0, "gpu", 1200, 8, 4),
-        (0, "gpu", 50, 16, 2),  # 50: 2 divides it, 8 and 4 do not
-        (0, "gpu", 1200, 1, 1),
+        (3, 2, "gpu", "cpu", 50, 16, 3),  # given: kept (the launcher checked that it divides)
+        (0, 2, "cpu", "cpu", 1200, 16, 1),  # CPU devices: one reader
+        (0, 2, "gpu", "cpu", 1200, 16, 8),  # the H200 machine: 8 readers of 2 threads fit 16 cores per GPU
+        (0, 4, "gpu", "cpu", 1200, 16, 4),
+        (0, 2, "gpu", "cpu", 1200, 8, 4),
+        (0, 2, "gpu", "cpu", 1200, 4, 2),
+        (0, 2, "gpu", "cpu", 500, 64, 4),  # 8 does not divide 500
+        (0, 2, "gpu", "cpu", 50, 16, 2),  # 50: 2 divides it, 8 and 4 do not
+        (0, 2, "gpu", "cpu", 1200, 1, 1),
+        (0, 8, "gpu", "cpu", 1200, 2, 1),
+        (0, 8, "gpu", "mixed", 1280, 16, 1),  # nvJPEG: one pipeline feeds the GPU's decoders
     ],
 )
-def test_readers_per_device(setting, platform, call_batch, cores, expected):
-    config = DataConfig(readers_per_device=setting, reader_threads=2)
-    assert readers_per_device(config, platform, call_batch, cores) == expected
+def test_readers_per_device(setting, threads, platform, decoder, call_batch, cores, expected):
+    config = DataConfig(readers_per_device=setting, reader_threads=threads)
+    assert readers_per_device(config, platform, decoder, call_batch, cores) == expected
+
+
+@pytest.mark.parametrize(
+    "setting, decoder, cores, expected",
+    [(0, "cpu", 16, 2), (0, "mixed", 16, 8), (0, "mixed", 6, 6), (0, "mixed", 0, 1), (3, "mixed", 16, 3)],
+)
+def test_reader_threads(setting, decoder, cores, expected):
+    assert reader_threads(setting, decoder, cores) == expected

@@ -34,7 +34,11 @@ class DataConfig:
     )
     num_classes: int = opt(10, "Classes in the data set: the model's output width and the one-hot depth.")
     image_size: int = opt(224, "Side in pixels of the square crops the folders pipeline feeds the model.")
-    reader_threads: int = opt(2, "DALI CPU threads per pipeline (per reader).")
+    reader_threads: int = opt(
+        0,
+        "DALI CPU threads per pipeline (per reader). 0: auto (pipelines that decode on the CPU: 2, and more "
+        "readers instead; on the GPU (nvJPEG): the cores this process has per device, at most 8).",
+    )
     readers_per_device: int = opt(
         0,
         "DALI pipelines per device, each reading its own part of the device's shard (one Caffe2 reader is a "
@@ -53,6 +57,17 @@ class DataConfig:
         "cpu on CPU devices; on GPUs each pipeline picks (mnist: cpu, faster for 28x28 images; "
         "folders and your own: mixed).",
         choices=("auto", "cpu", "mixed"),
+    )
+    hw_decoder_load: float = opt(
+        0.9,
+        "--decoder mixed: the share of each batch's JPEGs given to the GPU's hardware JPEG decoder (H100/H200/"
+        "A100), the rest to CUDA decoding; DALI's own default is 0.65 (see README for the measured rates).",
+    )
+    output_dtype: str = opt(
+        "auto",
+        "What the built-in image pipelines hand the model: float32, float16 (half the bytes; DALI has no "
+        "bfloat16), or auto: float16 with --precision bf16, which computes in bf16 anyway, else float32.",
+        choices=("auto", "float32", "float16"),
     )
 
 

@@ -8,14 +8,19 @@ steps_per_call   SGD steps fused into one device call (the same steps: only the 
                  CPUs: 1 (XLA:CPU runs convolutions inside a scan ~15x slower, and gloo needs a
                  wait every few steps anyway)
 readers          DALI pipelines per device (shards.readers_per_device), for training and evaluation
+reader_threads   DALI CPU threads per pipeline (shards.reader_threads): 2 where the CPU decodes (and
+                 more readers), the cores per device (at most 8) where nvJPEG does
+output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
+                 the model casts on the device), else float32
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
 
-from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import placement, shards
 
 CALL_SAMPLES = 1200
@@ -32,6 +37,8 @@ class Resolved:
     steps_per_call: int
     readers_per_device: int
     eval_readers_per_device: int
+    reader_threads: int
+    output_dtype: str
 
     @property
     def call_batch(self) -> int:
@@ -40,6 +47,20 @@ class Resolved:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def dali_phrase(self, config: DataConfig) -> str:
+        """How this task's DALI pipelines run, for its start-up line."""
+        hardware = f" ({config.hw_decoder_load:.0%} on the hardware decoder)" if self.decoder == "mixed" else ""
+        return (
+            f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
+            f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out"
+        )
+
+    def data_config(self, config: DataConfig) -> DataConfig:
+        """`config` with its auto values replaced by these: what the pipelines are built from."""
+        return dataclasses.replace(
+            config, decoder=self.decoder, reader_threads=self.reader_threads, output_dtype=self.output_dtype
+        )
 
 
 def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
@@ -57,6 +78,8 @@ def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: i
     k = steps_per_call(spec.train.steps_per_call, platform, batch, spec.data.readers_per_device)
     cores = shards.cores_per_device(local_devices, processes_here)
     decoder = placement.decoder(spec.data, platform)
+    threads = shards.reader_threads(spec.data.reader_threads, decoder, cores)
+    data = dataclasses.replace(spec.data, reader_threads=threads)
     return Resolved(
         platform=platform,
         decoder=decoder,
@@ -64,6 +87,14 @@ def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: i
         parallel=spec.train.parallel,
         batch_per_device_step=batch,
         steps_per_call=k,
-        readers_per_device=shards.readers_per_device(spec.data, platform, batch * k, cores),
-        eval_readers_per_device=shards.readers_per_device(spec.data, platform, spec.train.eval_batch_size, cores),
+        readers_per_device=shards.readers_per_device(data, platform, decoder, batch * k, cores),
+        eval_readers_per_device=shards.readers_per_device(data, platform, decoder, spec.train.eval_batch_size, cores),
+        reader_threads=threads,
+        output_dtype=output_dtype(spec),
     )
+
+
+def output_dtype(spec: TaskSpec) -> str:
+    if spec.data.output_dtype != "auto":
+        return spec.data.output_dtype
+    return "float16" if spec.train.precision == "bf16" else "float32"

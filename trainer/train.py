@@ -97,7 +97,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         sharding,
         auto.call_batch,
         True,
-        spec.data,
+        auto.data_config(spec.data),
         spec.train.seed,
         checkpoints=resume.dali if resume else None,
     )
@@ -109,8 +109,12 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     if resume:
         checkpointer.restore(resume, fresh, zero_tally())
     startup.mark("model initialised")
-    reporter.rank_report(sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict())
-    evaluator = Evaluator(spec, devices, auto.eval_readers_per_device) if process == 0 else None
+    reporter.rank_report(
+        sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict(), dali=auto.dali_phrase(spec.data)
+    )
+    evaluator = (
+        Evaluator(spec, devices, auto.eval_readers_per_device, auto.data_config(spec.data)) if process == 0 else None
+    )
     reporter.track(
         spec, resume.step * auto.steps_per_call if resume else 0, auto.steps_per_call
     )  # after the checkpoint's

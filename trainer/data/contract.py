@@ -17,7 +17,8 @@ reader (--readers-per-device per device) and split, and returns two DALI DataNod
   reading `args.path` (DATA_DIR/training or DATA_DIR/testing); any reader name;
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
-  decoders are given `device=args.decode_device()`;
+  decoders are given `**args.decoder_args()` (device and, on the GPU, the hardware decoder's share and
+  nvJPEG's memory hints); image pipelines output `args.dtype()` (float16 under --precision bf16);
 - `labels`: integer class ids (shape () or (1,)) in 0..num_classes-1 (checked while training:
   label_check.py), or float one-hot/soft targets (num_classes,).
 Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
@@ -28,6 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+# nvJPEG's buffers sized as in DALI's ResNet-50 examples for the largest ImageNet image (5980x6430): with
+# DALI's defaults (16 and 8 MiB, no hardware-decoder preallocation) they are regrown during the first epoch.
+NVJPEG_PADDING = {
+    "device_memory_padding": 211_025_920,
+    "host_memory_padding": 140_544_512,
+    "preallocate_width_hint": 5980,
+    "preallocate_height_hint": 6430,
+}
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,8 @@ class PipelineArgs:
     seed: int  # the pipeline's seed, already used by DALI's random operators and shuffling
     num_classes: int  # --num-classes
     image_size: int  # --image-size: the side of square crops, for pipelines that crop
+    hw_decoder_load: float = 0.65  # --hw-decoder-load: the hardware JPEG decoder's share (mixed)
+    output_dtype: str = "float32"  # --output-dtype resolved: float32 or float16
 
     def reader_args(self) -> dict:
         """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
@@ -58,6 +70,19 @@ class PipelineArgs:
     def decode_device(self) -> str:
         """`device=` for fn.decoders.*."""
         return self.decoder
+
+    def decoder_args(self) -> dict:
+        """Keyword arguments for fn.decoders.*: the device, and for nvJPEG the hardware decoder's share and
+        memory paddings large enough for ImageNet-class images, so its buffers are not regrown mid-epoch."""
+        if self.decoder != "mixed":
+            return {"device": self.decoder}
+        return {"device": "mixed", "hw_decoder_load": self.hw_decoder_load, **NVJPEG_PADDING}
+
+    def dtype(self):
+        """The DALI type image pipelines output (imported here: this module stays free of DALI)."""
+        from nvidia.dali import types
+
+        return types.FLOAT16 if self.output_dtype == "float16" else types.FLOAT
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,8 @@ def pipeline_args(
         seed=seed,
         num_classes=config.num_classes,
         image_size=config.image_size,
+        hw_decoder_load=config.hw_decoder_load,
+        output_dtype="float32" if config.output_dtype == "auto" else config.output_dtype,
     )
 
 

@@ -21,10 +21,10 @@ EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then 
 
 def _mnist(args: PipelineArgs):
     jpegs, labels = fn.readers.caffe2(path=args.path, name="caffe2", **args.reader_args())
-    images = fn.decoders.image(jpegs, device=args.decode_device(), output_type=types.GRAY)
+    images = fn.decoders.image(jpegs, **args.decoder_args(), output_type=types.GRAY)
     if args.on_gpu:  # nvJPEG's images are on the GPU: both outputs stay there
         labels = labels.gpu()
-    images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
+    images = fn.crop_mirror_normalize(images, dtype=args.dtype(), std=[255.0], output_layout="CHW")
     images = fn.reshape(images, shape=[-1])
     labels = fn.one_hot(labels, num_classes=args.num_classes) if args.training else fn.reshape(labels, shape=[])
     return images, labels
@@ -35,21 +35,21 @@ mnist = Pipeline(_mnist, auto_decoder="cpu")  # 28x28 JPEGs: nvJPEG is the slowe
 
 def folders(args: PipelineArgs):
     jpegs, labels = fn.readers.file(file_root=args.path, name="file", **args.reader_args())
-    size, device = args.image_size, args.decode_device()
+    size, decoder = args.image_size, args.decoder_args()
     if args.training:
         # Decoding only the random crop's region: cheaper than decoding whole images, on either device.
         images = fn.decoders.image_random_crop(
-            jpegs, device=device, output_type=types.RGB, random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3]
+            jpegs, **decoder, output_type=types.RGB, random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3]
         )
         images = fn.resize(images, size=[size, size])
         mirror = fn.random.coin_flip(probability=0.5)
     else:
-        images = fn.decoders.image(jpegs, device=device, output_type=types.RGB)
+        images = fn.decoders.image(jpegs, **decoder, output_type=types.RGB)
         images = fn.resize(images, resize_shorter=round(size * EVAL_RESIZE))
         mirror = 0
     if args.on_gpu:
         images, labels = images.gpu(), labels.gpu()
     images = fn.crop_mirror_normalize(
-        images, dtype=types.FLOAT, crop=[size, size], mean=MEAN, std=STD, mirror=mirror, output_layout="HWC"
+        images, dtype=args.dtype(), crop=[size, size], mean=MEAN, std=STD, mirror=mirror, output_layout="HWC"
     )
     return images, fn.reshape(labels, shape=[])

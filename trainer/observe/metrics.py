@@ -77,7 +77,7 @@ class Reporter:
         if self.lead:
             self.console.print(text, markup=False)
 
-    def rank_report(self, sharding, devices: list, batch_size: int, resolved: dict) -> None:
+    def rank_report(self, sharding, devices: list, batch_size: int, resolved: dict, dali: str = "") -> None:
         """Every process writes and prints what it is; process 0 merges the reports into rank_map.json."""
         t = self.topology
         report = {
@@ -101,7 +101,7 @@ class Reporter:
             f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])} (job devices "
             f"{report['device_indices']} of {report['num_devices']}); DALI shards "
             f"{report['dali_shards']} of {report['num_dali_shards']}{readers}; "
-            f"{_steps(resolved['steps_per_call'])} of {batch_size} per call",
+            f"{_steps(resolved['steps_per_call'])} of {batch_size} per call{'; ' + dali if dali else ''}",
             markup=False,
         )
         barrier("rank-reports-written", self.barrier_timeout_s)

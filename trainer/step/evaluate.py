@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
 from dali_launch.trainer.model.forward import Forward
 from dali_launch.trainer.model.models import create_model
@@ -45,8 +45,9 @@ class Evaluator:
     is done with.
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, readers: int):
-        self.spec, self.devices, self.readers = spec, devices, readers
+    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig):
+        """`data_config`: the spec's, its auto values resolved (resolve.py)."""
+        self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
         forward = Forward(create_model(spec.train.model, spec.data.num_classes), spec.train.precision)
@@ -85,7 +86,7 @@ class Evaluator:
             local,
             self.spec.train.eval_batch_size,
             False,
-            self.spec.data,
+            self.data_config,
             0,
         )
         self.shard_sizes = self.data.shard_sizes()
