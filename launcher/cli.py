@@ -250,13 +250,21 @@ def data_prepare(
 
 class SynthFormat(str, enum.Enum):
     folders = "folders"
+    tfrecord = "tfrecord"
+    webdataset = "webdataset"
 
 
 @data_app.command("synth")
 def data_synth(
     out: Annotated[Path, typer.Argument(help="New folder for training/ and testing/.")],
     layout: Annotated[
-        SynthFormat, typer.Option("--format", help="folders: SPLIT/<class>/<n>.jpg (--pipeline folders).")
+        SynthFormat,
+        typer.Option(
+            "--format",
+            help="folders: SPLIT/<class>/<n>.jpg (--pipeline folders); tfrecord: SPLIT/shard-N.tfrecord of "
+            "tf.Examples (--pipeline tfrecord); webdataset: SPLIT/shard-N.tar (--pipeline webdataset); "
+            "each shard with DALI's index, shard-N.idx.",
+        ),
     ] = SynthFormat.folders,
     classes: Annotated[int, typer.Option(help="Number of classes (labels 0..N-1).")] = 100,
     train: Annotated[int, typer.Option(help="Training images.")] = 10_000,

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from dali_launch.launcher.data import new_dir, synth_images
+from dali_launch.launcher.data import new_dir, synth_images, tfrecord, webdataset
 from dali_launch.trainer.errors import UsageError
 
-FORMATS = ("folders",)
+FORMATS = ("folders", "tfrecord", "webdataset")
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,16 @@ def samples(unit: Unit):
 
 def write_unit(unit: Unit) -> int:
     """Writes one unit's images; returns the bytes of JPEG written."""
+    if unit.spec.format == "folders":
+        return _write_folders(unit)
+    stem = unit.folder / f"shard-{unit.shard:05d}"
+    pairs = ((jpeg, label) for _, jpeg, label in samples(unit))
+    if unit.spec.format == "tfrecord":
+        return tfrecord.write(stem.with_suffix(tfrecord.SUFFIX), pairs)
+    return webdataset.write(stem.with_suffix(webdataset.SUFFIX), samples(unit))
+
+
+def _write_folders(unit: Unit) -> int:
     total = 0
     for index, data, label in samples(unit):
         (unit.folder / class_folder(label, unit.spec.classes) / f"{index:08d}.jpg").write_bytes(data)
