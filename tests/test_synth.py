@@ -127,3 +127,12 @@ def _dali_read(inputs, path, count: int) -> list[tuple[bytes, int]]:
     pipe.build()
     jpegs, labels = pipe.run()
     return [(np.array(jpegs[i]).tobytes(), int(np.array(labels[i]).ravel()[0])) for i in range(count)]
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
+def test_a_synth_set_passes_the_checks_before_a_job(tmp_path, fmt):
+    """The catalogue (test_catalogue_data.py) breaks these sets; whole, they pass."""
+    from dali_launch.launcher.data import datasets
+
+    _synth(tmp_path / "out", fmt, "--workers", "1")
+    datasets.check(tmp_path / "out", "--data-dir", fmt, num_classes=5)
