@@ -4,6 +4,7 @@ dali-launch train                                   # one process, this machine,
 dali-launch --local --nodes 1 --gpus-per-node 2 --processes 2   # a real multi-process job, here
 dali-launch --nodes 2 --gpus-per-node 8             # a SLURM job through submitit
 dali-launch data prepare --from IDX_DIR --to OUT    # IDX files -> Caffe2 LMDBs
+dali-launch data synth OUT --format tfrecord        # an ImageNet-like data set, generated
 dali-launch config show --config run.toml --epochs 3   # the effective settings, as TOML
 dali-launch runs; dali-launch plot runs/A runs/B --out ab.png   # the runs so far, their curves
 """
@@ -245,6 +246,41 @@ def data_prepare(
     report = prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction, layout=layout.value)
     counts = ", ".join(f"{name} {n:,}" for name, n in report.counts.items())
     typer.echo(f"wrote {report.out_dir}: {counts}")
+
+
+class SynthFormat(str, enum.Enum):
+    folders = "folders"
+    tfrecord = "tfrecord"
+    webdataset = "webdataset"
+
+
+@data_app.command("synth")
+def data_synth(
+    out: Annotated[Path, typer.Argument(help="New folder for training/ and testing/.")],
+    layout: Annotated[
+        SynthFormat,
+        typer.Option(
+            "--format",
+            help="folders: SPLIT/<class>/<n>.jpg (--pipeline folders); tfrecord: SPLIT/shard-N.tfrecord of "
+            "tf.Examples (--pipeline tfrecord); webdataset: SPLIT/shard-N.tar (--pipeline webdataset); "
+            "each shard with DALI's index, shard-N.idx.",
+        ),
+    ] = SynthFormat.folders,
+    classes: Annotated[int, typer.Option(help="Number of classes (labels 0..N-1).")] = 100,
+    train: Annotated[int, typer.Option(help="Training images.")] = 10_000,
+    test: Annotated[int, typer.Option(help="Test images.")] = 1_000,
+    seed: Annotated[int, typer.Option(help="Same seed, same bytes.")] = 0,
+    image_scale: Annotated[
+        float, typer.Option(help="Image sides times this (default: ImageNet's sizes); 0.1 for small test sets.")
+    ] = 1.0,
+    shard_size: Annotated[int, typer.Option(help="Images per shard file (and per unit of work).")] = 1024,
+    workers: Annotated[int, typer.Option(help="Processes writing images; 0: one per core.")] = 0,
+):
+    """Write a deterministic ImageNet-like data set (sizes, JPEG qualities, ~110 KB per image, real classes)."""
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+
+    spec = SynthSpec(out, layout.value, classes, train, test, seed, image_scale, shard_size, workers)
+    typer.echo(synth(spec).line(spec))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,6 +116,21 @@ def class_folders(classes: int):
     return make
 
 
+def synth_set(fmt: str, breaks=None, classes: int = 3):
+    """A small `data synth` set of `fmt` (3 classes, 6 + 3 tiny images, shards of 4), then `breaks(root)`."""
+
+    def make(tmp: Path) -> dict:
+        from dali_launch.launcher.data.synth import SynthSpec, synth
+
+        root = tmp / "data"
+        synth(SynthSpec(root, fmt, classes, 6, 3, image_scale=0.05, shard_size=4, workers=1))
+        if breaks:
+            breaks(root)
+        return {"data": root}
+
+    return make
+
+
 def a_file(tmp: Path) -> dict:
     (tmp / "data.lmdb").write_bytes(b"")
     return {"data": tmp / "data.lmdb"}

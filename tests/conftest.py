@@ -45,6 +45,18 @@ def small_lmdb(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def synth_sets(tmp_path_factory) -> dict[str, Path]:
+    """`data synth` sets of 4 classes, 210 training / 40 test images of ~50×37 (--image-scale 0.1),
+    shards of 32: {format: data dir} for tfrecord and webdataset, the same images in both."""
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+
+    root = tmp_path_factory.mktemp("synth")
+    for fmt in ("tfrecord", "webdataset"):
+        synth(SynthSpec(root / fmt, fmt, classes=4, train=210, test=40, image_scale=0.1, shard_size=32, workers=1))
+    return {fmt: root / fmt for fmt in ("tfrecord", "webdataset")}
+
+
+@pytest.fixture(scope="session")
 def fashion_lmdb(tmp_path_factory) -> Path:
     """Full Fashion-MNIST (60,000 / 10,000). CI installs it; elsewhere its absence skips."""
     if not FASHION_IDX.is_dir():

@@ -339,6 +339,37 @@ OTHER = [
         "{tmp}/cut/t10k-images-idx3-ubyte is truncated: header says (10, 28, 28), found 100 bytes of data",
         id="prepare-idx-truncated",
     ),
+    pytest.param(
+        ["data", "synth", "{tmp}/full"],
+        "OUT {tmp}/full exists and is not empty; remove it or choose another directory",
+        id="synth-out-not-empty",
+    ),
+    pytest.param(
+        ["data", "synth", "{tmp}/file/out"],
+        "OUT {tmp}/file/out is under a file; choose another directory",
+        id="synth-out-under-a-file",
+    ),
+    pytest.param(
+        ["data", "synth", "{tmp}/out", "--train", "0"],
+        "--train 0: a data set needs at least 1; use a positive count",
+        id="synth-zero-train",
+    ),
+    pytest.param(
+        ["data", "synth", "{tmp}/out", "--classes", "10", "--train", "5"],
+        "--train 5 is fewer than --classes 10; every class needs an image",
+        id="synth-fewer-images-than-classes",
+    ),
+    pytest.param(
+        ["data", "synth", "{tmp}/out", "--image-scale", "2"],
+        "--image-scale 2.0 is out of range; use a value in (0, 1]",
+        id="synth-image-scale",
+    ),
+    pytest.param(
+        ["data", "synth", "{tmp}/out", "--format", "lmdb"],
+        "Invalid value for '--format': Value error, 'lmdb' is not one of 'folders', 'tfrecord', 'webdataset'.; "
+        "see dali-launch --help",
+        id="synth-unknown-format",
+    ),
 ]
 
 

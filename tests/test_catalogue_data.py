@@ -26,6 +26,7 @@ from catalogue import (
     raw_pixels,
     run_entry,
     snapshot,
+    synth_set,
     truncated,
 )
 from conftest import REPO
@@ -195,7 +196,79 @@ DATA = [
         class_folders(3),
         id="folders-more-than-num-classes",
     ),
+    pytest.param(
+        ["--pipeline", "tfrecord"],
+        "--pipeline tfrecord needs --data-dir, a folder holding training/ and testing/ shards; "
+        "make one with `dali-launch data synth DIR --format tfrecord`",
+        None,
+        id="tfrecord-without-data-dir",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "webdataset"],
+        "{data}/testing holds no *.tar shards for --pipeline webdataset; "
+        "re-create the data set with `dali-launch data synth OUT --format webdataset`",
+        synth_set("webdataset", lambda root: [p.unlink() for p in (root / "testing").iterdir()]),
+        id="webdataset-split-without-shards",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "tfrecord"],
+        "{data}/training holds no *.tfrecord shards for --pipeline tfrecord; "
+        "re-create the data set with `dali-launch data synth OUT --format tfrecord`",
+        synth_set("webdataset"),
+        id="tfrecord-pipeline-on-webdataset-shards",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "tfrecord"],
+        "{data}/training/shard-00001.tfrecord has no DALI index shard-00001.idx beside it; "
+        "re-create the data set with `dali-launch data synth OUT --format tfrecord`",
+        synth_set("tfrecord", lambda root: (root / "training" / "shard-00001.idx").unlink()),
+        id="tfrecord-index-missing",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "tfrecord"],
+        "{data}/training/shard-00000.tfrecord is corrupt or does not match shard-00000.idx (the record at "
+        "byte 0 fails its CRC); re-create the data set with `dali-launch data synth OUT --format tfrecord`",
+        synth_set("tfrecord", lambda root: _flip_byte(root / "training" / "shard-00000.tfrecord", 100)),
+        id="tfrecord-crc",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "tfrecord"],
+        "{data}/testing/shard-00000.tfrecord is corrupt or does not match shard-00000.idx (the index lists "
+        "other records than the file holds); re-create the data set with "
+        "`dali-launch data synth OUT --format tfrecord`",
+        synth_set("tfrecord", lambda root: _drop_last_line(root / "testing" / "shard-00000.idx")),
+        id="tfrecord-index-stale",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "webdataset"],
+        "{data}/training/shard-00000.tar is corrupt or does not match shard-00000.idx (it announces 4 "
+        "samples but lists 3); re-create the data set with `dali-launch data synth OUT --format webdataset`",
+        synth_set("webdataset", lambda root: _drop_last_line(root / "training" / "shard-00000.idx")),
+        id="webdataset-index-stale",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "webdataset", "--num-classes", "2"],
+        "--num-classes 2 but sample 000002 of {data}/training/shard-00000.tar has label 2; use --num-classes 3 or more",
+        synth_set("webdataset"),
+        id="webdataset-label-out-of-range",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "tfrecord", "--num-classes", "2"],
+        "--num-classes 2 but record 2 of {data}/training/shard-00000.tfrecord has label 2; use --num-classes 3 or more",
+        synth_set("tfrecord"),
+        id="tfrecord-label-out-of-range",
+    ),
 ]
+
+
+def _flip_byte(path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def _drop_last_line(path) -> None:
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
 
 
 @pytest.mark.parametrize("args, message, make", DATA)

@@ -47,24 +47,37 @@ def _epoch_prints(paths: RunPaths, epoch: int) -> collections.Counter:
 def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path, mode):
     """SIGUSR2 mid-epoch (what SLURM sends before a time limit): checkpoint, exit; --resume finishes
     with the parameters of a run never interrupted, every sample seen once per epoch."""
+    common = ["--data-dir", str(mnist_lmdb), "--checkpoint-every-steps", "0", *mode]
+    _preempt_and_resume(tmp_path, common, lambda: rank_report(tmp_path / "cut", 0), after_s=2)  # well into epoch 0
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
+def test_preempted_run_of_each_format_resumes_to_the_same_parameters(synth_sets, tmp_path, fmt):
+    """The same for the sharded formats, random crops and flips included: DALI's checkpoints hold
+    readers.tfrecord's and readers.webdataset's positions and shuffling, and the augmentation's RNG.
+    Their epochs are short (210 samples): the signal follows the first step checkpoint."""
     common = [
         "--data-dir",
-        str(mnist_lmdb),
-        "--epochs",
-        "2",
-        "--gpus-per-node",
-        "2",
-        "--record-samples",
-        "--checkpoint-every-steps",
-        "0",
-        *mode,
+        str(synth_sets[fmt]),
+        "--pipeline",
+        fmt,
+        *["--model", "cnn", "--image-size", "32", "--num-classes", "4", "--batch-size", "4"],
+        *["--learning-rate", "0.01", "--checkpoint-every-steps", "5"],
     ]
+    cut = tmp_path / "cut"
+    _preempt_and_resume(tmp_path, common, lambda: any(p.name.isdigit() for p in cut.glob("*/checkpoints/*")))
+
+
+def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) -> None:
+    """Two epochs on 2 devices, uninterrupted and preempted (SIGUSR2 once `ready()`, then `after_s`)
+    then resumed: the same parameters, the same samples in each epoch."""
+    common = [*common, "--epochs", "2", "--gpus-per-node", "2", "--record-samples"]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
     whole = only_run(tmp_path / "whole")
 
     proc = _start(["train", *common, "--run-root", str(tmp_path / "cut")])
-    wait_for(lambda: rank_report(tmp_path / "cut", 0), timeout_s=120)
-    time.sleep(2)  # well into epoch 0
+    wait_for(ready, timeout_s=120)
+    time.sleep(after_s)
     proc.send_signal(signal.SIGUSR2)
     _, err = proc.communicate(timeout=120)
     cut = only_run(tmp_path / "cut")

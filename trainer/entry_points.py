@@ -26,6 +26,8 @@ BUILTIN = {
     "pipeline": {
         "mnist": "dali_launch.trainer.data.pipelines:mnist",
         "folders": "dali_launch.trainer.data.pipelines:folders",
+        "tfrecord": "dali_launch.trainer.data.pipelines:tfrecord",
+        "webdataset": "dali_launch.trainer.data.pipelines:webdataset",
     },
 }
 

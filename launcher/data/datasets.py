@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data import shard_checks
 from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.errors import UsageError
@@ -32,7 +33,8 @@ def embedded_lmdb() -> Path:
 def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10) -> Path:
     """--data-dir, else $DALI_EXTRA_PATH/db/MNIST, else the embedded sample; checked, absolute.
 
-    Checked as `pipeline` reads it: Caffe2 LMDBs (mnist), class folders (folders); a pipeline of
+    Checked as `pipeline` reads it: Caffe2 LMDBs (mnist), class folders (folders), shards with DALI
+    indexes (tfrecord, webdataset: shard_checks.py); a pipeline of
     the user's own gets only the training/ and testing/ folders checked: its format is its own.
     """
     if data_dir:
@@ -41,6 +43,11 @@ def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10
         raise UsageError(
             "--pipeline folders needs --data-dir, a folder holding training/ and testing/ class "
             "folders; make one with `dali-launch data prepare --format folders --from IDX_DIR --to DIR`"
+        )
+    elif pipeline in shard_checks.SUFFIXES:
+        raise UsageError(
+            f"--pipeline {pipeline} needs --data-dir, a folder holding training/ and testing/ shards; "
+            f"make one with `dali-launch data synth DIR --format {pipeline}`"
         )
     elif os.environ.get("DALI_EXTRA_PATH"):
         path, origin = Path(os.environ["DALI_EXTRA_PATH"]) / "db" / "MNIST", "$DALI_EXTRA_PATH/db/MNIST"
@@ -68,9 +75,12 @@ def check_reopened(run_dir: Path) -> Path:
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:
     if not path.exists():
         how = " --format folders" if pipeline == "folders" else ""
-        raise UsageError(
-            f"{origin} {path} does not exist; make it with `dali-launch data prepare{how} --from IDX_DIR --to {path}`"
+        make = (
+            f"dali-launch data synth {path} --format {pipeline}"
+            if pipeline in shard_checks.SUFFIXES
+            else f"dali-launch data prepare{how} --from IDX_DIR --to {path}"
         )
+        raise UsageError(f"{origin} {path} does not exist; make it with `{make}`")
     if not path.is_dir():
         raise UsageError(f"{origin} {path} is a file; point it at the folder holding training/ and testing/")
     if not os.access(path, os.R_OK | os.X_OK):
@@ -84,6 +94,8 @@ def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 1
         )
     if pipeline == "folders":
         check_folders(path, num_classes)
+    if pipeline in shard_checks.SUFFIXES:
+        shard_checks.check_shards(path, pipeline, num_classes)
     if pipeline != "mnist":  # a pipeline of the user's own reads a format of its own
         return
     scans = {split: scan_lmdb(path / split, origin) for split in SPLITS}

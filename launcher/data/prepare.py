@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import gzip
 import io
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dali_launch.launcher.data import new_dir
 from dali_launch.trainer.errors import UsageError
 
 # caffe2.TensorProto.DataType values (caffe2/proto/caffe2.proto).
@@ -260,24 +259,14 @@ def prepare(
         raise UsageError(f"--format {layout} is not one of {', '.join(FORMATS)}")
     splits = _splits(from_dir, test_fraction, seed)
     classes = 1 + max(int(labels.max(initial=0)) for _, labels in splits.values())
-    if to_dir.exists() and any(to_dir.iterdir()):
-        raise UsageError(f"--to {to_dir} exists and is not empty; remove it or choose another directory")
-    to_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename at the end, so an interrupted run leaves nothing behind.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{to_dir.name}.", dir=to_dir.parent))
-    try:
+    new_dir.check_free(to_dir, "--to")
+    with new_dir.building(to_dir) as tmp:
         for name, (images, labels) in splits.items():
             (tmp / name).mkdir()
             if layout == "folders":
                 write_folders(tmp / name, images, labels, quality, classes)
             else:
                 write_lmdb(tmp / name, images, labels, quality)
-        if to_dir.exists():
-            to_dir.rmdir()
-        tmp.rename(to_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return PrepareReport(to_dir, {name: len(labels) for name, (_, labels) in splits.items()})
 
 

@@ -6,11 +6,18 @@ folders  JPEG class folders (SPLIT/<class>/<file>.jpg, classes numbered in sorte
          `dali-launch data prepare --format folders` writes them) for real image sets:
          training: random resized crop + flip; evaluation: resize + center crop;
          both: ImageNet mean/std normalisation, --image-size square RGB crops, HWC floats
+tfrecord   the same images and augmentation from TFRecord shards of tf.Examples (image/encoded,
+           image/class/label), SPLIT/*.tfrecord each with DALI's index SPLIT/*.idx
+webdataset the same from WebDataset tar shards (NAME.jpg + NAME.cls), SPLIT/*.tar each with SPLIT/*.idx
+           (`dali-launch data synth --format tfrecord|webdataset` writes both kinds)
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nvidia.dali import fn, types
+from nvidia.dali import tfrecord as tfrec
 
 from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
 
@@ -34,7 +41,63 @@ mnist = Pipeline(_mnist, auto_decoder="cpu")  # 28x28 JPEGs: nvJPEG is the slowe
 
 
 def folders(args: PipelineArgs):
-    jpegs, labels = fn.readers.file(file_root=args.path, name="file", **args.reader_args())
+    return imagenet_augment(*folders_inputs(args), args)
+
+
+def tfrecord(args: PipelineArgs):
+    return imagenet_augment(*tfrecord_inputs(args), args)
+
+
+def webdataset(args: PipelineArgs):
+    return imagenet_augment(*webdataset_inputs(args), args)
+
+
+def folders_inputs(args: PipelineArgs):
+    """(encoded images, class ids) of one shard: the reader of each format."""
+    return fn.readers.file(file_root=args.path, name="file", **args.reader_args())
+
+
+def tfrecord_inputs(args: PipelineArgs):
+    records, indexes = shard_files(args.path, ".tfrecord")
+    features = {
+        "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+        "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+    }
+    inputs = fn.readers.tfrecord(
+        path=records, index_path=indexes, features=features, name="tfrecord", **args.reader_args()
+    )
+    return inputs["image/encoded"], inputs["image/class/label"]
+
+
+def webdataset_inputs(args: PipelineArgs):
+    tars, indexes = shard_files(args.path, ".tar")
+    jpegs, classes = fn.readers.webdataset(
+        paths=tars, index_paths=indexes, ext=["jpg", "cls"], name="webdataset", **args.reader_args()
+    )
+    return jpegs, ascii_class_id(classes)
+
+
+def shard_files(path: str, suffix: str) -> tuple[list[str], list[str]]:
+    """A split's shard files (sorted: the sample order) and their DALI index files (same stem, .idx)."""
+    files = sorted(Path(path).glob(f"*{suffix}"))
+    return [str(f) for f in files], [str(f.with_suffix(".idx")) for f in files]
+
+
+def ascii_class_id(raw, max_digits: int = 9):
+    """A webdataset `.cls` member (ASCII digits, as the webdataset library writes it) as an int32 class
+    id, in DALI arithmetic: Horner's rule over the digits, anything else (a newline) skipped."""
+    codes = fn.cast(fn.pad(raw, fill_value=0, shape=[max_digits]), dtype=types.INT32)
+    value = 0
+    for i in range(max_digits):
+        code = codes[i]
+        digit = (code >= 48) & (code <= 57)
+        value = value * (1 + 9 * digit) + digit * (code - 48)
+    return fn.cast(value, dtype=types.INT32)
+
+
+def imagenet_augment(jpegs, labels, args: PipelineArgs):
+    """The standard ImageNet input: training: random resized crop + flip; evaluation: resize + center
+    crop; both: --image-size square RGB crops, ImageNet mean/std, HWC floats; labels as scalars."""
     size, decoder = args.image_size, args.decoder_args()
     if args.training:
         # Decoding only the random crop's region: cheaper than decoding whole images, on either device.

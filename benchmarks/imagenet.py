@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Issue 18: ResNet-50 in bf16 on ImageNet-class JPEGs, 224x224, batch 256 per GPU, in one run.
+
+    step      the trainer's own device call (trainer/step/parallel.py) on a batch already on the
+              devices, again and again: the ceiling, no input at all
+    data      the trainer's own DALI pipelines (trainer/data/dali.py) with the task's resolved
+              settings, read as fast as they go: the input's rate alone
+    train     `dali-launch train ... --pipeline folders --model resnet50 --precision bf16` with every
+              other flag at its default, in a fresh process: images/s per GPU of the epochs after
+              the first (which compiles), the share of them spent waiting for DALI, test accuracy
+              after the last epoch (the synthetic classes are learnable: chance is 1/classes)
+
+Each GPU count in --gpus runs all three; with 2 GPUs `train` runs in both layouts (node: one process
+drives both, `dali-launch train --gpus-per-node 2`; process: `dali-launch --local --gpus-per-node 2
+--processes 2`), and the scaling efficiency is its images/s over twice the 1-GPU run's.
+Every part runs in a child process of its own: JAX in this one would hold the GPUs.
+
+On the GPU machine (16 cores per GPU; `dali-launch data synth` writes the data once, ~50k images):
+
+    python benchmarks/imagenet.py --data /tmp/synth --synth 50000 --gpus 1,2 \
+        --out benchmarks/results/imagenet.json --plot benchmarks/results/imagenet.png
+
+`--smoke-cpu` runs it on CPU devices with tiny images and a small model: it checks the script, its
+numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from report import environment, listed
+
+CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
+TIMEOUT_S = 900
+WORKLOAD = {  # the issue's: ResNet-50 v1.5, bf16, batch 256 per GPU, 224x224 random resized crops
+    "model": "resnet50",
+    "precision": "bf16",
+    "batch_size": 256,
+    "image_size": 224,
+}
+SMOKE = {"model": "resnet18", "precision": "bf16", "batch_size": 8, "image_size": 32}
+
+
+def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str):
+    """The spec `dali-launch train` would make of these flags (defaults for everything else)."""
+    from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig
+
+    return TaskSpec(
+        run_dir="unused",
+        data=DataConfig(data_dir=str(data), pipeline="folders", num_classes=classes, image_size=workload["image_size"]),
+        train=TrainConfig(model=workload["model"], precision=workload["precision"], batch_size=workload["batch_size"]),
+        distributed=DistributedConfig(platform=platform, local_device_count=gpus),
+    )
+
+
+def pipelines_and_step(spec, gpus: int):
+    """The trainer's pipelines, device call and placed state for `gpus` devices of this process."""
+    import jax
+
+    from dali_launch.trainer.data import dali, shards
+    from dali_launch.trainer.resolve import resolve
+    from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.train import call_tally, create_train_state
+
+    devices = jax.local_devices()[:gpus]
+    auto = resolve(spec, devices[0].platform, gpus, gpus, 1)
+    sharding = shards.Sharding(0, gpus, gpus, auto.readers_per_device)
+    data = dali.build(
+        f"{spec.data.data_dir}/training", devices, devices, sharding, auto.call_batch, True,
+        auto.data_config(spec.data), spec.train.seed,
+    )  # fmt: skip
+    mode = parallel.create(spec.train.parallel, devices, devices, auto.batch_per_device_step, data.sharding_spec)
+    state = mode.place(create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call))
+    tally = data.put([call_tally()] * gpus)
+    return auto, data, mode, state, tally
+
+
+def part(name: str, spec, gpus: int, calls: int) -> dict:
+    """One part, in this (child) process: `step` or `data`, timed over `calls` device calls after a warm-up."""
+    import jax
+
+    auto, data, mode, state, tally = pipelines_and_step(spec, gpus)
+    sizes, batch = data.shard_sizes(), data.next()
+    if name == "step":
+        run = lambda state, tally: mode.call(state, tally, batch["images"], batch["labels"], sizes)
+    else:
+        run = lambda state, tally: (state, data.next())
+    for _ in range(3):  # compile, and fill DALI's queues
+        state, tally = run(state, tally)
+    jax.block_until_ready(tally)
+    start = time.perf_counter()
+    for _ in range(calls):
+        state, tally = run(state, tally)
+    jax.block_until_ready(tally)
+    seconds = time.perf_counter() - start
+    images = calls * auto.call_batch * gpus
+    return {"part": name, "gpus": gpus, "images_per_s_per_gpu": images / seconds / gpus, "resolved": auto.as_dict()}
+
+
+def child_part(args, name: str, gpus: int) -> dict:
+    """`part` in a child process (this script again), its result read from stdout's last line."""
+    argv = [sys.executable, __file__, "--part", name, "--gpus", str(gpus), "--data", str(args.data)]
+    argv += ["--classes", str(args.classes), "--calls", str(args.calls)] + (["--smoke-cpu"] if args.smoke_cpu else [])
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    if proc.returncode:
+        return {"part": name, "gpus": gpus, "error": proc.stderr.strip().splitlines()[-5:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def train_flags(args, workload: dict) -> list[str]:
+    flags = ["--pipeline", "folders", "--data-dir", str(args.data), "--num-classes", str(args.classes)]
+    flags += ["--epochs", str(args.epochs)]
+    for key, value in workload.items():
+        flags += [f"--{key.replace('_', '-')}", str(value)]
+    return flags + (["--platform", "cpu"] if args.smoke_cpu else ["--platform", "gpu"])
+
+
+def train(args, workload: dict, gpus: int, layout: str, root: Path) -> dict:
+    """`dali-launch` end to end, in a fresh process; the figures from its metrics.jsonl."""
+    where = ["train"] if layout == "node" else ["--local", "--processes", str(gpus)]
+    run_root = root / f"{gpus}-{layout}"
+    argv = [*CLI, *where, "--gpus-per-node", str(gpus), *train_flags(args, workload), "--run-root", str(run_root)]
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    row = {"part": "train", "gpus": gpus, "layout": layout, "argv": argv[2:], "wall_s": time.perf_counter() - start}
+    metrics = list(run_root.glob("*/metrics.jsonl"))
+    if proc.returncode or not metrics:
+        return {**row, "error": (proc.stderr or proc.stdout).strip().splitlines()[-8:]}
+    epochs = [json.loads(line) for line in metrics[0].read_text().splitlines()]
+    steady = epochs[1:] or epochs
+    mean = lambda key: sum(e[key] for e in steady) / len(steady)
+    return {
+        **row,
+        "images_per_s_per_gpu": mean("images_per_s_per_device"),
+        "data_wait_fraction": mean("data_wait_fraction"),
+        "first_step_s": epochs[0].get("first_step_s"),
+        "test_accuracy": epochs[-1]["test_accuracy"],
+        "chance": 1 / args.classes,
+        "epochs": epochs,
+    }
+
+
+def synth(args) -> None:
+    """The data set, written once (`dali-launch data synth`): kept between runs of the benchmark."""
+    if (args.data / "training").is_dir():
+        return
+    test = max(args.classes * 10, args.synth // 10)
+    argv = [*CLI, "data", "synth", str(args.data), "--format", "folders", "--train", str(args.synth)]
+    argv += ["--test", str(test), "--classes", str(args.classes)] + (["--small"] if args.smoke_cpu else [])
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    print(f"data synth: {args.synth} training images in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def add_scaling(rows: list[dict]) -> None:
+    one = next((r for r in rows if r["part"] == "train" and r["gpus"] == 1 and "error" not in r), None)
+    for r in rows:
+        if r["part"] == "train" and one and "error" not in r:
+            r["scaling"] = r["images_per_s_per_gpu"] / one["images_per_s_per_gpu"]
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'GPUs':>4}  {'layout':<8}{'train img/s/GPU':>16}{'step only':>11}{'data only':>11}"
+    head += f"{'train/step':>11}{'data wait':>10}{'scaling':>9}{'accuracy':>10}"
+    lines = [head, "-" * len(head)]
+    fig = lambda v, f: "-" if v is None else format(v, f)
+    for gpus in sorted({r["gpus"] for r in rows}):
+        rate = {r["part"]: r.get("images_per_s_per_gpu") for r in rows if r["gpus"] == gpus and r["part"] != "train"}
+        step, data = rate.get("step"), rate.get("data")
+        for r in [r for r in rows if r["gpus"] == gpus and r["part"] == "train"] or [{"layout": "-"}]:
+            mine = r.get("images_per_s_per_gpu")
+            lines.append(
+                f"{gpus:>4}  {r['layout']:<8}{fig(mine, ',.0f'):>16}{fig(step, ',.0f'):>11}{fig(data, ',.0f'):>11}"
+                f"{fig(mine / step if mine and step else None, '.2f'):>11}"
+                f"{fig(r.get('data_wait_fraction'), '.1%'):>10}{fig(r.get('scaling'), '.2f'):>9}"
+                f"{fig(r.get('test_accuracy'), '.3f'):>10}"
+            )
+    errors = [f"{r['part']} {r['gpus']} GPU(s) {r.get('layout', '')}: {r['error']}" for r in rows if "error" in r]
+    notes = [
+        "train: epochs after the first, which compiles; step only: the same device call on a batch already on the "
+        "GPUs; data only: the same DALI pipelines alone; scaling: train img/s/GPU over the 1-GPU run's"
+    ]
+    return "\n".join(lines + notes + errors)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [(f"{r['gpus']} GPU {r.get('layout', r['part'])} {r['part']}", r) for r in rows if "error" not in r]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(bars)), layout="constrained")
+    colours = {"train": "tab:blue", "step": "tab:grey", "data": "tab:orange"}
+    for i, (_, r) in enumerate(bars):
+        bar = ax.barh(i, r["images_per_s_per_gpu"], color=colours[r["part"]])
+        ax.bar_label(bar, labels=[f"{r['images_per_s_per_gpu']:,.0f}"], padding=3)
+    ax.set_yticks(range(len(bars)), [label for label, _ in bars])
+    ax.invert_yaxis()
+    ax.set_xlabel("images/s per GPU (ResNet-50, bf16, batch 256 per GPU, 224x224)")
+    ax.margins(x=0.15)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="JPEG class folders (training/, testing/).")
+    parser.add_argument("--synth", type=int, default=50_000, help="Training images to synthesise if --data is empty.")
+    parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--gpus", type=listed(int), default="1,2")
+    parser.add_argument("--parts", type=listed(choices=("step", "data", "train")), default="step,data,train")
+    parser.add_argument("--epochs", type=int, default=3, help="Epochs of each `train` run (the first compiles).")
+    parser.add_argument("--calls", type=int, default=30, help="Device calls timed in the step and data parts.")
+    parser.add_argument("--part", choices=("step", "data"), help=argparse.SUPPRESS)  # a child's one part
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--plot", type=Path)
+    parser.add_argument("--smoke-cpu", action="store_true", help="CPU devices, tiny images: checks the script only.")
+    args = parser.parse_args(argv)
+    args.data = args.data.absolute()
+    workload = SMOKE if args.smoke_cpu else WORKLOAD
+    if args.smoke_cpu:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={max(args.gpus)}"
+    if args.part:
+        platform = "cpu" if args.smoke_cpu else "gpu"
+        print(
+            json.dumps(
+                part(
+                    args.part,
+                    task_spec(args.data, workload, args.classes, *args.gpus, platform),
+                    *args.gpus,
+                    args.calls,
+                )
+            )
+        )
+        return 0
+    synth(args)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="imagenet-bench-") as root:
+        for gpus in args.gpus:
+            rows += [child_part(args, name, gpus) for name in ("step", "data") if name in args.parts]
+            for layout in ("node", "process") if gpus > 1 else ("node",):
+                rows += [train(args, workload, gpus, layout, Path(root))] if "train" in args.parts else []
+                print(table(rows), flush=True)
+    add_scaling(rows)
+    text = table(rows)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"argv": sys.argv, "environment": environment(), "workload": workload, "table": text, "rows": rows}
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.plot:
+        plot(rows, args.plot)
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

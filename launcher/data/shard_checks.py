@@ -1,0 +1,68 @@
+"""The checks of a sharded data set (--pipeline tfrecord or webdataset) before any job starts.
+
+DALI fails mid-epoch, with a C++ traceback, on a shard whose index is missing or does not match it,
+and trains silently on a label out of range (a zero one-hot row). Every shard is read once here:
+its framing (and CRCs), its index, its labels.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from dali_launch.launcher.data import tfrecord, webdataset
+from dali_launch.trainer.errors import UsageError
+
+SUFFIXES = {"tfrecord": tfrecord.SUFFIX, "webdataset": webdataset.SUFFIX}
+
+
+def check_shards(path: Path, pipeline: str, num_classes: int) -> None:
+    fix = f"re-create the data set with `dali-launch data synth OUT --format {pipeline}`"
+    for split in ("training", "testing"):
+        shards = sorted((path / split).glob(f"*{SUFFIXES[pipeline]}"))
+        if not shards:
+            raise UsageError(f"{path / split} holds no *{SUFFIXES[pipeline]} shards for --pipeline {pipeline}; {fix}")
+        for shard in shards:
+            index = shard.with_suffix(".idx")
+            if not index.is_file():
+                raise UsageError(f"{shard} has no DALI index {index.name} beside it; {fix}")
+            read = _tfrecord_labels if pipeline == "tfrecord" else _webdataset_labels
+            try:
+                labels = read(shard, index)
+            except ValueError as e:
+                raise UsageError(f"{shard} is corrupt or does not match {index.name} ({e}); {fix}") from None
+            _check_range(shard, labels, num_classes)
+
+
+def _tfrecord_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
+    """(which record, label) of every record, CRCs verified, the index checked against the records."""
+    records = list(tfrecord.records(shard))
+    ends = [offset for offset, _ in records[1:]] + [shard.stat().st_size]
+    if tfrecord.read_index(index) != [(offset, end - offset) for (offset, _), end in zip(records, ends)]:
+        raise ValueError("the index lists other records than the file holds")
+    return [(f"record {n}", tfrecord.parse_example(payload)[1]) for n, (_, payload) in enumerate(records)]
+
+
+def _webdataset_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
+    """(which sample, label) of every sample, the index checked against the tar's members."""
+    try:
+        with tarfile.open(shard) as tar:
+            members = [(m.name.partition(".")[2], m.offset_data, m.size, m.name) for m in tar if m.isfile()]
+        samples = webdataset.read_samples(shard)
+    except tarfile.TarError as e:
+        raise ValueError(f"not a readable tar: {e}") from None
+    if [c for sample in webdataset.read_index(index) for c in sample] != members:
+        raise ValueError("the index lists other members than the tar holds")
+    out = []
+    for name, jpg, cls in samples:
+        if not jpg or not cls.strip().isdigit():
+            raise ValueError(f"sample {name} lacks a .jpg or a .cls holding a class id")
+        out.append((f"sample {name}", int(cls)))
+    return out
+
+
+def _check_range(shard: Path, labels: list, num_classes: int) -> None:
+    for where, label in labels:
+        if not 0 <= label < num_classes:
+            fix = f"use --num-classes {label + 1} or more" if label >= 0 else "labels are class ids from 0"
+            raise UsageError(f"--num-classes {num_classes} but {where} of {shard} has label {label}; {fix}")

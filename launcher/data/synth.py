@@ -1,0 +1,145 @@
+"""`dali-launch data synth`: a deterministic ImageNet-like data set, in the formats people store data in.
+
+    dali-launch data synth /data/synth --format folders --train 50000 --test 5000 --classes 100
+
+`OUT/training` and `OUT/testing`, images as synth_images.py draws them. The work is cut into shards of
+`--shard-size` consecutive images, written by a pool of processes; each image depends only on (seed,
+split, index), so the bytes do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from dali_launch.launcher.data import new_dir, synth_images, tfrecord, webdataset
+from dali_launch.trainer.errors import UsageError
+
+FORMATS = ("folders", "tfrecord", "webdataset")
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    out: Path
+    format: str = "folders"
+    classes: int = 100
+    train: int = 10_000
+    test: int = 1_000
+    seed: int = 0
+    image_scale: float = 1.0  # image sides times this: 0.1 makes ~50×37 images for tests
+    shard_size: int = 1024  # images per work unit, and per file of the sharded formats
+    workers: int = 0  # 0: every core this process may use
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One shard of one split: images start..stop-1, written to folder/ by one worker."""
+
+    spec: SynthSpec
+    folder: Path
+    split: str
+    shard: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class SynthReport:
+    out: Path
+    counts: dict[str, int]
+    total_bytes: int
+    seconds: float
+    workers: int
+
+    def line(self, spec: SynthSpec) -> str:
+        images = sum(self.counts.values())
+        counts = ", ".join(f"{name} {n:,}" for name, n in self.counts.items())
+        return (
+            f"wrote {self.out} ({spec.format}, {spec.classes} classes): {counts}; "
+            f"{self.total_bytes / 1e6:,.1f} MB, {self.total_bytes / images / 1e3:.1f} KB per JPEG on average; "
+            f"{images / self.seconds:,.0f} images/s with {self.workers} workers"
+        )
+
+
+def validate(spec: SynthSpec) -> None:
+    if spec.format not in FORMATS:
+        raise UsageError(f"--format {spec.format} is not one of {', '.join(FORMATS)}")
+    for flag, value in (("--classes", spec.classes), ("--train", spec.train), ("--test", spec.test)):
+        if value < 1:
+            raise UsageError(f"{flag} {value}: a data set needs at least 1; use a positive count")
+    if spec.train < spec.classes:
+        raise UsageError(f"--train {spec.train} is fewer than --classes {spec.classes}; every class needs an image")
+    if not 0 < spec.image_scale <= 1:
+        raise UsageError(f"--image-scale {spec.image_scale} is out of range; use a value in (0, 1]")
+    if spec.shard_size < 1 or spec.workers < 0:
+        raise UsageError("--shard-size must be at least 1 and --workers at least 0 (0: every core)")
+    new_dir.check_free(spec.out, "OUT")
+
+
+def synth(spec: SynthSpec) -> SynthReport:
+    validate(spec)
+    workers = spec.workers or len(os.sched_getaffinity(0))
+    counts = {"training": spec.train, "testing": spec.test}
+    start = time.monotonic()
+    with new_dir.building(spec.out) as tmp:
+        units = [unit for split, n in counts.items() for unit in _units(spec, tmp / split, split, n)]
+        for split in counts:
+            _prepare_split(spec, tmp / split)
+        total = sum(_run(units, workers))
+    return SynthReport(spec.out, counts, total, time.monotonic() - start, workers)
+
+
+def _units(spec: SynthSpec, folder: Path, split: str, count: int) -> list[Unit]:
+    starts = range(0, count, spec.shard_size)
+    return [Unit(spec, folder, split, k, s, min(s + spec.shard_size, count)) for k, s in enumerate(starts)]
+
+
+def _run(units: list[Unit], workers: int) -> list[int]:
+    if workers == 1 or len(units) == 1:
+        return [write_unit(unit) for unit in units]
+    # spawn, not fork: the caller may hold threads (DALI's, JAX's) that fork would copy half-alive.
+    with ProcessPoolExecutor(min(workers, len(units)), mp_context=get_context("spawn")) as pool:
+        return list(pool.map(write_unit, units))
+
+
+def _prepare_split(spec: SynthSpec, folder: Path) -> None:
+    folder.mkdir()
+    if spec.format == "folders":
+        for label in range(spec.classes):
+            (folder / class_folder(label, spec.classes)).mkdir()
+
+
+def class_folder(label: int, classes: int) -> str:
+    """Zero-padded, so fn.readers.file's sorted order (its labels) is the class id."""
+    return f"{label:0{len(str(classes - 1))}d}"
+
+
+def samples(unit: Unit):
+    """(index, jpeg, label) of every image of a unit, in order."""
+    spec = unit.spec
+    for index in range(unit.start, unit.stop):
+        label = synth_images.label_of(index, spec.classes)
+        yield index, synth_images.jpeg(spec.seed, unit.split, index, label, spec.image_scale), label
+
+
+def write_unit(unit: Unit) -> int:
+    """Writes one unit's images; returns the bytes of JPEG written."""
+    if unit.spec.format == "folders":
+        return _write_folders(unit)
+    stem = unit.folder / f"shard-{unit.shard:05d}"
+    pairs = ((jpeg, label) for _, jpeg, label in samples(unit))
+    if unit.spec.format == "tfrecord":
+        return tfrecord.write(stem.with_suffix(tfrecord.SUFFIX), pairs)
+    return webdataset.write(stem.with_suffix(webdataset.SUFFIX), samples(unit))
+
+
+def _write_folders(unit: Unit) -> int:
+    total = 0
+    for index, data, label in samples(unit):
+        (unit.folder / class_folder(label, unit.spec.classes) / f"{index:08d}.jpg").write_bytes(data)
+        total += len(data)
+    return total

@@ -1,0 +1,107 @@
+"""TFRecord files of tf.Example protos, as TensorFlow writes ImageNet, and DALI's index files for them.
+
+A record is framed as: uint64 length, uint32 masked CRC32C of the length, the bytes, uint32 masked
+CRC32C of the bytes (tensorflow/core/lib/io/record_writer.cc). An Example holds `image/encoded` (the
+JPEG) and `image/class/label` (int64; class ids from 0 here, where TensorFlow's ImageNet scripts
+count from 1). DALI's `fn.readers.tfrecord` needs one index file per record file: a line
+"offset size" per record (DALI's tools/tfrecord2idx), which this module writes beside each file.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import google_crc32c  # C-backed: a pure-Python CRC32C takes minutes per GB
+
+from dali_launch.launcher.data.prepare import _field, _fields_of, _read_varint, _varint
+
+IMAGE_KEY, LABEL_KEY = "image/encoded", "image/class/label"
+SUFFIX, INDEX_SUFFIX = ".tfrecord", ".idx"
+
+
+def masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(payload: bytes) -> bytes:
+    length = struct.pack("<Q", len(payload))
+    return length + struct.pack("<I", masked_crc(length)) + payload + struct.pack("<I", masked_crc(payload))
+
+
+def example(jpeg: bytes, label: int) -> bytes:
+    """tf.Example{features{feature{"image/encoded": bytes_list, "image/class/label": int64_list}}}."""
+    image = _field(1, _field(1, jpeg))  # Feature.bytes_list{value}
+    label_feature = _field(3, _field(1, _varint(label % (1 << 64))))  # Feature.int64_list{packed value}
+    entries = [
+        _field(1, _field(1, key.encode()) + _field(2, value))
+        for key, value in ((IMAGE_KEY, image), (LABEL_KEY, label_feature))
+    ]
+    return _field(1, b"".join(entries))
+
+
+def write(path: Path, samples: Iterable[tuple[bytes, int]]) -> int:
+    """Writes one record file and its index (same stem, .idx); returns the JPEG bytes written."""
+    offsets, total = [], 0
+    with open(path, "wb") as f:
+        for jpeg, label in samples:
+            record = frame(example(jpeg, label))
+            offsets.append((f.tell(), len(record)))
+            f.write(record)
+            total += len(jpeg)
+    path.with_suffix(INDEX_SUFFIX).write_text("".join(f"{offset} {size}\n" for offset, size in offsets))
+    return total
+
+
+def records(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(offset, payload) of every record of a file, both CRCs verified; ValueError says where it breaks."""
+    data = path.read_bytes()
+    i = 0
+    while i < len(data):
+        if i + 12 > len(data):
+            raise ValueError(f"ends inside the header of the record at byte {i}")
+        (length,) = struct.unpack_from("<Q", data, i)
+        if struct.unpack_from("<I", data, i + 8)[0] != masked_crc(data[i : i + 8]):
+            raise ValueError(f"the length of the record at byte {i} fails its CRC")
+        end = i + 12 + length + 4
+        if end > len(data):
+            raise ValueError(f"the record at byte {i} is cut short")
+        payload = data[i + 12 : end - 4]
+        if struct.unpack_from("<I", data, end - 4)[0] != masked_crc(payload):
+            raise ValueError(f"the record at byte {i} fails its CRC")
+        yield i, payload
+        i = end
+
+
+def parse_example(payload: bytes) -> tuple[bytes, int]:
+    """The JPEG and label of an Example; ValueError if either is missing."""
+    features = dict(_fields_of(payload)).get(1, b"")
+    found = {}
+    for number, entry in _fields_of(features):
+        if number == 1:
+            fields = dict(_fields_of(entry))
+            found[fields.get(1, b"").decode(errors="replace")] = fields.get(2, b"")
+    if IMAGE_KEY not in found or LABEL_KEY not in found:
+        raise ValueError(f"an Example without {IMAGE_KEY!r} and {LABEL_KEY!r}")
+    (jpeg,) = [v for n, v in _fields_of(dict(_fields_of(found[IMAGE_KEY])).get(1, b"")) if n == 1] or [b""]
+    values = dict(_fields_of(found[LABEL_KEY])).get(3)
+    if values is None:
+        raise ValueError(f"{LABEL_KEY!r} is not an int64 list")
+    raw = dict(_fields_of(values)).get(1)
+    label = _read_varint(raw, 0)[0] if isinstance(raw, bytes) else raw
+    if label is None:
+        raise ValueError(f"{LABEL_KEY!r} is empty")
+    return jpeg, label - (1 << 64) if label >= 1 << 63 else label
+
+
+def read_index(path: Path) -> list[tuple[int, int]]:
+    """The (offset, size) lines of a DALI index file; ValueError if a line is not two integers."""
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"line {n} is not 'offset size'")
+        out.append((int(parts[0]), int(parts[1])))
+    return out
