@@ -8,6 +8,8 @@ steps_per_call   SGD steps fused into one device call (the same steps: only the 
                  CPUs: 1 (XLA:CPU runs convolutions inside a scan ~15x slower, and gloo needs a
                  wait every few steps anyway)
 readers          DALI pipelines per device (shards.readers_per_device), for training and evaluation
+elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
+                 call and learning-rate scale elastic.py plans for this device count (else None)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import placement, shards
+from dali_launch.trainer.resilience import elastic
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
@@ -32,6 +35,9 @@ class Resolved:
     steps_per_call: int
     readers_per_device: int
     eval_readers_per_device: int
+    sample_order: str = "shards"
+    lr_scale: float = 1.0
+    elastic: dict | None = None
 
     @property
     def call_batch(self) -> int:
@@ -52,9 +58,22 @@ def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) ->
     return max(unit, round(k / unit) * unit)
 
 
-def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: int, processes_here: int) -> Resolved:
-    batch = spec.train.per_device_batch(global_devices)
-    k = steps_per_call(spec.train.steps_per_call, platform, batch, spec.data.readers_per_device)
+def resolve(
+    spec: TaskSpec,
+    platform: str,
+    local_devices: int,
+    global_devices: int,
+    processes_here: int,
+    order: dict | None = None,
+) -> Resolved:
+    """`order`: the newest checkpoint's global-order record, if it has one."""
+    plan = elastic.plan(order, global_devices, spec.train.elastic_batch) if order else None
+    batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
+    k = (
+        plan.steps_per_call
+        if plan
+        else steps_per_call(spec.train.steps_per_call, platform, batch, spec.data.readers_per_device)
+    )
     cores = shards.cores_per_device(local_devices, processes_here)
     decoder = placement.decoder(spec.data, platform)
     return Resolved(
@@ -66,4 +85,7 @@ def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: i
         steps_per_call=k,
         readers_per_device=shards.readers_per_device(spec.data, platform, batch * k, cores),
         eval_readers_per_device=shards.readers_per_device(spec.data, platform, spec.train.eval_batch_size, cores),
+        sample_order=spec.data.sample_order,
+        lr_scale=plan.lr_scale if plan else 1.0,
+        elastic=plan.as_dict() if plan and plan.changed else None,
     )
