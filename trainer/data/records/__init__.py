@@ -9,6 +9,9 @@ A new format is a module here with the same two names, added to FORMATS.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from dali_launch.trainer.data.global_order import fingerprint
 from dali_launch.trainer.data.records import caffe2, folders
 from dali_launch.trainer.data.records.common import RecordSource
 
@@ -22,4 +25,14 @@ def open_source(reader: str, kwargs: dict) -> RecordSource:
     return FORMATS[reader].source(kwargs)
 
 
-__all__ = ["FORMATS", "RecordSource", "open_source"]
+def fingerprint_of(split: Path) -> dict | None:
+    """The fingerprint of a split in a format known here, found by what the folder holds (the launcher's
+    check of a resumed global order); None for a format it does not know."""
+    if (split / "data.mdb").is_file():
+        return fingerprint(caffe2.keys(str(split)))
+    if split.is_dir() and any(p.is_dir() for p in split.iterdir()):
+        return fingerprint(folders.source({"file_root": str(split)}).keys())
+    return None
+
+
+__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "open_source"]
