@@ -110,7 +110,8 @@ def _changes(values: Values, recorded: dict, root: Path) -> dict:
         flag = "--" + name.replace("_", "-")
         if name in ELASTIC and not elastic:
             raise UsageError(
-                f"{flag} {value} differs from the run's own {before}, but --resume {root} reads its data in "
+                f"{flag} {value} differs from the run's own {'default' if before is None else before}, but "
+                f"--resume {root} reads its data in "
                 f"per-device shards (--sample-order shards), whose checkpoint holds each reader's position; "
                 f"leave {flag} out to continue it (only --sample-order global runs resume on another topology)"
             )

@@ -127,7 +127,9 @@ def runs(small_lmdb, tmp_path_factory):
     env = {"PYTHONPATH": str(root / "pkg")}
     args = ["--local", "--gpus-per-node", "4", "--processes", "2", "--data-dir", str(data), *COMMON]
     check_ok(dali_launch(*args, "--run-root", str(root / "whole"), env=env))
-    cut = dali_launch(*args, "--run-root", str(root / "cut"), env={**env, "STOP_AT": "6"})  # 2 devices a process: step 3
+    cut = dali_launch(
+        *args, "--run-root", str(root / "cut"), env={**env, "STOP_AT": "6"}
+    )  # 2 devices a process: step 3
     assert cut.returncode != 0 and "checkpoint written" in cut.stderr, cut.stderr
     paths = only_run(root / "cut")
     assert not paths.result.exists()
