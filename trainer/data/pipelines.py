@@ -20,7 +20,7 @@ EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then 
 
 
 def _mnist(args: PipelineArgs):
-    jpegs, labels = args.read("caffe2", path=args.path)
+    jpegs, labels = args.read("caffe2", path=args.path, name="caffe2")
     images = fn.decoders.image(jpegs, device=args.decode_device(), output_type=types.GRAY)
     if args.on_gpu:  # nvJPEG's images are on the GPU: both outputs stay there
         labels = labels.gpu()
@@ -34,7 +34,7 @@ mnist = Pipeline(_mnist, auto_decoder="cpu")  # 28x28 JPEGs: nvJPEG is the slowe
 
 
 def folders(args: PipelineArgs):
-    jpegs, labels = args.read("file", file_root=args.path)
+    jpegs, labels = args.read("file", file_root=args.path, name="file")
     size, device = args.image_size, args.decode_device()
     if args.training:
         # Decoding only the random crop's region: cheaper than decoding whole images, on either device.
