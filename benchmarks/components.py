@@ -5,7 +5,9 @@
               nvImageCodec's codecs, then with its CPU codecs only (what dali-launch gives a CPU
               pipeline, trainer/placement.py); the first batch must be the same pixels
     data      data-only epochs through the trainer's DeviceBatches (pipelines on the CPU, batches
-              put on the device), per readers x threads x prefetch in --data-grid
+              put on the device), per readers x threads x prefetch in --data-grid and per
+              --sample-orders: shards (DALI's Caffe2 reader) vs global (records/caffe2.py through
+              an external source: the price of elastic resume, README)
     steps     the example's 1,200 SGD steps (MLP, batch 50) fused 24 per call, XLA's CUDA graphs
               (command buffers) off and on, chosen per program through compiler_options
 
@@ -97,18 +99,21 @@ def codecs(data: Path, readers: int) -> list[dict]:
     return rows
 
 
-def data_epochs(data: Path, grid: list[str], epochs: int = 3) -> list[dict]:
+def data_epochs(data: Path, grid: list[str], orders: list[str], epochs: int = 3) -> list[dict]:
     import jax
 
     from dali_launch.trainer.config import DataConfig
     from dali_launch.trainer.data import dali, shards
 
     device, rows = jax.devices()[:1], []
-    for cell in grid:
+    for cell, order in ((cell, order) for cell in grid for order in orders):  # orders side by side
         readers, threads, prefetch = (int(x) for x in cell.split("x"))
         config = DataConfig(data_dir=str(data), decoder="cpu", reader_threads=threads, prefetch=prefetch)
         sharding = shards.Sharding(0, 1, 1, readers)
-        batches = dali.build(str(data / "training"), device, device, sharding, BATCH * PER_CALL, True, config, 0)
+        start = dali.Start(order, 0, 1, BATCH, PER_CALL)
+        batches = dali.build(
+            str(data / "training"), device, device, sharding, BATCH * PER_CALL, True, config, 0, start=start
+        )
         times = []
         for _ in range(epochs):
             start = time.perf_counter()
@@ -119,8 +124,9 @@ def data_epochs(data: Path, grid: list[str], epochs: int = 3) -> list[dict]:
         rows.append(
             {
                 "component": "data",
-                "setting": f"{readers} readers x {threads} threads, prefetch {prefetch}",
+                "setting": f"{order}: {readers} readers x {threads} threads, prefetch {prefetch}",
                 "epoch_s": min(times[1:] or times),
+                "images_per_s": batches.num_samples / min(times[1:] or times),
                 "epochs_s": times,
             }
         )
@@ -198,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         default="4x4x2,4x4x4,8x2x4",
         help="Data-only epochs: READERSxTHREADSxPREFETCH cells (default 4x4x2,4x4x4,8x2x4).",
     )
+    parser.add_argument(
+        "--sample-orders",
+        type=listed(choices=("shards", "global")),
+        default="shards,global",
+        help="Data-only epochs in these --sample-order values (default both).",
+    )
     parser.add_argument("--parts", type=listed(choices=("codecs", "data", "steps")), default="codecs,data,steps")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"SGD steps per timed epoch (default {STEPS}).")
     parser.add_argument("--out", type=Path, help="Write the table and every number as JSON here.")
@@ -208,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     data, rows = args.data.absolute(), []
     # codecs first: after use_cpu_codecs_only() this process has no other codecs
     rows += codecs(data, args.readers) if "codecs" in args.parts else []
-    rows += data_epochs(data, args.data_grid) if "data" in args.parts else []
+    rows += data_epochs(data, args.data_grid, args.sample_orders) if "data" in args.parts else []
     rows += steps(args.steps) if "steps" in args.parts else []
     text = table(rows)
     print(text, flush=True)

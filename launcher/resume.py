@@ -4,12 +4,15 @@ The run directory knows everything: its configuration (config.toml), who started
 (config.json: `train`, `--local` or SLURM). Flags given beside `--resume` may change what does not
 change the training itself (more epochs, timeouts, checkpoint policy, SLURM knobs for the new
 submission); any other flag that differs from the run's own value is refused, since the checkpoint
-would then continue a different run.
+would then continue a different run. A --sample-order global run may also change its topology
+(nodes, GPUs, processes, readers): its checkpoint holds a position in a global order, which
+trainer/resilience/elastic.py continues on any device count (checked here, before anything is written).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from dali_launch.launcher import config_file, runs
@@ -44,6 +47,8 @@ MAY_CHANGE = frozenset(
     }
 )
 PATHS = {"data_dir", "run_root"}  # compared as absolute paths
+# What a --sample-order global run may change besides: where it runs, and how a resized batch is handled.
+ELASTIC = frozenset({"nodes", "gpus_per_node", "tasks_per_node", "readers_per_device", "elastic_batch"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +56,11 @@ class Resumption:
     run: RunConfig  # the run's own configuration, with the allowed changes
     backend: str  # who started its tasks: none (`train`), local or slurm
     changes: dict  # field name -> new value, for the fields that differ from the run's own
+    elastic: str = ""  # how a global order continues on another device count (elastic.Plan.describe)
 
     def describe(self) -> str:
-        return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.changes.items())
+        changed = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.changes.items())
+        return changed + (f" ({self.elastic})" if self.elastic else "")
 
 
 def reopen(values: Values, entry: str) -> Resumption:
@@ -88,24 +95,63 @@ def reopen(values: Values, entry: str) -> Resumption:
     recorded = config_file.load(str(paths.config_toml))
     changes = _changes(values, recorded, paths.root)
     resumed = {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))}
-    return Resumption(build(RunConfig, resumed), backend, changes)
+    run = build(RunConfig, resumed)
+    plan = _elastic_plan(run, paths) if run.data.sample_order == "global" else None
+    return Resumption(run, backend, changes, plan.describe() if plan else "")
 
 
 def _changes(values: Values, recorded: dict, root: Path) -> dict:
     """The given flags that differ from the run's own values: allowed ones, or a UsageError."""
-    changes = {}
+    changes, elastic = {}, recorded.get("sample_order") == "global"
     for name in sorted(values.given):
         value, before = values[name], recorded.get(name)
         if value == before or name in ("resume", "dry_run") or (name in PATHS and _same_path(value, before)):
             continue
-        if name not in MAY_CHANGE:
-            flag = "--" + name.replace("_", "-")
+        flag = "--" + name.replace("_", "-")
+        if name in ELASTIC and not elastic:
+            raise UsageError(
+                f"{flag} {value} differs from the run's own {'default' if before is None else before}, but "
+                f"--resume {root} reads its data in "
+                f"per-device shards (--sample-order shards), whose checkpoint holds each reader's position; "
+                f"leave {flag} out to continue it (only --sample-order global runs resume on another topology)"
+            )
+        if name not in MAY_CHANGE | (ELASTIC if elastic else frozenset()):
             raise UsageError(
                 f"{flag} {value} differs from the run's own {before} and would make --resume {root} "
                 f"another run; leave {flag} out to continue it, or start a new run"
             )
         changes[name] = value
     return changes
+
+
+def _elastic_plan(run: RunConfig, paths: RunPaths):
+    """How the newest checkpoint continues on `run`'s devices (None without one), and that its data
+    set is still the one at --data-dir; a UsageError otherwise, before anything is written."""
+    from dali_launch.trainer.data import records
+    from dali_launch.trainer.resilience import elastic
+
+    order = newest_order(paths)
+    if order is None:
+        return None
+    plan = elastic.plan(order, run.num_devices, run.train.elastic_batch)
+    data_dir = TaskSpec.load(paths.root).data.data_dir
+    now = records.fingerprint_of(Path(data_dir) / "training")
+    if now is not None and now != order["dataset"]:
+        raise UsageError(
+            f"--resume {paths.root}: its checkpoint was written for a training set of {order['dataset']['samples']} "
+            f"samples (keys {order['dataset']['keys_sha256'][:12]}), but {data_dir} now holds {now['samples']} "
+            f"(keys {now['keys_sha256'][:12]}); restore the run's data there, or start a new run"
+        )
+    return plan
+
+
+def newest_order(paths: RunPaths) -> dict | None:
+    """The global-order record of the newest complete checkpoint (Orbax's JSON, read without Orbax)."""
+    steps = [p for p in paths.checkpoints.glob("*") if p.name.isdigit() and (p / "commit_success.txt").exists()]
+    if not steps:
+        return None
+    newest = max(steps, key=lambda p: int(p.name))
+    return json.loads((newest / "meta" / "metadata").read_text()).get("order")
 
 
 def _same_path(a: str | None, b: str | None) -> bool:

@@ -136,7 +136,8 @@ def test_components_smoke_times_every_part(mnist_lmdb, tmp_path):
     check_ok(proc)
     doc = json.loads(out.read_text())
     settings = [(r["component"], r["setting"]) for r in doc["rows"]]
-    assert [c for c, _ in settings] == ["codecs", "codecs", "data", "data", "steps", "steps"], settings
+    assert [c for c, _ in settings] == ["codecs", "codecs", *["data"] * 4, "steps", "steps"], settings
+    assert [s.split(":")[0] for c, s in settings if c == "data"] == ["shards", "global"] * 2  # the order's price
     codecs = [r for r in doc["rows"] if r["component"] == "codecs"]
     assert codecs[0]["first_batch_sum"] == codecs[1]["first_batch_sum"] > 0
     assert all(r["images_per_s"] > 0 and r["build_s"] > 0 for r in codecs)

@@ -43,6 +43,9 @@ def test_resolve_records_every_auto_value():
         "eval_readers_per_device": 1,
         "reader_threads": 2,
         "output_dtype": "float32",
+        "sample_order": "shards",
+        "lr_scale": 1.0,
+        "elastic": None,
     }
     assert auto.call_batch == 50
     assert (auto.data_config(spec.data).reader_threads, auto.data_config(spec.data).decoder) == (2, "cpu")
@@ -54,6 +57,15 @@ def test_bf16_pipelines_output_float16():
     assert resolve(spec, "cpu", 1, 1, 1).output_dtype == "float16"
     kept = TaskSpec(run_dir="x", data=DataConfig(output_dtype="float32"), train=TrainConfig(precision="bf16"))
     assert resolve(kept, "cpu", 1, 1, 1).output_dtype == "float32"
+
+
+def test_a_global_order_checkpoint_of_another_size_sets_the_batch_and_steps():
+    """elastic.py's plan wins over --batch-size and auto --steps-per-call (the checkpoint's are kept)."""
+    spec = TaskSpec(run_dir="x", data=DataConfig(sample_order="global"), train=TrainConfig(batch_size=50))
+    order = {"devices": 4, "global_batch": 200, "steps_per_call": 3, "position": 0}
+    auto = resolve(spec, "cpu", local_devices=1, global_devices=2, processes_here=1, order=order)
+    assert (auto.batch_per_device_step, auto.steps_per_call, auto.lr_scale) == (100, 3, 1.0)
+    assert auto.elastic["devices_before"] == 4 and auto.elastic["rule"] == "keep"
 
 
 def test_sample_order_takes_the_readers_in_turn():

@@ -84,7 +84,6 @@ def test_local_cannot_continue_a_slurm_run(capsys, made, tmp_path):
     [
         (["--batch-size", "64"], "--batch-size 64 differs from the run's own 50"),
         (["--data-dir", "elsewhere"], "--data-dir elsewhere differs from the run's own {data}"),
-        (["--gpus-per-node", "1"], "--gpus-per-node 1 differs from the run's own 2"),
     ],
 )
 def test_flags_that_change_the_training_are_refused(capsys, made, small_lmdb, tmp_path, flags, shown):
@@ -96,6 +95,23 @@ def test_flags_that_change_the_training_are_refused(capsys, made, small_lmdb, tm
         ["--resume", str(paths.root), *flags],
         f"{shown.format(data=small_lmdb.resolve())} and would make --resume {paths.root} another run; leave "
         f"{flag} out to continue it, or start a new run",
+    )
+
+
+@pytest.mark.parametrize(
+    "given, flag, value, before",
+    [("--gpus-per-node", "--gpus-per-node", "1", 2), ("--processes", "--tasks-per-node", "2", "default")],
+)
+def test_a_shard_order_run_keeps_its_topology(capsys, made, tmp_path, given, flag, value, before):
+    """Its checkpoint holds each DALI reader's position (--sample-order global runs may resize: test_elastic.py)."""
+    paths = made("local")
+    run_entry(
+        capsys,
+        tmp_path,
+        ["--resume", str(paths.root), given, value],
+        f"{flag} {value} differs from the run's own {before}, but --resume {paths.root} reads its data in "
+        f"per-device shards (--sample-order shards), whose checkpoint holds each reader's position; leave "
+        f"{flag} out to continue it (only --sample-order global runs resume on another topology)",
     )
 
 

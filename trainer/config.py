@@ -54,6 +54,13 @@ class DataConfig:
         "Batches each DALI pipeline prepares ahead of the trainer (prefetch_queue_depth): "
         "a deeper queue rides out uneven batch times.",
     )
+    sample_order: str = opt(
+        "shards",
+        "Order of training samples: shards (each device's DALI reader shuffles its own shard; the fastest) or "
+        "global (one permutation per epoch from --seed alone, read through an external source: a run can "
+        "--resume on another device count mid-epoch, each sample once; see README, Elastic resume).",
+        choices=("shards", "global"),
+    )
     decoder: str = opt(
         "auto",
         "Where JPEGs are decoded, and so where DALI runs: cpu (the whole pipeline on the "
@@ -152,6 +159,13 @@ class TrainConfig:
         choices=("fp32", "bf16"),
     )
     seed: int = opt(0, "Seed for parameters and data shuffling.")
+    elastic_batch: str = opt(
+        "keep",
+        "--sample-order global runs resumed on another device count: keep the global batch (the per-device "
+        "batch changes; it must divide) or rescale (keep the per-device batch; the learning rate is scaled by "
+        "new global batch / the run's first, the linear scaling rule).",
+        choices=("keep", "rescale"),
+    )
     eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
     eval_cache_mb: int = opt(
         1024,

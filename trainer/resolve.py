@@ -12,6 +12,8 @@ reader_threads   DALI CPU threads per pipeline (shards.reader_threads): 2 where 
                  more readers), the cores per device (at most 8) where nvJPEG does
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
                  the model casts on the device), else float32
+elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
+                 call and learning-rate scale elastic.py plans for this device count (else None)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import placement, shards
+from dali_launch.trainer.resilience import elastic
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
@@ -39,6 +42,9 @@ class Resolved:
     eval_readers_per_device: int
     reader_threads: int
     output_dtype: str
+    sample_order: str = "shards"
+    lr_scale: float = 1.0
+    elastic: dict | None = None
 
     @property
     def call_batch(self) -> int:
@@ -73,9 +79,22 @@ def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) ->
     return max(unit, round(k / unit) * unit)
 
 
-def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: int, processes_here: int) -> Resolved:
-    batch = spec.train.per_device_batch(global_devices)
-    k = steps_per_call(spec.train.steps_per_call, platform, batch, spec.data.readers_per_device)
+def resolve(
+    spec: TaskSpec,
+    platform: str,
+    local_devices: int,
+    global_devices: int,
+    processes_here: int,
+    order: dict | None = None,
+) -> Resolved:
+    """`order`: the newest checkpoint's global-order record, if it has one."""
+    plan = elastic.plan(order, global_devices, spec.train.elastic_batch) if order else None
+    batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
+    k = (
+        plan.steps_per_call
+        if plan
+        else steps_per_call(spec.train.steps_per_call, platform, batch, spec.data.readers_per_device)
+    )
     cores = shards.cores_per_device(local_devices, processes_here)
     decoder = placement.decoder(spec.data, platform)
     threads = shards.reader_threads(spec.data.reader_threads, decoder, cores)
@@ -91,6 +110,9 @@ def resolve(spec: TaskSpec, platform: str, local_devices: int, global_devices: i
         eval_readers_per_device=shards.readers_per_device(data, platform, decoder, spec.train.eval_batch_size, cores),
         reader_threads=threads,
         output_dtype=output_dtype(spec),
+        sample_order=spec.data.sample_order,
+        lr_scale=plan.lr_scale if plan else 1.0,
+        elastic=plan.as_dict() if plan and plan.changed else None,
     )
 
 

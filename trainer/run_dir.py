@@ -20,7 +20,8 @@ class RunPaths:
     logs/rank-N.log   each process's output (local mode; SLURM keeps its own through submitit)
     ranks/rank-N.json what each process reports of itself (merged into rank_map.json)
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
-    checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions
+    checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
+    elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
@@ -51,6 +52,7 @@ class RunPaths:
     tensorboard = property(lambda self: self.root / "tensorboard")
     wandb_run = property(lambda self: self.root / "wandb.json")
     step = property(lambda self: self.root / "step.json")
+    elastic = property(lambda self: self.root / "elastic.jsonl")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

@@ -57,6 +57,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     flavours.check()
     from dali_launch.trainer.observe.metrics import Reporter
     from dali_launch.trainer.resilience import preemption
+    from dali_launch.trainer.resilience.checkpoint import Checkpointer
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.train import train_and_evaluate
 
@@ -70,8 +71,14 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     watchdog = Watchdog(paths, topology, spec.resilience)
     if topology.num_processes > 1:
         watchdog.start()
+    resume = Checkpointer(paths, spec.resilience.keep_checkpoints).latest()  # a global order's may resize the batch
     auto = resolve(
-        spec, topology.platform, len(devices), len(devices) * topology.num_processes, topology.processes_on_host
+        spec,
+        topology.platform,
+        len(devices),
+        len(devices) * topology.num_processes,
+        topology.processes_on_host,
+        resume.order if resume else None,
     )
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:

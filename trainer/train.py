@@ -6,6 +6,9 @@ section averages nothing; here every step averages gradients over the whole job'
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import threading
 import time
 from functools import partial
@@ -85,11 +88,17 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     """
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     batch = auto.batch_per_device_step
+    if auto.lr_scale != 1.0:  # elastic.py's rescale rule
+        spec = dataclasses.replace(
+            spec, train=dataclasses.replace(spec.train, learning_rate=spec.train.learning_rate * auto.lr_scale)
+        )
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     resume = checkpointer.latest()
     startup.mark("checkpoints read")
+    start = _start(spec, auto, len(all_devices), resume)
+    same_pipelines = resume and resume.dali is not None and len(resume.dali) == len(sharding.shard_ids)
     data = dali.build(
         split_dir(spec, "training"),
         devices,
@@ -99,15 +108,20 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         True,
         auto.data_config(spec.data),
         spec.train.seed,
-        checkpoints=resume.dali if resume else None,
+        checkpoints=resume.dali if resume and (same_pipelines or not resume.order) else None,
+        start=start,
     )
     startup.mark("pipelines built")
-    mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec)
+    if resume and resume.order:
+        _check_data_set(data, resume.order)
+    mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec, sharding.readers)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     compiling = _compile_ahead(spec, mode, data, example, slots)
     fresh = create_train_state(spec, example, slots)
     if resume:
         checkpointer.restore(resume, fresh, zero_tally())
+        if auto.elastic:
+            _elastic_resumed(spec, reporter, resume, auto, slots)
     startup.mark("model initialised")
     reporter.rank_report(
         sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict(), dali=auto.dali_phrase(spec.data)
@@ -115,9 +129,8 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     evaluator = (
         Evaluator(spec, devices, auto.eval_readers_per_device, auto.data_config(spec.data)) if process == 0 else None
     )
-    reporter.track(
-        spec, resume.step * auto.steps_per_call if resume else 0, auto.steps_per_call
-    )  # after the checkpoint's
+    done_before = resume.epoch * data.steps + resume.calls_done if resume else 0  # device calls
+    reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     loop = Loop(spec, data, checkpointer, reporter, mode, startup, auto.steps_per_call)
     warm.join()
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
@@ -144,6 +157,48 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
 
 
+def _start(spec: TaskSpec, auto: Resolved, devices: int, resume: Resume | None) -> dali.Start:
+    """Where training's pipelines start. A global order's checkpoint holds a position in the epoch's
+    order: the calls of this job's size before it are done (`calls_done` is set to them)."""
+    start = dali.Start(
+        spec.data.sample_order, spec.train.seed, devices, auto.batch_per_device_step, auto.steps_per_call
+    )
+    if not resume:
+        return start
+    if not resume.order:
+        return dataclasses.replace(start, epoch=resume.epoch, call=resume.calls_done)
+    call, offset = divmod(resume.order["position"], auto.call_batch * devices)
+    resume.calls_done = call
+    first = resume.order.get("first_global_batch", resume.order["global_batch"])
+    return dataclasses.replace(start, epoch=resume.epoch, call=call, offset=offset, first_global_batch=first)
+
+
+def _check_data_set(data, order: dict) -> None:
+    """A global order's positions mean samples of one data set: refuse to continue on another."""
+    if data.fingerprint != order["dataset"]:
+        raise UsageError(
+            f"the checkpoint was written for a training set of {order['dataset']['samples']} samples "
+            f"(keys {order['dataset']['keys_sha256'][:12]}), but --data-dir now holds {data.fingerprint['samples']} "
+            f"(keys {data.fingerprint['keys_sha256'][:12]}); point --data-dir at the run's own data, or start a new run"
+        )
+
+
+def _elastic_resumed(spec: TaskSpec, reporter: Reporter, resume: Resume, auto: Resolved, slots: int) -> None:
+    """Says and records (elastic.jsonl) how the run continues on this device count. With another global
+    batch the step count is re-based on the new epoch length, so the schedule goes on where it was."""
+    plan, position = auto.elastic, resume.order["position"]
+    if plan["global_batch"] != resume.order["global_batch"]:
+        slot = resume.epoch * slots + math.ceil(position / plan["global_batch"])
+        resume.state = resume.state.replace(slot=np.asarray(slot, np.int32))
+    from dali_launch.trainer.resilience.elastic import Plan
+
+    reporter.say(Plan(**plan).describe())
+    if jax.process_index() == 0:
+        record = {"checkpoint": resume.step, "epoch": resume.epoch, "position": position, **plan}
+        with RunPaths(spec.run_dir).elastic.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+
+
 def _compile_ahead(spec: TaskSpec, mode, data, example, slots: int) -> threading.Thread:
     """Compiles the first device call in a thread while the model is initialised (both take seconds on
     a cold start); the call then finds the program in XLA's persistent cache. Without that cache, or
@@ -156,7 +211,7 @@ def _compile_ahead(spec: TaskSpec, mode, data, example, slots: int) -> threading
         return parallel.finished()
     batch = data.peek()
     tally = data.put([call_tally()] * len(data.devices))
-    return mode.compile_ahead(shapes, tally, batch["images"], batch["labels"], data.shard_sizes())
+    return mode.compile_ahead(shapes, tally, batch["images"], batch["labels"], batch["valid"])
 
 
 class Loop:
@@ -167,7 +222,6 @@ class Loop:
     ):
         self.spec, self.data, self.sharding, self.reporter = spec, data, data.sharding, reporter
         self.checkpointer, self.mode, self.startup, self.k = checkpointer, mode, startup, k
-        self.shard_sizes = data.shard_sizes()
         self.preemption = Preemption()
         # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
         # GPUs a check point costs a host sync, so they come rarely.
@@ -195,7 +249,7 @@ class Loop:
                 batch = self.data.next()
                 fetched = time.perf_counter()
                 data_wait += fetched - waited
-                state, tally = self.mode.call(state, tally, batch["images"], batch["labels"], self.shard_sizes)
+                state, tally = self.mode.call(state, tally, batch["images"], batch["labels"], batch["valid"])
                 self.reporter.profile.after(before + call, tally)
                 if self.first_call:
                     compile_s = self._first_call_done(tally, fetched)
@@ -269,6 +323,22 @@ class Loop:
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.saved_at = time.monotonic()
         kept = {k: v for k, v in tally.items() if k in zero_tally()}
-        self.checkpointer.save(
-            epoch * self.data.steps + calls_done, epoch, calls_done, self.mode.replica(state), kept, self.data.pipes
-        )
+        order, step = self._order(epoch, calls_done), epoch * self.data.steps + calls_done
+        if order:  # samples, not calls: a count that grows whatever the device count (elastic resumes)
+            step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
+        self.checkpointer.save(step, epoch, calls_done, self.mode.replica(state), kept, self.data.pipes, order)
+
+    def _order(self, epoch: int, calls_done: int) -> dict | None:
+        """A global order's record (elastic.py): where the job is in the epoch's order, and with what."""
+        layout, start = self.data.layout, self.data.start
+        if layout is None:
+            return None
+        offset = start.offset if epoch == start.epoch else 0
+        return {
+            "position": offset + calls_done * layout.call_samples,
+            "global_batch": layout.global_batch,
+            "first_global_batch": start.first_global_batch or layout.global_batch,
+            "devices": layout.devices,
+            "steps_per_call": layout.steps,
+            "dataset": self.data.fingerprint,
+        }

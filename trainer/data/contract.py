@@ -5,7 +5,7 @@ It imports neither JAX nor DALI, so a user's pipeline module can import it at no
     from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
 
     def my_pipeline(args: PipelineArgs):
-        jpegs, labels = fn.readers.file(file_root=args.path, **args.reader_args())
+        jpegs, labels = args.read("file", file_root=args.path)  # or fn.readers.file(..., **args.reader_args())
         ...
         return images, labels
 
@@ -13,8 +13,9 @@ It imports neither JAX nor DALI, so a user's pipeline module can import it at no
 
 `function(args: PipelineArgs) -> (images, labels)` is called inside our `pipeline_def`, once per
 reader (--readers-per-device per device) and split, and returns two DALI DataNodes:
-- exactly one reader, given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it),
-  reading `args.path` (DATA_DIR/training or DATA_DIR/testing); any reader name;
+- exactly one reader reading `args.path` (DATA_DIR/training or DATA_DIR/testing): `args.read(name, **kwargs)`
+  for the formats records/ knows (caffe2, file), which also works under --sample-order global, or any
+  `fn.readers.*` given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it);
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
   decoders are given `**args.decoder_args()` (device and, on the GPU, the hardware decoder's share and
@@ -56,6 +57,7 @@ class PipelineArgs:
     image_size: int  # --image-size: the side of square crops, for pipelines that crop
     hw_decoder_load: float = 0.65  # --hw-decoder-load: the hardware JPEG decoder's share (mixed)
     output_dtype: str = "float32"  # --output-dtype resolved: float32 or float16
+    feed: object = None  # --sample-order global: the reader's feed.Feed (training only); None: DALI's shards
 
     def reader_args(self) -> dict:
         """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
@@ -66,6 +68,13 @@ class PipelineArgs:
             "pad_last_batch": True,
             "stick_to_shard": True,
         }
+
+    def read(self, reader: str, **kwargs):
+        """(encoded, labels) of the pipeline's one reader, `fn.readers.<reader>(**kwargs)`, in the run's sample
+        order: this device's shard (DALI's reader) or its rows of the global order (an external source)."""
+        from dali_launch.trainer.data import feed  # DALI: imported only inside a pipeline
+
+        return feed.read(self, reader, kwargs)
 
     def decode_device(self) -> str:
         """`device=` for fn.decoders.*."""

@@ -6,6 +6,8 @@ shard each reader reads and which positions are padding; contract.py what a pipe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,10 +17,38 @@ from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import placement
 from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.feed import Feed
+from dali_launch.trainer.data.global_order import Layout, fingerprint
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
 from dali_launch.trainer.errors import UsageError
 
 AXIS = "devices"  # the pmap axis name and the mesh axis name
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where training's pipelines start: --sample-order, and the call of an epoch (resumed runs: the
+    checkpoint's; `offset` only for a global order resumed with another global batch)."""
+
+    order: str  # shards or global
+    seed: int
+    devices: int  # the job's
+    batch: int  # per device per step
+    steps: int  # per call
+    epoch: int = 0
+    call: int = 0
+    offset: int = 0
+    first_global_batch: int = 0  # the run's first segment's (elastic.py's rescale rule); 0: this one's
+
+    def layout(self, num_samples: int, readers: int) -> Layout:
+        return Layout(num_samples, self.devices, self.batch, self.steps, readers)
+
+    def feed(self, device: int, reader: int, readers: int) -> Feed | None:
+        if self.order != "global":
+            return None
+        return Feed(
+            self.seed, self.devices, self.batch, self.steps, readers, device, reader, self.epoch, self.call, self.offset
+        )
 
 
 @pipeline_def(enable_conditionals=False)
@@ -41,11 +71,25 @@ class DeviceBatches:
     names = ("images", "labels")
 
     def __init__(
-        self, pipes: list, devices: list, mesh_devices: list, num_samples: int, sharding: Sharding, reader_batch: int
+        self,
+        pipes: list,
+        devices: list,
+        mesh_devices: list,
+        num_samples: int,
+        sharding: Sharding,
+        reader_batch: int,
+        start: Start | None = None,
     ):
         self.pipes, self.devices, self.num_samples, self.sharding = pipes, devices, num_samples, sharding
-        self.reader_batch = reader_batch
-        self.steps = steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
+        self.reader_batch, self.start = reader_batch, start
+        self.layout = start.layout(num_samples, sharding.readers) if start and start.order == "global" else None
+        self.steps = (
+            self.layout.calls_per_epoch()
+            if self.layout
+            else steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
+        )
+        self.call, self.offset = (start.call, start.offset) if start else (0, 0)  # of the next batch read
+        self.fingerprint = None  # a global order's data set (global_order.fingerprint), set by build
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.peeked = None
@@ -74,7 +118,7 @@ class DeviceBatches:
     def _read(self) -> dict:
         outputs = [pipe.run() for pipe in self.pipes]
         r = self.sharding.readers
-        return {
+        batch = {
             name: self._join(
                 [
                     _device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], device)
@@ -83,6 +127,17 @@ class DeviceBatches:
             )
             for i, name in enumerate(self.names)
         }
+        if self.start:  # training: which rows are real, for the step's sums
+            batch["valid"] = self.put(self._valid())
+            self.call, self.offset = (self.call + 1, self.offset) if self.call + 1 < self.steps else (0, 0)
+        return batch
+
+    def _valid(self) -> list[np.ndarray]:
+        """The masks of the call about to be made, one per local device."""
+        if self.layout is None:
+            return self.sharding.valid(self.num_samples, self.call, self.reader_batch)
+        first = self.offset + self.call * self.layout.call_samples
+        return [self.layout.valid(first, d) for d in self.sharding.device_ids]
 
     def put(self, values):
         """Host values (arrays or pytrees), one per local device, as job-wide arrays laid out like the batches."""
@@ -90,7 +145,7 @@ class DeviceBatches:
         return jax.tree.map(lambda *shards: self._join(list(shards)), *per_device)
 
     def shard_sizes(self) -> jax.Array:
-        """Every reader's shard size, on the devices: (devices, readers), the masks' other input."""
+        """Every reader's shard size, on the devices: (devices, readers), evaluation's masks' other input."""
         return self.put(list(self.sharding.shard_sizes(self.num_samples)))
 
     def _join(self, arrays: list) -> jax.Array:
@@ -127,12 +182,14 @@ def build(
     config: DataConfig,
     seed: int,
     checkpoints: list[bytes] | None = None,
+    start: Start | None = None,
 ) -> DeviceBatches:
     """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
 
     `call_batch` is the samples per device and device call (--steps-per-call steps of the per-device
     batch); each of a device's readers reads an equal part of it, its `reader_batch`.
-    `checkpoints` (one per pipeline, from `pipe.checkpoint()`) resume each reader where it was.
+    `checkpoints` (one per pipeline, from `pipe.checkpoint()`) resume each pipeline where it was
+    (under a global order: its random operators; the feed starts at `start`'s call). `start`: training's.
     """
     if checkpoints is not None and len(checkpoints) != len(sharding.shard_ids):
         raise UsageError(
@@ -146,11 +203,18 @@ def build(
             f"reads per call; use a divisor of it"
         )
     reader_batch, function, pipes = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline), []
+    feeds = []
     for k, shard_id in enumerate(sharding.shard_ids):
         device = devices[k // sharding.readers]
-        args = pipeline_args(
-            path, device, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id
+        feed = (
+            start.feed(sharding.first_device + k // sharding.readers, k % sharding.readers, sharding.readers)
+            if start
+            else None
         )
+        args = pipeline_args(
+            path, device, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed
+        )
+        feeds.append(feed)
         pipes.append(
             graph(
                 function,
@@ -168,14 +232,25 @@ def build(
     for pipe in pipes:
         pipe.build()
     sizes = {
-        epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards)
-        for pipe, shard_id in zip(pipes, sharding.shard_ids)
+        epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards, feed)
+        for pipe, shard_id, feed in zip(pipes, sharding.shard_ids, feeds)
     }
-    return DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch)
+    batches = DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch, start)
+    if feeds[0]:
+        batches.fingerprint = fingerprint(feeds[0].source.keys())
+    return batches
 
 
 def pipeline_args(
-    path: str, device, shard_id: int, num_shards: int, reader_batch: int, training: bool, config: DataConfig, seed: int
+    path: str,
+    device,
+    shard_id: int,
+    num_shards: int,
+    reader_batch: int,
+    training: bool,
+    config: DataConfig,
+    seed: int,
+    feed: Feed | None = None,
 ) -> PipelineArgs:
     decoder = placement.decoder(config, device.platform)
     if decoder == "mixed" and device.platform != "gpu":
@@ -193,12 +268,21 @@ def pipeline_args(
         image_size=config.image_size,
         hw_decoder_load=config.hw_decoder_load,
         output_dtype="float32" if config.output_dtype == "auto" else config.output_dtype,
+        feed=feed,
     )
 
 
-def epoch_size(pipe, name: str, shard_id: int, num_shards: int) -> int:
-    """Samples in the split, from the pipeline's one reader, checked to shard and pad as the masks assume."""
+def epoch_size(pipe, name: str, shard_id: int, num_shards: int, feed: Feed | None = None) -> int:
+    """Samples in the split, from the pipeline's one reader, checked to shard and pad as the masks assume
+    (under a global order: from its feed's records, with no native reader beside it)."""
     readers = pipe.reader_meta()
+    if feed is not None:
+        if readers or feed.source is None:
+            raise UsageError(
+                f"--pipeline {name} does not read through args.read(...), which --sample-order global needs; "
+                f"use args.read, or --sample-order shards"
+            )
+        return len(feed.source)
     if len(readers) != 1:
         raise UsageError(f"--pipeline {name} has {len(readers)} readers; use exactly one, given **args.reader_args()")
     meta = next(iter(readers.values()))

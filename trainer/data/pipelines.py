@@ -27,7 +27,7 @@ EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then 
 
 
 def _mnist(args: PipelineArgs):
-    jpegs, labels = fn.readers.caffe2(path=args.path, name="caffe2", **args.reader_args())
+    jpegs, labels = args.read("caffe2", path=args.path, name="caffe2")
     images = fn.decoders.image(jpegs, **args.decoder_args(), output_type=types.GRAY)
     if args.on_gpu:  # nvJPEG's images are on the GPU: both outputs stay there
         labels = labels.gpu()
@@ -54,7 +54,7 @@ def webdataset(args: PipelineArgs):
 
 def folders_inputs(args: PipelineArgs):
     """(encoded images, class ids) of one shard: the reader of each format."""
-    return fn.readers.file(file_root=args.path, name="file", **args.reader_args())
+    return args.read("file", file_root=args.path, name="file")
 
 
 def tfrecord_inputs(args: PipelineArgs):

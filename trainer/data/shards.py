@@ -53,6 +53,13 @@ class Sharding:
         sizes = [shard_size(num_samples, s, self.num_shards) for s in self.shard_ids]
         return np.array(sizes, np.int32).reshape(self.local_devices, self.readers)
 
+    def valid(self, num_samples: int, call: int, reader_batch: int) -> list[np.ndarray]:
+        """Training's masks of call `call` of an epoch, one per local device (readers end to end)."""
+        rows = call * reader_batch + np.arange(reader_batch)
+        return [
+            (rows[None, :] < sizes[:, None]).reshape(-1).astype(np.float32) for sizes in self.shard_sizes(num_samples)
+        ]
+
 
 CPU_DECODE_THREADS = 2  # per reader, where the CPU decodes: more readers scale better than more threads
 MAX_GPU_DECODE_THREADS = 8  # nvJPEG's host side: 8 threads decoded 1.26-1.8x faster than 4 (FIELD-NOTES)
@@ -86,7 +93,7 @@ def cores_per_device(local_devices: int, processes_here: int) -> int:
 
 
 def valid_mask(position, shard_sizes, rows_per_reader: int):
-    """1 for real samples, 0 for DALI's padding, over one device's batch: each reader's rows start
+    """Evaluation's mask, on the device (cached batches are read again): 1 for real samples, 0 for DALI's padding, over one device's batch: each reader's rows start
     at `position` of its shard (all readers move in step), and its shard holds `shard_sizes[r]`."""
     real = position + jnp.arange(rows_per_reader)[None, :] < shard_sizes[:, None]
     return real.reshape(-1).astype(jnp.float32)

@@ -46,16 +46,13 @@ class SampleRecorder:
     def __init__(self, spec, data, epoch: int, first_call: int):
         self.spec, self.data, self.epoch, self.prints = spec, data, epoch, []
         self.first_call = first_call
-        self.shard_sizes = data.sharding.shard_sizes(data.num_samples).reshape(-1)  # per pipeline, in local order
 
     def add(self, step: int, batch: dict) -> None:
-        rows = self.data.reader_batch  # a device's rows are its readers' batches end to end
-        per_reader = lambda x: x.reshape(-1, rows, *x.shape[2:])
-        images = per_reader(_local_rows(batch["images"]))
-        labels = class_ids(per_reader(_local_rows(batch["labels"])), batch_dims=2)
-        for k, size in enumerate(self.shard_sizes):
-            real = max(0, min(rows, size - step * rows))
-            self.prints.append(fingerprints(images[k, :real], labels[k, :real]))
+        """The rows of a call that the step counts (its `valid` mask), whatever the sample order."""
+        flat = lambda x: x.reshape(-1, *x.shape[2:])
+        real = flat(_local_rows(batch["valid"])) > 0
+        images, labels = flat(_local_rows(batch["images"]))[real], class_ids(flat(_local_rows(batch["labels"])))[real]
+        self.prints.append(fingerprints(images, labels))
 
     def save(self, next_call: int) -> None:
         """Writes what was seen since the last save: at checkpoints and at the epoch's end."""

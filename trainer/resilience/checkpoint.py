@@ -2,7 +2,10 @@
 
 Saved: one replica of the train state (every replica is identical), the epoch's running tally
 (position in the shard, loss and sample sums), the epoch and the device calls done in it, and every
-process's DALI reader positions (DALI pipeline checkpointing). The DALI states are gathered to all
+process's DALI reader positions (DALI pipeline checkpointing). Under --sample-order global it also
+holds `order`: the epoch's position in the global order and what elastic.py needs to continue on
+another device count; the DALI states then hold only random operators' states, used on the same
+topology (bit-identical resumes) and dropped on another. The DALI states are gathered to all
 processes and written by the primary one; Orbax marks a step complete only once all of it is on
 disk, and `latest` only ever sees complete steps.
 """
@@ -36,7 +39,8 @@ class Resume:
     step: int
     epoch: int
     calls_done: int
-    dali: list[bytes]  # this process's pipelines, in local order (device, then reader)
+    dali: list[bytes] | None  # this process's pipelines, in local order (device, then reader); None: another topology
+    order: dict | None = None  # --sample-order global: position, global batch, ... (Checkpointer.save)
     state: object = None  # host TrainState, one replica
     tally: dict | None = None
 
@@ -66,12 +70,15 @@ class Checkpointer:
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
 
-    def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes) -> None:
-        """All processes call this at the same `step` (global count of device calls).
+    def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None) -> None:
+        """All processes call this at the same `step` (a count that only grows: device calls, or under a
+        global order samples).
 
         `state` is one replica (as --parallel lays it out); `tally` is per device, as the batches.
         """
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
+        if order:
+            meta["order"] = order
         host_state = jax.tree.map(np.asarray, state)
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
@@ -87,13 +94,16 @@ class Checkpointer:
         if step is None:
             return None
         meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        order = meta.get("order")
+        if order and len(meta["dali"]) != jax.process_count():  # elastic: pipelines start afresh
+            return Resume(step, meta["epoch"], meta["calls_done"], None, order)
         if len(meta["dali"]) != jax.process_count():
             raise UsageError(
                 f"checkpoint step {step} was written by {len(meta['dali'])} processes, this job has "
                 f"{jax.process_count()}; resume with the run's own --nodes and --tasks-per-node"
             )
         dali = [base64.b64decode(s) for s in meta["dali"][jax.process_index()]]
-        return Resume(step, meta["epoch"], meta["calls_done"], dali)
+        return Resume(step, meta["epoch"], meta["calls_done"], dali, order)
 
     def restore(self, resume: Resume, template_state, template_tally) -> None:
         """Fills `resume`'s state and tally, restored into the templates' structure."""

@@ -6,7 +6,7 @@
              the devices by its NamedSharding, and XLA inserts the all-reduce itself.
 
 Both take the same device call (DALI batch (devices, rows, ...), rows = --steps-per-call steps of
---batch-size) and make the same SGD steps: step j is rows [j*B, (j+1)*B) of every device, the loss
+--batch-size, and its `valid` mask, which the data side computes for either --sample-order) and make the same SGD steps: step j is rows [j*B, (j+1)*B) of every device, the loss
 is summed over the step's real samples of the whole job and divided by their count, so padding
 never counts and every replica applies the same update (state.py: the optimizer, accumulation, EMA).
 A model's mutable collections (BatchNorm statistics) are averaged over the job after every step:
@@ -30,7 +30,6 @@ from flax import jax_utils
 
 from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.dali import AXIS, first_row
-from dali_launch.trainer.data.shards import valid_mask
 from dali_launch.trainer.errors import UsageError
 
 
@@ -117,21 +116,17 @@ def sample_order(x, readers: int):
     return x.reshape(readers, -1, *x.shape[1:]).swapaxes(0, 1).reshape(x.shape)
 
 
-def pmap_call(state, tally, images, labels, shard_sizes, batch_size: int):
-    """One device's view of a call (pmap): images (rows, ...), shard_sizes (readers,)."""
-    readers = shard_sizes.shape[0]
+def pmap_call(state, tally, images, labels, valid, batch_size: int, readers: int):
+    """One device's view of a call (pmap): images (rows, ...), valid (rows,): 1 for real samples, 0 for padding."""
     rows = images.shape[0] // readers
-    valid = valid_mask(tally["position"], shard_sizes, rows)
     steps = lambda x: sample_order(x, readers).reshape(-1, batch_size, *x.shape[1:])
     state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), PMAP_JOB)
     return state, advance(tally, rows, loss, count, label_check.fold(tally["labels"], labels))
 
 
-def sharded_call(state, tally, images, labels, shard_sizes, batch_size: int):
-    """The whole job's view of a call (jit): images (devices, rows, ...), shard_sizes (devices, readers)."""
-    readers = shard_sizes.shape[1]
+def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: int):
+    """The whole job's view of a call (jit): images (devices, rows, ...), valid (devices, rows)."""
     rows = images.shape[1] // readers
-    valid = jax.vmap(valid_mask, (0, 0, None))(tally["position"], shard_sizes, rows)
 
     def steps(x):  # (devices, k*B, ...) -> (k, devices*B, ...): step j takes samples j*B.. of every device
         x = jax.vmap(partial(sample_order, readers=readers))(x)
@@ -148,10 +143,10 @@ class Pmap:
 
     name = "pmap"
 
-    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding):
+    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int):
         self.devices = devices
         self.call = jax.pmap(
-            partial(pmap_call, batch_size=batch_size), AXIS, devices=all_devices, donate_argnums=(0, 1)
+            partial(pmap_call, batch_size=batch_size, readers=readers), AXIS, devices=all_devices, donate_argnums=(0, 1)
         )
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
@@ -170,11 +165,11 @@ class Sharded:
 
     name = "sharded"
 
-    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding):
+    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int):
         mesh = data_sharding.mesh
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.call = jax.jit(
-            partial(sharded_call, batch_size=batch_size),
+            partial(sharded_call, batch_size=batch_size, readers=readers),
             donate_argnums=(0, 1),
             out_shardings=(self.replicated, data_sharding),
         )
@@ -212,6 +207,6 @@ def finished() -> threading.Thread:
     return thread
 
 
-def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding):
+def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int = 1):
     runner = next(cls for cls in (Pmap, Sharded) if cls.name == name)
-    return runner(devices, all_devices, batch_size, data_sharding)
+    return runner(devices, all_devices, batch_size, data_sharding, readers)

@@ -1,0 +1,199 @@
+"""Elastic resume (--sample-order global): a run cut on 2 processes × 2 devices continues on 1 × 3,
+3 × 1 or 2 × 2, each training sample seen once per epoch, to the uninterrupted run's parameters.
+
+The arithmetic (global_order.py, elastic.py) is tested directly; the runs are real local jobs on
+small_lmdb (800 samples, 7 calls of a global batch of 120 an epoch, the last one part padding).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+import textwrap
+
+import numpy as np
+import pytest
+from catalogue import run_entry
+from conftest import assert_same_params, check_ok, dali_launch, only_run
+
+from dali_launch.launcher.data import datasets
+from dali_launch.launcher.data.prepare import load_split, write_lmdb
+from dali_launch.trainer.data import records
+from dali_launch.trainer.data.global_order import Layout, permutation
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience import elastic
+from dali_launch.trainer.run_dir import RunPaths
+
+
+def test_the_order_depends_on_seed_and_epoch_only():
+    assert np.array_equal(permutation(0, 1, 800), permutation(0, 1, 800))
+    assert not np.array_equal(permutation(0, 1, 800), permutation(0, 2, 800))
+    assert not np.array_equal(permutation(0, 1, 800), permutation(1, 1, 800))
+    assert sorted(permutation(3, 0, 800)) == list(range(800))
+
+
+@pytest.mark.parametrize("devices, readers, steps", [(1, 1, 1), (3, 1, 1), (4, 2, 3), (2, 4, 2)])
+def test_each_step_reads_its_own_range_of_the_order_on_any_topology(devices, readers, steps):
+    """Step s holds positions [s*B, (s+1)*B) whatever D, R and --steps-per-call; an epoch covers 0..N-1 once."""
+    layout = Layout(num_samples=800, devices=devices, batch=120 // devices, steps=steps, readers=readers)
+    seen = []
+    for call in range(layout.calls_per_epoch()):
+        start = call * layout.call_samples
+        rows = np.stack(
+            [np.concatenate([layout.positions(start, d, r) for r in range(readers)]) for d in range(devices)]
+        )
+        # parallel.sample_order's view: row i*R + r of a device is its reader r's i-th row
+        ordered = rows.reshape(devices, readers, -1).swapaxes(1, 2).reshape(devices, steps, -1)
+        for j in range(steps):
+            step = np.sort(ordered[:, j].reshape(-1))
+            first = (call * steps + j) * 120
+            assert np.array_equal(step, np.arange(first, first + 120))
+        valid = np.stack([layout.valid(start, d) for d in range(devices)])
+        assert np.array_equal(valid > 0, rows < 800)
+        seen += rows[rows < 800].tolist()
+    assert sorted(seen) == list(range(800))
+
+
+def test_keeping_the_global_batch_needs_a_device_count_that_divides_it():
+    order = {"devices": 4, "global_batch": 120, "steps_per_call": 1}
+    plan = elastic.plan(order, 3, "keep")
+    assert (plan.batch_per_device_step, plan.lr_scale, plan.changed) == (40, 1.0, True)
+    with pytest.raises(UsageError, match=r"global batch 120 cannot be split over 7 devices; .*\(1, 2, 3, 4, 5, 6, 8, "):
+        elastic.plan(order, 7, "keep")
+
+
+def test_rescaling_keeps_the_per_device_batch_and_scales_the_rate_linearly():
+    plan = elastic.plan({"devices": 4, "global_batch": 120, "steps_per_call": 2}, 7, "rescale")
+    assert (plan.batch_per_device_step, plan.global_batch, plan.steps_per_call) == (30, 210, 2)
+    assert plan.lr_scale == pytest.approx(210 / 120)
+    again = elastic.plan(
+        {"devices": 7, "global_batch": 210, "first_global_batch": 120, "steps_per_call": 2}, 2, "rescale"
+    )
+    assert again.lr_scale == pytest.approx(60 / 120)  # always against the run's first global batch
+
+
+STOPPER = """
+import os
+import signal
+
+import flax.linen as nn
+import jax
+
+_seen = {"steps": 0}
+
+
+def _stop_rank_0(x):
+    # SIGTERM to rank 0 at a fixed step: every rank agrees at the next check point, checkpoints and stops.
+    _seen["steps"] += 1
+    if jax.process_index() == 0 and _seen["steps"] == int(os.environ.get("STOP_AT", "0")):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Small(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        jax.debug.callback(_stop_rank_0, x[0, 0])
+        x = nn.relu(nn.Dense(64)(x.reshape(x.shape[0], -1)))
+        return nn.Dense(self.num_classes)(x)
+
+
+def small(num_classes):
+    return Small(num_classes=num_classes)
+"""
+COMMON = ["--epochs", "2", "--global-batch-size", "120", "--sample-order", "global", "--record-samples"]
+COMMON += [
+    "--sync-every-steps",
+    "1",
+    "--checkpoint-every-steps",
+    "0",
+    "--init-timeout-s",
+    "30",
+    "--model",
+    "stopper:small",
+]
+
+
+@pytest.fixture(scope="module")
+def runs(small_lmdb, tmp_path_factory):
+    """An uninterrupted 2 × 2 run, and one stopped by SIGTERM in epoch 0, on a copy of small_lmdb."""
+    root = tmp_path_factory.mktemp("elastic")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "stopper.py").write_text(textwrap.dedent(STOPPER))
+    data = root / "data"
+    shutil.copytree(small_lmdb, data)
+    env = {"PYTHONPATH": str(root / "pkg")}
+    args = ["--local", "--gpus-per-node", "4", "--processes", "2", "--data-dir", str(data), *COMMON]
+    check_ok(dali_launch(*args, "--run-root", str(root / "whole"), env=env))
+    cut = dali_launch(
+        *args, "--run-root", str(root / "cut"), env={**env, "STOP_AT": "6"}
+    )  # 2 devices a process: step 3
+    assert cut.returncode != 0 and "checkpoint written" in cut.stderr, cut.stderr
+    paths = only_run(root / "cut")
+    assert not paths.result.exists()
+    assert json.loads(next(paths.checkpoints.glob("*/meta/metadata")).read_text())["calls_done"] > 0
+    return root, only_run(root / "whole"), paths, env
+
+
+def _prints(paths: RunPaths, epoch: int) -> collections.Counter:
+    return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("nodes_gpus_processes", [(2, 2), (1, 3), (3, 1)], ids=["2x2", "1x3", "3x1"])
+def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, nodes_gpus_processes):
+    _, whole, cut, env = runs
+    processes, per_process = nodes_gpus_processes
+    moved = RunPaths(shutil.copytree(cut.root, tmp_path / cut.root.name))
+    topology = ["--gpus-per-node", str(processes * per_process), "--processes", str(processes)]
+    resumed = dali_launch("--resume", str(moved.root), *topology, env=env)
+    check_ok(resumed)
+    for epoch in range(2):
+        prints = _prints(moved, epoch)
+        assert sum(prints.values()) == 800 and max(prints.values()) == 1, epoch  # none lost, none repeated
+        assert prints == _prints(whole, epoch)
+    if (processes, per_process) == (2, 2):  # the same program: bit-identical
+        assert json.loads(moved.result.read_text())["checksums"] == json.loads(whole.result.read_text())["checksums"]
+    else:
+        assert "global batch 120 kept" in resumed.stdout
+        assert json.loads(moved.elastic.read_text())["batch_per_device_step"] == 120 // (processes * per_process)
+        assert_same_params(moved, whole)  # 14 steps of another XLA program: conftest's tolerance
+
+
+@pytest.mark.slow
+def test_a_global_batch_that_cannot_be_kept_is_refused(runs, capsys, tmp_path):
+    _, _, cut, _ = runs
+    moved = shutil.copytree(cut.root, tmp_path / "run")
+    run_entry(
+        capsys,
+        tmp_path,
+        ["--resume", str(moved), "--gpus-per-node", "7", "--processes", "7"],
+        "the run's global batch 120 cannot be split over 7 devices; resume on a device count that divides it "
+        "(1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 24, 30, 40, 60), or add --elastic-batch rescale",
+    )
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_another_data_set_is_refused(runs, capsys, tmp_path):
+    """The run's data_dir now holds 700 samples, not the 800 its order numbered."""
+    root, _, cut, _ = runs
+    moved = shutil.copytree(cut.root, tmp_path / "run")
+    other = tmp_path / "other"
+    images, labels = load_split(datasets.EMBEDDED_IDX, "t10k")
+    for split, part in (("training", slice(0, 700)), ("testing", slice(800, 1000))):
+        (other / split).mkdir(parents=True)
+        write_lmdb(other / split, images[part], labels[part], quality=95)
+    spec = json.loads((moved / "config.json").read_text())
+    spec["data"]["data_dir"] = str(other)
+    (moved / "config.json").write_text(json.dumps(spec))
+    was, now = (records.fingerprint_of(p / "training")["keys_sha256"][:12] for p in (root / "data", other))
+    run_entry(
+        capsys,
+        tmp_path,
+        ["--resume", str(moved)],
+        f"--resume {moved}: its checkpoint was written for a training set of 800 samples (keys {was}), but "
+        f"{other} now holds 700 (keys {now}); restore the run's data there, or start a new run",
+    )

@@ -1,0 +1,95 @@
+"""Caffe2 LMDBs (`dali-launch data prepare`, DALI_extra's db/MNIST): records in LMDB key order, as
+`fn.readers.caffe2` reads them. A record is TensorProtos{image STRING tensor, label INT32/FLOAT tensor}."""
+
+from __future__ import annotations
+
+import numpy as np
+
+READER = "caffe2"
+_ENVS: dict = {}  # path -> lmdb.Environment: py-lmdb opens a path once per process; every reader shares it
+
+
+class Caffe2Lmdb:
+    def __init__(self, path: str):
+        self.path = path
+        self._keys = _keys(self._open())
+
+    def _open(self):
+        """This process's handle (sources are pickled into DALI's workers; handles are not)."""
+        import lmdb
+
+        if self.path not in _ENVS:
+            _ENVS[self.path] = lmdb.open(self.path, readonly=True, lock=False, subdir=True, readahead=False)
+        return _ENVS[self.path]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def keys(self) -> list[bytes]:
+        return self._keys
+
+    def read(self, index: int) -> tuple[np.ndarray, int]:
+        with self._open().begin(buffers=False) as txn:
+            image, label = parse(txn.get(self._keys[index]))
+        return np.frombuffer(image, np.uint8), label
+
+
+def _keys(env) -> list[bytes]:
+    with env.begin() as txn:
+        return list(txn.cursor().iternext(keys=True, values=False))  # ~0.1 s for 60,000 keys
+
+
+def keys(path: str) -> list[bytes]:
+    """The keys, the LMDB closed again (the launcher's checks open it after this)."""
+    import lmdb
+
+    with lmdb.open(path, readonly=True, lock=False, subdir=True) as env:
+        return _keys(env)
+
+
+def source(kwargs: dict) -> Caffe2Lmdb:
+    return Caffe2Lmdb(kwargs["path"])
+
+
+def parse(record: bytes) -> tuple[bytes, int]:
+    """The image bytes and class id of one record (the launcher's data check rejects what this cannot read)."""
+    protos = [value for number, value in _fields(record) if number == 1]
+    image = dict(_fields(protos[0]))[6]
+    label_fields = _fields(protos[1])
+    kind = dict(label_fields).get(2, 1)  # FLOAT (1) is protobuf's default
+    for number, value in label_fields:
+        if kind == 2 and number == 4:  # int32_data, packed or not
+            return image, _int32(_varint(value, 0)[0] if isinstance(value, bytes) else value)
+        if kind == 1 and number == 3:
+            return image, int(np.frombuffer(value, "<f4")[0])
+    raise ValueError("a record without a label")
+
+
+def _int32(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[i]
+        value, i, shift = value | (byte & 0x7F) << shift, i + 1, shift + 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
+    """(field number, value) pairs of a protobuf message: varints and length-delimited fields."""
+    out, i = [], 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        if key & 7 == 0:
+            value, i = _varint(buf, i)
+        elif key & 7 == 2:
+            size, i = _varint(buf, i)
+            value, i = buf[i : i + size], i + size
+        else:
+            width = 8 if key & 7 == 1 else 4
+            value, i = buf[i : i + width], i + width
+        out.append((key >> 3, value))
+    return out

@@ -1,0 +1,25 @@
+"""What every record source offers (records/<format>.py): a length, a key per sample, random access."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class RecordSource(Protocol):
+    """Samples 0..len-1 in the order DALI's native reader for the format numbers them.
+
+    Sources are pickled into DALI's worker processes (parallel external sources): open files and
+    databases lazily, in the process that reads.
+    """
+
+    def __len__(self) -> int: ...
+
+    def keys(self) -> list[bytes]:
+        """One identifying key per sample, in order (the data set's fingerprint is made of them)."""
+        ...
+
+    def read(self, index: int) -> tuple[np.ndarray, int]:
+        """Sample `index`: its encoded bytes (uint8, 1-D) and its class id."""
+        ...

@@ -1,0 +1,73 @@
+"""Elastic resume (--sample-order global): how a checkpoint continues on this job's device count.
+
+A checkpoint of a global-order run records the epoch, the position reached in that epoch's global
+order, the global batch and --steps-per-call it ran with, the first segment's global batch, and the
+data set's fingerprint. On another device count D:
+  keep     (--elastic-batch, default) the global batch B stays: the per-device batch becomes B / D,
+           which must divide; the same SGD steps, the same learning rate.
+  rescale  the per-device batch b stays: B' = b × D, and the learning rate is the run's
+           --learning-rate × B' / (the first segment's B), the linear scaling rule (Goyal et al. 2017).
+--steps-per-call stays the checkpoint's, so with `keep` every call covers the same positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from dali_launch.trainer.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How this job runs on from a global-order checkpoint."""
+
+    rule: str  # keep or rescale
+    batch_per_device_step: int
+    steps_per_call: int
+    lr_scale: float  # times --learning-rate
+    global_batch: int
+    first_global_batch: int
+    devices_before: int
+    devices: int
+
+    @property
+    def changed(self) -> bool:
+        return self.devices != self.devices_before
+
+    def describe(self) -> str:
+        if not self.changed:
+            return ""
+        if self.rule == "keep":
+            return (
+                f"elastic resume: {self.devices_before} -> {self.devices} devices, global batch {self.global_batch} "
+                f"kept ({self.batch_per_device_step} per device), learning rate unchanged"
+            )
+        return (
+            f"elastic resume: {self.devices_before} -> {self.devices} devices, {self.batch_per_device_step} per "
+            f"device kept: global batch {self.global_batch}, learning rate x{self.lr_scale:g} "
+            f"({self.global_batch}/{self.first_global_batch})"
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan(order: dict, devices: int, rule: str) -> Plan:
+    """`order` is a checkpoint's record (checkpoint.py); raises UsageError when the batch cannot be kept."""
+    before, batch, k = order["devices"], order["global_batch"], order["steps_per_call"]
+    first = order.get("first_global_batch", batch)
+    if rule == "rescale":
+        new = batch // before * devices
+    elif batch % devices:
+        raise UsageError(
+            f"the run's global batch {batch} cannot be split over {devices} devices; resume on a device count "
+            f"that divides it ({', '.join(map(str, divisors(batch)))}), or add --elastic-batch rescale"
+        )
+    else:
+        new = batch
+    return Plan(rule, new // devices, k, new / first, new, first, before, devices)
+
+
+def divisors(n: int, most: int = 64) -> list[int]:
+    """Device counts that split `n` evenly, up to `most`."""
+    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
