@@ -4,7 +4,9 @@
     step      the trainer's own device call (trainer/step/parallel.py) on a batch already on the
               devices, again and again: the ceiling, no input at all
     data      the trainer's own DALI pipelines (trainer/data/dali.py) with the task's resolved
-              settings, read as fast as they go: the input's rate alone
+              settings, read as fast as they go: the input's rate alone; `data-global` the same
+              in --sample-order global (records read by Python into an external source: the
+              price of elastic resume)
     train     `dali-launch train ... --pipeline folders --model resnet50 --precision bf16` with every
               other flag at its default, in a fresh process: images/s per GPU of the epochs after
               the first (which compiles), the share of them spent waiting for DALI, test accuracy
@@ -48,7 +50,7 @@ WORKLOAD = {  # the issue's: ResNet-50 v1.5, bf16, batch 256 per GPU, 224x224 ra
 SMOKE = {"model": "resnet18", "precision": "bf16", "batch_size": 8, "image_size": 32}
 
 
-def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str):
+def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str, order: str = "shards"):
     """The spec `dali-launch train` would make of these flags (defaults for everything else)."""
     from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig
 
@@ -72,14 +74,20 @@ def pipelines_and_step(spec, gpus: int):
     devices = jax.local_devices()[:gpus]
     auto = resolve(spec, devices[0].platform, gpus, gpus, 1)
     sharding = shards.Sharding(0, gpus, gpus, auto.readers_per_device)
+    start = dali.Start(spec.data.sample_order, spec.train.seed, gpus, auto.batch_per_device_step, auto.steps_per_call)
     data = dali.build(
         f"{spec.data.data_dir}/training", devices, devices, sharding, auto.call_batch, True,
-        auto.data_config(spec.data), spec.train.seed,
+        auto.data_config(spec.data), spec.train.seed, start=start,
     )  # fmt: skip
-    mode = parallel.create(spec.train.parallel, devices, devices, auto.batch_per_device_step, data.sharding_spec)
+    mode = parallel.create(
+        spec.train.parallel, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
+    )
     state = mode.place(create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call))
     tally = data.put([call_tally()] * gpus)
     return auto, data, mode, state, tally
+
+
+PARTS = ("step", "data", "data-global")
 
 
 def part(name: str, spec, gpus: int, calls: int) -> dict:
@@ -87,9 +95,9 @@ def part(name: str, spec, gpus: int, calls: int) -> dict:
     import jax
 
     auto, data, mode, state, tally = pipelines_and_step(spec, gpus)
-    sizes, batch = data.shard_sizes(), data.next()
-    if name == "step":
-        run = lambda state, tally: mode.call(state, tally, batch["images"], batch["labels"], sizes)
+    batch = data.next()
+    if name == "step":  # the data part's `run` reads, the step part's reuses one batch
+        run = lambda state, tally: mode.call(state, tally, batch["images"], batch["labels"], batch["valid"])
     else:
         run = lambda state, tally: (state, data.next())
     for _ in range(3):  # compile, and fill DALI's queues
@@ -153,7 +161,7 @@ def synth(args) -> None:
         return
     test = max(args.classes * 10, args.synth // 10)
     argv = [*CLI, "data", "synth", str(args.data), "--format", "folders", "--train", str(args.synth)]
-    argv += ["--test", str(test), "--classes", str(args.classes)] + (["--small"] if args.smoke_cpu else [])
+    argv += ["--test", str(test), "--classes", str(args.classes)] + (["--image-scale", "0.1"] if args.smoke_cpu else [])
     start = time.perf_counter()
     subprocess.run(argv, check=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     print(f"data synth: {args.synth} training images in {time.perf_counter() - start:.0f} s", flush=True)
@@ -167,17 +175,18 @@ def add_scaling(rows: list[dict]) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    head = f"{'GPUs':>4}  {'layout':<8}{'train img/s/GPU':>16}{'step only':>11}{'data only':>11}"
+    head = f"{'GPUs':>4}  {'layout':<8}{'train img/s/GPU':>16}{'step only':>11}{'data only':>11}{'global':>9}"
     head += f"{'train/step':>11}{'data wait':>10}{'scaling':>9}{'accuracy':>10}"
     lines = [head, "-" * len(head)]
     fig = lambda v, f: "-" if v is None else format(v, f)
     for gpus in sorted({r["gpus"] for r in rows}):
         rate = {r["part"]: r.get("images_per_s_per_gpu") for r in rows if r["gpus"] == gpus and r["part"] != "train"}
-        step, data = rate.get("step"), rate.get("data")
+        step, data, data_global = rate.get("step"), rate.get("data"), rate.get("data-global")
         for r in [r for r in rows if r["gpus"] == gpus and r["part"] == "train"] or [{"layout": "-"}]:
             mine = r.get("images_per_s_per_gpu")
             lines.append(
                 f"{gpus:>4}  {r['layout']:<8}{fig(mine, ',.0f'):>16}{fig(step, ',.0f'):>11}{fig(data, ',.0f'):>11}"
+                f"{fig(data_global, ',.0f'):>9}"
                 f"{fig(mine / step if mine and step else None, '.2f'):>11}"
                 f"{fig(r.get('data_wait_fraction'), '.1%'):>10}{fig(r.get('scaling'), '.2f'):>9}"
                 f"{fig(r.get('test_accuracy'), '.3f'):>10}"
@@ -185,7 +194,7 @@ def table(rows: list[dict]) -> str:
     errors = [f"{r['part']} {r['gpus']} GPU(s) {r.get('layout', '')}: {r['error']}" for r in rows if "error" in r]
     notes = [
         "train: epochs after the first, which compiles; step only: the same device call on a batch already on the "
-        "GPUs; data only: the same DALI pipelines alone; scaling: train img/s/GPU over the 1-GPU run's"
+        "GPUs; data only: the same DALI pipelines alone (global: in --sample-order global); scaling: train img/s/GPU over the 1-GPU run's"
     ]
     return "\n".join(lines + notes + errors)
 
@@ -198,7 +207,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     bars = [(f"{r['gpus']} GPU {r.get('layout', r['part'])} {r['part']}", r) for r in rows if "error" not in r]
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(bars)), layout="constrained")
-    colours = {"train": "tab:blue", "step": "tab:grey", "data": "tab:orange"}
+    colours = {"train": "tab:blue", "step": "tab:grey", "data": "tab:orange", "data-global": "tab:red"}
     for i, (_, r) in enumerate(bars):
         bar = ax.barh(i, r["images_per_s_per_gpu"], color=colours[r["part"]])
         ax.bar_label(bar, labels=[f"{r['images_per_s_per_gpu']:,.0f}"], padding=3)
@@ -217,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synth", type=int, default=50_000, help="Training images to synthesise if --data is empty.")
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--gpus", type=listed(int), default="1,2")
-    parser.add_argument("--parts", type=listed(choices=("step", "data", "train")), default="step,data,train")
+    parser.add_argument("--parts", type=listed(choices=(*PARTS, "train")), default="step,data,data-global,train")
     parser.add_argument("--epochs", type=int, default=3, help="Epochs of each `train` run (the first compiles).")
     parser.add_argument("--calls", type=int, default=30, help="Device calls timed in the step and data parts.")
-    parser.add_argument("--part", choices=("step", "data"), help=argparse.SUPPRESS)  # a child's one part
+    parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # a child's one part
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU devices, tiny images: checks the script only.")
@@ -231,12 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["JAX_PLATFORMS"] = "cpu"
         os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={max(args.gpus)}"
     if args.part:
-        platform = "cpu" if args.smoke_cpu else "gpu"
+        platform, order = "cpu" if args.smoke_cpu else "gpu", "global" if args.part == "data-global" else "shards"
         print(
             json.dumps(
                 part(
                     args.part,
-                    task_spec(args.data, workload, args.classes, *args.gpus, platform),
+                    task_spec(args.data, workload, args.classes, *args.gpus, platform, order),
                     *args.gpus,
                     args.calls,
                 )
@@ -247,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="imagenet-bench-") as root:
         for gpus in args.gpus:
-            rows += [child_part(args, name, gpus) for name in ("step", "data") if name in args.parts]
+            rows += [child_part(args, name, gpus) for name in PARTS if name in args.parts]
             for layout in ("node", "process") if gpus > 1 else ("node",):
                 rows += [train(args, workload, gpus, layout, Path(root))] if "train" in args.parts else []
                 print(table(rows), flush=True)
