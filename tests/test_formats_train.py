@@ -13,6 +13,7 @@ from unaugmented_pipelines import tfrecord, webdataset
 
 from dali_launch.trainer.data import pipelines, records
 from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.global_order import fingerprint
 from dali_launch.trainer.observe.replicas import fingerprints
 
 pytestmark = [pytest.mark.slow]
@@ -49,6 +50,8 @@ def test_a_record_source_reads_what_dalis_reader_reads(synth_sets, fmt):
     encoded, labels = _whole_split(getattr(pipelines, f"{fmt}_inputs"), synth_sets[fmt] / "training", args_type=Asking)
     source = records.open_source(asked["reader"], asked["kwargs"])
     assert len(source) == len(encoded) == 210
+    # What the launcher checks a resumed run's data set by, found from the folder alone.
+    assert records.fingerprint_of(synth_sets[fmt] / "training") == fingerprint(source.keys())
     for i, (image, label) in enumerate(zip(encoded, labels)):
         mine = source.read(i)
         assert (mine[0].tobytes(), mine[1]) == (image.tobytes(), int(label.ravel()[0])), i
