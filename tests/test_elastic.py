@@ -12,6 +12,7 @@ import json
 import shutil
 import textwrap
 
+import jax
 import numpy as np
 import pytest
 from catalogue import run_entry
@@ -23,6 +24,7 @@ from dali_launch.trainer.data import records
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import elastic
+from dali_launch.trainer.resilience.checkpoint import Checkpointer
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -71,6 +73,26 @@ def test_rescaling_keeps_the_per_device_batch_and_scales_the_rate_linearly():
         {"devices": 7, "global_batch": 210, "first_global_batch": 120, "steps_per_call": 2}, 2, "rescale"
     )
     assert again.lr_scale == pytest.approx(60 / 120)  # always against the run's first global batch
+
+
+def test_accumulated_steps_are_not_rescaled():
+    """An update of --accumulate-steps 2 is one step of 2 × 120 samples: rescaled, no exact rule; kept, exact."""
+    order = {"devices": 4, "global_batch": 120, "steps_per_call": 1}
+    with pytest.raises(UsageError, match=r"^--elastic-batch rescale cannot continue --accumulate-steps 2 on 3 dev"):
+        elastic.plan(order, 3, "rescale", accumulate_steps=2)
+    assert elastic.plan(order, 3, "keep", accumulate_steps=2).batch_per_device_step == 40
+    assert elastic.plan(order, 4, "rescale", accumulate_steps=2).lr_scale == 1.0  # the same devices: nothing changes
+
+
+def test_checkpoints_in_trailing_padding_calls_get_new_step_numbers(tmp_path):
+    """Resumed with another global batch, an epoch may end in calls past its last sample: the step their
+    checkpoints ask for is the same (N samples), but each is numbered anew, and the newest is the one resumed."""
+    checkpointer = Checkpointer(RunPaths(tmp_path), keep=3)
+    tally = {"position": jax.device_put(np.zeros((1,), np.int32))}
+    for calls_done in (8, 9):
+        checkpointer.save(800, 0, calls_done, {"w": np.zeros(2, np.float32)}, tally, [], {"position": 800})
+    assert checkpointer.manager.all_steps() == [800, 801]
+    assert checkpointer.latest().calls_done == 9
 
 
 STOPPER = """
