@@ -20,6 +20,7 @@ from conftest import assert_same_params, check_ok, dali_launch, only_run
 
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data.prepare import load_split, write_lmdb
+from dali_launch.launcher.resume import newest_order
 from dali_launch.trainer.data import records
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
@@ -165,13 +166,16 @@ def _prints(paths: RunPaths, epoch: int) -> collections.Counter:
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("nodes_gpus_processes", [(2, 2), (1, 3), (3, 1)], ids=["2x2", "1x3", "3x1"])
-def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, nodes_gpus_processes):
+@pytest.mark.parametrize(
+    "processes, per_process, rule",
+    [(2, 2, "keep"), (1, 3, "keep"), (3, 1, "keep"), (1, 3, "rescale")],
+    ids=["2x2", "1x3", "3x1", "1x3-rescale"],
+)
+def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, processes, per_process, rule):
     _, whole, cut, env = runs
-    processes, per_process = nodes_gpus_processes
     moved = RunPaths(shutil.copytree(cut.root, tmp_path / cut.root.name))
     topology = ["--gpus-per-node", str(processes * per_process), "--processes", str(processes)]
-    resumed = dali_launch("--resume", str(moved.root), *topology, env=env)
+    resumed = dali_launch("--resume", str(moved.root), *topology, "--elastic-batch", rule, env=env)
     check_ok(resumed)
     for epoch in range(2):
         prints = _prints(moved, epoch)
@@ -179,10 +183,24 @@ def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, 
         assert prints == _prints(whole, epoch)
     if (processes, per_process) == (2, 2):  # the same program: bit-identical
         assert json.loads(moved.result.read_text())["checksums"] == json.loads(whole.result.read_text())["checksums"]
-    else:
+    elif rule == "keep":
         assert "global batch 120 kept" in resumed.stdout
         assert json.loads(moved.elastic.read_text())["batch_per_device_step"] == 120 // (processes * per_process)
         assert_same_params(moved, whole)  # 14 steps of another XLA program: conftest's tolerance
+    else:
+        _check_rescaled(moved, cut, resumed.stdout)
+
+
+def _check_rescaled(moved: RunPaths, cut: RunPaths, stdout: str) -> None:
+    """30 per device kept on 3 devices: global batch 90 from where the cut run stopped (600, 5 steps of 120:
+    no whole number of steps of 90), the rate × 90/120, said, recorded in elastic.jsonl, and used by every
+    epoch the resumed run finished."""
+    assert "3 devices, 30 per device kept: global batch 90, learning rate x0.75 (90/120)" in stdout, stdout
+    (record,) = [json.loads(line) for line in moved.elastic.read_text().splitlines()]
+    assert (record["rule"], record["global_batch"], record["lr_scale"]) == ("rescale", 90, 0.75)
+    assert record["position"] == newest_order(cut)["position"] and record["position"] % 90, record
+    rates = [json.loads(line)["learning_rate"] for line in moved.metrics.read_text().splitlines()]
+    assert rates == pytest.approx([0.1 * 0.75] * 2)
 
 
 @pytest.mark.slow
