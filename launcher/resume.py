@@ -133,7 +133,7 @@ def _elastic_plan(run: RunConfig, paths: RunPaths):
     order = newest_order(paths)
     if order is None:
         return None
-    plan = elastic.plan(order, run.num_devices, run.train.elastic_batch)
+    plan = elastic.plan(order, run.num_devices, run.train.elastic_batch, run.train.accumulate_steps)
     data_dir = TaskSpec.load(paths.root).data.data_dir
     now = records.fingerprint_of(Path(data_dir) / "training")
     if now is not None and now != order["dataset"]:

@@ -4,6 +4,7 @@ runner that holds every entry to one exact line on stderr, exit code 2, nothing 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -129,6 +130,34 @@ def synth_set(fmt: str, breaks=None, classes: int = 3):
         return {"data": root}
 
     return make
+
+
+# What a --sample-order global checkpoint records (train.Loop._order); test_elastic checks a real one's.
+ORDER_KEYS = ("position", "global_batch", "first_global_batch", "devices", "steps_per_call", "dataset")
+
+
+def global_order_run(tmp: Path, data: Path, **train) -> Path:
+    """A --local --sample-order global run on 2 processes × 2 devices (global batch 120) over `data`, stopped
+    mid-epoch at position 360: its run directory, with its checkpoint as the launcher reads one before a
+    resume (Orbax's JSON metadata of a complete step), so elastic resume's refusals need no real run."""
+    from dali_launch.launcher import runs
+    from dali_launch.launcher.config import LaunchConfig, RunConfig
+    from dali_launch.trainer.config import DataConfig, TrainConfig
+    from dali_launch.trainer.data import records
+
+    run = RunConfig(
+        launch=LaunchConfig(run_root=str(tmp / "old-runs"), gpus_per_node=4, tasks_per_node=2, local=True),
+        data=DataConfig(sample_order="global"),
+        train=TrainConfig(global_batch_size=120, **train),
+    )
+    paths = runs.create(run, data, "local")
+    values = (360, 120, 120, 4, 1, records.fingerprint_of(data / "training"))
+    meta = {"epoch": 0, "calls_done": 3, "dali": [[], []], "order": dict(zip(ORDER_KEYS, values))}
+    step = paths.checkpoints / "360"
+    (step / "meta").mkdir(parents=True)
+    (step / "meta" / "metadata").write_text(json.dumps(meta))
+    (step / "commit_success.txt").write_text("")
+    return paths.root
 
 
 def a_file(tmp: Path) -> dict:

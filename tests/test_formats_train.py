@@ -1,5 +1,5 @@
 """--pipeline tfrecord and webdataset train for real: several processes and devices read every
-training sample once per epoch, and replicas stay identical."""
+training sample once per epoch, in either --sample-order, and replicas stay identical."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from conftest import REPO, check_ok, dali_launch, only_run
 from nvidia.dali import pipeline_def
 from unaugmented_pipelines import tfrecord, webdataset
 
+from dali_launch.trainer.data import pipelines, records
 from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.global_order import fingerprint
 from dali_launch.trainer.observe.replicas import fingerprints
 
 pytestmark = [pytest.mark.slow]
@@ -19,22 +21,48 @@ PIPELINES = {"tfrecord": tfrecord, "webdataset": webdataset}
 SMALL_IMAGES = ["--model", "cnn", "--image-size", "32", "--num-classes", "4", "--batch-size", "8"]
 
 
+def _whole_split(function, split_dir, n: int = 210, args_type=PipelineArgs) -> list[list[np.ndarray]]:
+    """Every sample of the split once, in the reader's own order (one shard, one batch): each output's arrays."""
+    args = args_type(str(split_dir), 0, 1, n, False, False, "cpu", 0, 4, 32)
+    pipe = pipeline_def(lambda: function(args), batch_size=n, num_threads=1, device_id=None)()
+    pipe.build()
+    return [[np.array(out[i]) for i in range(n)] for out in pipe.run()]
+
+
 def _reference_prints(fmt: str, split_dir) -> collections.Counter:
     """Every sample of the split once, one shard, through the same unaugmented pipeline."""
-    n = 210
-    args = PipelineArgs(str(split_dir), 0, 1, n, False, False, "cpu", 0, 4, 32)
-    pipe = pipeline_def(lambda: PIPELINES[fmt](args), batch_size=n, num_threads=1, device_id=None)()
-    pipe.build()
-    images, labels = pipe.run()
-    images = np.stack([np.array(images[i]) for i in range(n)])
-    labels = np.array([int(np.array(labels[i])) for i in range(n)])
-    return collections.Counter(fingerprints(images, labels).tolist())
+    images, labels = _whole_split(PIPELINES[fmt], split_dir)
+    labels = np.array([int(label) for label in labels])
+    return collections.Counter(fingerprints(np.stack(images), labels).tolist())
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
+def test_a_record_source_reads_what_dalis_reader_reads(synth_sets, fmt):
+    """--sample-order global's source (records/) numbers the samples as DALI's native reader does, and reads
+    the same bytes and class ids: opened from the very arguments the built-in pipeline gives `args.read`."""
+    asked = {}
+
+    class Asking(PipelineArgs):
+        def read(self, reader: str, **kwargs):
+            asked.update(reader=reader, kwargs=kwargs)
+            return super().read(reader, **kwargs)
+
+    encoded, labels = _whole_split(getattr(pipelines, f"{fmt}_inputs"), synth_sets[fmt] / "training", args_type=Asking)
+    source = records.open_source(asked["reader"], asked["kwargs"])
+    assert len(source) == len(encoded) == 210
+    # What the launcher checks a resumed run's data set by, found from the folder alone.
+    assert records.fingerprint_of(synth_sets[fmt] / "training") == fingerprint(source.keys())
+    for i, (image, label) in enumerate(zip(encoded, labels)):
+        mine = source.read(i)
+        assert (mine[0].tobytes(), mine[1]) == (image.tobytes(), int(label.ravel()[0])), i
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("order", ["shards", "global"])
 @pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
-def test_every_sample_once_per_epoch_over_processes_and_devices(synth_sets, tmp_path, fmt):
-    """2 processes × 2 devices, 4 shards of 210 samples (53, 53, 52, 52: the last step padded)."""
+def test_every_sample_once_per_epoch_over_processes_and_devices(synth_sets, tmp_path, fmt, order):
+    """2 processes × 2 devices; shards: 4 shards of 210 samples (53, 53, 52, 52: the last step padded);
+    global: one permutation of the 210 an epoch (through records/), 7 steps of 32, the last one padded."""
     proc = dali_launch(
         "--local",
         "--gpus-per-node",
@@ -51,6 +79,8 @@ def test_every_sample_once_per_epoch_over_processes_and_devices(synth_sets, tmp_
         "--epochs",
         "2",
         "--record-samples",
+        "--sample-order",
+        order,
         "--run-root",
         str(tmp_path),
         env={"PYTHONPATH": str(REPO / "tests")},

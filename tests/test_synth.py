@@ -15,6 +15,7 @@ from dali_launch.launcher.data import synth, synth_images, tfrecord, webdataset
 from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.data import pipelines
 from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.records.webdataset import ascii_class_id
 
 SMALL = ["--classes", "5", "--train", "40", "--test", "12", "--shard-size", "16", "--image-scale", "0.1"]
 
@@ -113,7 +114,7 @@ def test_webdataset_class_ids_read_as_the_webdataset_library_writes_them():
     @pipeline_def(batch_size=len(texts), num_threads=1, device_id=None)
     def parse():
         raw = fn.external_source(source=lambda: [np.frombuffer(t, np.uint8) for t in texts], batch=True)
-        return pipelines.ascii_class_id(raw)
+        return ascii_class_id(raw)
 
     pipe = parse()
     pipe.build()

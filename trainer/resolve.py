@@ -88,7 +88,7 @@ def resolve(
     order: dict | None = None,
 ) -> Resolved:
     """`order`: the newest checkpoint's global-order record, if it has one."""
-    plan = elastic.plan(order, global_devices, spec.train.elastic_batch) if order else None
+    plan = elastic.plan(order, global_devices, spec.train.elastic_batch, spec.train.accumulate_steps) if order else None
     batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
     k = (
         plan.steps_per_call

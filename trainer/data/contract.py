@@ -14,8 +14,9 @@ It imports neither JAX nor DALI, so a user's pipeline module can import it at no
 `function(args: PipelineArgs) -> (images, labels)` is called inside our `pipeline_def`, once per
 reader (--readers-per-device per device) and split, and returns two DALI DataNodes:
 - exactly one reader reading `args.path` (DATA_DIR/training or DATA_DIR/testing): `args.read(name, **kwargs)`
-  for the formats records/ knows (caffe2, file), which also works under --sample-order global, or any
-  `fn.readers.*` given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it);
+  for the formats records/ knows (caffe2, file, tfrecord, webdataset), which also works under
+  --sample-order global, or any `fn.readers.*` given `**args.reader_args()` (shard, padding,
+  shuffling: the masks rely on it);
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
   decoders are given `**args.decoder_args()` (device and, on the GPU, the hardware decoder's share and

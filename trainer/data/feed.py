@@ -72,7 +72,7 @@ def read(args, reader: str, kwargs: dict):
     """What `args.read(reader, **kwargs)` returns: (encoded, labels) DataNodes from this device's shard
     (DALI's `fn.readers.<reader>`) or from the global order (`args.feed`)."""
     if args.feed is None:
-        return getattr(fn.readers, reader)(**kwargs, **args.reader_args())
+        return records.native(reader, getattr(fn.readers, reader)(**kwargs, **args.reader_args()))
     try:
         args.feed.source = records.open_source(reader, kwargs)
     except KeyError:

@@ -14,12 +14,13 @@ webdataset the same from WebDataset tar shards (NAME.jpg + NAME.cls), SPLIT/*.ta
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from nvidia.dali import fn, types
 from nvidia.dali import tfrecord as tfrec
 
 from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
+from dali_launch.trainer.data.records import tfrecord as tfrecord_records
+from dali_launch.trainer.data.records import webdataset as webdataset_records
+from dali_launch.trainer.data.records.common import shard_files
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # ImageNet's, the usual start for a new image set
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
@@ -58,41 +59,17 @@ def folders_inputs(args: PipelineArgs):
 
 
 def tfrecord_inputs(args: PipelineArgs):
-    records, indexes = shard_files(args.path, ".tfrecord")
+    files, indexes = shard_files(args.path, ".tfrecord")
     features = {
-        "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
-        "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+        tfrecord_records.IMAGE: tfrec.FixedLenFeature((), tfrec.string, ""),
+        tfrecord_records.LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
     }
-    inputs = fn.readers.tfrecord(
-        path=records, index_path=indexes, features=features, name="tfrecord", **args.reader_args()
-    )
-    return inputs["image/encoded"], inputs["image/class/label"]
+    return args.read("tfrecord", path=files, index_path=indexes, features=features, name="tfrecord")
 
 
 def webdataset_inputs(args: PipelineArgs):
     tars, indexes = shard_files(args.path, ".tar")
-    jpegs, classes = fn.readers.webdataset(
-        paths=tars, index_paths=indexes, ext=["jpg", "cls"], name="webdataset", **args.reader_args()
-    )
-    return jpegs, ascii_class_id(classes)
-
-
-def shard_files(path: str, suffix: str) -> tuple[list[str], list[str]]:
-    """A split's shard files (sorted: the sample order) and their DALI index files (same stem, .idx)."""
-    files = sorted(Path(path).glob(f"*{suffix}"))
-    return [str(f) for f in files], [str(f.with_suffix(".idx")) for f in files]
-
-
-def ascii_class_id(raw, max_digits: int = 9):
-    """A webdataset `.cls` member (ASCII digits, as the webdataset library writes it) as an int32 class
-    id, in DALI arithmetic: Horner's rule over the digits, anything else (a newline) skipped."""
-    codes = fn.cast(fn.pad(raw, fill_value=0, shape=[max_digits]), dtype=types.INT32)
-    value = 0
-    for i in range(max_digits):
-        code = codes[i]
-        digit = (code >= 48) & (code <= 57)
-        value = value * (1 + 9 * digit) + digit * (code - 48)
-    return fn.cast(value, dtype=types.INT32)
+    return args.read("webdataset", paths=tars, index_paths=indexes, ext=webdataset_records.EXT, name="webdataset")
 
 
 def imagenet_augment(jpegs, labels, args: PipelineArgs):

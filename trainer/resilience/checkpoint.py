@@ -71,11 +71,14 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
 
     def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None) -> None:
-        """All processes call this at the same `step` (a count that only grows: device calls, or under a
-        global order samples).
+        """All processes call this at the same `step` (a count that grows: device calls, or under a global
+        order samples; there, checkpoints in an epoch's trailing padding calls all count its N samples).
 
         `state` is one replica (as --parallel lays it out); `tally` is per device, as the batches.
         """
+        # Orbax keeps one checkpoint per step number, and `latest` must be the newest: strictly increasing.
+        latest = self.manager.latest_step()
+        step = step if latest is None else max(step, latest + 1)
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
         if order:
             meta["order"] = order

@@ -6,7 +6,8 @@ data set's fingerprint. On another device count D:
   keep     (--elastic-batch, default) the global batch B stays: the per-device batch becomes B / D,
            which must divide; the same SGD steps, the same learning rate.
   rescale  the per-device batch b stays: B' = b × D, and the learning rate is the run's
-           --learning-rate × B' / (the first segment's B), the linear scaling rule (Goyal et al. 2017).
+           --learning-rate × B' / (the first segment's B), the linear scaling rule (Goyal et al. 2017);
+           refused with --accumulate-steps > 1 (no exact rule for a group cut mid-way).
 --steps-per-call stays the checkpoint's, so with `keep` every call covers the same positions.
 """
 
@@ -52,12 +53,15 @@ class Plan:
         return asdict(self)
 
 
-def plan(order: dict, devices: int, rule: str) -> Plan:
-    """`order` is a checkpoint's record (checkpoint.py); raises UsageError when the batch cannot be kept."""
+def plan(order: dict, devices: int, rule: str, accumulate_steps: int = 1) -> Plan:
+    """`order` is a checkpoint's record (checkpoint.py); raises UsageError when the batch cannot be kept,
+    or rescaled exactly."""
     before, batch, k = order["devices"], order["global_batch"], order["steps_per_call"]
     first = order.get("first_global_batch", batch)
     if rule == "rescale":
         new = batch // before * devices
+        if new != batch and accumulate_steps > 1:
+            _refuse_rescaled_groups(batch, devices, accumulate_steps)
     elif batch % devices:
         raise UsageError(
             f"the run's global batch {batch} cannot be split over {devices} devices; resume on a device count "
@@ -66,6 +70,17 @@ def plan(order: dict, devices: int, rule: str) -> Plan:
     else:
         new = batch
     return Plan(rule, new // devices, k, new / first, new, first, before, devices)
+
+
+def _refuse_rescaled_groups(batch: int, devices: int, accumulate_steps: int) -> None:
+    """An update of --accumulate-steps is one step of a batch that many times larger: resized mid-group,
+    it would mix two batch sizes, and the groups (counted in steps) would no longer start where the
+    schedule's epochs do. No exact rule exists, so say what does work."""
+    raise UsageError(
+        f"--elastic-batch rescale cannot continue --accumulate-steps {accumulate_steps} on {devices} devices "
+        f"(its updates are groups of {accumulate_steps} steps of {batch} samples); resume with --elastic-batch "
+        f"keep on a device count that divides {batch} ({', '.join(map(str, divisors(batch)))})"
+    )
 
 
 def divisors(n: int, most: int = 64) -> list[int]:

@@ -3,8 +3,9 @@
 --sample-order global feeds DALI through `fn.external_source` from these, since DALI's native readers
 read their own shard in their own order and cannot start at a position of a job-wide one. Each module
 names the native reader it stands in for (`READER`) and opens a source from that reader's keyword
-arguments (`source(kwargs)`), so `args.read("caffe2", path=...)` means the same records either way.
-A new format is a module here with the same two names, added to FORMATS.
+arguments (`source(kwargs)`), so `args.read("caffe2", path=...)` means the same records either way;
+a reader whose outputs are not (encoded, class ids) has `native(outputs)` to make them so.
+A new format is a module here with the same names, added to FORMATS.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dali_launch.trainer.data.global_order import fingerprint
-from dali_launch.trainer.data.records import caffe2, folders
-from dali_launch.trainer.data.records.common import RecordSource
+from dali_launch.trainer.data.records import caffe2, folders, tfrecord, webdataset
+from dali_launch.trainer.data.records.common import RecordSource, shard_files
 
-FORMATS = {module.READER: module for module in (caffe2, folders)}
+FORMATS = {module.READER: module for module in (caffe2, folders, tfrecord, webdataset)}
 
 
 def open_source(reader: str, kwargs: dict) -> RecordSource:
@@ -25,14 +26,29 @@ def open_source(reader: str, kwargs: dict) -> RecordSource:
     return FORMATS[reader].source(kwargs)
 
 
+def native(reader: str, outputs):
+    """`fn.readers.<reader>`'s outputs as (encoded, class ids), as a source's read gives them."""
+    convert = getattr(FORMATS.get(reader), "native", None)
+    return convert(outputs) if convert else outputs
+
+
 def fingerprint_of(split: Path) -> dict | None:
     """The fingerprint of a split in a format known here, found by what the folder holds (the launcher's
-    check of a resumed global order); None for a format it does not know."""
+    check of a resumed global order); None for a format it does not know or shards it cannot index."""
     if (split / "data.mdb").is_file():
         return fingerprint(caffe2.keys(str(split)))
+    records, tars = shard_files(str(split), ".tfrecord"), shard_files(str(split), ".tar")
+    try:
+        if records[0]:
+            return fingerprint(tfrecord.source({"path": records[0], "index_path": records[1]}).keys())
+        if tars[0]:
+            kwargs = {"paths": tars[0], "index_paths": tars[1], "ext": webdataset.EXT}
+            return fingerprint(webdataset.source(kwargs).keys())
+    except (OSError, ValueError, KeyError):  # a missing or broken index: the data checks say so
+        return None
     if split.is_dir() and any(p.is_dir() for p in split.iterdir()):
         return fingerprint(folders.source({"file_root": str(split)}).keys())
     return None
 
 
-__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "open_source"]
+__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "native", "open_source"]

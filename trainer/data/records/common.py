@@ -1,7 +1,9 @@
-"""What every record source offers (records/<format>.py): a length, a key per sample, random access."""
+"""What every record source offers (records/<format>.py): a length, a key per sample, random access;
+and what the sharded formats share: their shard files, read at an offset."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -23,3 +25,19 @@ class RecordSource(Protocol):
     def read(self, index: int) -> tuple[np.ndarray, int]:
         """Sample `index`: its encoded bytes (uint8, 1-D) and its class id."""
         ...
+
+
+def shard_files(path: str, suffix: str) -> tuple[list[str], list[str]]:
+    """A split's shard files (sorted: the sample order) and their DALI index files (same stem, .idx)."""
+    files = sorted(Path(path).glob(f"*{suffix}"))
+    return [str(f) for f in files], [str(f.with_suffix(".idx")) for f in files]
+
+
+def read_bytes(path: str, offset: int, size: int) -> np.ndarray:
+    """`size` bytes of a file from `offset` (one open per read: sources are pickled, handles are not)."""
+    return np.fromfile(path, np.uint8, count=size, offset=offset)
+
+
+def as_list(value) -> list[str]:
+    """A reader's path argument, one file or several, as a list."""
+    return [value] if isinstance(value, str) else list(value)

@@ -1,0 +1,61 @@
+"""TFRecord shards of tf.Examples (`dali-launch data synth --format tfrecord`, TensorFlow's ImageNet):
+records file after file (the files as given: sorted) in the order of each file's DALI index, as
+`fn.readers.tfrecord(path=[...], index_path=[...])` numbers them. The index gives each record's
+offset and size: uint64 length, uint32 CRC, the Example, uint32 CRC (the CRCs are the launcher's
+check before a job, not read again here)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dali_launch.trainer.data.records.common import as_list, read_bytes
+from dali_launch.trainer.data.records.protobuf import fields, first_int
+
+READER = "tfrecord"
+IMAGE, LABEL = "image/encoded", "image/class/label"
+HEADER, FOOTER = 12, 4  # bytes around a record's Example
+
+
+class TFRecords:
+    def __init__(self, paths: list[str], index_paths: list[str]):
+        self.paths = list(paths)
+        self.records = [(f, offset, size) for f, index in enumerate(index_paths) for offset, size in _index(index)]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def keys(self) -> list[bytes]:
+        return [f"{os.path.basename(self.paths[f])}:{offset}".encode() for f, offset, _ in self.records]
+
+    def read(self, index: int) -> tuple[np.ndarray, int]:
+        f, offset, size = self.records[index]
+        image, label = parse_example(read_bytes(self.paths[f], offset, size)[HEADER:-FOOTER].tobytes())
+        return np.frombuffer(image, np.uint8), label
+
+
+def _index(path: str) -> list[tuple[int, int]]:
+    """DALI's index file (tools/tfrecord2idx): a line "offset size" per record."""
+    with open(path) as f:
+        return [(int(offset), int(size)) for offset, size in (line.split() for line in f if line.strip())]
+
+
+def source(kwargs: dict) -> TFRecords:
+    return TFRecords(as_list(kwargs["path"]), as_list(kwargs["index_path"]))
+
+
+def native(outputs: dict):
+    """(encoded, class ids) of `fn.readers.tfrecord`'s outputs: its features by name."""
+    return outputs[IMAGE], outputs[LABEL]
+
+
+def parse_example(payload: bytes) -> tuple[bytes, int]:
+    """The image bytes and class id of a tf.Example: Features{map<string, Feature>}, where a Feature is
+    a bytes_list (1) or an int64_list (3), each holding repeated values (1)."""
+    found = {}
+    for _, entry in fields(dict(fields(payload))[1]):
+        entry = dict(fields(entry))
+        found[entry[1].decode()] = dict(fields(entry.get(2, b"")))
+    image = dict(fields(found[IMAGE][1]))[1]
+    return image, first_int(dict(fields(found[LABEL][3]))[1])

@@ -1,0 +1,69 @@
+"""WebDataset tar shards (`dali-launch data synth --format webdataset`: NAME.jpg + NAME.cls, the class id
+in ASCII digits): samples tar after tar (as given: sorted) in the order of each tar's DALI index, as
+`fn.readers.webdataset(paths=[...], index_paths=[...], ext=["jpg", "cls"])` numbers them. The index
+(tools/wds2idx.py, v1.2: a line "v1.2 SAMPLES", then per sample "ext offset size name" per member)
+says where each member's data starts in its tar."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dali_launch.trainer.data.records.common import as_list, read_bytes
+
+READER = "webdataset"
+EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
+
+
+class WebDatasetShards:
+    def __init__(self, paths: list[str], index_paths: list[str], ext: list[str]):
+        self.paths, self.image_ext, self.class_ext = list(paths), ext[0], ext[1]
+        # (tar, {ext: (offset, size, name)}) per sample
+        self.samples = [(t, members) for t, index in enumerate(index_paths) for members in _index(index)]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def keys(self) -> list[bytes]:
+        return [f"{os.path.basename(self.paths[t])}/{m[self.image_ext][2]}".encode() for t, m in self.samples]
+
+    def read(self, index: int) -> tuple[np.ndarray, int]:
+        tar, members = self.samples[index]
+        image, cls = (read_bytes(self.paths[tar], *members[ext][:2]) for ext in (self.image_ext, self.class_ext))
+        return image, int(cls.tobytes())
+
+
+def _index(path: str) -> list[dict[str, tuple[int, int, str]]]:
+    with open(path) as f:
+        lines = f.read().split("\n")[1:]
+    return [
+        {ext: (int(offset), int(size), name) for ext, offset, size, name in zip(*[iter(line.split())] * 4)}
+        for line in lines
+        if line.strip()
+    ]
+
+
+def source(kwargs: dict) -> WebDatasetShards:
+    ext = kwargs["ext"].split(";") if isinstance(kwargs["ext"], str) else kwargs["ext"]
+    return WebDatasetShards(as_list(kwargs["paths"]), as_list(kwargs["index_paths"]), ext)
+
+
+def native(outputs):
+    """(encoded, class ids) of `fn.readers.webdataset(ext=[image, class])`'s outputs."""
+    encoded, cls = outputs
+    return encoded, ascii_class_id(cls)
+
+
+def ascii_class_id(raw, max_digits: int = 9):
+    """A `.cls` member (ASCII digits, as the webdataset library writes it) as an int32 class id, in DALI
+    arithmetic: Horner's rule over the digits, anything else (a newline) skipped."""
+    from nvidia.dali import fn, types  # only inside a pipeline: the launcher reads fingerprints here
+
+    codes = fn.cast(fn.pad(raw, fill_value=0, shape=[max_digits]), dtype=types.INT32)
+    value = 0
+    for i in range(max_digits):
+        code = codes[i]
+        digit = (code >= 48) & (code <= 57)
+        value = value * (1 + 9 * digit) + digit * (code - 48)
+    return fn.cast(value, dtype=types.INT32)
