@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dali_launch.trainer.data import protobuf as pb
+
 READER = "caffe2"
 _ENVS: dict = {}  # path -> lmdb.Environment: py-lmdb opens a path once per process; every reader shares it
 
@@ -53,43 +55,13 @@ def source(kwargs: dict) -> Caffe2Lmdb:
 
 def parse(record: bytes) -> tuple[bytes, int]:
     """The image bytes and class id of one record (the launcher's data check rejects what this cannot read)."""
-    protos = [value for number, value in _fields(record) if number == 1]
-    image = dict(_fields(protos[0]))[6]
-    label_fields = _fields(protos[1])
+    protos = [value for number, value in pb.fields(record) if number == 1]
+    image = dict(pb.fields(protos[0]))[6]
+    label_fields = pb.fields(protos[1])
     kind = dict(label_fields).get(2, 1)  # FLOAT (1) is protobuf's default
     for number, value in label_fields:
         if kind == 2 and number == 4:  # int32_data, packed or not
-            return image, _int32(_varint(value, 0)[0] if isinstance(value, bytes) else value)
+            return image, pb.signed(pb.read_varint(value, 0)[0] if isinstance(value, bytes) else value)
         if kind == 1 and number == 3:
             return image, int(np.frombuffer(value, "<f4")[0])
     raise ValueError("a record without a label")
-
-
-def _int32(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[i]
-        value, i, shift = value | (byte & 0x7F) << shift, i + 1, shift + 7
-        if not byte & 0x80:
-            return value, i
-
-
-def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
-    """(field number, value) pairs of a protobuf message: varints and length-delimited fields."""
-    out, i = [], 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        if key & 7 == 0:
-            value, i = _varint(buf, i)
-        elif key & 7 == 2:
-            size, i = _varint(buf, i)
-            value, i = buf[i : i + size], i + size
-        else:
-            width = 8 if key & 7 == 1 else 4
-            value, i = buf[i : i + width], i + width
-        out.append((key >> 3, value))
-    return out
