@@ -1,5 +1,10 @@
-"""What the catalogue of bad inputs (test_catalogue*.py) shares: small data sets to break, and the
-runner that holds every entry to one exact line on stderr, exit code 2, nothing written, nothing started.
+"""What the catalogue of bad inputs (test_catalogue_*.py, one file a group) shares: small data sets to
+break, and the runner that holds every entry to one exact line on stderr, exit code 2, nothing written,
+nothing started.
+
+Each entry is (arguments, the exact message after `dali-launch: error: `). `{tmp}`, `{root}` (the
+--run-root, which must never appear) and `{data}` (a good small data set) are filled in per test.
+Entries run in-process through `cli.main`; those that need SLURM's own answer use the local cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from dali_launch.launcher.data import prepare as data_prepare
 from dali_launch.trainer.data import protobuf as pb
 
 ERROR = "dali-launch: error: "
+# A SLURM submission that would get as far as sbatch: what the SLURM entries add their one bad value to.
+SUBMIT = ["--nodes", "1", "--platform", "cpu", "--data-dir", "{data}", "--run-root", "{root}"]
 
 
 # --- the data sets entries start from -----------------------------------------------------------
@@ -198,6 +205,12 @@ def snapshot(folder: Path) -> dict:
         for p in folder.rglob("*")
         if not p.is_symlink()
     }
+
+
+def check_entry(capsys, place, args: list[str], message: str, make=None) -> None:
+    """An entry with its {placeholders} filled from `place` (the data set `make(tmp)` makes, else a good one)."""
+    folder, fill = place
+    run_entry(capsys, folder, *fill(args, message, make))
 
 
 def run_entry(capsys, folder: Path, args: list[str], message: str) -> None:

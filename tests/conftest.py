@@ -18,7 +18,7 @@ from dali_launch.trainer.run_dir import RunPaths
 
 # submitit's logger keeps the stream it finds at import: imported first inside a test, that is the
 # test's captured output, which pytest closes after it, and the next test's set-up then fails on it.
-pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its two test files
+pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its test files
 
 REPO = Path(__file__).resolve().parents[1]
 FASHION_IDX = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
