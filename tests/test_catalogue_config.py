@@ -27,7 +27,11 @@ CONFIG = [
     pytest.param(
         ["--reader-threads", "-1"], "--reader-threads -1 must be 0 (auto) or more", id="reader-threads-negative"
     ),
-    pytest.param(["--hw-decoder-load", "1.5"], "--hw-decoder-load 1.5 is out of range", id="hw-decoder-load-range"),
+    pytest.param(
+        ["--hw-decoder-load", "1.5"],
+        "--hw-decoder-load 1.5 is out of range; use a value in [0, 1]",
+        id="hw-decoder-load-range",
+    ),
     pytest.param(
         ["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a value in (0, 100)", id="lr-zero"
     ),
