@@ -33,8 +33,9 @@ def resume_run(values: Values, entry: str) -> int:
     """`--resume RUN`: the run continues in the mode it started in, from its own configuration."""
     how = resume.reopen(values, entry)
     changes = f"; changed: {how.describe()}" if how.changes else ""
-    echo(f"resuming {how.run.launch.resume} (started by `{resume.COMMAND[how.backend]}`){changes}")
-    return launch(how.run, backends.create(how.backend), changed=bool(how.changes))
+    backend = backends.create(how.backend)
+    echo(f"resuming {how.run.launch.resume} (started by `{backend.started_by}`){changes}")
+    return launch(how.run, backend, changed=bool(how.changes))
 
 
 def launch(run: RunConfig, backend: Backend, changed: bool = False) -> int:

@@ -15,14 +15,13 @@ import dataclasses
 import json
 from pathlib import Path
 
-from dali_launch.launcher import config_file, runs
+from dali_launch.launcher import backends, config_file, runs
 from dali_launch.launcher.config import RunConfig, SlurmConfig
 from dali_launch.launcher.options import Values, build
 from dali_launch.trainer.config import ObserveConfig, ResilienceConfig, TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
-COMMAND = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}
 # What a resumed run may change: how long it trains, how it waits, checkpoints and is scheduled, and
 # how fast it reads; never what it computes (model, data, batch, devices, seed, ...).
 MAY_CHANGE = frozenset(
@@ -82,14 +81,15 @@ def reopen(values: Values, entry: str) -> Resumption:
         )
     runs.check_not_live(paths)
     backend = TaskSpec.load(paths.root).distributed.backend
+    started_by = backends.create(backend).started_by
     if entry == "train" and backend != "none":
         raise UsageError(
-            f"--resume {paths.root} was started by `{COMMAND[backend]}`, not `dali-launch train`; "
+            f"--resume {paths.root} was started by `{started_by}`, not `dali-launch train`; "
             f"continue it with `dali-launch --resume {paths.root}`"
         )
     if values.get("local") and "local" in values.given and backend != "local":
         raise UsageError(
-            f"--resume {paths.root} was started by `{COMMAND[backend]}`, not on local processes; "
+            f"--resume {paths.root} was started by `{started_by}`, not on local processes; "
             f"continue it with `dali-launch --resume {paths.root}` (no --local)"
         )
     recorded = config_file.load(str(paths.config_toml))

@@ -1,5 +1,10 @@
-"""What the catalogue of bad inputs (test_catalogue*.py) shares: small data sets to break, and the
-runner that holds every entry to one exact line on stderr, exit code 2, nothing written, nothing started.
+"""What the catalogue of bad inputs (test_catalogue_*.py, one file a group) shares: small data sets to
+break, and the runner that holds every entry to one exact line on stderr, exit code 2, nothing written,
+nothing started.
+
+Each entry is (arguments, the exact message after `dali-launch: error: `). `{tmp}`, `{root}` (the
+--run-root, which must never appear) and `{data}` (a good small data set) are filled in per test.
+Entries run in-process through `cli.main`; those that need SLURM's own answer use the local cluster.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ import pytest
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.trainer.data import protobuf as pb
 
 ERROR = "dali-launch: error: "
+# A SLURM submission that would get as far as sbatch: what the SLURM entries add their one bad value to.
+SUBMIT = ["--nodes", "1", "--platform", "cpu", "--data-dir", "{data}", "--run-root", "{root}"]
 
 
 # --- the data sets entries start from -----------------------------------------------------------
@@ -88,20 +96,20 @@ def not_lmdb(tmp: Path) -> dict:
 
 
 def raw_pixels() -> bytes:
-    raw = data_prepare._enum(2, 3) + data_prepare._field(5, bytes(784))  # a BYTE tensor: pixels, not an image
-    label = data_prepare._enum(2, 2) + data_prepare._field(4, b"\x01")
-    return data_prepare._field(1, raw) + data_prepare._field(1, label)
+    raw = pb.varint_field(2, 3) + pb.field(5, bytes(784))  # a BYTE tensor: pixels, not an image
+    label = pb.varint_field(2, 2) + pb.field(4, b"\x01")
+    return pb.field(1, raw) + pb.field(1, label)
 
 
 def label_record(*values: float, kind: int = data_prepare._INT32) -> bytes:
     """A record with a good image and a label tensor holding `values` (INT32 or FLOAT, packed)."""
-    image = data_prepare._enum(2, data_prepare._STRING) + data_prepare._field(6, encoded_image())
+    image = pb.varint_field(2, data_prepare._STRING) + pb.field(6, encoded_image())
     if kind == data_prepare._INT32:
-        data = data_prepare._field(4, b"".join(data_prepare._varint(int(v) % (1 << 64)) for v in values))
+        data = pb.field(4, b"".join(pb.varint(pb.unsigned(int(v))) for v in values))
     else:
-        data = data_prepare._field(3, np.array(values, "<f4").tobytes())
-    label = data_prepare._enum(2, kind) + data_prepare._field(1, data_prepare._varint(len(values))) + data
-    return data_prepare._field(1, image) + data_prepare._field(1, label)
+        data = pb.field(3, np.array(values, "<f4").tobytes())
+    label = pb.varint_field(2, kind) + pb.field(1, pb.varint(len(values))) + data
+    return pb.field(1, image) + pb.field(1, label)
 
 
 def class_folders(classes: int):
@@ -226,6 +234,12 @@ def snapshot(folder: Path) -> dict:
         for p in folder.rglob("*")
         if not p.is_symlink()
     }
+
+
+def check_entry(capsys, place, args: list[str], message: str, make=None) -> None:
+    """An entry with its {placeholders} filled from `place` (the data set `make(tmp)` makes, else a good one)."""
+    folder, fill = place
+    run_entry(capsys, folder, *fill(args, message, make))
 
 
 def run_entry(capsys, folder: Path, args: list[str], message: str) -> None:

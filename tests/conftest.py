@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,9 +19,10 @@ from dali_launch.trainer.run_dir import RunPaths
 
 # submitit's logger keeps the stream it finds at import: imported first inside a test, that is the
 # test's captured output, which pytest closes after it, and the next test's set-up then fails on it.
-pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its two test files
+pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its test files
 
 REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 FASHION_IDX = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
 
 
@@ -87,7 +89,7 @@ def fashion_subset(tmp_path_factory) -> Path:
 def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI in a fresh process, as a user runs it (each JAX run needs its own process)."""
     return subprocess.run(
-        [sys.executable, "-m", "dali_launch.launcher.cli", *args],
+        [*CLI, *args],
         capture_output=True,
         cwd=REPO,
         text=True,
@@ -95,6 +97,64 @@ def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> su
         env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,
     )
+
+
+# --- a run in the background, to signal or kill while it trains --------------------------------------
+
+
+def start(*args: str, env: dict | None = None, stdout=subprocess.PIPE) -> subprocess.Popen:
+    """The CLI in the background, in its own session: its process group is its pid, so `reap` ends it and
+    every process it started. stderr (and stdout, unless told) kept for the verdict."""
+    return subprocess.Popen(
+        [*CLI, *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def stop_when(proc: subprocess.Popen, ready, sig: int, after_s: float = 0, timeout_s: float = 120) -> str:
+    """Once `ready()` (and `after_s` more), `sig` to the launcher; its stderr once it ended. Reaped either way."""
+    try:
+        wait_for(ready, timeout_s=120)
+        time.sleep(after_s)
+        proc.send_signal(sig)
+        return proc.communicate(timeout=timeout_s)[1]
+    finally:
+        reap(proc)
+
+
+def reap(proc: subprocess.Popen, pids=()) -> None:
+    """Whatever of a `start`ed run still lives: its process group, then `pids` (ranks out of the group)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """The process runs (or is stopped); a zombie waiting for its parent is dead."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def rank_pid(run_root: Path, rank: int) -> int:
+    """The pid of a rank of the (only) run under `run_root`, once it reported (at most 120 s)."""
+    return wait_for(lambda: (rank_report(run_root, rank) or {}).get("pid"), timeout_s=120)
+
+
+def has_checkpoint(run_root: Path) -> bool:
+    """A step checkpoint exists in the run under `run_root` (a signal after it lands mid-run)."""
+    return any(p.name.isdigit() for p in run_root.glob("*/checkpoints/*"))
 
 
 def wait_for(probe, timeout_s: float):

@@ -1,4 +1,4 @@
-"""The catalogue of bad inputs, part 1: data sets that are missing, unreadable, truncated, corrupt,
+"""The catalogue of bad inputs: data sets that are missing, unreadable, truncated, corrupt,
 undecodable or of mixed image sizes. Each ends with one exact line on stderr and exit code 2, nothing
 written, no job submitted, no device taken (see catalogue.py). The two permission entries run the CLI
 as root without CAP_DAC_OVERRIDE (setpriv), so the kernel, not a mock, refuses the access.
@@ -15,6 +15,7 @@ import pytest
 from catalogue import (
     ERROR,
     a_file,
+    check_entry,
     class_folders,
     dataset,
     empty_folder,
@@ -275,9 +276,7 @@ def _drop_last_line(path) -> None:
 
 @pytest.mark.parametrize("args, message, make", DATA)
 def test_data(capsys, place, nothing_starts, args, message, make):
-    folder, fill = place
-    args, message = fill(["train", *args, "--run-root", "{root}"], message, make)
-    run_entry(capsys, folder, args, message)
+    check_entry(capsys, place, ["train", *args, "--run-root", "{root}"], message, make)
 
 
 def _without_dac(args: list[str]) -> subprocess.CompletedProcess:

@@ -12,18 +12,16 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run, rank_report, wait_for
+from conftest import alive, check_ok, dali_launch, has_checkpoint, only_run, rank_pid, reap, start, wait_for
 
 from dali_launch.launcher import runs
 from dali_launch.trainer.errors import UsageError
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
-CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "30"]
 
 FAILING = """
@@ -61,16 +59,7 @@ def mid_epoch(num_classes):
 
 
 def _start(args, root, env=None) -> subprocess.Popen:
-    """The launcher in its own session (its process group is its pid), stderr kept for the verdict."""
-    return subprocess.Popen(
-        [*CLI, *LOCAL, *args, "--run-root", str(root)],
-        cwd=REPO,
-        text=True,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    return start(*LOCAL, *args, "--run-root", str(root), env=env)
 
 
 def _unlocked(paths) -> bool:
@@ -82,23 +71,7 @@ def _unlocked(paths) -> bool:
 
 
 def _rank_pids(root) -> list[int]:
-    return [wait_for(lambda r=r: (rank_report(root, r) or {}).get("pid"), timeout_s=120) for r in range(2)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _reap(proc: subprocess.Popen, pids=()) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    for pid in pids:
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    return [rank_pid(root, r) for r in range(2)]
 
 
 @pytest.mark.parametrize("how", ["kill -9", "kill -9 of its process group"])
@@ -117,11 +90,11 @@ def test_a_killed_launcher_takes_its_ranks_and_unlocks_the_run(mnist_lmdb, tmp_p
         assert "resuming" not in refused.stdout and not any("--- resumed" in paths.log(r).read_text() for r in range(2))
         (os.killpg if "group" in how else os.kill)(proc.pid, signal.SIGKILL)
         killed = time.monotonic()
-        wait_for(lambda: not any(_alive(pid) for pid in pids), timeout_s=30)
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout_s=30)
         print(f"{how}: every rank gone {time.monotonic() - killed:.2f} s after the launcher")
         wait_for(lambda: _unlocked(paths), timeout_s=10)  # the kernel dropped the locks with their holders
     finally:
-        _reap(proc, pids)
+        reap(proc, pids)
 
 
 def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
@@ -135,20 +108,20 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     )
     try:
         pids = _rank_pids(tmp_path)
-        wait_for(lambda: any(p.name.isdigit() for p in only_run(tmp_path).checkpoints.glob("*")), timeout_s=120)
+        wait_for(lambda: has_checkpoint(tmp_path), timeout_s=120)
         proc.send_signal(signal.SIGINT)
         asked = time.monotonic()
         _, err = proc.communicate(timeout=90)
         took = time.monotonic() - asked
     finally:
-        _reap(proc)
+        reap(proc)
     print(f"SIGINT: launcher done {took:.2f} s later")
     paths = only_run(tmp_path)
     last = err.strip().splitlines()[-1]
     assert proc.returncode == 130 and last.startswith(
         "dali-launch: interrupted (SIGINT); checkpoint written at step "
     ), err
-    assert took < 30 and not any(_alive(pid) for pid in pids)
+    assert took < 30 and not any(alive(pid) for pid in pids)
     assert not paths.result.exists() and any(p.name.isdigit() for p in paths.checkpoints.iterdir())
     first_logs = [paths.log(r).read_text() for r in range(2)]
 
@@ -184,7 +157,7 @@ def test_a_job_that_finishes_within_the_grace_is_reported_finished(mnist_lmdb, t
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:
-        _reap(proc)
+        reap(proc)
     assert proc.returncode == 0, err
     assert f"dali-launch: {sig.name}: asking every rank to checkpoint and stop" in err
     assert "done: test accuracy" in out and "interrupted" not in err
@@ -208,7 +181,7 @@ def test_a_rank_that_raises_stops_the_job_and_is_named_first(mnist_lmdb, tmp_pat
         _, err = proc.communicate(timeout=150)
         ended = time.time()
     finally:
-        _reap(proc)
+        reap(proc)
     endings = [json.loads(p.read_text()) for p in only_run(tmp_path / "runs").endings.iterdir()]
     failed_at = min(e["at"] for e in endings if e["rank"] == 1)
     lines = err.strip().splitlines()
@@ -231,7 +204,7 @@ def test_a_closed_console_is_no_failure_of_the_job(mnist_lmdb, tmp_path):
         err = proc.stderr.read()
         proc.wait(timeout=120)
     finally:
-        _reap(proc)
+        reap(proc)
     assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
     assert head[0].startswith("run directory: ")
     paths = only_run(tmp_path)

@@ -15,7 +15,10 @@ from conftest import (
     check_ok,
     dali_launch,
     only_run,
+    rank_pid,
     rank_report,
+    reap,
+    start,
     wait_for,
 )
 
@@ -23,6 +26,7 @@ from dali_launch.trainer.config import DistributedConfig, TaskSpec
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+FOREVER = ["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "50"]  # stopped long before its end
 
 
 def _result(run_root):
@@ -103,36 +107,16 @@ def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path)
 
 
 def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dali_launch.launcher.cli",
-            "--local",
-            "--gpus-per-node",
-            "2",
-            "--processes",
-            "2",
-            "--epochs",
-            "50",
-            "--data-dir",
-            str(mnist_lmdb),
-            "--run-root",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start(*FOREVER, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path))
     try:
-        report = wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
+        pid = rank_pid(tmp_path, 1)
         time.sleep(3)  # mid-epoch
-        os.kill(report["pid"], signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         _, err = proc.communicate(timeout=60)
         assert time.monotonic() - killed_at < 30
     finally:
-        proc.kill()
+        reap(proc)
     assert proc.returncode != 0 and "rank 1 was killed by SIGKILL" in err, err
     rank0 = rank_report(tmp_path, 0)["pid"]
     with pytest.raises(ProcessLookupError):
@@ -202,27 +186,7 @@ def test_a_local_run_resumes_from_its_directory_and_reports_itself(small_lmdb, t
 
 
 def test_status_and_cancel_of_a_running_local_run(mnist_lmdb, tmp_path):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dali_launch.launcher.cli",
-            "--local",
-            "--gpus-per-node",
-            "2",
-            "--processes",
-            "2",
-            "--epochs",
-            "50",
-            "--data-dir",
-            str(mnist_lmdb),
-            "--run-root",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start(*FOREVER, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path), stdout=subprocess.DEVNULL)
     try:
         wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
         paths = only_run(tmp_path)
@@ -231,6 +195,6 @@ def test_status_and_cancel_of_a_running_local_run(mnist_lmdb, tmp_path):
         assert cancelled.stdout.startswith(f"stopping run {paths.root.name} (SIGTERM to 2 processes)"), cancelled
         proc.communicate(timeout=60)
     finally:
-        proc.kill()
+        reap(proc)
     assert proc.returncode != 0
     assert "RUNNING" not in dali_launch("status", str(paths.root)).stdout

@@ -6,17 +6,14 @@ from __future__ import annotations
 import glob
 import gzip
 import json
-import os
 import signal
 import struct
-import subprocess
-import sys
 import time
 
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run, wait_for
+from conftest import check_ok, dali_launch, has_checkpoint, only_run, start, stop_when
 
-CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
+WANDB = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}  # a W&B run on disk, no account
 STEP_TAGS = ("train/loss", "train/learning_rate", "perf/images_per_s", "perf/step_time_ms", "perf/data_wait_fraction")
 EPOCH_TAGS = (
     "epoch/train_loss",
@@ -67,41 +64,10 @@ def test_events_and_wandb_continue_across_a_preemption(mnist_lmdb, tmp_path):
     """80 calls an epoch, a check point every 10, scalars every 20 steps: SIGUSR2 once a checkpoint
     shows epoch 0 under way, then --resume. TensorBoard shows each step of the uninterrupted run's
     grid once; the W&B run keeps its id and its step axis goes on where the first part stopped."""
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "train",
-            "--data-dir",
-            str(mnist_lmdb),
-            "--epochs",
-            "2",
-            "--gpus-per-node",
-            "2",
-            "--log-every-steps",
-            "20",
-            "--checkpoint-every-steps",
-            "20",
-            "--wandb-project",
-            "dali-launch-test",
-            "--run-root",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(
-            lambda: proc.poll() is not None or any(p.name.isdigit() for p in tmp_path.glob("*/checkpoints/*")),
-            timeout_s=120,
-        )
-        proc.send_signal(signal.SIGUSR2)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill() if proc.poll() is None else None
+    train = ["train", "--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2"]
+    every = ["--log-every-steps", "20", "--checkpoint-every-steps", "20", "--wandb-project", "dali-launch-test"]
+    proc = start(*train, *every, "--run-root", str(tmp_path), env=WANDB)
+    err = stop_when(proc, lambda: proc.poll() is not None or has_checkpoint(tmp_path), signal.SIGUSR2)
     paths = only_run(tmp_path)
     assert proc.returncode != 0 and "preempted; checkpoint written at step" in err, err
     stopped_at = json.loads(paths.ending(0).read_text())["step"]  # device calls = SGD steps here
@@ -109,7 +75,7 @@ def test_events_and_wandb_continue_across_a_preemption(mnist_lmdb, tmp_path):
     first_part = scalars(paths.tensorboard)["train/loss"]
     assert first_part and max(first_part) <= stopped_at
 
-    check_ok(dali_launch("train", "--resume", str(paths.root), env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"}))
+    check_ok(dali_launch("train", "--resume", str(paths.root), env=WANDB))
     assert len(list(paths.tensorboard.glob("events.out.tfevents.*"))) == 2  # one file per incarnation
     steps = scalars(paths.tensorboard)
     for tag in STEP_TAGS:

@@ -8,29 +8,26 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run, rank_report, wait_for
+from conftest import (
+    check_ok,
+    dali_launch,
+    has_checkpoint,
+    only_run,
+    rank_pid,
+    rank_report,
+    reap,
+    start,
+    stop_when,
+    wait_for,
+)
 
 from dali_launch.trainer.run_dir import RunPaths
 
 pytestmark = [pytest.mark.slow]
-CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
-
-
-def _start(args, env=None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*CLI, *args],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
 
 
 def _result(paths: RunPaths) -> dict:
@@ -64,8 +61,7 @@ def test_preempted_run_of_each_format_resumes_to_the_same_parameters(synth_sets,
         *["--model", "cnn", "--image-size", "32", "--num-classes", "4", "--batch-size", "4"],
         *["--learning-rate", "0.01", "--checkpoint-every-steps", "5"],
     ]
-    cut = tmp_path / "cut"
-    _preempt_and_resume(tmp_path, common, lambda: any(p.name.isdigit() for p in cut.glob("*/checkpoints/*")))
+    _preempt_and_resume(tmp_path, common, lambda: has_checkpoint(tmp_path / "cut"))
 
 
 def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) -> None:
@@ -75,11 +71,8 @@ def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) 
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
     whole = only_run(tmp_path / "whole")
 
-    proc = _start(["train", *common, "--run-root", str(tmp_path / "cut")])
-    wait_for(ready, timeout_s=120)
-    time.sleep(after_s)
-    proc.send_signal(signal.SIGUSR2)
-    _, err = proc.communicate(timeout=120)
+    proc = start("train", *common, "--run-root", str(tmp_path / "cut"))
+    err = stop_when(proc, ready, signal.SIGUSR2, after_s=after_s)
     cut = only_run(tmp_path / "cut")
     assert proc.returncode != 0 and "preempted; checkpoint written" in err, err
     assert not cut.result.exists() and any(cut.checkpoints.iterdir())
@@ -94,25 +87,10 @@ def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) 
 
 def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
     """The watchdog's verdict on the stopped rank comes first, not the exit of the rank that noticed."""
-    proc = _start(
-        [
-            "--local",
-            "--gpus-per-node",
-            "2",
-            "--processes",
-            "2",
-            "--epochs",
-            "50",
-            "--watchdog-s",
-            "10",
-            "--data-dir",
-            str(mnist_lmdb),
-            "--run-root",
-            str(tmp_path),
-        ]
-    )
+    local = ["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "50", "--watchdog-s", "10"]
+    proc = start(*local, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path))
     try:
-        pid = wait_for(lambda: (rank_report(tmp_path, 1) or {}).get("pid"), timeout_s=120)
+        pid = rank_pid(tmp_path, 1)
         time.sleep(2)
         os.kill(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -120,7 +98,7 @@ def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
         print(f"SIGSTOP: job over {time.monotonic() - stopped_at:.1f} s later (--watchdog-s 10)")
         assert time.monotonic() - stopped_at < 45
     finally:
-        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+        reap(proc)
     assert proc.returncode != 0 and err.startswith("dali-launch: rank 1 made no progress for "), err
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -150,7 +128,7 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
     ]
     check_ok(dali_launch(*common, "--run-root", str(tmp_path / "whole"), env=slurm_env))
     whole = only_run(tmp_path / "whole")
-    proc, job_id = _start([*common, "--run-root", str(tmp_path / "cut")], env=slurm_env), None
+    proc, job_id = start(*common, "--run-root", str(tmp_path / "cut"), env=slurm_env), None
     try:
         wait_for(lambda: rank_report(tmp_path / "cut", 1), timeout_s=120)
         time.sleep(2)
@@ -163,10 +141,9 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
         out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            if job_id:  # frees the nodes for the next test
-                subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, timeout=30)
+        if proc.poll() is None and job_id:  # frees the nodes for the next test
+            subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, timeout=30)
+        reap(proc)
     assert proc.returncode == 0, err
     assert "requeued (1/3)" in out and "resumed from checkpoint" in out
     assert _result(cut)["checksums"] == _result(whole)["checksums"]
@@ -179,27 +156,10 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
 def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
     for sig, name in ((signal.SIGKILL, "kill"), (signal.SIGSTOP, "stop")):
         root = tmp_path / name
-        proc = _start(
-            [
-                "--nodes",
-                "2",
-                "--gpus-per-node",
-                "1",
-                "--platform",
-                "cpu",
-                "--epochs",
-                "50",
-                "--watchdog-s",
-                "15",
-                "--data-dir",
-                str(mnist_lmdb),
-                "--run-root",
-                str(root),
-            ],
-            env=slurm_env,
-        )
+        job = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--epochs", "50", "--watchdog-s", "15"]
+        proc = start(*job, "--data-dir", str(mnist_lmdb), "--run-root", str(root), env=slurm_env)
         try:
-            pid = wait_for(lambda root=root: (rank_report(root, 1) or {}).get("pid"), timeout_s=120)
+            pid = rank_pid(root, 1)
             time.sleep(2)
             os.kill(pid, sig)
             hit = time.monotonic()
@@ -207,9 +167,7 @@ def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
             # a dead rank: srun ends the step (--kill-on-bad-exit); a stopped one: the watchdog
             assert time.monotonic() - hit < (30 if sig == signal.SIGKILL else 60), name
         finally:
-            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
-            if sig == signal.SIGSTOP:
-                os.kill(pid, signal.SIGKILL) if _alive(pid) else None
+            reap(proc, [pid] if sig == signal.SIGSTOP else [])
         assert proc.returncode != 0 and "rank 1" in err, (name, err)
 
 
@@ -217,25 +175,8 @@ def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
 @pytest.mark.multiprocess
 def test_slurm_scancel_checkpoints_before_the_job_ends(slurm_env, mnist_lmdb, tmp_path):
     """scancel sends SIGTERM: every rank agrees on a step, checkpoints it and records that it stopped."""
-    proc = _start(
-        [
-            "--nodes",
-            "2",
-            "--gpus-per-node",
-            "1",
-            "--platform",
-            "cpu",
-            "--time-min",
-            "10",
-            "--epochs",
-            "50",
-            "--data-dir",
-            str(mnist_lmdb),
-            "--run-root",
-            str(tmp_path),
-        ],
-        env=slurm_env,
-    )
+    job = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "10", "--epochs", "50"]
+    proc = start(*job, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path), env=slurm_env)
     try:
         wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
         time.sleep(3)
@@ -244,19 +185,11 @@ def test_slurm_scancel_checkpoints_before_the_job_ends(slurm_env, mnist_lmdb, tm
         subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, check=True, timeout=30)
         _, err = proc.communicate(timeout=120)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+        reap(proc)
     endings = [json.loads(paths.ending(r).read_text()) for r in range(2)]
     assert [e["how"] for e in endings] == ["stopped"] * 2 and endings[0]["step"] == endings[1]["step"], err
     assert (paths.checkpoints / str(endings[0]["step"])).is_dir()
     assert f"stopped by SIGTERM; checkpoint written at step {endings[0]['step']}" in err
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(mnist_lmdb, tmp_path):

@@ -6,7 +6,7 @@ exact arguments (a fake srun records them; no SLURM), sbatch reads the #SBATCH v
 held job on the local cluster; scontrol shows them; nothing runs), and one real job whose run
 directory and data set live under hostile paths. Every `$(touch MARK)` must leave no MARK behind.
 What no quoting carries (a newline; a backslash or `%` in #SBATCH values) is refused before anything
-is written: see test_catalogue.py. --setup lines are shell by design: they run as written.
+is written: see test_catalogue_jobs.py. --setup lines are shell by design: they run as written.
 """
 
 from __future__ import annotations

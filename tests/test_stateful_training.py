@@ -13,11 +13,12 @@ from conftest import (
     assert_same_params,
     check_ok,
     dali_launch,
+    has_checkpoint,
     only_run,
-    rank_report,
-    wait_for,
+    start,
+    stop_when,
 )
-from test_resilience import _result, _start
+from test_resilience import _result
 
 pytestmark = pytest.mark.slow
 MODELS = {"PYTHONPATH": str(REPO / "tests")}
@@ -111,12 +112,9 @@ def test_resume_is_bit_identical_with_batchnorm_dropout_ema_adamw_and_a_schedule
     check_ok(whole)
     whole = only_run(tmp_path / "whole")
 
-    proc = _start(["train", *common, "--run-root", str(tmp_path / "cut")], env=MODELS)
-    wait_for(lambda: rank_report(tmp_path / "cut", 0), timeout_s=120)
-    checkpoints = only_run(tmp_path / "cut").checkpoints
-    wait_for(lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), timeout_s=120)  # 10 steps in
-    proc.send_signal(signal.SIGUSR2)  # taken at a later check point (every 5 steps: odd ones cut a group of 2)
-    _, err = proc.communicate(timeout=120)
+    proc = start("train", *common, "--run-root", str(tmp_path / "cut"), env=MODELS)
+    # once a checkpoint is 10 steps in; taken at a later check point (every 5 steps: odd ones cut a group of 2)
+    err = stop_when(proc, lambda: has_checkpoint(tmp_path / "cut"), signal.SIGUSR2)
     cut = only_run(tmp_path / "cut")
     assert proc.returncode != 0 and "preempted; checkpoint written" in err, err
     check_ok(dali_launch("train", "--resume", str(cut.root), env=MODELS))

@@ -28,15 +28,24 @@ LOCAL_ENV = {
 }
 LAUNCHED_AT = "DALI_LAUNCH_LAUNCHED_AT"  # time.time() when the launcher started the ranks (local mode)
 LAUNCHER_PID = "DALI_LAUNCH_LAUNCHER_PID"  # the local launcher, whose death ends the rank
+# SLURM's names for the same, and for the job facts the launcher's srun-step backend reads too
+# (launcher/backends/srun_step.py): one table of SLURM's variables.
 SLURM_ENV = {
     "process_id": "SLURM_PROCID",
     "num_processes": "SLURM_NTASKS",
     "local_rank": "SLURM_LOCALID",
     "nodelist": "SLURM_JOB_NODELIST",
+    "num_nodes": "SLURM_NNODES",
+    "tasks_per_node": "SLURM_NTASKS_PER_NODE",
+    "gpus_on_node": "SLURM_GPUS_ON_NODE",
     "job_id": "SLURM_JOB_ID",
     "restart_count": "SLURM_RESTART_COUNT",
-    # srun's own nodes: a step started in an allocation (salloc, a user's sbatch) may use only some of the job's
+    # srun's own step: one started in an allocation (salloc, a user's sbatch) may use only some of the job
+    "step_id": "SLURM_STEP_ID",
     "step_nodelist": "SLURM_STEP_NODELIST",
+    "step_num_nodes": "SLURM_STEP_NUM_NODES",
+    "step_num_tasks": "SLURM_STEP_NUM_TASKS",
+    "step_tasks_per_node": "SLURM_STEP_TASKS_PER_NODE",
 }
 
 
@@ -106,7 +115,7 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
         raise UsageError(f"SLURM started {read('num_processes')} tasks but the job was planned for {num_processes}")
     slurm = table is SLURM_ENV
     # Local mode starts every process on this host; SLURM says how many tasks share a node ("2(x3)": 2 each).
-    here = int(re.match(r"\d*", env.get("SLURM_NTASKS_PER_NODE", "")).group() or 1) if slurm else num_processes
+    here = int(re.match(r"\d*", env.get(SLURM_ENV["tasks_per_node"], "")).group() or 1) if slurm else num_processes
     return Topology(
         process_id,
         num_processes,

@@ -55,7 +55,7 @@ def from_step(values: Values, env=None) -> Values:
 class Allocation(Here):
     """One task of the user's srun step: checks, the shared run directory, then the trainer in this process."""
 
-    name, spec_name = "allocation", "slurm"
+    name, spec_name, started_by = "allocation", "slurm", COMMAND
 
     def __init__(self, env=None):
         self.env = os.environ if env is None else env

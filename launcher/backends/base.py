@@ -25,10 +25,12 @@ class Outcome:
 
 
 class Backend:
-    """One launch mode. `spec_name` is the name the tasks read their rank from (config.json)."""
+    """One launch mode. `spec_name` is the name the tasks read their rank from (config.json), and
+    `started_by` the command a user recognises that mode by (--resume's messages name it)."""
 
     name: str
     spec_name: str
+    started_by: str
 
     def check(self, run: RunConfig) -> None:
         """Checks of this mode's own, before anything is written: one UsageError each."""

@@ -64,6 +64,7 @@ class Local(Backend):
     """--local: the job's processes here, watched until they end."""
 
     name = spec_name = "local"
+    started_by = "dali-launch --local"
 
     def start(self, run: RunConfig, paths: RunPaths) -> None:
         self.job, self.timeout_s = LocalJob(run, paths, echo=echo), run.launch.local_timeout_s

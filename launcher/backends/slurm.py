@@ -27,6 +27,7 @@ class Slurm(Backend):
     """A SLURM job through submitit, followed until it ends (or left to run with --detach)."""
 
     name = spec_name = "slurm"
+    started_by = "dali-launch"
 
     def check(self, run: RunConfig) -> None:
         validate_slurm(run)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.topology import SLURM_ENV
 
 COMMAND = "srun dali-launch task"
 
@@ -31,18 +32,19 @@ class Step:
 def step_of(env=None) -> Step | None:
     """This process's job step, or None outside one (no srun: a login node, an salloc shell, a batch script)."""
     env = os.environ if env is None else env
-    if "SLURM_JOB_ID" not in env or "SLURM_STEP_ID" not in env:
+    get = lambda key, default=None: env.get(SLURM_ENV[key], default)
+    if SLURM_ENV["job_id"] not in env or SLURM_ENV["step_id"] not in env:
         return None
-    num_tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+    num_tasks = int(get("step_num_tasks") or get("num_processes") or 1)
     return Step(
-        job_id=env["SLURM_JOB_ID"],
-        step_id=env["SLURM_STEP_ID"],
-        process_id=int(env.get("SLURM_PROCID", 0)),
+        job_id=get("job_id"),
+        step_id=get("step_id"),
+        process_id=int(get("process_id", 0)),
         num_tasks=num_tasks,
-        num_nodes=int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1),
-        tasks_per_node=expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or str(num_tasks)),
-        restarts=int(env.get("SLURM_RESTART_COUNT") or 0),
-        gpus_on_node=int(env["SLURM_GPUS_ON_NODE"]) if env.get("SLURM_GPUS_ON_NODE") else None,
+        num_nodes=int(get("step_num_nodes") or get("num_nodes") or 1),
+        tasks_per_node=expand_counts(get("step_tasks_per_node") or str(num_tasks)),
+        restarts=int(get("restart_count") or 0),
+        gpus_on_node=int(get("gpus_on_node")) if get("gpus_on_node") else None,
     )
 
 

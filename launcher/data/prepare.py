@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from dali_launch.launcher.data import new_dir
+from dali_launch.trainer.data import protobuf as pb
 from dali_launch.trainer.errors import UsageError
 
 # caffe2.TensorProto.DataType values (caffe2/proto/caffe2.proto).
@@ -69,64 +70,12 @@ def load_split(from_dir: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
 # --- Caffe2 records ---------------------------------------------------------------------------
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _enum(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value)
-
-
 def caffe2_record(jpeg: bytes, label: int) -> bytes:
-    """TensorProtos{protos: [image STRING tensor, label INT32 tensor]}, serialised by hand:
-    two tiny messages do not justify a protobuf dependency and generated code."""
-    image = _enum(2, _STRING) + _field(6, jpeg)  # data_type, string_data
-    # A negative int32 is a 10-byte varint of its 64-bit two's complement, as protobuf writes it.
-    label_t = _field(1, _varint(1)) + _enum(2, _INT32) + _field(4, _varint(label % (1 << 64)))  # dims, type, int32_data
-    return _field(1, image) + _field(1, label_t)
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated varint")
-        byte = buf[i]
-        value |= (byte & 0x7F) << shift
-        i, shift = i + 1, shift + 7
-        if not byte & 0x80:
-            return value, i
-
-
-def _fields_of(buf: bytes) -> list[tuple[int, int | bytes]]:
-    """(field number, value) pairs of one protobuf message; enough to check what DALI will parse."""
-    out, i = [], 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _read_varint(buf, i)
-        elif wire == 2:
-            size, i = _read_varint(buf, i)
-            if i + size > len(buf):
-                raise ValueError("truncated field")
-            value, i = buf[i : i + size], i + size
-        elif wire in (1, 5):
-            value, i = buf[i : i + (8 if wire == 1 else 4)], i + (8 if wire == 1 else 4)
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        out.append((number, value))
-    return out
+    """TensorProtos{protos: [image STRING tensor, label INT32 tensor]}, serialised by hand (protobuf.py)."""
+    image = pb.varint_field(2, _STRING) + pb.field(6, jpeg)  # data_type, string_data
+    dims, kind = pb.field(1, pb.varint(1)), pb.varint_field(2, _INT32)
+    label_t = dims + kind + pb.field(4, pb.varint(pb.unsigned(label)))  # int32_data
+    return pb.field(1, image) + pb.field(1, label_t)
 
 
 IMAGE_MAGIC = (b"\xff\xd8", b"\x89PNG", b"BM", b"II*\x00", b"MM\x00*", b"RIFF", b"GIF8")
@@ -136,17 +85,17 @@ def check_caffe2_record(record: bytes) -> tuple[bytes | None, int | float]:
     """Raises ValueError unless `record` holds an encoded image (or raw bytes) and a label DALI can read.
 
     Returns the encoded image (None for raw pixels) and the label."""
-    protos = [v for n, v in _fields_of(record) if n == 1]
+    protos = [v for n, v in pb.fields(record) if n == 1]
     if len(protos) < 2:
         raise ValueError(f"{len(protos)} tensors, expected an image and a label")
-    image = dict((n, v) for n, v in _fields_of(protos[0]))
+    image = dict((n, v) for n, v in pb.fields(protos[0]))
     if image.get(2, 1) == _STRING:
         data = image.get(6, b"")
         if not data.startswith(IMAGE_MAGIC):
             raise ValueError("the image is not an encoded image (JPEG, PNG, BMP, TIFF, WebP, GIF)")
     elif image.get(2, 1) != 3 or not image.get(5):  # BYTE: raw pixels
         raise ValueError("the first tensor is neither an encoded image (STRING) nor raw pixels (BYTE)")
-    labels = _label_values(_fields_of(protos[1]))
+    labels = _label_values(pb.fields(protos[1]))
     if len(labels) != 1:  # DALI's reader enforces one value (a C++ assertion, mid-training)
         shown = ", ".join(f"{v:g}" for v in labels[:3]) + (", ..." if len(labels) > 3 else "")
         raise ValueError(f"its label holds {len(labels)} values ({shown}); the reader takes one class id per record")
@@ -162,19 +111,10 @@ def _label_values(fields: list) -> list[int | float]:
     values = []
     for number, value in fields:
         if kind == _INT32 and number == 4:
-            values += _varints(value) if isinstance(value, bytes) else [value]
+            values += pb.varints(value) if isinstance(value, bytes) else [value]
         elif kind == 1 and number == 3 and isinstance(value, bytes) and len(value) % 4 == 0:
             values += np.frombuffer(value, "<f4").tolist()
-    # int32 varints carry negatives as 64-bit two's complement
-    return [v - (1 << 64) if isinstance(v, int) and v >= 1 << 63 else v for v in values]
-
-
-def _varints(buf: bytes) -> list[int]:
-    out, i = [], 0
-    while i < len(buf):
-        value, i = _read_varint(buf, i)
-        out.append(value)
-    return out
+    return [pb.signed(v) if isinstance(v, int) else v for v in values]
 
 
 def encode_jpeg(image: np.ndarray, quality: int) -> bytes:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import google_crc32c  # C-backed: a pure-Python CRC32C takes minutes per GB
 
-from dali_launch.launcher.data.prepare import _field, _fields_of, _read_varint, _varint
+from dali_launch.trainer.data import protobuf as pb
 
 IMAGE_KEY, LABEL_KEY = "image/encoded", "image/class/label"
 SUFFIX, INDEX_SUFFIX = ".tfrecord", ".idx"
@@ -33,13 +33,13 @@ def frame(payload: bytes) -> bytes:
 
 def example(jpeg: bytes, label: int) -> bytes:
     """tf.Example{features{feature{"image/encoded": bytes_list, "image/class/label": int64_list}}}."""
-    image = _field(1, _field(1, jpeg))  # Feature.bytes_list{value}
-    label_feature = _field(3, _field(1, _varint(label % (1 << 64))))  # Feature.int64_list{packed value}
+    image = pb.field(1, pb.field(1, jpeg))  # Feature.bytes_list{value}
+    label_feature = pb.field(3, pb.field(1, pb.varint(pb.unsigned(label))))  # Feature.int64_list{packed value}
     entries = [
-        _field(1, _field(1, key.encode()) + _field(2, value))
+        pb.field(1, pb.field(1, key.encode()) + pb.field(2, value))
         for key, value in ((IMAGE_KEY, image), (LABEL_KEY, label_feature))
     ]
-    return _field(1, b"".join(entries))
+    return pb.field(1, b"".join(entries))
 
 
 def write(path: Path, samples: Iterable[tuple[bytes, int]]) -> int:
@@ -77,23 +77,23 @@ def records(path: Path) -> Iterator[tuple[int, bytes]]:
 
 def parse_example(payload: bytes) -> tuple[bytes, int]:
     """The JPEG and label of an Example; ValueError if either is missing."""
-    features = dict(_fields_of(payload)).get(1, b"")
+    features = dict(pb.fields(payload)).get(1, b"")
     found = {}
-    for number, entry in _fields_of(features):
+    for number, entry in pb.fields(features):
         if number == 1:
-            fields = dict(_fields_of(entry))
+            fields = dict(pb.fields(entry))
             found[fields.get(1, b"").decode(errors="replace")] = fields.get(2, b"")
     if IMAGE_KEY not in found or LABEL_KEY not in found:
         raise ValueError(f"an Example without {IMAGE_KEY!r} and {LABEL_KEY!r}")
-    (jpeg,) = [v for n, v in _fields_of(dict(_fields_of(found[IMAGE_KEY])).get(1, b"")) if n == 1] or [b""]
-    values = dict(_fields_of(found[LABEL_KEY])).get(3)
+    (jpeg,) = [v for n, v in pb.fields(dict(pb.fields(found[IMAGE_KEY])).get(1, b"")) if n == 1] or [b""]
+    values = dict(pb.fields(found[LABEL_KEY])).get(3)
     if values is None:
         raise ValueError(f"{LABEL_KEY!r} is not an int64 list")
-    raw = dict(_fields_of(values)).get(1)
-    label = _read_varint(raw, 0)[0] if isinstance(raw, bytes) else raw
+    raw = dict(pb.fields(values)).get(1)
+    label = pb.read_varint(raw, 0)[0] if isinstance(raw, bytes) else raw
     if label is None:
         raise ValueError(f"{LABEL_KEY!r} is empty")
-    return jpeg, label - (1 << 64) if label >= 1 << 63 else label
+    return jpeg, pb.signed(label)
 
 
 def read_index(path: Path) -> list[tuple[int, int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dali_launch.trainer.data.records.protobuf import fields, first_int
+from dali_launch.trainer.data import protobuf as pb
 
 READER = "caffe2"
 _ENVS: dict = {}  # path -> lmdb.Environment: py-lmdb opens a path once per process; every reader shares it
@@ -55,13 +55,13 @@ def source(kwargs: dict) -> Caffe2Lmdb:
 
 def parse(record: bytes) -> tuple[bytes, int]:
     """The image bytes and class id of one record (the launcher's data check rejects what this cannot read)."""
-    protos = [value for number, value in fields(record) if number == 1]
-    image = dict(fields(protos[0]))[6]
-    label_fields = fields(protos[1])
+    protos = [value for number, value in pb.fields(record) if number == 1]
+    image = dict(pb.fields(protos[0]))[6]
+    label_fields = pb.fields(protos[1])
     kind = dict(label_fields).get(2, 1)  # FLOAT (1) is protobuf's default
     for number, value in label_fields:
         if kind == 2 and number == 4:  # int32_data, packed or not
-            return image, first_int(value)
+            return image, pb.first_int(value)
         if kind == 1 and number == 3:
             return image, int(np.frombuffer(value, "<f4")[0])
     raise ValueError("a record without a label")

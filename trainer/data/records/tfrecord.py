@@ -10,8 +10,8 @@ import os
 
 import numpy as np
 
+from dali_launch.trainer.data import protobuf as pb
 from dali_launch.trainer.data.records.common import as_list, read_bytes
-from dali_launch.trainer.data.records.protobuf import fields, first_int
 
 READER = "tfrecord"
 IMAGE, LABEL = "image/encoded", "image/class/label"
@@ -54,8 +54,8 @@ def parse_example(payload: bytes) -> tuple[bytes, int]:
     """The image bytes and class id of a tf.Example: Features{map<string, Feature>}, where a Feature is
     a bytes_list (1) or an int64_list (3), each holding repeated values (1)."""
     found = {}
-    for _, entry in fields(dict(fields(payload))[1]):
-        entry = dict(fields(entry))
-        found[entry[1].decode()] = dict(fields(entry.get(2, b"")))
-    image = dict(fields(found[IMAGE][1]))[1]
-    return image, first_int(dict(fields(found[LABEL][3]))[1])
+    for _, entry in pb.fields(dict(pb.fields(payload))[1]):
+        entry = dict(pb.fields(entry))
+        found[entry[1].decode()] = dict(pb.fields(entry.get(2, b"")))
+    image = dict(pb.fields(found[IMAGE][1]))[1]
+    return image, pb.first_int(dict(pb.fields(found[LABEL][3]))[1])
