@@ -1,4 +1,5 @@
-"""The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8), run end to end with --smoke-cpu."""
+"""The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8; imagenet.py: issue
+18), run end to end with --smoke-cpu."""
 
 from __future__ import annotations
 
@@ -143,3 +144,23 @@ def test_components_smoke_times_every_part(mnist_lmdb, tmp_path):
     assert all(r["images_per_s"] > 0 and r["build_s"] > 0 for r in codecs)
     assert all(r["epoch_s"] > 0 for r in doc["rows"] if r["component"] != "codecs")
     assert "the same with both: yes" in proc.stdout and doc["table"] in proc.stdout
+
+
+def test_imagenet_smoke_measures_each_part(tmp_path):
+    """benchmarks/imagenet.py synthesises its data, then times the step alone, DALI alone in both sample
+    orders and a `dali-launch train` run, each in its own process, and draws them."""
+    out, png = tmp_path / "imagenet.json", tmp_path / "imagenet.png"
+    proc = bench(
+        *("--data", str(tmp_path / "synth"), "--synth", "64", "--classes", "4", "--gpus", "1"),
+        *("--epochs", "2", "--calls", "2", "--smoke-cpu", "--out", str(out), "--plot", str(png)),
+        timeout=600,
+        script=REPO / "benchmarks" / "imagenet.py",
+    )
+    check_ok(proc)
+    rows = {r["part"]: r for r in json.loads(out.read_text())["rows"]}
+    assert sorted(rows) == ["data", "data-global", "step", "train"]
+    assert all(r["images_per_s_per_gpu"] > 0 for r in rows.values())
+    assert rows["train"]["argv"][0] == "train" and "--precision" in rows["train"]["argv"]
+    assert len(rows["train"]["epochs"]) == 2 and rows["train"]["scaling"] == 1.0
+    assert rows["data-global"]["resolved"]["sample_order"] == "global"
+    assert png.read_bytes().startswith(PNG_MAGIC)
