@@ -56,7 +56,13 @@ def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str
 
     return TaskSpec(
         run_dir="unused",
-        data=DataConfig(data_dir=str(data), pipeline="folders", num_classes=classes, image_size=workload["image_size"]),
+        data=DataConfig(
+            data_dir=str(data),
+            pipeline="folders",
+            num_classes=classes,
+            image_size=workload["image_size"],
+            sample_order=order,
+        ),
         train=TrainConfig(model=workload["model"], precision=workload["precision"], batch_size=workload["batch_size"]),
         distributed=DistributedConfig(platform=platform, local_device_count=gpus),
     )
@@ -137,7 +143,13 @@ def train(args, workload: dict, gpus: int, layout: str, root: Path) -> dict:
     argv = [*CLI, *where, "--gpus-per-node", str(gpus), *train_flags(args, workload), "--run-root", str(run_root)]
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-    row = {"part": "train", "gpus": gpus, "layout": layout, "argv": argv[2:], "wall_s": time.perf_counter() - start}
+    row = {
+        "part": "train",
+        "gpus": gpus,
+        "layout": layout,
+        "argv": argv[len(CLI) :],
+        "wall_s": time.perf_counter() - start,
+    }
     metrics = list(run_root.glob("*/metrics.jsonl"))
     if proc.returncode or not metrics:
         return {**row, "error": (proc.stderr or proc.stdout).strip().splitlines()[-8:]}
