@@ -145,3 +145,26 @@ def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, g
     assert (placement.CODECS_PATH in os.environ) is codecs_only
     flags = os.environ["XLA_FLAGS"].split()
     assert "--xla_dump_to=/tmp/x" in flags and ("--xla_gpu_enable_command_buffer=" in flags) is graphs_off
+
+
+@pytest.mark.parametrize("op", ["decoders__Image", "decoders__ImageRandomCrop"])
+def test_gpu_decoding_settings_are_arguments_dali_takes(op):
+    """On a GPU, the built-in image pipelines give nvJPEG the hardware decoder's share and buffer sizes.
+    No GPU exists here, so the arguments are checked against DALI's own schema of the decoders: a
+    misspelt one would otherwise fail only on a GPU machine."""
+    from types import SimpleNamespace
+
+    from nvidia.dali import backend, types
+
+    from dali_launch.trainer.data.dali import pipeline_args
+
+    gpu = SimpleNamespace(platform="gpu")  # a GPU device as pipeline_args sees it: its platform
+    config = DataConfig(pipeline="folders", hw_decoder_load=0.35, output_dtype="float16")
+    args = pipeline_args("x", gpu, 0, 1, 8, True, config, 0)
+    assert args.dtype() == types.FLOAT16
+    kwargs = args.decoder_args()
+    assert kwargs.pop("device") == "mixed" and kwargs["hw_decoder_load"] == 0.35
+    schema = backend.GetSchema(op)
+    assert kwargs and all(schema.HasArgument(name) for name in kwargs), kwargs
+    cpu = pipeline_args("x", SimpleNamespace(platform="cpu"), 0, 1, 8, True, DataConfig(pipeline="folders"), 0)
+    assert cpu.decoder_args() == {"device": "cpu"}  # CPU decoders take none of nvJPEG's settings
