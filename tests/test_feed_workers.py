@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from nvidia.dali import fn, pipeline_def, types
 
-from dali_launch.trainer.data.feed import Feed, restored_iteration
+from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout
+from dali_launch.trainer.resolve import MAX_FEED_WORKERS, feed_workers
 
 
 class Iterations:
@@ -69,3 +70,12 @@ def test_a_feed_depends_on_the_iteration_only_and_survives_pickling():
     assert [a.tobytes() for a in resumed(types.BatchInfo(5, 0))[0]] == [
         a.tobytes() for a in feed(types.BatchInfo(calls + 2, 0))[0]
     ]
+
+
+def test_auto_workers_take_the_cores_the_pipelines_threads_leave():
+    assert feed_workers(-1, "shards", 16, 1, 8) == 0 and feed_workers(3, "shards", 16, 1, 8) == 0
+    assert feed_workers(-1, "global", 16, 1, 8) == MAX_FEED_WORKERS  # one H200 of a 16-core host
+    assert feed_workers(-1, "global", 1, 1, 2) == 0  # CI's CPU devices: no core to spare
+    assert feed_workers(2, "global", 1, 1, 2) == 2
+    assert pipeline_options(None) == {} and pipeline_options(Feed(0, 1, 1, 1, 1, 0, 0)) == {}
+    assert pipeline_options(Feed(0, 1, 1, 1, 1, 0, 0, workers=2)) == {"py_num_workers": 2, "py_start_method": "spawn"}
