@@ -105,14 +105,10 @@ def read(args, reader: str, kwargs: dict):
             f"--sample-order global reads {', '.join(sorted(records.FORMATS))} records, not fn.readers.{reader}'s; "
             f"use --sample-order shards"
         ) from None
+    # Parallel: two batches in flight per worker, so none waits for the pipeline to ask.
+    parallel = {"parallel": True, "prefetch_queue_depth": 2 * args.feed.workers} if args.feed.workers else {}
     return fn.external_source(
-        source=args.feed,
-        num_outputs=2,
-        batch=True,
-        batch_info=True,
-        parallel=args.feed.workers > 0,
-        prefetch_queue_depth=max(1, 2 * args.feed.workers),  # parallel: batches in flight, two per worker
-        dtype=[types.UINT8, types.INT32],
+        source=args.feed, num_outputs=2, batch=True, batch_info=True, dtype=[types.UINT8, types.INT32], **parallel
     )
 
 
