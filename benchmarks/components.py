@@ -231,11 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     data, rows = args.data.absolute(), []
     # codecs first: after use_cpu_codecs_only() this process has no other codecs
     rows += codecs(data, args.readers) if "codecs" in args.parts else []
-    rows += (
-        data_epochs(data, args.data_grid, args.sample_orders, args.feed_workers)
-        if "data" in args.parts
-        else []
-    )
+    rows += data_epochs(data, args.data_grid, args.sample_orders, args.feed_workers) if "data" in args.parts else []
     rows += steps(args.steps) if "steps" in args.parts else []
     text = table(rows)
     print(text, flush=True)
