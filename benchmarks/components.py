@@ -7,7 +7,8 @@
     data      data-only epochs through the trainer's DeviceBatches (pipelines on the CPU, batches
               put on the device), per readers x threads x prefetch in --data-grid and per
               --sample-orders: shards (DALI's Caffe2 reader) vs global (records/caffe2.py through
-              an external source: the price of elastic resume, README)
+              an external source: the price of elastic resume, README), the global one read in
+              the process and in --feed-workers DALI worker processes
     steps     the example's 1,200 SGD steps (MLP, batch 50) fused 24 per call, XLA's CUDA graphs
               (command buffers) off and on, chosen per program through compiler_options
 
@@ -99,22 +100,24 @@ def codecs(data: Path, readers: int) -> list[dict]:
     return rows
 
 
-def data_epochs(data: Path, grid: list[str], orders: list[str], epochs: int = 3) -> list[dict]:
+def data_epochs(data: Path, grid: list[str], orders: list[str], workers: list[int], epochs: int = 3) -> list[dict]:
     import jax
 
     from dali_launch.trainer.config import DataConfig
     from dali_launch.trainer.data import dali, shards
 
     device, rows = jax.devices()[:1], []
-    for cell, order in ((cell, order) for cell in grid for order in orders):  # orders side by side
+    variants = [(order, w) for order in orders for w in (workers if order == "global" else [0])]
+    for cell, (order, feed_workers) in ((cell, v) for cell in grid for v in variants):  # side by side
         readers, threads, prefetch = (int(x) for x in cell.split("x"))
         config = DataConfig(data_dir=str(data), decoder="cpu", reader_threads=threads, prefetch=prefetch)
         sharding = shards.Sharding(0, 1, 1, readers)
-        start = dali.Start(order, 0, 1, BATCH, PER_CALL)
+        start = dali.Start(order, 0, 1, BATCH, PER_CALL, feed_workers=feed_workers)
+        built = time.perf_counter()
         batches = dali.build(
             str(data / "training"), device, device, sharding, BATCH * PER_CALL, True, config, 0, start=start
         )
-        times = []
+        built, times = time.perf_counter() - built, []
         for _ in range(epochs):
             start = time.perf_counter()
             for batch in batches.epoch():  # noqa: B007 - the last batch is waited for below
@@ -124,7 +127,9 @@ def data_epochs(data: Path, grid: list[str], orders: list[str], epochs: int = 3)
         rows.append(
             {
                 "component": "data",
-                "setting": f"{order}: {readers} readers x {threads} threads, prefetch {prefetch}",
+                "setting": f"{order}{f' ({feed_workers} workers)' if feed_workers else ''}: {readers} readers x "
+                f"{threads} threads, prefetch {prefetch}",
+                "build_s": built,
                 "epoch_s": min(times[1:] or times),
                 "images_per_s": batches.num_samples / min(times[1:] or times),
                 "epochs_s": times,
@@ -179,11 +184,11 @@ def steps(count: int) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'component':<10}{'setting':<44}{'seconds':>9}{'images/s':>12}", "-" * 75]
+    lines = [f"{'component':<10}{'setting':<58}{'seconds':>9}{'images/s':>12}", "-" * 89]
     for r in rows:
-        seconds = r.get("build_s", r.get("epoch_s"))
+        seconds = r["build_s"] if r["component"] == "codecs" else r["epoch_s"]
         rate = f"{r['images_per_s']:,.0f}" if "images_per_s" in r else "-"
-        lines.append(f"{r['component']:<10}{r['setting']:<44}{seconds:>9.3f}{rate:>12}")
+        lines.append(f"{r['component']:<10}{r['setting']:<58}{seconds:>9.3f}{rate:>12}")
     sums = {r["first_batch_sum"] for r in rows if r["component"] == "codecs"}
     if sums:
         lines.append(f"codecs: the first batch is the same with both: {'yes' if len(sums) == 1 else 'NO'}")
@@ -210,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         default="shards,global",
         help="Data-only epochs in these --sample-order values (default both).",
     )
+    parser.add_argument(
+        "--feed-workers",
+        type=listed(int),
+        default="0",
+        help="Global order: DALI worker processes per pipeline (0: in the process), one data row each (default 0).",
+    )
     parser.add_argument("--parts", type=listed(choices=("codecs", "data", "steps")), default="codecs,data,steps")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"SGD steps per timed epoch (default {STEPS}).")
     parser.add_argument("--out", type=Path, help="Write the table and every number as JSON here.")
@@ -220,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     data, rows = args.data.absolute(), []
     # codecs first: after use_cpu_codecs_only() this process has no other codecs
     rows += codecs(data, args.readers) if "codecs" in args.parts else []
-    rows += data_epochs(data, args.data_grid, args.sample_orders) if "data" in args.parts else []
+    rows += data_epochs(data, args.data_grid, args.sample_orders, args.feed_workers) if "data" in args.parts else []
     rows += steps(args.steps) if "steps" in args.parts else []
     text = table(rows)
     print(text, flush=True)

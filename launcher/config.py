@@ -138,6 +138,8 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
     if run.data.reader_threads < 0:
         raise UsageError(f"--reader-threads {run.data.reader_threads} must be 0 (auto) or more")
+    if run.data.feed_workers < -1:
+        raise UsageError(f"--feed-workers {run.data.feed_workers} must be -1 (auto), 0 (in-process) or more")
     if not 0 <= run.data.hw_decoder_load <= 1:
         raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
     _observe(run.observe, run.num_processes)

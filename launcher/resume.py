@@ -39,6 +39,7 @@ MAY_CHANGE = frozenset(
         "compile_cache",
         "record_samples",
         "reader_threads",
+        "feed_workers",
         "prefetch",
         *(f.name for f in dataclasses.fields(SlurmConfig)),
         *(f.name for f in dataclasses.fields(ResilienceConfig)),

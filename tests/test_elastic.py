@@ -149,8 +149,9 @@ def runs(small_lmdb, tmp_path_factory):
     env = {"PYTHONPATH": str(root / "pkg")}
     args = ["--local", "--gpus-per-node", "4", "--processes", "2", "--data-dir", str(data), *COMMON]
     check_ok(dali_launch(*args, "--run-root", str(root / "whole"), env=env))
+    # The cut run (and so its resumptions) reads in DALI workers, the whole one in-process: same samples.
     cut = dali_launch(
-        *args, "--run-root", str(root / "cut"), env={**env, "STOP_AT": "6"}
+        *args, "--feed-workers", "1", "--run-root", str(root / "cut"), env={**env, "STOP_AT": "6"}
     )  # 2 devices a process: step 3
     assert cut.returncode != 0 and "checkpoint written" in cut.stderr, cut.stderr
     paths = only_run(root / "cut")

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from conftest import (
+    alive,
     assert_same_params,
     check_ok,
     dali_launch,
@@ -106,17 +107,32 @@ def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path)
     assert times == sorted(times) and first["first_step_s"] == times[-1] > 0
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from /proc (each thread lists the children it started)."""
+    children = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            children |= {int(c) for c in f.read().split()}
+    return children.union(*(_descendants(c) for c in children)) if children else children
+
+
 def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
-    proc = start(*FOREVER, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path))
+    """...and takes the DALI workers that read its global order (--feed-workers): nothing outlives the job."""
+    args = ["--sample-order", "global", "--feed-workers", "1"]
+    proc = start(*FOREVER, *args, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path))
+    workers = set()
     try:
         pid = rank_pid(tmp_path, 1)
         time.sleep(3)  # mid-epoch
+        workers = _descendants(pid)
+        assert workers, "rank 1 started no DALI workers"
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         _, err = proc.communicate(timeout=60)
         assert time.monotonic() - killed_at < 30
+        wait_for(lambda: not any(alive(w) for w in workers), timeout_s=30)
     finally:
-        reap(proc)
+        reap(proc, workers)
     assert proc.returncode != 0 and "rank 1 was killed by SIGKILL" in err, err
     rank0 = rank_report(tmp_path, 0)["pid"]
     with pytest.raises(ProcessLookupError):

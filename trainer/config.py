@@ -61,6 +61,12 @@ class DataConfig:
         "--resume on another device count mid-epoch, each sample once; see README, Elastic resume).",
         choices=("shards", "global"),
     )
+    feed_workers: int = opt(
+        -1,
+        "--sample-order global: DALI worker processes per pipeline that read its records (a parallel external "
+        "source), off the training process's GIL. 0: read in the training process; -1: auto (the cores per "
+        "device that --reader-threads leave, at most 4; 0 where none are left).",
+    )
     decoder: str = opt(
         "auto",
         "Where JPEGs are decoded, and so where DALI runs: cpu (the whole pipeline on the "

@@ -10,6 +10,8 @@ steps_per_call   SGD steps fused into one device call (the same steps: only the 
 readers          DALI pipelines per device (shards.readers_per_device), for training and evaluation
 reader_threads   DALI CPU threads per pipeline (shards.reader_threads): 2 where the CPU decodes (and
                  more readers), the cores per device (at most 8) where nvJPEG does
+feed_workers     --sample-order global: DALI worker processes per pipeline reading its records: the cores
+                 per device its pipelines' threads leave, at most MAX_FEED_WORKERS (0: in-process)
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
                  the model casts on the device), else float32
 elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
@@ -28,6 +30,7 @@ from dali_launch.trainer.resilience import elastic
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
+MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader (README); more ride out slow reads
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Resolved:
     reader_threads: int
     output_dtype: str
     sample_order: str = "shards"
+    feed_workers: int = 0
     lr_scale: float = 1.0
     elastic: dict | None = None
 
@@ -57,9 +61,13 @@ class Resolved:
     def dali_phrase(self, config: DataConfig) -> str:
         """How this task's DALI pipelines run, for its start-up line."""
         hardware = f" ({config.hw_decoder_load:.0%} on the hardware decoder)" if self.decoder == "mixed" else ""
+        feed = ""
+        if self.sample_order == "global":
+            where = f"{self.feed_workers} worker processes per pipeline" if self.feed_workers else "this process"
+            feed = f", records read in {where}"
         return (
             f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
-            f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out"
+            f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}"
         )
 
     def data_config(self, config: DataConfig) -> DataConfig:
@@ -77,6 +85,15 @@ def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) ->
     k = max(1, min(MAX_STEPS, round(CALL_SAMPLES / batch))) if platform == "gpu" else 1
     unit = readers // math.gcd(readers, batch) if readers else 1
     return max(unit, round(k / unit) * unit)
+
+
+def feed_workers(setting: int, order: str, cores_per_device: int, readers: int, threads: int) -> int:
+    """--feed-workers, where -1 (auto) takes the cores per device left by the pipelines' threads."""
+    if order != "global":
+        return 0
+    if setting >= 0:
+        return setting
+    return max(0, min(MAX_FEED_WORKERS, (cores_per_device - readers * threads) // readers))
 
 
 def resolve(
@@ -99,6 +116,7 @@ def resolve(
     decoder = placement.decoder(spec.data, platform)
     threads = shards.reader_threads(spec.data.reader_threads, decoder, cores)
     data = dataclasses.replace(spec.data, reader_threads=threads)
+    readers = shards.readers_per_device(data, platform, decoder, batch * k, cores)
     return Resolved(
         platform=platform,
         decoder=decoder,
@@ -106,11 +124,12 @@ def resolve(
         parallel=spec.train.parallel,
         batch_per_device_step=batch,
         steps_per_call=k,
-        readers_per_device=shards.readers_per_device(data, platform, decoder, batch * k, cores),
+        readers_per_device=readers,
         eval_readers_per_device=shards.readers_per_device(data, platform, decoder, spec.train.eval_batch_size, cores),
         reader_threads=threads,
         output_dtype=output_dtype(spec),
         sample_order=spec.data.sample_order,
+        feed_workers=feed_workers(spec.data.feed_workers, spec.data.sample_order, cores, readers, threads),
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
     )

@@ -161,7 +161,12 @@ def _start(spec: TaskSpec, auto: Resolved, devices: int, resume: Resume | None) 
     """Where training's pipelines start. A global order's checkpoint holds a position in the epoch's
     order: the calls of this job's size before it are done (`calls_done` is set to them)."""
     start = dali.Start(
-        spec.data.sample_order, spec.train.seed, devices, auto.batch_per_device_step, auto.steps_per_call
+        spec.data.sample_order,
+        spec.train.seed,
+        devices,
+        auto.batch_per_device_step,
+        auto.steps_per_call,
+        feed_workers=auto.feed_workers,
     )
     if not resume:
         return start

@@ -17,7 +17,7 @@ from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import placement
 from dali_launch.trainer.data.contract import PipelineArgs
-from dali_launch.trainer.data.feed import Feed
+from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
 from dali_launch.trainer.errors import UsageError
@@ -39,16 +39,17 @@ class Start:
     call: int = 0
     offset: int = 0
     first_global_batch: int = 0  # the run's first segment's (elastic.py's rescale rule); 0: this one's
+    feed_workers: int = 0  # --feed-workers, resolved
 
     def layout(self, num_samples: int, readers: int) -> Layout:
         return Layout(num_samples, self.devices, self.batch, self.steps, readers)
 
-    def feed(self, device: int, reader: int, readers: int) -> Feed | None:
+    def feed(self, device: int, reader: int, readers: int, checkpoint: bytes | None = None) -> Feed | None:
+        """Reader `reader` of `device`'s feed, for a pipeline built from `checkpoint` (or afresh)."""
         if self.order != "global":
             return None
-        return Feed(
-            self.seed, self.devices, self.batch, self.steps, readers, device, reader, self.epoch, self.call, self.offset
-        )
+        where = (self.epoch, self.call, self.offset, self.feed_workers, restored_iteration(checkpoint))
+        return Feed(self.seed, self.devices, self.batch, self.steps, readers, device, reader, *where)
 
 
 @pipeline_def(enable_conditionals=False)
@@ -205,12 +206,9 @@ def build(
     reader_batch, function, pipes = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline), []
     feeds = []
     for k, shard_id in enumerate(sharding.shard_ids):
-        device = devices[k // sharding.readers]
-        feed = (
-            start.feed(sharding.first_device + k // sharding.readers, k % sharding.readers, sharding.readers)
-            if start
-            else None
-        )
+        (local, reader), checkpoint = divmod(k, sharding.readers), checkpoints[k] if checkpoints else None
+        device = devices[local]
+        feed = start.feed(sharding.first_device + local, reader, sharding.readers, checkpoint) if start else None
         args = pipeline_args(
             path, device, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed
         )
@@ -226,7 +224,8 @@ def build(
                 seed=args.seed,
                 prefetch_queue_depth=config.prefetch,
                 enable_checkpointing=True,
-                checkpoint=checkpoints[k] if checkpoints else None,
+                checkpoint=checkpoint,
+                **pipeline_options(feed),
             )
         )
     for pipe in pipes:

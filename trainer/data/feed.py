@@ -7,23 +7,29 @@ device's shard (the fastest way, and today's); under global the same records thr
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 from nvidia.dali import fn, types
 
-from dali_launch.trainer.data import records
+from dali_launch.trainer.data import protobuf, records
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience.ending import die_with_parent
 
 
 @dataclass
 class Feed:
     """The batches of one reader of one device, call after call, epoch after epoch, from (epoch, call).
 
-    DALI calls it ahead of the trainer (prefetch), once per batch; calls are numbered from the start,
-    so the batches do not depend on when DALI asks. `offset` shifts the first epoch's positions: a
-    run resumed with another global batch continues at a position that is no multiple of its calls.
+    A stateless callable of DALI's `BatchInfo`, as a parallel external source must be: DALI calls it
+    ahead of the trainer (prefetch), in its worker processes (`workers` > 0) in any order, or in the
+    pipeline's thread. Batch `iteration` is call `iteration - first_iteration` since (epoch, call): a
+    pipeline restored from a checkpoint numbers on from the checkpoint's iteration (`restored_iteration`).
+    `offset` shifts the first epoch's positions: a run resumed with another global batch continues at
+    a position that is no multiple of its calls.
     """
 
     seed: int
@@ -36,17 +42,17 @@ class Feed:
     epoch: int = 0
     call: int = 0  # in `epoch`
     offset: int = 0
+    workers: int = 0  # DALI worker processes that call it; 0: the pipeline's own thread, under our GIL
+    first_iteration: int = 0
     source: records.RecordSource | None = None
-    calls_made: int = field(default=0, repr=False)
     _order: tuple[int, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def layout(self) -> Layout:
         return Layout(len(self.source), self.devices, self.batch, self.steps, self.readers)
 
-    def __call__(self):
-        epoch, call, offset = self._where(self.calls_made)
-        self.calls_made += 1
+    def __call__(self, info: types.BatchInfo):
+        epoch, call, offset = self._where(info.iteration - self.first_iteration)
         layout = self.layout
         positions = layout.positions(offset + call * layout.call_samples, self.device, self.reader)
         # Padding rows repeat a real sample (they are decoded, then masked out of every sum).
@@ -67,6 +73,25 @@ class Feed:
             self._order = (epoch, permutation(self.seed, epoch, len(self.source)))
         return self._order[1]
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_order": None, "_pickled_by": os.getpid()}
+
+    def __setstate__(self, state: dict) -> None:
+        parent = state.pop("_pickled_by")
+        self.__dict__.update(state)
+        if os.getpid() != parent:  # a DALI worker: SIGKILLed with its rank, so no worker outlives a job
+            die_with_parent(parent)
+
+
+def restored_iteration(checkpoint: bytes | None) -> int:
+    """The iteration a pipeline built from `checkpoint` (`Pipeline.checkpoint()`) numbers its next batch,
+    and so its external sources' `BatchInfo.iteration`: the batches consumed before it was taken.
+    DALI's checkpoint.proto: field 2, ExternalContextCheckpoint, whose field 1 is JSON {"iter": ...}."""
+    if checkpoint is None:
+        return 0
+    context = dict(protobuf.fields(checkpoint)).get(2, b"")
+    return json.loads(dict(protobuf.fields(context)).get(1, b"{}")).get("iter", 0)
+
 
 def read(args, reader: str, kwargs: dict):
     """What `args.read(reader, **kwargs)` returns: (encoded, labels) DataNodes from this device's shard
@@ -80,5 +105,16 @@ def read(args, reader: str, kwargs: dict):
             f"--sample-order global reads {', '.join(sorted(records.FORMATS))} records, not fn.readers.{reader}'s; "
             f"use --sample-order shards"
         ) from None
-    encoded, labels = fn.external_source(source=args.feed, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
-    return encoded, labels
+    # Parallel: two batches in flight per worker, so none waits for the pipeline to ask.
+    parallel = {"parallel": True, "prefetch_queue_depth": 2 * args.feed.workers} if args.feed.workers else {}
+    return fn.external_source(
+        source=args.feed, num_outputs=2, batch=True, batch_info=True, dtype=[types.UINT8, types.INT32], **parallel
+    )
+
+
+def pipeline_options(feed: Feed | None) -> dict:
+    """Pipeline options for a feed's workers. Spawned, not forked: the rank already runs JAX's and XLA's
+    threads, which a fork copies mid-state. A spawned worker imports the rank's modules (seconds)."""
+    if feed is None or not feed.workers:
+        return {}
+    return {"py_num_workers": feed.workers, "py_start_method": "spawn"}
