@@ -43,6 +43,7 @@ def test_resolve_records_every_auto_value():
         "eval_readers_per_device": 1,
         "reader_threads": 2,
         "output_dtype": "float32",
+        "feed_workers": 0,
         "sample_order": "shards",
         "lr_scale": 1.0,
         "elastic": None,
