@@ -7,8 +7,6 @@ section averages nothing; here every step averages gradients over the whole job'
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import threading
 import time
 from functools import partial
@@ -26,6 +24,7 @@ from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
+from dali_launch.trainer.resilience import resume_point
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, Resume
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resolve import Resolved
@@ -97,7 +96,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     resume = checkpointer.latest()
     startup.mark("checkpoints read")
-    start = _start(spec, auto, len(all_devices), resume)
+    start = resume_point.start(spec, auto, len(all_devices), resume)
     same_pipelines = resume and resume.dali is not None and len(resume.dali) == len(sharding.shard_ids)
     data = dali.build(
         split_dir(spec, "training"),
@@ -113,7 +112,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     )
     startup.mark("pipelines built")
     if resume and resume.order:
-        _check_data_set(data, resume.order)
+        resume_point.check_data_set(data.fingerprint, resume.order)
     mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec, sharding.readers)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     compiling = _compile_ahead(spec, mode, data, example, slots)
@@ -121,7 +120,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     if resume:
         checkpointer.restore(resume, fresh, zero_tally())
         if auto.elastic:
-            _elastic_resumed(spec, reporter, resume, auto, slots)
+            resume_point.elastic(spec, reporter, resume, auto.elastic, slots)
     startup.mark("model initialised")
     reporter.rank_report(
         sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict(), dali=auto.dali_phrase(spec.data)
@@ -155,53 +154,6 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     checked = {"params": state.params, "collections": state.collections, "ema": state.ema}
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
-
-
-def _start(spec: TaskSpec, auto: Resolved, devices: int, resume: Resume | None) -> dali.Start:
-    """Where training's pipelines start. A global order's checkpoint holds a position in the epoch's
-    order: the calls of this job's size before it are done (`calls_done` is set to them)."""
-    start = dali.Start(
-        spec.data.sample_order,
-        spec.train.seed,
-        devices,
-        auto.batch_per_device_step,
-        auto.steps_per_call,
-        feed_workers=auto.feed_workers,
-    )
-    if not resume:
-        return start
-    if not resume.order:
-        return dataclasses.replace(start, epoch=resume.epoch, call=resume.calls_done)
-    call, offset = divmod(resume.order["position"], auto.call_batch * devices)
-    resume.calls_done = call
-    first = resume.order.get("first_global_batch", resume.order["global_batch"])
-    return dataclasses.replace(start, epoch=resume.epoch, call=call, offset=offset, first_global_batch=first)
-
-
-def _check_data_set(data, order: dict) -> None:
-    """A global order's positions mean samples of one data set: refuse to continue on another."""
-    if data.fingerprint != order["dataset"]:
-        raise UsageError(
-            f"the checkpoint was written for a training set of {order['dataset']['samples']} samples "
-            f"(keys {order['dataset']['keys_sha256'][:12]}), but --data-dir now holds {data.fingerprint['samples']} "
-            f"(keys {data.fingerprint['keys_sha256'][:12]}); point --data-dir at the run's own data, or start a new run"
-        )
-
-
-def _elastic_resumed(spec: TaskSpec, reporter: Reporter, resume: Resume, auto: Resolved, slots: int) -> None:
-    """Says and records (elastic.jsonl) how the run continues on this device count. With another global
-    batch the step count is re-based on the new epoch length, so the schedule goes on where it was."""
-    plan, position = auto.elastic, resume.order["position"]
-    if plan["global_batch"] != resume.order["global_batch"]:
-        slot = resume.epoch * slots + math.ceil(position / plan["global_batch"])
-        resume.state = resume.state.replace(slot=np.asarray(slot, np.int32))
-    from dali_launch.trainer.resilience.elastic import Plan
-
-    reporter.say(Plan(**plan).describe())
-    if jax.process_index() == 0:
-        record = {"checkpoint": resume.step, "epoch": resume.epoch, "position": position, **plan}
-        with RunPaths(spec.run_dir).elastic.open("a") as out:
-            out.write(json.dumps(record) + "\n")
 
 
 def _compile_ahead(spec: TaskSpec, mode, data, example, slots: int) -> threading.Thread:
@@ -328,22 +280,7 @@ class Loop:
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.saved_at = time.monotonic()
         kept = {k: v for k, v in tally.items() if k in zero_tally()}
-        order, step = self._order(epoch, calls_done), epoch * self.data.steps + calls_done
+        order, step = resume_point.order_record(self.data, epoch, calls_done), epoch * self.data.steps + calls_done
         if order:  # samples, not calls: a count that grows whatever the device count (elastic resumes)
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
         self.checkpointer.save(step, epoch, calls_done, self.mode.replica(state), kept, self.data.pipes, order)
-
-    def _order(self, epoch: int, calls_done: int) -> dict | None:
-        """A global order's record (elastic.py): where the job is in the epoch's order, and with what."""
-        layout, start = self.data.layout, self.data.start
-        if layout is None:
-            return None
-        offset = start.offset if epoch == start.epoch else 0
-        return {
-            "position": offset + calls_done * layout.call_samples,
-            "global_batch": layout.global_batch,
-            "first_global_batch": start.first_global_batch or layout.global_batch,
-            "devices": layout.devices,
-            "steps_per_call": layout.steps,
-            "dataset": self.data.fingerprint,
-        }
