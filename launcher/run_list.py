@@ -33,7 +33,7 @@ def _queued(paths: RunPaths) -> bool:
     job = paths.root / "job.json"
     if not job.is_file() or shutil.which("squeue") is None:
         return False
-    from dali_launch.launcher.follow import queue_state
+    from dali_launch.launcher.backends.follow import queue_state
 
     return queue_state(str(json.loads(job.read_text())["job_id"])) is not None
 

@@ -74,6 +74,9 @@ def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     finally:
         proc.kill() if proc.poll() is None else None
     [stopped] = _rows(live_root).values()
+    # A SLURM run's job id: where squeue exists, the run is asked for there (a job long gone: not running).
+    (live_root / stopped["run"] / "job.json").write_text(json.dumps({"job_id": "999999"}))
+    assert [row["state"] for row in _rows(live_root).values()] == ["interrupted"]
 
     rows = {row["run"].split("-")[0]: row for row in _rows(root).values()}
     assert rows["done"]["state"] == "finished" and rows["broken"]["state"] == "failed"
