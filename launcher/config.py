@@ -149,7 +149,7 @@ def counted(n: int, noun: str) -> str:
 def device_phrase(run: RunConfig) -> str:
     low, high = run.node_range
     counts = run.device_counts
-    devices = counted(high, "device") if low == high else f"{counts[0]}-{counts[-1]} devices"
+    devices = counted(counts[-1], "device") if low == high else f"{counts[0]}-{counts[-1]} devices"
     nodes = counted(high, "node") if low == high else f"{low}-{high} nodes"
     return f"{devices} ({nodes} × {counted(run.launch.gpus_per_node or 1, 'GPU')})"
 
