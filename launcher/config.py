@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from dali_launch.trainer.config import (
@@ -18,7 +19,12 @@ from dali_launch.trainer.errors import UsageError
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    nodes: int = opt(1, "Nodes (hosts) for the job.")
+    nodes: str = opt(
+        "1",
+        "Nodes (hosts) for the job: a count, or MIN-MAX for SLURM to choose from at each start, a requeue "
+        "included (--sample-order global only: the batch rule of --elastic-batch applies to the count given).",
+        int_ok=True,  # a --config file or an older run's config.toml may write a count as a TOML integer
+    )
     gpus_per_node: int | None = opt(
         None,
         "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
@@ -90,8 +96,29 @@ class RunConfig:
         return self.launch.tasks_per_node or 1
 
     @property
+    def node_range(self) -> tuple[int, int]:
+        return node_range(self.launch.nodes)
+
+    @property
+    def nodes(self) -> int:
+        """The most nodes the job may get: what the plan and the per-node checks are made for."""
+        return self.node_range[1]
+
+    @property
+    def nodes_vary(self) -> bool:
+        """--nodes MIN-MAX: SLURM picks the count at each start."""
+        low, high = self.node_range
+        return low != high
+
+    @property
+    def device_counts(self) -> list[int]:
+        """Every job device count the node range allows, fewest first."""
+        low, high = self.node_range
+        return [n * (self.launch.gpus_per_node or 1) for n in range(low, high + 1)]
+
+    @property
     def num_processes(self) -> int:
-        return self.launch.nodes * self.tasks_per_node
+        return self.nodes * self.tasks_per_node
 
     @property
     def devices_per_process(self) -> int:
@@ -99,7 +126,19 @@ class RunConfig:
 
     @property
     def num_devices(self) -> int:
-        return self.launch.nodes * (self.launch.gpus_per_node or 1)
+        return self.nodes * (self.launch.gpus_per_node or 1)
+
+
+def node_range(text: str) -> tuple[int, int]:
+    """`2` -> (2, 2), `1-4` -> (1, 4); a UsageError for anything else."""
+    low, dash, high = str(text).strip().partition("-")
+    try:
+        bounds = (int(low), int(high if dash else low))
+    except ValueError:
+        bounds = (0, 0)
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise UsageError(f"--nodes {text} is not a node count or a MIN-MAX range of counts; write e.g. 2 or 1-2")
+    return bounds
 
 
 def counted(n: int, noun: str) -> str:
@@ -108,17 +147,18 @@ def counted(n: int, noun: str) -> str:
 
 
 def device_phrase(run: RunConfig) -> str:
-    return (
-        f"{counted(run.num_devices, 'device')} ({counted(run.launch.nodes, 'node')} × "
-        f"{counted(run.launch.gpus_per_node or 1, 'GPU')})"
-    )
+    low, high = run.node_range
+    counts = run.device_counts
+    devices = counted(counts[-1], "device") if low == high else f"{counts[0]}-{counts[-1]} devices"
+    nodes = counted(high, "node") if low == high else f"{low}-{high} nodes"
+    return f"{devices} ({nodes} × {counted(run.launch.gpus_per_node or 1, 'GPU')})"
 
 
 def validate(run: RunConfig) -> None:
     """Raises UsageError with the fix for the first bad value; never changes anything."""
     launch, train = run.launch, run.train
+    node_range(launch.nodes)  # a bad --nodes is refused first: everything below counts with it
     _positive(
-        nodes=launch.nodes,
         epochs=train.epochs,
         batch_size=train.batch_size,
         eval_batch_size=train.eval_batch_size,
@@ -142,7 +182,7 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--feed-workers {run.data.feed_workers} must be -1 (auto), 0 (in-process) or more")
     if not 0 <= run.data.hw_decoder_load <= 1:
         raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
-    _observe(run.observe, run.num_processes)
+    _observe(run.observe, run.node_range[0] * run.tasks_per_node)  # ranks that exist at any count
     _optimizer(train)
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
@@ -154,11 +194,7 @@ def validate(run: RunConfig) -> None:
             f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
             f"use 1 (one task per node) or {gpus} (one task per GPU)"
         )
-    gbs = train.global_batch_size
-    if gbs is not None and (gbs < 1 or gbs % run.num_devices):
-        raise UsageError(
-            f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; use a multiple of {run.num_devices}"
-        )
+    _global_batch(run)
     _readers(run)
     if train.eval_cache_mb < 0:
         raise UsageError(f"--eval-cache-mb {train.eval_cache_mb} must be 0 (no cache) or more")
@@ -216,12 +252,56 @@ def _decay_epochs(train: TrainConfig) -> None:
         )
 
 
+def _global_batch(run: RunConfig) -> None:
+    """The global batch splits evenly over the job's devices: over every count a node range allows,
+    since SLURM picks one at each start (the first too). Without --global-batch-size a range keeps the
+    per-device --batch-size, which only --elastic-batch rescale can carry over to another count."""
+    gbs, counts = run.train.global_batch_size, run.device_counts
+    if run.nodes_vary:
+        _node_range(run)
+    if gbs is None:
+        return
+    uneven = [d for d in counts if gbs % d]
+    if gbs >= 1 and not uneven:
+        return
+    if gbs < 1 or not run.nodes_vary:
+        raise UsageError(
+            f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; use a multiple of {counts[0]}"
+        )
+    raise UsageError(
+        f"--global-batch-size {gbs} cannot be split over {', '.join(map(str, uneven))} of the "
+        f"{device_phrase(run)} SLURM may give; use a multiple of {math.lcm(*counts)} (divisible by "
+        f"{', '.join(map(str, counts))} devices), or narrow --nodes"
+    )
+
+
+def _node_range(run: RunConfig) -> None:
+    """A node range needs an order that continues on any device count, and a batch rule for every count."""
+    if run.data.sample_order != "global":
+        raise UsageError(
+            f"--nodes {run.launch.nodes} lets SLURM pick the node count at each start, but --sample-order "
+            f"{run.data.sample_order} cannot continue on another device count; add --sample-order global"
+        )
+    if run.train.global_batch_size is None and run.train.elastic_batch == "keep":
+        counts = run.device_counts
+        raise UsageError(
+            f"--nodes {run.launch.nodes} with --elastic-batch keep needs a --global-batch-size that "
+            f"{', '.join(map(str, counts))} devices all divide (a multiple of {math.lcm(*counts)}); give one, "
+            f"or add --elastic-batch rescale (keeps the per-device --batch-size)"
+        )
+
+
 def _readers(run: RunConfig) -> None:
     """Each of a device's readers reads an equal part of its batches: the count must divide them."""
+    for devices in run.device_counts:
+        _readers_for(run, devices)
+
+
+def _readers_for(run: RunConfig, devices: int) -> None:
     readers, train = run.data.readers_per_device, run.train
     if readers < 0:
         raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
-    per_device = train.per_device_batch(run.num_devices)
+    per_device = train.per_device_batch(devices)
     batches = {"--eval-batch-size": train.eval_batch_size}
     if train.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
         batches = {
@@ -300,7 +380,7 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     distributed = replace(
         run.distributed,
         backend=backend,
-        num_processes=run.num_processes,
+        num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
         local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
     )
     train = replace(run.train, compile_cache=run.train.compile_cache or str(cache_root() / "xla"))

@@ -116,6 +116,8 @@ def _checked(where: str, field: dataclasses.Field, kind, value):
     origin = typing.get_origin(base) or base
     if origin is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
+    if origin is str and field.metadata.get("int_ok") and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # --nodes: a count (2) or a range ("1-2")
     fits = isinstance(value, origin) and not (origin is int and isinstance(value, bool))
     if origin is list:
         fits = fits and all(isinstance(v, str) for v in value)

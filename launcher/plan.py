@@ -30,10 +30,13 @@ def rank_map(run: RunConfig) -> list[dict]:
 
 
 def describe(run: RunConfig) -> str:
-    lines = [
-        f"{counted(run.num_processes, 'process')} on {counted(run.launch.nodes, 'node')}, "
+    """The rank map; for a node range, SLURM's pick at each start, then the map at the most nodes."""
+    low, high = run.node_range
+    lines = [] if low == high else [f"nodes {low}-{high}: SLURM picks the count at each start; at {high} nodes:"]
+    lines.append(
+        f"{counted(run.num_processes, 'process')} on {counted(run.nodes, 'node')}, "
         f"{counted(run.devices_per_process, 'device')} each, {counted(run.num_devices, 'DALI shard')}"
-    ]
+    )
     for r in rank_map(run):
         lines.append(
             f"  process {r['process_id']}: node {r['node']} task {r['local_rank']} "

@@ -134,7 +134,9 @@ def _elastic_plan(run: RunConfig, paths: RunPaths):
     order = newest_order(paths)
     if order is None:
         return None
-    plan = elastic.plan(order, run.num_devices, run.train.elastic_batch, run.train.accumulate_steps)
+    # A --nodes range: SLURM picks the count when the job starts; every count it may pick must continue.
+    plans = [elastic.plan(order, d, run.train.elastic_batch, run.train.accumulate_steps) for d in run.device_counts]
+    plan = None if run.nodes_vary else plans[0]
     data_dir = TaskSpec.load(paths.root).data.data_dir
     now = records.fingerprint_of(Path(data_dir) / "training")
     if now is not None and now != order["dataset"]:

@@ -13,6 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
+from dali_launch.launcher.backends.follow import started_tasks
 from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths, is_locked
 
@@ -38,6 +39,16 @@ def _queued(paths: RunPaths) -> bool:
     return queue_state(str(json.loads(job.read_text())["job_id"])) is not None
 
 
+def _nodes(paths: RunPaths, given) -> int:
+    """The nodes of the run's latest start: as given, or SLURM's pick from a --nodes range (rank_map.json)."""
+    if str(given).isdigit():
+        return int(given)
+    try:
+        return json.loads(paths.rank_map.read_text())[0]["num_nodes"]
+    except (OSError, ValueError, LookupError):
+        return int(str(given).partition("-")[0])
+
+
 def describe(paths: RunPaths) -> dict:
     """One run's row: what it is, how far it got, how well and how fast."""
     spec = json.loads(paths.config.read_text())
@@ -52,8 +63,8 @@ def describe(paths: RunPaths) -> dict:
         "path": str(paths.root),
         "state": run_state,
         "mode": MODES.get(spec["distributed"]["backend"], spec["distributed"]["backend"]),
-        "nodes": launch.get("nodes", 1),
-        "processes": spec["distributed"].get("num_processes") or 1,
+        "nodes": _nodes(paths, launch.get("nodes", 1)),
+        "processes": started_tasks(paths, spec["distributed"].get("num_processes")),
         "devices_per_process": spec["distributed"].get("local_device_count"),
         "epochs_done": len(epochs),
         "epochs": spec["train"]["epochs"],

@@ -15,6 +15,7 @@ from pathlib import Path
 from dali_launch.launcher.backends.slurm_checks import sbatch_pair
 from dali_launch.launcher.config import RunConfig, SlurmConfig
 from dali_launch.launcher.options import Values
+from dali_launch.trainer.errors import UsageError
 
 SIGNAL_S = 90  # warning before the time limit: room for a checkpoint of a large model on a slow filesystem
 # Not for `task`: the allocation gives the job's shape, and these are about submitting or other modes.
@@ -31,6 +32,12 @@ PATHS = ("data_dir", "run_root")  # the script may run from another folder than 
 
 def template(run: RunConfig, values: Values) -> str:
     launch, s = run.launch, run.slurm
+    if run.nodes_vary:  # a requeue on another count would be another step shape, which the reopened run refuses
+        raise UsageError(
+            f"--nodes {launch.nodes} is a range, but the template's srun step reopens its run only with the shape "
+            f"it started with; give one count, e.g. --nodes {run.node_range[0]}, or submit the range with "
+            f"`dali-launch --nodes {launch.nodes}`"
+        )
     sbatch = {
         "job-name": launch.name,
         "nodes": launch.nodes,

@@ -164,6 +164,11 @@ CONFIG = [
     ),
     pytest.param(["--nodes", "2"], f"`train` runs one process here; for several use `{TRAIN}`", id="train-two-nodes"),
     pytest.param(
+        ["--nodes", "1-2", "--sample-order", "global", "--global-batch-size", "100"],
+        "--nodes 1-2 is a range for SLURM to pick from, but `train` runs a fixed count; give one count, e.g. --nodes 1",
+        id="train-node-range",
+    ),
+    pytest.param(
         ["--log-every-steps", "-1"],
         "--log-every-steps -1 must be 0 (epoch scalars only) or more",
         id="log-every-negative",

@@ -9,9 +9,15 @@ from catalogue import SUBMIT, check_entry
 
 BS = "\\"
 
+NOT_NODES = "is not a node count or a MIN-MAX range of counts; write e.g. 2 or 1-2"
 JOB = ["--local", "--data-dir", "{data}", "--run-root", "{root}"]
 LAYOUT = [
-    pytest.param(["--nodes", "0"], "--nodes 0 must be at least 1", id="nodes-zero"),
+    pytest.param(["--nodes", "0"], f"--nodes 0 {NOT_NODES}", id="nodes-zero"),
+    pytest.param(
+        ["--nodes", "1-2", "--sample-order", "global", "--global-batch-size", "100"],
+        "--nodes 1-2 is a range for SLURM to pick from, but --local runs a fixed count; give one count, e.g. --nodes 1",
+        id="node-range-local",
+    ),
     pytest.param(["--gpus-per-node", "0"], "--gpus-per-node 0 must be at least 1", id="gpus-zero"),
     pytest.param(
         ["--gpus-per-node", "2", "--tasks-per-node", "0"], "--tasks-per-node 0 must be at least 1", id="tasks-zero"
@@ -27,6 +33,31 @@ LAYOUT = [
         id="global-batch-not-dividing",
     ),
     pytest.param(["--local-timeout-s", "0"], "--local-timeout-s 0 must be at least 1", id="local-timeout-zero"),
+]
+
+GLOBAL = ["--sample-order", "global"]
+NODE_RANGE = [  # --nodes MIN-MAX: SLURM picks the count at each start
+    pytest.param(["--nodes", "1-"], f"--nodes 1- {NOT_NODES}", id="node-range-no-max"),
+    pytest.param(["--nodes", "2-1"], f"--nodes 2-1 {NOT_NODES}", id="node-range-backwards"),
+    pytest.param(["--nodes", "x-2"], f"--nodes x-2 {NOT_NODES}", id="node-range-not-a-number"),
+    pytest.param(
+        ["--nodes", "1-2", "--sample-order", "shards", "--global-batch-size", "100"],
+        "--nodes 1-2 lets SLURM pick the node count at each start, but --sample-order shards cannot continue "
+        "on another device count; add --sample-order global",
+        id="node-range-shards",
+    ),
+    pytest.param(
+        ["--nodes", "1-3", *GLOBAL, "--global-batch-size", "100"],
+        "--global-batch-size 100 cannot be split over 3 of the 1-3 devices (1-3 nodes × 1 GPU) SLURM may give; "
+        "use a multiple of 6 (divisible by 1, 2, 3 devices), or narrow --nodes",
+        id="node-range-global-batch-not-dividing",
+    ),
+    pytest.param(
+        ["--nodes", "1-2", *GLOBAL],
+        "--nodes 1-2 with --elastic-batch keep needs a --global-batch-size that 1, 2 devices all divide (a multiple "
+        "of 2); give one, or add --elastic-batch rescale (keeps the per-device --batch-size)",
+        id="node-range-keep-without-global-batch",
+    ),
 ]
 
 SCRIPT = [  # refused before SLURM is asked anything: the values cannot reach sbatch as they are
@@ -95,6 +126,11 @@ SCRIPT = [  # refused before SLURM is asked anything: the values cannot reach sb
 @pytest.mark.parametrize("args, message", LAYOUT)
 def test_layout(capsys, place, nothing_starts, args, message):
     check_entry(capsys, place, [*JOB, *args], message)
+
+
+@pytest.mark.parametrize("args, message", NODE_RANGE)
+def test_node_range(capsys, place, nothing_starts, args, message):
+    check_entry(capsys, place, [*SUBMIT[2:], *args], message)  # SUBMIT without its --nodes 1
 
 
 @pytest.mark.parametrize("args, message", SCRIPT)

@@ -9,7 +9,7 @@ import pytest
 from catalogue import SUBMIT, check_entry
 from test_catalogue_config import CONFIG
 from test_catalogue_data import DATA
-from test_catalogue_jobs import LAYOUT, SCRIPT
+from test_catalogue_jobs import LAYOUT, NODE_RANGE, SCRIPT
 
 from dali_launch.trainer import flavours
 
@@ -28,6 +28,12 @@ OTHER = [
         ["--local", "--dry-run", "--data-dir", "{data}", "--run-root", "{tmp}/file/runs"],
         "cannot create --run-root {tmp}/file/runs: {tmp}/file is not a folder; choose another --run-root",
         id="run-root-under-a-file-dry-run",
+    ),
+    pytest.param(
+        ["slurm", "template", "--nodes", "1-2", "--sample-order", "global", "--global-batch-size", "100"],
+        "--nodes 1-2 is a range, but the template's srun step reopens its run only with the shape it started "
+        "with; give one count, e.g. --nodes 1, or submit the range with `dali-launch --nodes 1-2`",
+        id="slurm-template-node-range",
     ),
     pytest.param(
         ["status", "123", "--run-root", "{root}"],
@@ -143,5 +149,5 @@ def test_flavours(capsys, place, nothing_starts, monkeypatch, command, extra, me
 
 
 def test_the_catalogue_is_long_enough():
-    entries = DATA + CONFIG + LAYOUT + SCRIPT + OTHER
+    entries = DATA + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER
     assert len(entries) >= 20 and len({e.id for e in entries}) == len(entries)

@@ -61,6 +61,7 @@ class Topology:
     processes_on_host: int = 1  # this job's processes on this host: they share its cores
     job_id: str | None = None  # the SLURM job of a task SLURM started, else None
     restart_count: int = 0  # times SLURM requeued that job
+    num_nodes: int | None = None  # the nodes SLURM gave this start (a --nodes range picks at each); else None
 
 
 def expand_hostlist(nodelist: str) -> list[str]:
@@ -127,7 +128,14 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
         processes_on_host=here,
         job_id=read("job_id") if slurm else None,
         restart_count=int(env.get(SLURM_ENV["restart_count"], "0")) if slurm else 0,
+        num_nodes=_num_nodes(env) if slurm else None,
     )
+
+
+def _num_nodes(env: dict[str, str]) -> int | None:
+    """The nodes of this task's step (srun in a larger allocation), else of its job; None if SLURM says neither."""
+    count = env.get(SLURM_ENV["step_num_nodes"]) or env.get(SLURM_ENV["num_nodes"])
+    return int(count) if count else None
 
 
 def resolve_platform(platform: str) -> str:

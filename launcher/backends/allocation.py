@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from dali_launch.launcher.backends.base import Outcome
+from dali_launch.launcher.backends.base import Outcome, refuse_node_range
 from dali_launch.launcher.backends.here import Here
 from dali_launch.launcher.backends.srun_step import COMMAND, Step, step_of
 from dali_launch.launcher.config import RunConfig, task_spec
@@ -42,7 +42,7 @@ def from_step(values: Values, env=None) -> Values:
     filled = Values(values)
     filled.given = values.given
     if "nodes" not in values.given:
-        filled["nodes"] = step.num_nodes
+        filled["nodes"] = str(step.num_nodes)
     if "tasks_per_node" not in values.given:
         filled["tasks_per_node"] = step.tasks_per_node[0] if step.tasks_per_node else 1
     if "gpus_per_node" not in values.given:
@@ -85,7 +85,8 @@ class Allocation(Here):
                 f"job step {step.job_id}.{step.step_id} has uneven tasks per node "
                 f"({','.join(map(str, step.tasks_per_node))}); start srun with --ntasks-per-node"
             )
-        _same("--nodes", run.launch.nodes, step.num_nodes, "nodes", "SLURM_STEP_NUM_NODES")
+        refuse_node_range(run, "a job step (its nodes are the step's)")
+        _same("--nodes", run.nodes, step.num_nodes, "nodes", "SLURM_STEP_NUM_NODES")
         _same(
             "--tasks-per-node",
             run.tasks_per_node,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher.config import RunConfig
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -53,3 +54,12 @@ class Backend:
 
     def cancel(self) -> None:
         raise NotImplementedError
+
+
+def refuse_node_range(run: RunConfig, mode: str) -> None:
+    """Only SLURM picks a node count at each start; elsewhere the count is the one given."""
+    if run.nodes_vary:
+        raise UsageError(
+            f"--nodes {run.launch.nodes} is a range for SLURM to pick from, but {mode} runs a fixed count; "
+            f"give one count, e.g. --nodes {run.node_range[0]}"
+        )

@@ -6,6 +6,7 @@ results are read only once their files exist, and the whole wait has a deadline.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -138,8 +139,21 @@ def _said(job) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+def started_tasks(paths: RunPaths, planned: int | None) -> int:
+    """The tasks of the job's latest start: as planned, or, for a --nodes range (planned None), as many
+    as rank_map.json lists (SLURM's pick; 1 before any start wrote it)."""
+    if planned:
+        return planned
+    try:
+        return len(json.loads(paths.rank_map.read_text())) or 1
+    except (OSError, ValueError):
+        return 1
+
+
 def _ending(job, paths: RunPaths) -> int:
-    missing = [r for r in range(job.num_tasks) if not job.task(r).paths.result_pickle.exists()]
+    planned = json.loads(paths.config.read_text())["distributed"]["num_processes"]
+    tasks = started_tasks(paths, planned) if paths.config.exists() else job.num_tasks
+    missing = [r for r in range(tasks) if not job.task(r).paths.result_pickle.exists()]
     if missing:
         print(
             "\n".join(

@@ -6,7 +6,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from dali_launch.launcher.backends.base import Backend, Outcome
+from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
 from dali_launch.launcher.backends.srun_step import refuse_one_of_several
 from dali_launch.launcher.config import RunConfig
 from dali_launch.trainer.errors import UsageError
@@ -19,7 +19,8 @@ class Here(Backend):
 
     def check(self, run: RunConfig) -> None:
         refuse_one_of_several()  # `srun dali-launch train` would train N times, each alone as "rank 0"
-        if run.launch.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
+        refuse_node_range(run, "`train`")
+        if run.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
             raise UsageError(
                 "`train` runs one process here; for several use "
                 "`dali-launch --local --nodes N --gpus-per-node G --processes P`"

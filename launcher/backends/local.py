@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from dali_launch.launcher.backends.base import Backend, Outcome
+from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
 from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.console import echo
 from dali_launch.trainer.config import TaskSpec
@@ -65,6 +65,9 @@ class Local(Backend):
 
     name = spec_name = "local"
     started_by = "dali-launch --local"
+
+    def check(self, run: RunConfig) -> None:
+        refuse_node_range(run, "--local")
 
     def start(self, run: RunConfig, paths: RunPaths) -> None:
         self.job, self.timeout_s = LocalJob(run, paths, echo=echo), run.launch.local_timeout_s

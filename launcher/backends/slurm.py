@@ -56,8 +56,8 @@ def executor_parameters(run: RunConfig) -> dict:
     s, launch = run.slurm, run.launch
     params = {
         "job_name": launch.name,
-        "nodes": launch.nodes,
-        "ntasks_per_node": run.tasks_per_node,
+        "nodes": launch.nodes if run.nodes_vary else run.nodes,
+        "ntasks_per_node": None if run.nodes_vary else run.tasks_per_node,
         "time": s.time_min,
         "partition": s.partition,
         "account": s.account,
@@ -75,10 +75,23 @@ def executor_parameters(run: RunConfig) -> dict:
     srun = ["--kill-on-bad-exit=1", *s.srun_arg] + (
         ["--container-image", s.container_image] if s.container_image else []
     )
-    params["srun_args"] = srun
     # requeue: a preempted or timed-out job checkpoints and puts itself back (trainer/preemption.py)
-    params["additional_parameters"] = {"requeue": True, **dict(sbatch_pair(a) for a in s.sbatch_arg)}
+    sbatch = {"requeue": True}
+    if run.nodes_vary:
+        srun, sbatch = _node_range(run, srun, sbatch)
+    params["srun_args"] = srun
+    params["additional_parameters"] = {**sbatch, **dict(sbatch_pair(a) for a in s.sbatch_arg)}
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _node_range(run: RunConfig, srun: list[str], sbatch: dict) -> tuple[list[str], dict]:
+    """--nodes MIN-MAX. An #SBATCH --ntasks-per-node fixes the job's task count at MIN × tasks and caps
+    its nodes at MIN (Slurm 22.05, measured: a 1-2 job got one node of two idle ones), so the tasks per
+    node go to srun instead, and --mincpus keeps room for them on every node SLURM gives."""
+    tasks = run.tasks_per_node
+    if tasks > 1:
+        sbatch = {**sbatch, "mincpus": tasks * (run.slurm.cpus_per_task or 1)}
+    return [f"--ntasks-per-node={tasks}", *srun], sbatch
 
 
 def make_executor(run: RunConfig, folder: Path, preview: bool = False):
@@ -86,12 +99,16 @@ def make_executor(run: RunConfig, folder: Path, preview: bool = False):
     SLURM's commands (a dry run from a laptop), where submitit itself refuses to start."""
     import submitit
 
-    class Preview(submitit.SlurmExecutor):
+    class Executor(submitit.SlurmExecutor):
+        def _num_tasks(self) -> int:  # submitit multiplies `nodes`: a range ("1-2") is text; count the most
+            return run.num_processes
+
+    class Preview(Executor):
         @classmethod
         def affinity(cls) -> int:  # submitit's check that `srun` exists
             return 1
 
-    executor = (Preview if preview else submitit.SlurmExecutor)(folder=folder / "%j", max_num_timeout=0)
+    executor = (Preview if preview else Executor)(folder=folder / "%j", max_num_timeout=0)
     executor.update_parameters(**executor_parameters(run))
     return executor
 

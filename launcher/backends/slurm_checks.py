@@ -23,6 +23,7 @@ SET_BY_US = {
             ("job-name", "--name"),
             ("nodes", "--nodes"),
             ("ntasks-per-node", "--tasks-per-node"),
+            ("mincpus", "--cpus-per-task (a --nodes range sets it from --tasks-per-node)"),
             ("gpus-per-node", "--gpus-per-node"),
             ("time", "--time-min"),
             ("partition", "--partition"),
@@ -139,7 +140,7 @@ def check_cluster(run: RunConfig) -> None:
             raise UsageError(f"--partition {run.slurm.partition} does not exist (sinfo); see `sinfo -s`")
         return
     partition, nodes = rows[0][0].rstrip("*"), sum(int(r[1]) for r in rows)
-    if run.launch.nodes > nodes:
+    if run.node_range[0] > nodes:  # a range's MAX may exceed it: SLURM gives what the partition has
         raise UsageError(f"--nodes {run.launch.nodes} is more than the {nodes} nodes of partition {partition}")
     if run.distributed.platform != "cpu":
         gpus = max((_gpu_count(r[3]) for r in rows), default=0)

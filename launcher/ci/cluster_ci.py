@@ -75,7 +75,7 @@ def _submit_tests(run: RunConfig, root: Path, targets: list[str], pytest_args: l
     from dali_launch.launcher.ci.ci_job import run_pytest
 
     one_task = dataclasses.replace(
-        run, launch=dataclasses.replace(run.launch, nodes=1, tasks_per_node=1, name=f"{run.launch.name}-tests")
+        run, launch=dataclasses.replace(run.launch, nodes="1", tasks_per_node=1, name=f"{run.launch.name}-tests")
     )
     executor = slurm.make_executor(one_task, root / "ci-tests")
     return executor.submit(

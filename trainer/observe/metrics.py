@@ -85,6 +85,7 @@ class Reporter:
             "host": t.host,
             "pid": os.getpid(),
             "num_processes": t.num_processes,
+            "num_nodes": t.num_nodes,  # SLURM's pick, where --nodes gave a range
             "devices": [str(d) for d in devices],
             "device_indices": list(sharding.device_ids),
             "num_devices": sharding.global_devices,
