@@ -15,6 +15,8 @@ from dali_launch.launcher.data import synth, synth_images, tfrecord, webdataset
 from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.data import pipelines
 from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.records import tfrecord as tfrecord_source
+from dali_launch.trainer.data.records import webdataset as webdataset_source
 from dali_launch.trainer.data.records.webdataset import ascii_class_id
 
 SMALL = ["--classes", "5", "--train", "40", "--test", "12", "--shard-size", "16", "--image-scale", "0.1"]
@@ -73,10 +75,10 @@ def test_tfrecord_round_trip(tmp_path):
         read, offsets = [], []
         for path, index in zip(files, indexes):
             records = list(tfrecord.records(path=Path(path)))  # CRCs verified
-            read += [tfrecord.parse_example(payload) for _, payload in records]
+            read += [tfrecord_source.parse_example(payload) for _, payload in records]
             starts = [offset for offset, _ in records] + [os.path.getsize(path)]
             offsets.append(list(zip(starts[:-1], np.diff(starts).tolist())))
-            assert tfrecord.read_index(Path(index)) == offsets[-1]
+            assert tfrecord_source.read_index(index) == offsets[-1]
         assert read == _expected(split, count)
         assert _dali_read(pipelines.tfrecord_inputs, tmp_path / "out" / split, count) == _expected(split, count)
 
@@ -102,7 +104,7 @@ def test_webdataset_round_trip(tmp_path):
             read += [(jpg, int(cls)) for _, jpg, cls in webdataset.read_samples(tar)]
             with tarfile.open(tar) as archive:
                 members = [(m.name.split(".")[1], m.offset_data, m.size, m.name) for m in archive]
-            assert [c for sample in webdataset.read_index(Path(index)) for c in sample] == members
+            assert [c for sample in webdataset_source.read_index(index) for c in sample] == members
         assert read == _expected(split, count)
         assert _dali_read(pipelines.webdataset_inputs, tmp_path / "out" / split, count) == _expected(split, count)
 

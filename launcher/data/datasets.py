@@ -10,6 +10,7 @@ from dali_launch.launcher.data import prepare as data_prepare
 from dali_launch.launcher.data import shard_checks
 from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
+from dali_launch.trainer.data.records import folders
 from dali_launch.trainer.errors import UsageError
 
 EMBEDDED_IDX = Path(__file__).parent / "embedded"  # the real MNIST test set (10,000 digits), shipped with us
@@ -130,10 +131,7 @@ def check_folders(path: Path, num_classes: int) -> None:
     classes = {split: sorted(p.name for p in (path / split).iterdir() if p.is_dir()) for split in SPLITS}
     for split, names in classes.items():
         images = sum(
-            1
-            for name in names
-            for f in (path / split / name).iterdir()
-            if f.suffix.lower() in data_prepare.FILE_READER_EXTENSIONS
+            1 for name in names for f in (path / split / name).iterdir() if f.suffix.lower() in folders.EXTENSIONS
         )
         if not images:
             raise UsageError(

@@ -138,23 +138,6 @@ def write_lmdb(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality: i
     env.close()
 
 
-# fn.readers.file's own filter (lower-cased): files with other suffixes in a class folder are skipped.
-FILE_READER_EXTENSIONS = {
-    ".jpg",
-    ".jpeg",
-    ".png",
-    ".bmp",
-    ".tif",
-    ".tiff",
-    ".pnm",
-    ".ppm",
-    ".pgm",
-    ".pbm",
-    ".jp2",
-    ".webp",
-}
-
-
 def write_folders(out_dir: Path, images: np.ndarray, labels: np.ndarray, quality: int, classes: int) -> None:
     """One folder per class, every class in every split (even if empty there): fn.readers.file labels
     a folder by its index among the sorted names, so zero-padded names keep label = folder name."""

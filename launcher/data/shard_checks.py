@@ -11,6 +11,9 @@ import tarfile
 from pathlib import Path
 
 from dali_launch.launcher.data import tfrecord, webdataset
+from dali_launch.trainer.data.records import tfrecord as tfrecord_source
+from dali_launch.trainer.data.records import webdataset as webdataset_source
+from dali_launch.trainer.data.records.common import shard_files
 from dali_launch.trainer.errors import UsageError
 
 SUFFIXES = {"tfrecord": tfrecord.SUFFIX, "webdataset": webdataset.SUFFIX}
@@ -19,11 +22,10 @@ SUFFIXES = {"tfrecord": tfrecord.SUFFIX, "webdataset": webdataset.SUFFIX}
 def check_shards(path: Path, pipeline: str, num_classes: int) -> None:
     fix = f"re-create the data set with `dali-launch data synth OUT --format {pipeline}`"
     for split in ("training", "testing"):
-        shards = sorted((path / split).glob(f"*{SUFFIXES[pipeline]}"))
+        shards, indexes = shard_files(str(path / split), SUFFIXES[pipeline])
         if not shards:
             raise UsageError(f"{path / split} holds no *{SUFFIXES[pipeline]} shards for --pipeline {pipeline}; {fix}")
-        for shard in shards:
-            index = shard.with_suffix(".idx")
+        for shard, index in zip(map(Path, shards), map(Path, indexes)):
             if not index.is_file():
                 raise UsageError(f"{shard} has no DALI index {index.name} beside it; {fix}")
             read = _tfrecord_labels if pipeline == "tfrecord" else _webdataset_labels
@@ -38,9 +40,9 @@ def _tfrecord_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
     """(which record, label) of every record, CRCs verified, the index checked against the records."""
     records = list(tfrecord.records(shard))
     ends = [offset for offset, _ in records[1:]] + [shard.stat().st_size]
-    if tfrecord.read_index(index) != [(offset, end - offset) for (offset, _), end in zip(records, ends)]:
+    if tfrecord_source.read_index(index) != [(offset, end - offset) for (offset, _), end in zip(records, ends)]:
         raise ValueError("the index lists other records than the file holds")
-    return [(f"record {n}", tfrecord.parse_example(payload)[1]) for n, (_, payload) in enumerate(records)]
+    return [(f"record {n}", tfrecord_source.parse_example(payload)[1]) for n, (_, payload) in enumerate(records)]
 
 
 def _webdataset_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
@@ -51,7 +53,7 @@ def _webdataset_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
         samples = webdataset.read_samples(shard)
     except tarfile.TarError as e:
         raise ValueError(f"not a readable tar: {e}") from None
-    if [c for sample in webdataset.read_index(index) for c in sample] != members:
+    if [c for sample in webdataset_source.read_index(index) for c in sample] != members:
         raise ValueError("the index lists other members than the tar holds")
     out = []
     for name, jpg, cls in samples:

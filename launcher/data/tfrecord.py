@@ -4,7 +4,8 @@ A record is framed as: uint64 length, uint32 masked CRC32C of the length, the by
 CRC32C of the bytes (tensorflow/core/lib/io/record_writer.cc). An Example holds `image/encoded` (the
 JPEG) and `image/class/label` (int64; class ids from 0 here, where TensorFlow's ImageNet scripts
 count from 1). DALI's `fn.readers.tfrecord` needs one index file per record file: a line
-"offset size" per record (DALI's tools/tfrecord2idx), which this module writes beside each file.
+"offset size" per record (DALI's tools/tfrecord2idx), which this module writes beside each file;
+the trainer's record source (trainer/data/records/tfrecord.py) parses Examples and reads the index.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from pathlib import Path
 import google_crc32c  # C-backed: a pure-Python CRC32C takes minutes per GB
 
 from dali_launch.trainer.data import protobuf as pb
+from dali_launch.trainer.data.records.tfrecord import IMAGE, LABEL
 
-IMAGE_KEY, LABEL_KEY = "image/encoded", "image/class/label"
 SUFFIX, INDEX_SUFFIX = ".tfrecord", ".idx"
 
 
@@ -37,7 +38,7 @@ def example(jpeg: bytes, label: int) -> bytes:
     label_feature = pb.field(3, pb.field(1, pb.varint(pb.unsigned(label))))  # Feature.int64_list{packed value}
     entries = [
         pb.field(1, pb.field(1, key.encode()) + pb.field(2, value))
-        for key, value in ((IMAGE_KEY, image), (LABEL_KEY, label_feature))
+        for key, value in ((IMAGE, image), (LABEL, label_feature))
     ]
     return pb.field(1, b"".join(entries))
 
@@ -73,35 +74,3 @@ def records(path: Path) -> Iterator[tuple[int, bytes]]:
             raise ValueError(f"the record at byte {i} fails its CRC")
         yield i, payload
         i = end
-
-
-def parse_example(payload: bytes) -> tuple[bytes, int]:
-    """The JPEG and label of an Example; ValueError if either is missing."""
-    features = dict(pb.fields(payload)).get(1, b"")
-    found = {}
-    for number, entry in pb.fields(features):
-        if number == 1:
-            fields = dict(pb.fields(entry))
-            found[fields.get(1, b"").decode(errors="replace")] = fields.get(2, b"")
-    if IMAGE_KEY not in found or LABEL_KEY not in found:
-        raise ValueError(f"an Example without {IMAGE_KEY!r} and {LABEL_KEY!r}")
-    (jpeg,) = [v for n, v in pb.fields(dict(pb.fields(found[IMAGE_KEY])).get(1, b"")) if n == 1] or [b""]
-    values = dict(pb.fields(found[LABEL_KEY])).get(3)
-    if values is None:
-        raise ValueError(f"{LABEL_KEY!r} is not an int64 list")
-    raw = dict(pb.fields(values)).get(1)
-    label = pb.read_varint(raw, 0)[0] if isinstance(raw, bytes) else raw
-    if label is None:
-        raise ValueError(f"{LABEL_KEY!r} is empty")
-    return jpeg, pb.signed(label)
-
-
-def read_index(path: Path) -> list[tuple[int, int]]:
-    """The (offset, size) lines of a DALI index file; ValueError if a line is not two integers."""
-    out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        parts = line.split()
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"line {n} is not 'offset size'")
-        out.append((int(parts[0]), int(parts[1])))
-    return out

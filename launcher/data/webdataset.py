@@ -3,7 +3,8 @@
 `.cls` holds the class id as ASCII digits, as the webdataset library writes it. DALI's
 `fn.readers.webdataset` takes an index per tar (DALI's tools/wds2idx.py, version v1.2): a first line
 "v1.2 SAMPLES", then per sample its components as "ext offset size name", offset being where the
-member's data starts. Writing the index with the tar spares reading the tars again.
+member's data starts. Writing the index with the tar spares reading the tars again; the trainer's
+record source (trainer/data/records/webdataset.py) reads it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
-SUFFIX, INDEX_SUFFIX, INDEX_VERSION = ".tar", ".idx", "v1.2"
-EXTENSIONS = ("jpg", "cls")
+from dali_launch.trainer.data.records.webdataset import EXT, INDEX_VERSION
+
+SUFFIX, INDEX_SUFFIX = ".tar", ".idx"
 
 
 def write(path: Path, samples: Iterable[tuple[int, bytes, int]]) -> int:
@@ -25,7 +27,7 @@ def write(path: Path, samples: Iterable[tuple[int, bytes, int]]) -> int:
     with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
         for index, jpeg, label in samples:
             parts = []
-            for ext, data in zip(EXTENSIONS, (jpeg, str(label).encode())):
+            for ext, data in zip(EXT, (jpeg, str(label).encode())):
                 info = tarfile.TarInfo(f"{index:06d}.{ext}")
                 info.size, info.mode = len(data), 0o644
                 tar.addfile(info, io.BytesIO(data))
@@ -35,23 +37,6 @@ def write(path: Path, samples: Iterable[tuple[int, bytes, int]]) -> int:
             total += len(jpeg)
     path.with_suffix(INDEX_SUFFIX).write_text(f"{INDEX_VERSION} {len(lines)}\n" + "".join(f"{x}\n" for x in lines))
     return total
-
-
-def read_index(path: Path) -> list[list[tuple[str, int, int, str]]]:
-    """Per sample, its (ext, offset, size, name) components; ValueError says what is malformed."""
-    lines = path.read_text().splitlines()
-    head = lines[0].split() if lines else []
-    if len(head) != 2 or head[0] != INDEX_VERSION or not head[1].isdigit():
-        raise ValueError(f"its first line is not '{INDEX_VERSION} SAMPLES'")
-    if int(head[1]) != len(lines) - 1:
-        raise ValueError(f"it announces {head[1]} samples but lists {len(lines) - 1}")
-    out = []
-    for n, line in enumerate(lines[1:], 2):
-        parts = line.split()
-        if not parts or len(parts) % 4 or not all(p.isdigit() for p in parts[1::4] + parts[2::4]):
-            raise ValueError(f"line {n} is not 'ext offset size name' per component")
-        out.append([(e, int(o), int(s), name) for e, o, s, name in zip(*[iter(parts)] * 4)])
-    return out
 
 
 def read_samples(path: Path) -> list[tuple[str, bytes, bytes]]:

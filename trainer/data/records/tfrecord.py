@@ -7,6 +7,7 @@ check before a job, not read again here)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -21,7 +22,7 @@ HEADER, FOOTER = 12, 4  # bytes around a record's Example
 class TFRecords:
     def __init__(self, paths: list[str], index_paths: list[str]):
         self.paths = list(paths)
-        self.records = [(f, offset, size) for f, index in enumerate(index_paths) for offset, size in _index(index)]
+        self.records = [(f, offset, size) for f, index in enumerate(index_paths) for offset, size in read_index(index)]
 
     def __len__(self) -> int:
         return len(self.records)
@@ -35,12 +36,6 @@ class TFRecords:
         return np.frombuffer(image, np.uint8), label
 
 
-def _index(path: str) -> list[tuple[int, int]]:
-    """DALI's index file (tools/tfrecord2idx): a line "offset size" per record."""
-    with open(path) as f:
-        return [(int(offset), int(size)) for offset, size in (line.split() for line in f if line.strip())]
-
-
 def source(kwargs: dict) -> TFRecords:
     return TFRecords(as_list(kwargs["path"]), as_list(kwargs["index_path"]))
 
@@ -52,10 +47,33 @@ def native(outputs: dict):
 
 def parse_example(payload: bytes) -> tuple[bytes, int]:
     """The image bytes and class id of a tf.Example: Features{map<string, Feature>}, where a Feature is
-    a bytes_list (1) or an int64_list (3), each holding repeated values (1)."""
+    a bytes_list (1) or an int64_list (3), each holding repeated values (1); ValueError if either is
+    missing (the launcher's check before a job says which record)."""
+    features = dict(pb.fields(payload)).get(1, b"")
     found = {}
-    for _, entry in pb.fields(dict(pb.fields(payload))[1]):
-        entry = dict(pb.fields(entry))
-        found[entry[1].decode()] = dict(pb.fields(entry.get(2, b"")))
-    image = dict(pb.fields(found[IMAGE][1]))[1]
-    return image, pb.first_int(dict(pb.fields(found[LABEL][3]))[1])
+    for number, entry in pb.fields(features):
+        if number == 1:
+            fields = dict(pb.fields(entry))
+            found[fields.get(1, b"").decode(errors="replace")] = fields.get(2, b"")
+    if IMAGE not in found or LABEL not in found:
+        raise ValueError(f"an Example without {IMAGE!r} and {LABEL!r}")
+    (image,) = [v for n, v in pb.fields(dict(pb.fields(found[IMAGE])).get(1, b"")) if n == 1] or [b""]
+    values = dict(pb.fields(found[LABEL])).get(3)
+    if values is None:
+        raise ValueError(f"{LABEL!r} is not an int64 list")
+    raw = dict(pb.fields(values)).get(1)
+    if raw is None:
+        raise ValueError(f"{LABEL!r} is empty")
+    return image, pb.first_int(raw)
+
+
+def read_index(path: str | Path) -> list[tuple[int, int]]:
+    """DALI's index file (tools/tfrecord2idx): a line "offset size" per record; ValueError if a line is
+    not two integers."""
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"line {n} is not 'offset size'")
+        out.append((int(parts[0]), int(parts[1])))
+    return out

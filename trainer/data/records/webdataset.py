@@ -7,12 +7,14 @@ says where each member's data starts in its tar."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
 from dali_launch.trainer.data.records.common import as_list, read_bytes
 
 READER = "webdataset"
+INDEX_VERSION = "v1.2"
 EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
 
 
@@ -20,7 +22,11 @@ class WebDatasetShards:
     def __init__(self, paths: list[str], index_paths: list[str], ext: list[str]):
         self.paths, self.image_ext, self.class_ext = list(paths), ext[0], ext[1]
         # (tar, {ext: (offset, size, name)}) per sample
-        self.samples = [(t, members) for t, index in enumerate(index_paths) for members in _index(index)]
+        self.samples = [
+            (t, {ext: (offset, size, name) for ext, offset, size, name in sample})
+            for t, index in enumerate(index_paths)
+            for sample in read_index(index)
+        ]
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -34,14 +40,21 @@ class WebDatasetShards:
         return image, int(cls.tobytes())
 
 
-def _index(path: str) -> list[dict[str, tuple[int, int, str]]]:
-    with open(path) as f:
-        lines = f.read().split("\n")[1:]
-    return [
-        {ext: (int(offset), int(size), name) for ext, offset, size, name in zip(*[iter(line.split())] * 4)}
-        for line in lines
-        if line.strip()
-    ]
+def read_index(path: str | Path) -> list[list[tuple[str, int, int, str]]]:
+    """Per sample, its (ext, offset, size, name) members; ValueError says what is malformed."""
+    lines = Path(path).read_text().splitlines()
+    head = lines[0].split() if lines else []
+    if len(head) != 2 or head[0] != INDEX_VERSION or not head[1].isdigit():
+        raise ValueError(f"its first line is not '{INDEX_VERSION} SAMPLES'")
+    if int(head[1]) != len(lines) - 1:
+        raise ValueError(f"it announces {head[1]} samples but lists {len(lines) - 1}")
+    out = []
+    for n, line in enumerate(lines[1:], 2):
+        parts = line.split()
+        if not parts or len(parts) % 4 or not all(p.isdigit() for p in parts[1::4] + parts[2::4]):
+            raise ValueError(f"line {n} is not 'ext offset size name' per component")
+        out.append([(e, int(o), int(s), name) for e, o, s, name in zip(*[iter(parts)] * 4)])
+    return out
 
 
 def source(kwargs: dict) -> WebDatasetShards:
