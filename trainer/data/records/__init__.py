@@ -17,13 +17,18 @@ from dali_launch.trainer.data.records import caffe2, folders, tfrecord, webdatas
 from dali_launch.trainer.data.records.common import RecordSource, shard_files
 
 FORMATS = {module.READER: module for module in (caffe2, folders, tfrecord, webdataset)}
+_OPENED: dict[str, RecordSource] = {}  # every pipeline of a process reads the same records: list them once
 
 
 def open_source(reader: str, kwargs: dict) -> RecordSource:
-    """The source of the records DALI's `fn.readers.<reader>(**kwargs)` would read."""
+    """The source of the records DALI's `fn.readers.<reader>(**kwargs)` would read, opened once per process
+    (a source lists its whole split: ImageNet's folders are 1.28 M files, per pipeline of every device)."""
     if reader not in FORMATS:
         raise KeyError(reader)
-    return FORMATS[reader].source(kwargs)
+    key = repr((reader, sorted(kwargs.items())))
+    if key not in _OPENED:
+        _OPENED[key] = FORMATS[reader].source(kwargs)
+    return _OPENED[key]
 
 
 def native(reader: str, outputs):
