@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -179,6 +180,14 @@ def only_run(run_root: Path) -> RunPaths:
     runs = sorted(p for p in run_root.iterdir() if p.is_dir())
     assert len(runs) == 1, runs
     return RunPaths(runs[0])
+
+
+def seen_prints(paths: RunPaths, epoch: int) -> collections.Counter:
+    """--record-samples: how often each sample's fingerprint was trained on in `epoch`, over every rank
+    and every segment of a resumed run."""
+    import numpy as np
+
+    return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
 
 
 def final_params(paths: RunPaths) -> dict:

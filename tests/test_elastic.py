@@ -9,7 +9,6 @@ refusals (a batch that cannot be kept or rescaled, another data set) are in test
 
 from __future__ import annotations
 
-import collections
 import json
 import shutil
 import textwrap
@@ -18,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 from catalogue import ORDER_KEYS
-from conftest import assert_same_params, check_ok, dali_launch, only_run
+from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
 
 from dali_launch.launcher.resume import newest_order
 from dali_launch.trainer.data.global_order import Layout, permutation
@@ -162,10 +161,6 @@ def runs(small_lmdb, tmp_path_factory):
     return root, only_run(root / "whole"), paths, env
 
 
-def _prints(paths: RunPaths, epoch: int) -> collections.Counter:
-    return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
-
-
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
@@ -180,9 +175,9 @@ def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, 
     resumed = dali_launch("--resume", str(moved.root), *topology, "--elastic-batch", rule, env=env)
     check_ok(resumed)
     for epoch in range(2):
-        prints = _prints(moved, epoch)
+        prints = seen_prints(moved, epoch)
         assert sum(prints.values()) == 800 and max(prints.values()) == 1, epoch  # none lost, none repeated
-        assert prints == _prints(whole, epoch)
+        assert prints == seen_prints(whole, epoch)
     if (processes, per_process) == (2, 2):  # the same program: bit-identical
         assert json.loads(moved.result.read_text())["checksums"] == json.loads(whole.result.read_text())["checksums"]
     elif rule == "keep":

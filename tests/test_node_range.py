@@ -4,17 +4,13 @@ per epoch, the elastic decision printed and in RUN/elastic.jsonl. The refusals a
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import subprocess
 import textwrap
 
-import numpy as np
 import pytest
-from conftest import has_checkpoint, only_run, rank_report, reap, start, wait_for
-
-from dali_launch.trainer.run_dir import RunPaths
+from conftest import has_checkpoint, only_run, rank_report, reap, seen_prints, start, wait_for
 
 # Each step waits a little, so the job is still mid-epoch when the test preempts it. On CPU devices the
 # trainer acts on a signal only at check points (every --sync-every-steps device calls, default 10): an
@@ -50,10 +46,6 @@ def _queue_state(job_id: str, env: dict) -> str:
         ["squeue", "-h", "-j", job_id, "-o", "%T"], env=env, capture_output=True, text=True, timeout=30
     )
     return out.stdout.strip()
-
-
-def _prints(paths: RunPaths, epoch: int) -> collections.Counter:
-    return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
 
 
 @pytest.mark.slurm
@@ -98,5 +90,5 @@ def test_a_requeue_with_fewer_nodes_continues_each_sample_once(slurm_env, small_
     assert 0 < record["position"] < 800 and record["position"] % 100 == 0, record  # mid-epoch, whole steps
     assert json.loads(paths.result.read_text())  # the run completed
     for epoch in range(2):
-        prints = _prints(paths, epoch)
+        prints = seen_prints(paths, epoch)
         assert sum(prints.values()) == 800 and max(prints.values()) == 1, epoch  # none lost, none repeated

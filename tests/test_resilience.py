@@ -3,14 +3,12 @@ stopped or killed ranks stop the job within the watchdog's bound."""
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 from conftest import (
     check_ok,
@@ -20,6 +18,7 @@ from conftest import (
     rank_pid,
     rank_report,
     reap,
+    seen_prints,
     start,
     stop_when,
     wait_for,
@@ -32,10 +31,6 @@ pytestmark = [pytest.mark.slow]
 
 def _result(paths: RunPaths) -> dict:
     return json.loads(paths.result.read_text())
-
-
-def _epoch_prints(paths: RunPaths, epoch: int) -> collections.Counter:
-    return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
 
 
 @pytest.mark.parametrize(
@@ -81,7 +76,7 @@ def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) 
     assert "resumed from checkpoint" in resumed.stdout
     assert _result(cut)["checksums"] == _result(whole)["checksums"]
     for epoch in range(2):
-        assert _epoch_prints(cut, epoch) == _epoch_prints(whole, epoch)
+        assert seen_prints(cut, epoch) == seen_prints(whole, epoch)
     assert [json.loads(line)["epoch"] for line in cut.metrics.read_text().splitlines()] == [0, 1]
 
 
@@ -148,7 +143,7 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
     assert "requeued (1/3)" in out and "resumed from checkpoint" in out
     assert _result(cut)["checksums"] == _result(whole)["checksums"]
     for epoch in range(2):
-        assert _epoch_prints(cut, epoch) == _epoch_prints(whole, epoch)
+        assert seen_prints(cut, epoch) == seen_prints(whole, epoch)
 
 
 @pytest.mark.slurm
