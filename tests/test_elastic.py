@@ -4,7 +4,7 @@ with --elastic-batch rescale, at the rescaled learning rate).
 
 The arithmetic (global_order.py, elastic.py) is tested directly; the runs are real local jobs on
 small_lmdb (800 samples, 7 calls of a global batch of 120 an epoch, the last one part padding). The
-refusals (a batch that cannot be kept or rescaled, another data set) are in test_catalogue_data.py.
+refusals (a batch that cannot be kept or rescaled, another data set) are in test_catalogue_resume.py.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def runs(small_lmdb, tmp_path_factory):
     paths = only_run(root / "cut")
     assert not paths.result.exists()
     assert json.loads(next(paths.checkpoints.glob("*/meta/metadata")).read_text())["calls_done"] > 0
-    # The catalogue's elastic refusals (test_catalogue_data.py) fake a checkpoint with this record.
+    # The catalogue's elastic refusals (test_catalogue_resume.py) fake a checkpoint with this record.
     assert sorted(newest_order(paths)) == sorted(ORDER_KEYS)
     return root, only_run(root / "whole"), paths, env
 
