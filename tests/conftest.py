@@ -15,7 +15,7 @@ import pytest
 import submitit  # noqa: F401 - see below
 
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.data.prepare import load_split, prepare, write_lmdb
+from dali_launch.launcher.data.prepare import load_split, prepare, read_idx, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths
 
 # submitit's logger keeps the stream it finds at import: imported first inside a test, that is the
@@ -180,6 +180,27 @@ def only_run(run_root: Path) -> RunPaths:
     runs = sorted(p for p in run_root.iterdir() if p.is_dir())
     assert len(runs) == 1, runs
     return RunPaths(runs[0])
+
+
+@pytest.fixture(scope="module")
+def small_idx(tmp_path_factory):
+    """250 training and 70 test digits of the embedded set: sizes no batch or shard count divides."""
+    out = tmp_path_factory.mktemp("small-idx")
+    images = read_idx(datasets.EMBEDDED_IDX / "t10k-images-idx3-ubyte.gz")
+    labels = read_idx(datasets.EMBEDDED_IDX / "t10k-labels-idx1-ubyte.gz")
+    for prefix, part in (("train", slice(0, 250)), ("t10k", slice(250, 320))):
+        write_idx(out / f"{prefix}-images-idx3-ubyte.gz", images[part])
+        write_idx(out / f"{prefix}-labels-idx1-ubyte.gz", labels[part])
+    return out, labels[:250], labels[250:320]
+
+
+def write_idx(path: Path, array) -> None:
+    """An MNIST-format IDX file of a uint8 array (gzipped if the name ends in .gz)."""
+    import gzip
+
+    header = b"\x00\x00\x08" + bytes([array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    data = header + array.tobytes()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
 
 
 def seen_prints(paths: RunPaths, epoch: int) -> collections.Counter:

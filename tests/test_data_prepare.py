@@ -6,8 +6,10 @@ import gzip
 
 import numpy as np
 import pytest
+from conftest import write_idx
 from nvidia.dali import fn, pipeline_def, types
 
+from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data import prepare as data_prepare
 from dali_launch.trainer.errors import UsageError
@@ -48,8 +50,8 @@ def test_train_and_t10k_become_training_and_testing(tmp_path):
     src.mkdir()
     for prefix, n in (("train", 30), ("t10k", 12)):
         images = np.random.default_rng(n).integers(0, 255, (n, 28, 28), np.uint8)
-        _write_idx(src / f"{prefix}-images-idx3-ubyte.gz", images)
-        _write_idx(src / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
+        write_idx(src / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(src / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
     report = data_prepare.prepare(src, tmp_path / "out")
     assert report.counts == {"training": 30, "testing": 12}
     assert datasets.check_lmdb(tmp_path / "out" / "training", "x") == 30
@@ -61,7 +63,7 @@ def test_refuses_to_overwrite_and_leaves_nothing_on_failure(tmp_path, mnist_lmdb
     src = tmp_path / "idx"
     src.mkdir()
     (src / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\x00\x00\x08\x03" + (5).to_bytes(4, "big")))
-    _write_idx(src / "t10k-labels-idx1-ubyte.gz", np.zeros(5, np.uint8))
+    write_idx(src / "t10k-labels-idx1-ubyte.gz", np.zeros(5, np.uint8))
     with pytest.raises(UsageError, match="truncated"):
         data_prepare.prepare(src, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
@@ -75,7 +77,13 @@ def test_record_checks_catch_what_dali_would_reject():
             data_prepare.check_caffe2_record(bad)
 
 
-def _write_idx(path, array: np.ndarray) -> None:
-    header = b"\x00\x00\x08" + bytes([array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
-    data = header + array.tobytes()
-    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+def test_data_prepare_folders_writes_every_image_under_its_label(small_idx, tmp_path, capsys):
+    idx, train_labels, test_labels = small_idx
+    assert main(["data", "prepare", "--format", "folders", "--from", str(idx), "--to", str(tmp_path / "tree")]) == 0
+    assert "training 250, testing 70" in capsys.readouterr().out
+    for split, labels in (("training", train_labels), ("testing", test_labels)):
+        folders = sorted(p.name for p in (tmp_path / "tree" / split).iterdir())
+        assert folders == [str(c) for c in range(10)]  # every class, even where a split has none of it
+        counts = {int(f): len(list((tmp_path / "tree" / split / f).glob("*.jpg"))) for f in folders}
+        assert counts == {c: int(np.sum(labels == c)) for c in range(10)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]  # no temporary folder left beside it

@@ -5,7 +5,6 @@ multi-process mode. Real runs, real data."""
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 import sys
 import textwrap
@@ -17,7 +16,6 @@ from catalogue import dataset, encoded_image, run_entry
 from conftest import check_ok, dali_launch, only_run
 
 from dali_launch.launcher.cli import main
-from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data import prepare as data_prepare
 
 MODELS = '''
@@ -309,30 +307,6 @@ def test_cnn_recipe_beats_the_mlp_on_fashion_mnist(fashion_lmdb, tmp_path):
     assert final["test_accuracy"] >= 0.88, final
 
 
-@pytest.fixture(scope="module")
-def small_idx(tmp_path_factory):
-    """250 training and 70 test digits of the embedded set: sizes no batch or shard count divides."""
-    out = tmp_path_factory.mktemp("small-idx")
-    images = data_prepare.read_idx(datasets.EMBEDDED_IDX / "t10k-images-idx3-ubyte.gz")
-    labels = data_prepare.read_idx(datasets.EMBEDDED_IDX / "t10k-labels-idx1-ubyte.gz")
-    for prefix, part in (("train", slice(0, 250)), ("t10k", slice(250, 320))):
-        _write_idx(out / f"{prefix}-images-idx3-ubyte.gz", images[part])
-        _write_idx(out / f"{prefix}-labels-idx1-ubyte.gz", labels[part])
-    return out, labels[:250], labels[250:320]
-
-
-def test_data_prepare_folders_writes_every_image_under_its_label(small_idx, tmp_path, capsys):
-    idx, train_labels, test_labels = small_idx
-    assert main(["data", "prepare", "--format", "folders", "--from", str(idx), "--to", str(tmp_path / "tree")]) == 0
-    assert "training 250, testing 70" in capsys.readouterr().out
-    for split, labels in (("training", train_labels), ("testing", test_labels)):
-        folders = sorted(p.name for p in (tmp_path / "tree" / split).iterdir())
-        assert folders == [str(c) for c in range(10)]  # every class, even where a split has none of it
-        counts = {int(f): len(list((tmp_path / "tree" / split / f).glob("*.jpg"))) for f in folders}
-        assert counts == {c: int(np.sum(labels == c)) for c in range(10)}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]  # no temporary folder left beside it
-
-
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
@@ -399,8 +373,3 @@ def _file_reader_labels(root) -> list[int]:
     n = pipe.epoch_size("file")
     out = [int(x) for _ in range(-(-n // 50)) for x in np.array(pipe.run()[0].as_tensor()).ravel()]
     return out[:n]
-
-
-def _write_idx(path, array: np.ndarray) -> None:
-    header = b"\x00\x00\x08" + bytes([array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
-    path.write_bytes(gzip.compress(header + array.tobytes()))
