@@ -20,6 +20,7 @@ EPOCH_TAGS = (
     "epoch/test_accuracy",
     "epoch/images_per_s",
     "epoch/data_wait_fraction",
+    "epoch/host_wait_fraction",
     "epoch/time_s",
     "epoch/eval_time_s",
 )

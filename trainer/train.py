@@ -21,6 +21,7 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.model.forward import Forward, train_kwarg
 from dali_launch.trainer.model.models import create_model
 from dali_launch.trainer.observe import replicas
+from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
@@ -196,29 +197,28 @@ class Loop:
         recorder = (
             replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.train.record_samples else None
         )
-        data_wait, compile_s = 0.0, None
+        wait, compile_s = InputWait(), None
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, resume.tally if resume else None)
         with self.reporter.progress(epoch, self.data.steps, done) as advance:
             for call in range(done, self.data.steps):
                 self.reporter.profile.before(before + call)
-                waited = time.perf_counter()
-                batch = self.data.next()
+                batch = wait.fetch(self.data.next, jax.tree.leaves(tally)[0])  # alive until the call donates it
                 fetched = time.perf_counter()
-                data_wait += fetched - waited
                 state, tally = self.mode.call(state, tally, batch["images"], batch["labels"], batch["valid"])
                 self.reporter.profile.after(before + call, tally)
                 if self.first_call:
                     compile_s = self._first_call_done(tally, fetched)
-                    self.step_log.compiled(tally, data_wait)
+                    self.step_log.compiled(tally, wait.idle_s)
                 if recorder:
                     recorder.add(call, batch)
                 advance()
                 if (call + 1) % self.check_every == 0 and call + 1 < self.data.steps:
-                    self._check_point(state, tally, epoch, call + 1, recorder, data_wait)
+                    self._check_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
         self._check_labels(tally)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
-        self.step_log.point(before + self.data.steps, tally, data_wait)
+        wait.close()
+        self.step_log.point(before + self.data.steps, tally, wait.idle_s)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:
             recorder.save(self.data.steps)
@@ -229,7 +229,8 @@ class Loop:
             epoch_time_s=elapsed,
             images_per_s=timed / elapsed,
             images_per_s_per_device=timed / elapsed / self.sharding.global_devices,
-            data_wait_fraction=data_wait / elapsed,
+            data_wait_fraction=wait.idle_s / elapsed,
+            host_wait_fraction=wait.host_s / elapsed,
             compile_s=compile_s,
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,

@@ -35,7 +35,8 @@ class EpochMetrics:
     epoch_time_s: float
     images_per_s: float
     images_per_s_per_device: float | None = None
-    data_wait_fraction: float | None = None  # share of the epoch the host spent waiting for DALI
+    data_wait_fraction: float | None = None  # share of the epoch the devices sat idle waiting for DALI
+    host_wait_fraction: float | None = None  # share of it the host spent waiting for DALI (input_wait.py)
     compile_s: float | None = None  # the run's first device call, compilation included
     first_step_s: float | None = None  # launch -> first step done (local mode knows the launch time)
     startup: dict | None = None  # start-up phase -> seconds since startup_since, when it ended (first epoch)
@@ -144,6 +145,7 @@ class Reporter:
                 "epoch/test_accuracy": m.test_accuracy,
                 "epoch/images_per_s": m.images_per_s,
                 "epoch/data_wait_fraction": m.data_wait_fraction,
+                "epoch/host_wait_fraction": m.host_wait_fraction,
                 "epoch/time_s": m.epoch_time_s,
                 "epoch/eval_time_s": m.eval_time_s,
                 "perf/compile_s": m.compile_s,
@@ -156,7 +158,8 @@ class Reporter:
         self.say(
             f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
             f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
-            f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data)  "
+            f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data, "
+            f"the host {m.host_wait_fraction:.0%})  "
             f"eval {m.eval_time_s:.2f} s{extra}"
         )
         if m.startup:
