@@ -6,7 +6,7 @@ mkdir -p /tmp/dl/dali_launch && ln -sfn "$PWD/launcher" /tmp/dl/dali_launch/laun
 touch /tmp/dl/dali_launch/__init__.py
 export PYTHONPATH=/tmp/dl:/tmp/site PYTHONUNBUFFERED=1
 nproc; nvidia-smi -L; df -h /tmp | tail -1
-[ -d /tmp/synth ] || { time python3 -m dali_launch.launcher.cli data synth /tmp/synth --format folders --train ${SYNTH:-50000} --test 5000 --classes 100; }
+[ -d /tmp/synth ] || { time python3 -m dali_launch.launcher.cli data synth /tmp/synth --format folders --train ${SYNTH:-51200} --test 5120 --classes 100; }
 du -sh /tmp/synth/training
 [ -n "$SKIP_BENCH" ] || (cd benchmarks && python3 imagenet.py --data /tmp/synth --classes 100 --gpus 1 --epochs ${EPOCHS:-3} --out $OUT/imagenet.json --plot $OUT/imagenet.png "$@")
 IFS=";"; for flags in ${VARIANTS}; do IFS=" "
