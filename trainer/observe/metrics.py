@@ -158,8 +158,8 @@ class Reporter:
         self.say(
             f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
             f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
-            f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data, "
-            f"the host {m.host_wait_fraction:.0%})  "
+            f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data; "
+            f"the host waited {m.host_wait_fraction:.0%})  "
             f"eval {m.eval_time_s:.2f} s{extra}"
         )
         if m.startup:
