@@ -285,10 +285,15 @@ def _node_range(run: RunConfig) -> None:
     if run.train.global_batch_size is None and run.train.elastic_batch == "keep":
         counts = run.device_counts
         raise UsageError(
-            f"--nodes {run.launch.nodes} with --elastic-batch keep needs a --global-batch-size that "
-            f"{', '.join(map(str, counts))} devices all divide (a multiple of {math.lcm(*counts)}); give one, "
+            f"--nodes {run.launch.nodes} with --elastic-batch keep needs a --global-batch-size, a multiple of "
+            f"{math.lcm(*counts)} so that {_either(counts)} devices split it evenly; give one, "
             f"or add --elastic-batch rescale (keeps the per-device --batch-size)"
         )
+
+
+def _either(counts: list[int]) -> str:
+    """1 or 2; 8, 16 or 24."""
+    return " or ".join([", ".join(map(str, counts[:-1])), str(counts[-1])] if len(counts) > 1 else map(str, counts))
 
 
 def _readers(run: RunConfig) -> None:

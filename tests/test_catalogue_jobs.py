@@ -54,8 +54,8 @@ NODE_RANGE = [  # --nodes MIN-MAX: SLURM picks the count at each start
     ),
     pytest.param(
         ["--nodes", "1-2", *GLOBAL],
-        "--nodes 1-2 with --elastic-batch keep needs a --global-batch-size that 1, 2 devices all divide (a multiple "
-        "of 2); give one, or add --elastic-batch rescale (keeps the per-device --batch-size)",
+        "--nodes 1-2 with --elastic-batch keep needs a --global-batch-size, a multiple of 2 so that 1 or 2 devices "
+        "split it evenly; give one, or add --elastic-batch rescale (keeps the per-device --batch-size)",
         id="node-range-keep-without-global-batch",
     ),
 ]
