@@ -91,3 +91,10 @@ def test_a_real_device_call_overlaps_the_wait():
         assert took * 2 < wait.idle_s < took * 4, (wait.idle_s, took)
     finally:
         wait.close()
+
+
+def test_the_poller_ends_with_its_block_when_the_loop_raises():
+    with pytest.raises(OSError, match="preempted"), InputWait() as wait:
+        wait.fetch(slow_read(0.01), Finishes(after=None))
+        raise OSError("preempted")
+    assert not wait._poller.is_alive()

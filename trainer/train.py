@@ -197,10 +197,10 @@ class Loop:
         recorder = (
             replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.train.record_samples else None
         )
-        wait, compile_s = InputWait(), None
+        compile_s = None
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, resume.tally if resume else None)
-        with self.reporter.progress(epoch, self.data.steps, done) as advance:
+        with self.reporter.progress(epoch, self.data.steps, done) as advance, InputWait() as wait:
             for call in range(done, self.data.steps):
                 self.reporter.profile.before(before + call)
                 batch = wait.fetch(self.data.next, jax.tree.leaves(tally)[0])  # alive until the call donates it
@@ -217,7 +217,6 @@ class Loop:
                     self._check_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
         self._check_labels(tally)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
-        wait.close()
         self.step_log.point(before + self.data.steps, tally, wait.idle_s)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:

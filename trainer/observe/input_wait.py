@@ -18,7 +18,8 @@ PARK_TIMEOUT_S = 10.0  # is_ready() returns at once: a poller this late is broke
 
 
 class InputWait:
-    """`fetch` wraps each read of a batch; `idle_s` and `host_s` add up over the loop's life."""
+    """`fetch` wraps each read of a batch; `idle_s` and `host_s` add up over its life (a `with` block:
+    the poller thread ends with it, also when the loop raises)."""
 
     def __init__(self):
         self.idle_s = self.host_s = 0.0
@@ -46,6 +47,12 @@ class InputWait:
         if ready_at is not None:
             self.idle_s += end - max(ready_at, start)
         return batch
+
+    def __enter__(self) -> InputWait:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         self._closed = True
