@@ -293,7 +293,9 @@ def _node_range(run: RunConfig) -> None:
 
 def _either(counts: list[int]) -> str:
     """1 or 2; 8, 16 or 24."""
-    return " or ".join([", ".join(map(str, counts[:-1])), str(counts[-1])] if len(counts) > 1 else map(str, counts))
+    if len(counts) == 1:
+        return str(counts[0])
+    return f"{', '.join(map(str, counts[:-1]))} or {counts[-1]}"
 
 
 def _readers(run: RunConfig) -> None:
