@@ -148,19 +148,28 @@ def test_components_smoke_times_every_part(mnist_lmdb, tmp_path):
 
 def test_imagenet_smoke_measures_each_part(tmp_path):
     """benchmarks/imagenet.py synthesises its data, then times the step alone, DALI alone in both sample
-    orders and a `dali-launch train` run, each in its own process, and draws them."""
+    orders and a `dali-launch train` run, each in its own process, on 1 and 2 devices (2 in both layouts:
+    one process driving both, a process each), and draws them."""
     out, png = tmp_path / "imagenet.json", tmp_path / "imagenet.png"
     proc = bench(
-        *("--data", str(tmp_path / "synth"), "--synth", "64", "--classes", "4", "--gpus", "1"),
+        *("--data", str(tmp_path / "synth"), "--synth", "64", "--classes", "4", "--gpus", "1,2"),
         *("--epochs", "2", "--calls", "2", "--smoke-cpu", "--out", str(out), "--plot", str(png)),
-        timeout=600,
+        timeout=900,
         script=REPO / "benchmarks" / "imagenet.py",
     )
     check_ok(proc)
-    rows = {r["part"]: r for r in json.loads(out.read_text())["rows"]}
-    assert sorted(rows) == ["data", "data-global", "step", "train"]
+    rows = {(r["part"], r["gpus"], r.get("layout")): r for r in json.loads(out.read_text())["rows"]}
+    parts = [(p, g, None) for g in (1, 2) for p in ("data", "data-global", "step")]
+    trains = [("train", 1, "node"), ("train", 2, "node"), ("train", 2, "process")]
+    assert sorted(rows, key=str) == sorted(parts + trains, key=str)
     assert all(r["images_per_s_per_gpu"] > 0 for r in rows.values())
-    assert rows["train"]["argv"][0] == "train" and "--precision" in rows["train"]["argv"]
-    assert len(rows["train"]["epochs"]) == 2 and rows["train"]["scaling"] == 1.0
-    assert rows["data-global"]["resolved"]["sample_order"] == "global"
+    assert rows["data-global", 2, None]["resolved"]["sample_order"] == "global"
+    one = rows["train", 1, "node"]
+    assert one["argv"][0] == "train" and "--precision" in one["argv"] and one["scaling"] == 1.0
+    assert rows["train", 2, "process"]["argv"][:3] == ["--local", "--processes", "2"]
+    for key in trains:
+        r = rows[key]
+        last = r["epochs"][-1]
+        assert len(r["epochs"]) == 2 and last["images_per_s"] == pytest.approx(key[1] * last["images_per_s_per_device"])
+        assert r["scaling"] == r["images_per_s_per_gpu"] / one["images_per_s_per_gpu"], key
     assert png.read_bytes().startswith(PNG_MAGIC)
