@@ -246,6 +246,12 @@ def check_ok(proc: subprocess.CompletedProcess) -> None:
 SLURM_SCRIPT = REPO / "slurm" / "cluster.sh"
 
 
+def squeue(env: dict, job_id: str, fmt: str = "%T") -> str:
+    """squeue's fields for a job of the test cluster (ended ones too: it keeps them for MinJobAge)."""
+    argv = ["squeue", "-h", "-j", job_id, "--states=all", "-o", fmt]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
 @pytest.fixture(scope="session")
 def slurm_env() -> dict:
     """The environment that points SLURM's clients at the local test cluster.

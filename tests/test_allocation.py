@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from catalogue import run_entry
-from conftest import REPO, check_ok, dali_launch, wait_for
+from conftest import REPO, check_ok, dali_launch, squeue, wait_for
 
 from dali_launch.launcher import slurm_template
 from dali_launch.launcher.backends.srun_step import expand_counts, step_of
@@ -255,19 +255,12 @@ def test_preempted_job_requeues_and_resumes_in_its_run_directory(slurm_env, mnis
     time.sleep(2)
     subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
     # SLURM holds a requeued batch job back ~2 minutes (its credential lifetime); the test lets it start now.
-    wait_for(lambda: _state(job_id, env) == "PENDING", timeout_s=120)
+    wait_for(lambda: squeue(env, job_id) == "PENDING", timeout_s=120)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
-    wait_for(lambda: _state(job_id, env) in ("COMPLETED", "FAILED", "CANCELLED"), timeout_s=240)
+    wait_for(lambda: squeue(env, job_id) in ("COMPLETED", "FAILED", "CANCELLED"), timeout_s=240)
     out = _output(tmp_path, job_id)
-    assert _state(job_id, env) == "COMPLETED", out
+    assert squeue(env, job_id) == "COMPLETED", out
     assert f"job {job_id} requeued (1/3)" in out and f"job {job_id} restarted (1): reopening {paths.root}" in out
     assert "resumed from checkpoint" in out and out.count("done: test accuracy") == 1
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [paths.root.name]
     assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
-
-
-def _state(job_id: str, env: dict) -> str:
-    out = subprocess.run(
-        ["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True, env=env, timeout=30
-    )
-    return out.stdout.strip()

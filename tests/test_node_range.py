@@ -10,7 +10,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import has_checkpoint, only_run, rank_report, reap, seen_prints, start, wait_for
+from conftest import has_checkpoint, only_run, rank_report, reap, seen_prints, squeue, start, wait_for
 
 # Each step waits a little, so the job is still mid-epoch when the test preempts it. On CPU devices the
 # trainer acts on a signal only at check points (every --sync-every-steps device calls, default 10): an
@@ -41,13 +41,6 @@ def _scontrol(env: dict, *args: str) -> None:
     subprocess.run(["scontrol", *args], env=env, check=True, timeout=30, capture_output=True)
 
 
-def _queue_state(job_id: str, env: dict) -> str:
-    out = subprocess.run(
-        ["squeue", "-h", "-j", job_id, "-o", "%T"], env=env, capture_output=True, text=True, timeout=30
-    )
-    return out.stdout.strip()
-
-
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.multiprocess
@@ -70,7 +63,7 @@ def test_a_requeue_with_fewer_nodes_continues_each_sample_once(slurm_env, small_
         drained = True
         subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
         # SLURM holds a requeued batch job back ~2 minutes (its credential lifetime): let it start now
-        wait_for(lambda: _queue_state(job_id, env) == "PENDING", timeout_s=180)
+        wait_for(lambda: squeue(env, job_id) == "PENDING", timeout_s=180)
         _scontrol(env, "update", f"JobId={job_id}", "StartTime=now")
         out, err = proc.communicate(timeout=300)
     finally:

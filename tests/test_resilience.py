@@ -19,6 +19,7 @@ from conftest import (
     rank_report,
     reap,
     seen_prints,
+    squeue,
     start,
     stop_when,
     wait_for,
@@ -132,7 +133,7 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
         env = {**os.environ, **slurm_env}
         subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
         # SLURM holds a requeued batch job back ~2 minutes (its credential lifetime): let it start now
-        wait_for(lambda: _queue_state(job_id, env) == "PENDING", timeout_s=180)
+        wait_for(lambda: squeue(env, job_id) == "PENDING", timeout_s=180)
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
         out, err = proc.communicate(timeout=300)
     finally:
@@ -225,10 +226,3 @@ def test_slurm_resume_by_hand_continues_the_run(slurm_env, mnist_lmdb, tmp_path)
     check_ok(again)
     assert "started by `dali-launch`" in again.stdout and "submitted job" in again.stdout
     assert "resumed from checkpoint" in again.stdout and _result(paths)["checksums"] == before["checksums"]
-
-
-def _queue_state(job_id: str, env: dict) -> str:
-    out = subprocess.run(
-        ["squeue", "-h", "-j", job_id, "-o", "%T"], env=env, capture_output=True, text=True, timeout=30
-    )
-    return out.stdout.strip()

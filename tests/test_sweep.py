@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 from catalogue import run_entry
-from conftest import check_ok, dali_launch
+from conftest import check_ok, dali_launch, squeue
 
 from dali_launch.launcher.sweep import axes, points
 from dali_launch.trainer.run_dir import RunPaths
@@ -179,16 +178,5 @@ def test_two_by_two_sweep_is_one_array_of_four_runs(slurm_env, small_lmdb, tmp_p
     assert len(rows) == 4 and all(" COMPLETED " in row for row in rows), table.stdout
     assert table.stdout == proc.stdout[proc.stdout.index("point  ") :]  # the summary the sweep ended with
     # never more than 2 elements ran at once: SLURM's own record of each element's start and end
-    spans = _spans(array, {**os.environ, **slurm_env})
+    spans = [tuple(line.split()) for line in squeue({**os.environ, **slurm_env}, array, "%S %e").splitlines()]
     assert len(spans) == 4 and max(sum(s <= t < e for s, e in spans) for t, _ in spans) <= 2
-
-
-def _spans(array: str, env: dict) -> list[tuple[str, str]]:
-    out = subprocess.run(
-        ["squeue", "-h", "-j", array, "--states=all", "-o", "%S %e"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-    ).stdout
-    return [tuple(line.split()) for line in out.splitlines()]
