@@ -105,7 +105,7 @@ def task(values: dict):
 def slurm_template(values: dict):
     """Print an sbatch script that runs `srun dali-launch task` with these flags: adapt it, then sbatch it."""
     from dali_launch.launcher.backends.slurm_checks import validate_slurm
-    from dali_launch.launcher.config import validate
+    from dali_launch.launcher.checks import validate
     from dali_launch.launcher.slurm_template import template
 
     run = build(RunConfig, values)
@@ -128,7 +128,7 @@ def ci(values: dict):
 @config_options(*RUN_OPTIONS)
 def config_show(values: dict):
     """Print the effective configuration (defaults < --config FILE < flags) as TOML, itself a --config file."""
-    from dali_launch.launcher.config import validate
+    from dali_launch.launcher.checks import validate
     from dali_launch.launcher.config_file import dumps
 
     run = build(RunConfig, values)

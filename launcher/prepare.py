@@ -12,7 +12,8 @@ from pathlib import Path
 
 from dali_launch.launcher import plan, runs
 from dali_launch.launcher.backends.base import Backend
-from dali_launch.launcher.config import RunConfig, task_spec, validate
+from dali_launch.launcher.checks import validate
+from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
 from dali_launch.trainer import entry_points, flavours

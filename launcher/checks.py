@@ -1,0 +1,237 @@
+"""The pure checks of a run's settings, run before anything is written, submitted or started."""
+
+from __future__ import annotations
+
+import math
+
+from dali_launch.launcher.config import RunConfig, counted, node_range
+from dali_launch.trainer.config import ObserveConfig, ResilienceConfig, TrainConfig
+from dali_launch.trainer.errors import UsageError
+
+
+def device_phrase(run: RunConfig) -> str:
+    low, high = run.node_range
+    counts = run.device_counts
+    devices = counted(counts[-1], "device") if low == high else f"{counts[0]}-{counts[-1]} devices"
+    nodes = counted(high, "node") if low == high else f"{low}-{high} nodes"
+    return f"{devices} ({nodes} × {counted(run.launch.gpus_per_node or 1, 'GPU')})"
+
+
+def validate(run: RunConfig) -> None:
+    """Raises UsageError with the fix for the first bad value; never changes anything."""
+    launch, train = run.launch, run.train
+    node_range(launch.nodes)  # a bad --nodes is refused first: everything below counts with it
+    _positive(
+        epochs=train.epochs,
+        batch_size=train.batch_size,
+        eval_batch_size=train.eval_batch_size,
+        sync_every_steps=train.sync_every_steps,
+        prefetch=run.data.prefetch,
+        num_classes=run.data.num_classes,
+        image_size=run.data.image_size,
+        init_timeout_s=run.distributed.init_timeout_s,
+        barrier_timeout_s=run.distributed.barrier_timeout_s,
+        local_timeout_s=launch.local_timeout_s,
+        heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,
+        keep_checkpoints=run.resilience.keep_checkpoints,
+        accumulate_steps=train.accumulate_steps,
+    )
+    _resilience(run.resilience)
+    if train.steps_per_call < 0:
+        raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
+    if run.data.reader_threads < 0:
+        raise UsageError(f"--reader-threads {run.data.reader_threads} must be 0 (auto) or more")
+    if run.data.feed_workers < -1:
+        raise UsageError(f"--feed-workers {run.data.feed_workers} must be -1 (auto), 0 (in-process) or more")
+    if not 0 <= run.data.hw_decoder_load <= 1:
+        raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
+    _observe(run.observe, run.node_range[0] * run.tasks_per_node)  # ranks that exist at any count
+    _optimizer(train)
+    if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
+    if launch.tasks_per_node is not None and launch.tasks_per_node < 1:  # 0 must not fall back to 1
+        raise UsageError(f"--tasks-per-node {launch.tasks_per_node} must be at least 1")
+    gpus, tasks = launch.gpus_per_node or 1, run.tasks_per_node
+    if tasks < 1 or gpus % tasks:
+        raise UsageError(
+            f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
+            f"use 1 (one task per node) or {gpus} (one task per GPU)"
+        )
+    _global_batch(run)
+    _readers(run)
+    if train.eval_cache_mb < 0:
+        raise UsageError(f"--eval-cache-mb {train.eval_cache_mb} must be 0 (no cache) or more")
+    if not 0 < train.learning_rate < 100:
+        raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a value in (0, 100)")
+    if not 0 <= train.momentum < 1:
+        raise UsageError(f"--momentum {train.momentum} is out of range; use a value in [0, 1)")
+    if train.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
+        raise UsageError(f"--seed {train.seed} must be 0 or more")
+    if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
+        raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def _optimizer(train: TrainConfig) -> None:
+    """The optimizer, schedule and regularisation flags (trainer/step/optim.py)."""
+    for name, low, high in (("weight_decay", 0, 1), ("label_smoothing", 0, 1), ("ema_decay", 0, 1)):
+        value = getattr(train, name)
+        if not low <= value < high:
+            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range; use a value in [{low}, {high})")
+    if not train.clip_norm >= 0:
+        raise UsageError(f"--clip-norm {train.clip_norm} must be 0 (no clipping) or more")
+    if not 0 < train.decay_factor <= 1:
+        raise UsageError(f"--decay-factor {train.decay_factor} is out of range; use a value in (0, 1]")
+    if train.warmup_steps < 0 or not train.warmup_epochs >= 0:
+        raise UsageError(
+            f"--warmup-epochs {train.warmup_epochs} and --warmup-steps {train.warmup_steps} must be 0 or more"
+        )
+    if train.warmup_steps and train.warmup_epochs:
+        raise UsageError("--warmup-epochs and --warmup-steps both given; use one of them")
+    if train.warmup_epochs >= train.epochs and train.schedule != "constant":
+        raise UsageError(
+            f"--warmup-epochs {train.warmup_epochs} leaves nothing of --epochs {train.epochs} for "
+            f"--schedule {train.schedule}; warm up for fewer epochs"
+        )
+    if train.eval_ema and not train.ema_decay:
+        raise UsageError(
+            "--eval-ema evaluates the parameters' average, but --ema-decay is 0 (none kept); "
+            "give --ema-decay, e.g. 0.999"
+        )
+    _decay_epochs(train)
+
+
+def _decay_epochs(train: TrainConfig) -> None:
+    try:
+        epochs = train.decay_epoch_list()
+    except ValueError:
+        epochs = None
+    if epochs is None or any(e < 1 for e in epochs) or epochs != sorted(set(epochs)):
+        raise UsageError(f"--decay-epochs {train.decay_epochs!r} is not a rising list of epochs; write e.g. 30,60,80")
+    if train.schedule == "step" and not epochs:
+        raise UsageError("--schedule step needs --decay-epochs, e.g. --decay-epochs 30,60,80")
+    if epochs and train.schedule != "step":
+        raise UsageError(
+            f"--decay-epochs is for --schedule step, not {train.schedule}; leave it out or use --schedule step"
+        )
+
+
+def _global_batch(run: RunConfig) -> None:
+    """The global batch splits evenly over the job's devices: over every count a node range allows,
+    since SLURM picks one at each start (the first too). Without --global-batch-size a range keeps the
+    per-device --batch-size, which only --elastic-batch rescale can carry over to another count."""
+    gbs, counts = run.train.global_batch_size, run.device_counts
+    if run.nodes_vary:
+        _node_range(run)
+    if gbs is None:
+        return
+    uneven = [d for d in counts if gbs % d]
+    if gbs >= 1 and not uneven:
+        return
+    if gbs < 1 or not run.nodes_vary:
+        raise UsageError(
+            f"--global-batch-size {gbs} is not divisible by {device_phrase(run)}; use a multiple of {counts[0]}"
+        )
+    raise UsageError(
+        f"--global-batch-size {gbs} cannot be split over {', '.join(map(str, uneven))} of the "
+        f"{device_phrase(run)} SLURM may give; use a multiple of {math.lcm(*counts)} (divisible by "
+        f"{', '.join(map(str, counts))} devices), or narrow --nodes"
+    )
+
+
+def _node_range(run: RunConfig) -> None:
+    """A node range needs an order that continues on any device count, and a batch rule for every count."""
+    if run.data.sample_order != "global":
+        raise UsageError(
+            f"--nodes {run.launch.nodes} lets SLURM pick the node count at each start, but --sample-order "
+            f"{run.data.sample_order} cannot continue on another device count; add --sample-order global"
+        )
+    if run.train.global_batch_size is None and run.train.elastic_batch == "keep":
+        counts = run.device_counts
+        raise UsageError(
+            f"--nodes {run.launch.nodes} with --elastic-batch keep needs a --global-batch-size, a multiple of "
+            f"{math.lcm(*counts)} so that {_either(counts)} devices split it evenly; give one, "
+            f"or add --elastic-batch rescale (keeps the per-device --batch-size)"
+        )
+
+
+def _either(counts: list[int]) -> str:
+    """1 or 2; 8, 16 or 24."""
+    if len(counts) == 1:
+        return str(counts[0])
+    return f"{', '.join(map(str, counts[:-1]))} or {counts[-1]}"
+
+
+def _readers(run: RunConfig) -> None:
+    """Each of a device's readers reads an equal part of its batches: the count must divide them."""
+    for devices in run.device_counts:
+        _readers_for(run, devices)
+
+
+def _readers_for(run: RunConfig, devices: int) -> None:
+    readers, train = run.data.readers_per_device, run.train
+    if readers < 0:
+        raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
+    per_device = train.per_device_batch(devices)
+    batches = {"--eval-batch-size": train.eval_batch_size}
+    if train.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
+        batches = {
+            "the training batch per device and call (batch × --steps-per-call)": per_device * train.steps_per_call,
+            **batches,
+        }
+    for name, size in batches.items():
+        if readers and size % readers:
+            raise UsageError(
+                f"--readers-per-device {readers} does not divide {name}, {size}; use a divisor of {size} or 0 (auto)"
+            )
+
+
+def _resilience(r: ResilienceConfig) -> None:
+    if r.checkpoint_every_steps < 0:
+        raise UsageError(f"--checkpoint-every-steps {r.checkpoint_every_steps} must be 0 (epoch ends only) or more")
+    if r.checkpoint_every_min < 0:
+        raise UsageError(f"--checkpoint-every-min {r.checkpoint_every_min} must be 0 (not by time) or more")
+    if r.max_requeues < 0:
+        raise UsageError(f"--max-requeues {r.max_requeues} must be 0 or more")
+    if r.watchdog_s < 10:
+        raise UsageError(
+            f"--watchdog-s {r.watchdog_s} is too short to tell a stopped rank from a busy one; use 10 or more"
+        )
+
+
+def _observe(o: ObserveConfig, num_processes: int) -> None:
+    if o.log_every_steps < 0:
+        raise UsageError(f"--log-every-steps {o.log_every_steps} must be 0 (epoch scalars only) or more")
+    try:
+        o.profile_range()
+    except ValueError:
+        raise UsageError(
+            f"--profile-steps {o.profile_steps} is not A:B with 0 <= A < B (global SGD steps, B "
+            f"excluded); e.g. --profile-steps 100:110"
+        ) from None
+    try:
+        o.ranks_to_profile()
+    except ValueError:
+        raise UsageError(
+            f"--profile-ranks {o.profile_ranks} is not a comma-separated list of ranks; e.g. 0 or 0,1"
+        ) from None
+    if max(o.ranks_to_profile()) >= num_processes:
+        raise UsageError(
+            f"--profile-ranks {o.profile_ranks} names a rank the job does not have (ranks 0.."
+            f"{num_processes - 1}); use ranks below {num_processes}"
+        )
+    if o.wandb_project is not None:
+        import importlib.util
+
+        if not o.wandb_project.strip():
+            raise UsageError("--wandb-project is empty; name a W&B project, or leave the flag out")
+        if importlib.util.find_spec("wandb") is None:
+            raise UsageError(
+                f"--wandb-project {o.wandb_project} needs the wandb package; "
+                f"pip install 'dali-launch[wandb]', or leave --wandb-project out"
+            )
+
+
+def _positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value} must be at least 1")
