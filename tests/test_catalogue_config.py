@@ -148,7 +148,7 @@ CONFIG = [
     ),
     pytest.param(
         ["--parallel", "jit"],
-        "Invalid value for '--parallel': Value error, 'jit' is not one of 'sharded', 'pmap'.; see dali-launch --help",
+        "Invalid value for '--parallel': Value error, 'jit' is not one of 'auto', 'sharded', 'pmap'.; see dali-launch --help",
         id="parallel-unknown",
     ),
     pytest.param(

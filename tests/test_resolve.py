@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-from dali_launch.trainer.resolve import resolve, steps_per_call
+from dali_launch.trainer.resolve import parallel, resolve, steps_per_call
 from dali_launch.trainer.step.parallel import sample_order
 
 
@@ -29,6 +29,20 @@ def test_steps_per_call(setting, platform, batch, readers, expected):
     assert k == expected and (not readers or batch * k % readers == 0)
 
 
+@pytest.mark.parametrize(
+    "setting, stateful, devices, expected",
+    [
+        ("auto", True, 2, "pmap"),  # BatchNorm on several devices: each normalises its own rows
+        ("auto", True, 1, "sharded"),
+        ("auto", False, 8, "sharded"),  # no statistics: one program
+        ("sharded", True, 2, "sharded"),  # given: kept
+        ("pmap", False, 1, "pmap"),
+    ],
+)
+def test_parallel(setting, stateful, devices, expected):
+    assert parallel(setting, stateful, devices) == expected
+
+
 def test_resolve_records_every_auto_value():
     spec = TaskSpec(run_dir="x", train=TrainConfig(batch_size=50))
     auto = resolve(spec, "cpu", local_devices=2, global_devices=4, processes_here=2)
@@ -36,7 +50,7 @@ def test_resolve_records_every_auto_value():
         "platform": "cpu",
         "decoder": "cpu",
         "cuda_graphs": False,
-        "parallel": "sharded",
+        "parallel": "auto",  # train.py resolves it once the model's shapes are known
         "batch_per_device_step": 50,
         "steps_per_call": 1,
         "readers_per_device": 1,

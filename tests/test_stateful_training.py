@@ -201,9 +201,12 @@ def test_small_resnet_with_batchnorm_trains(small_lmdb, tmp_path):
             env=MODELS,
         )
     )
-    epochs = _metrics(only_run(tmp_path))
+    paths = only_run(tmp_path)
+    epochs = _metrics(paths)
     losses = [e["train_loss"] for e in epochs]
     assert losses == sorted(losses, reverse=True) and losses[-1] < 2.0, epochs
+    (rank,) = json.loads(paths.rank_map.read_text())
+    assert rank["resolved"]["parallel"] == "pmap"  # --parallel auto: BatchNorm on 2 devices
     assert epochs[-1]["test_accuracy"] >= 0.3, epochs
 
 

@@ -110,11 +110,12 @@ class TrainConfig:
         "on CPUs 1. The value used is in rank_map.json and the first log lines.",
     )
     parallel: str = opt(
-        "sharded",
+        "auto",
         "How steps run on the devices: sharded (one jit program over a job-wide device mesh; XLA "
-        "partitions it and inserts the all-reduce) or pmap (JAX's legacy way: one replica per device, gradients "
-        "summed by psum). The same SGD steps; results equal up to float rounding.",
-        choices=("sharded", "pmap"),
+        "partitions it and inserts the all-reduce) or pmap (one replica per device, gradients summed by psum; "
+        "BatchNorm normalises each device's own rows). The same SGD steps. auto: pmap for a model with "
+        "BatchNorm statistics on more than one device (7 % faster for ResNet-50 on 2 H200s), else sharded.",
+        choices=("auto", "sharded", "pmap"),
     )
     # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
     optimizer: str = opt(

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dali_launch.trainer import resolve
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, label_check, shards
 from dali_launch.trainer.errors import UsageError
@@ -114,9 +115,13 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     startup.mark("pipelines built")
     if resume and resume.order:
         resume_point.check_data_set(data.fingerprint, resume.order)
-    mode = parallel.create(spec.train.parallel, devices, all_devices, batch, data.sharding_spec, sharding.readers)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
-    compiling = _compile_ahead(spec, mode, data, example, slots)
+    shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
+    auto = dataclasses.replace(
+        auto, parallel=resolve.parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))
+    )
+    mode = parallel.create(auto.parallel, devices, all_devices, batch, data.sharding_spec, sharding.readers)
+    compiling = _compile_ahead(spec, mode, data, shapes)
     fresh = create_train_state(spec, example, slots)
     if resume:
         checkpointer.restore(resume, fresh, zero_tally())
@@ -157,15 +162,11 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
 
 
-def _compile_ahead(spec: TaskSpec, mode, data, example, slots: int) -> threading.Thread:
-    """Compiles the first device call in a thread while the model is initialised (both take seconds on
-    a cold start); the call then finds the program in XLA's persistent cache. Without that cache, or
-    where the runner cannot, it does nothing."""
+def _compile_ahead(spec: TaskSpec, mode, data, shapes) -> threading.Thread:
+    """Compiles the first device call for a state of `shapes` in a thread while the model is initialised
+    (both take seconds on a cold start); the call then finds the program in XLA's persistent cache.
+    Without that cache, or where the runner cannot, it does nothing."""
     if spec.train.compile_cache in ("", "off"):
-        return parallel.finished()
-    try:
-        shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not compiled
-    except Exception:
         return parallel.finished()
     batch = data.peek()
     tally = data.put([call_tally()] * len(data.devices))

@@ -4,6 +4,7 @@ statistics kept in `batch_stats`, and each block's last BatchNorm scale initiali
 every block starts as the identity (Goyal et al. 2017). Under --parallel pmap each device
 normalises by its own batch and the trainer averages the statistics over the job every step;
 under --parallel sharded the step's batch is one job-wide array and BatchNorm normalises over it.
+On more than one device --parallel auto takes pmap: sharded's per-layer all-reduces cost 7 % (README).
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ class Reporter:
             f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])} (job devices "
             f"{report['device_indices']} of {report['num_devices']}); DALI shards "
             f"{report['dali_shards']} of {report['num_dali_shards']}{readers}; "
-            f"{_steps(resolved['steps_per_call'])} of {batch_size} per call{'; ' + dali if dali else ''}",
+            f"{_steps(resolved['steps_per_call'])} of {batch_size} per call ({resolved['parallel']})"
+            f"{'; ' + dali if dali else ''}",
             markup=False,
         )
         barrier("rank-reports-written", self.barrier_timeout_s)
