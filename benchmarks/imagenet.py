@@ -29,6 +29,7 @@ numbers mean nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -73,6 +74,7 @@ def pipelines_and_step(spec, gpus: int):
     import jax
 
     from dali_launch.trainer.data import dali, shards
+    from dali_launch.trainer.resolve import parallel as parallel_mode
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.train import call_tally, create_train_state
@@ -85,10 +87,12 @@ def pipelines_and_step(spec, gpus: int):
         f"{spec.data.data_dir}/training", devices, devices, sharding, auto.call_batch, True,
         auto.data_config(spec.data), spec.train.seed, start=start,
     )  # fmt: skip
+    fresh = create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call)
+    auto = dataclasses.replace(auto, parallel=parallel_mode(spec.train.parallel, bool(fresh.collections), gpus))
     mode = parallel.create(
-        spec.train.parallel, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
+        auto.parallel, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
     )
-    state = mode.place(create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call))
+    state = mode.place(fresh)
     tally = data.put([call_tally()] * gpus)
     return auto, data, mode, state, tally
 
@@ -154,10 +158,12 @@ def train(args, workload: dict, gpus: int, layout: str, root: Path) -> dict:
     if proc.returncode or not metrics:
         return {**row, "error": (proc.stderr or proc.stdout).strip().splitlines()[-8:]}
     epochs = [json.loads(line) for line in metrics[0].read_text().splitlines()]
+    ranks = json.loads((metrics[0].parent / "rank_map.json").read_text())
     steady = epochs[1:] or epochs
     mean = lambda key: sum(e[key] for e in steady) / len(steady)
     return {
         **row,
+        "parallel": ranks[0]["resolved"]["parallel"],  # what the defaults resolved to
         "images_per_s_per_gpu": mean("images_per_s_per_device"),
         "data_wait_fraction": mean("data_wait_fraction"),
         "host_wait_fraction": mean("host_wait_fraction"),
