@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -88,16 +90,33 @@ def fashion_subset(tmp_path_factory) -> Path:
 
 
 def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The CLI in a fresh process, as a user runs it (each JAX run needs its own process)."""
-    return subprocess.run(
-        [*CLI, *args],
-        capture_output=True,
-        cwd=REPO,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-    )
+    """The CLI in a fresh process, as a user runs it (each JAX run needs its own process). Past
+    `timeout` the test fails with what it printed and, on the test cluster, what SLURM was doing."""
+    env = {**os.environ, **(env or {})}
+    try:
+        return subprocess.run(
+            [*CLI, *args], capture_output=True, cwd=REPO, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as e:
+        printed = lambda out: (out.decode(errors="replace") if isinstance(out, bytes) else out or "")[-3000:]
+        slurm = cluster_report(env) if "SLURM_CONF" in env else ""
+        pytest.fail(
+            f"dali-launch {' '.join(args)} ran past {timeout} s\nstdout:\n{printed(e.stdout)}\n"
+            f"stderr:\n{printed(e.stderr)}\n{slurm}",
+            pytrace=False,
+        )
+
+
+def cluster_report(env: dict) -> str:
+    """What the test cluster is doing: its queue, its nodes, the end of its controller's log."""
+    conf = Path(env["SLURM_CONF"])
+    lines = []
+    for argv in (["squeue", "--states=all", "-o", "%i %j %T %r %M %D %N"], ["sinfo", "-N", "-o", "%N %T %E"]):
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        lines += [f"$ {' '.join(argv)}", proc.stdout + proc.stderr]
+    log = conf.parent / "log" / "slurmctld.log"
+    tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
+    return "\n".join([*lines, f"$ tail {log}", *tail])
 
 
 # --- a run in the background, to signal or kill while it trains --------------------------------------
@@ -250,6 +269,29 @@ def squeue(env: dict, job_id: str, fmt: str = "%T") -> str:
     """squeue's fields for a job of the test cluster (ended ones too: it keeps them for MinJobAge)."""
     argv = ["squeue", "-h", "-j", job_id, "--states=all", "-o", fmt]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+ACTIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,REQUEUE_HOLD,RESIZING"
+
+
+@pytest.fixture(autouse=True)
+def _slurm_queue_drained(request):
+    """After a SLURM test the two nodes are free for the next: jobs still queued or running 30 s after
+    the test (none should be: a job of ours ends with its run) are cancelled, with a warning naming them."""
+    yield
+    if "slurm_env" not in request.fixturenames:
+        return
+    env = {**os.environ, **request.getfixturevalue("slurm_env")}
+    argv = ["squeue", "-h", f"--states={ACTIVE_STATES}", "-o", "%i"]
+    active = lambda: subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30).stdout.split()
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: not active(), timeout_s=30)
+    left = active()
+    if left:
+        subprocess.run(["scancel", *left], env=env, capture_output=True, timeout=30)
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: not active(), timeout_s=60)
+        warnings.warn(f"{request.node.name} left SLURM jobs {left} behind; cancelled", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

@@ -150,6 +150,7 @@ def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_pa
         "--junit",
         str(junit),
         env=slurm_env,
+        timeout=1200,  # 24 s here, 494 s on a CI machine: two jobs at once on 2 cores
     )
     check_ok(proc)
     suites = {s.get("name"): s for s in ET.parse(junit).getroot()}
@@ -174,6 +175,7 @@ def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_pa
         "--junit",
         str(junit),
         env=slurm_env,
+        timeout=1200,
     )
     assert bad.returncode == 1
     accuracy = ET.parse(junit).getroot().find("testsuite[@name='dali-launch.training']/testcase[@name='accuracy']")

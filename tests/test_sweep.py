@@ -150,12 +150,13 @@ def test_two_by_two_sweep_is_one_array_of_four_runs(slurm_env, small_lmdb, tmp_p
         "--epochs",
         "1",
         "--time-min",
-        "10",
+        "4",  # a hung element ends at SLURM's limit, and the sweep's own wait (2 waves x 9 min) before the test
         "--data-dir",
         str(small_lmdb),
         "--run-root",
         str(tmp_path),
         env=slurm_env,
+        timeout=1200,  # 24 s here; a CI machine once took over 600 s (conftest then shows the queue)
     )
     check_ok(proc)
     (sweep_dir,) = tmp_path.iterdir()
