@@ -153,7 +153,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--parallel",
         type=listed(choices=PARALLEL),
         default="sharded",
-        help="Our --parallel values to time, e.g. pmap,sharded (default sharded, the trainer's).",
+        help="Our --parallel values to time, e.g. pmap,sharded (default sharded: what the trainer's auto takes for the MLP).",
     )
     parser.add_argument(
         "--decoders",

@@ -114,7 +114,11 @@ def main() -> int:
     parser.add_argument("--data", type=Path, required=True, help="Folder with training/ and testing/ Caffe2 LMDBs.")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-call", default="0", help="Our --steps-per-call values, e.g. 1,24 (0: auto).")
-    parser.add_argument("--parallel", default="sharded", help="Our --parallel values, e.g. pmap,sharded.")
+    parser.add_argument(
+        "--parallel",
+        default="sharded",
+        help="Our --parallel values, e.g. pmap,sharded (default: what auto takes for the MLP).",
+    )
     parser.add_argument("--readers", type=int, default=0, help="Our --readers-per-device (0: auto).")
     parser.add_argument("--reader-threads", type=int, default=2, help="Our --reader-threads (default 2, ours').")
     parser.add_argument(
