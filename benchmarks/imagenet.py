@@ -29,7 +29,6 @@ numbers mean nothing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -74,7 +73,6 @@ def pipelines_and_step(spec, gpus: int):
     import jax
 
     from dali_launch.trainer.data import dali, shards
-    from dali_launch.trainer.resolve import parallel as parallel_mode
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.train import call_tally, create_train_state
@@ -88,7 +86,7 @@ def pipelines_and_step(spec, gpus: int):
         auto.data_config(spec.data), spec.train.seed, start=start,
     )  # fmt: skip
     fresh = create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call)
-    auto = dataclasses.replace(auto, parallel=parallel_mode(spec.train.parallel, bool(fresh.collections), gpus))
+    auto = auto.with_parallel(spec.train.parallel, bool(fresh.collections), gpus)
     mode = parallel.create(
         auto.parallel, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
     )

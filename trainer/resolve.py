@@ -76,6 +76,10 @@ class Resolved:
             f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}"
         )
 
+    def with_parallel(self, setting: str, stateful: bool, global_devices: int) -> Resolved:
+        """These values with --parallel resolved (`parallel` below), once the model's collections are known."""
+        return dataclasses.replace(self, parallel=parallel(setting, stateful, global_devices))
+
     def data_config(self, config: DataConfig) -> DataConfig:
         """`config` with its auto values replaced by these: what the pipelines are built from."""
         return dataclasses.replace(

@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dali_launch.trainer import resolve
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, label_check, shards
 from dali_launch.trainer.errors import UsageError
@@ -117,9 +116,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         resume_point.check_data_set(data.fingerprint, resume.order)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
-    auto = dataclasses.replace(
-        auto, parallel=resolve.parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))
-    )
+    auto = auto.with_parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))
     mode = parallel.create(auto.parallel, devices, all_devices, batch, data.sharding_spec, sharding.readers)
     compiling = _compile_ahead(spec, mode, data, shapes)
     fresh = create_train_state(spec, example, slots)
