@@ -109,14 +109,11 @@ def dali_launch(*args: str, timeout: float = 600, env: dict | None = None) -> su
 
 def cluster_report(env: dict) -> str:
     """What the test cluster is doing: its queue, its nodes, the end of its controller's log."""
-    conf = Path(env["SLURM_CONF"])
-    lines = []
-    for argv in (["squeue", "--states=all", "-o", "%i %j %T %r %M %D %N"], ["sinfo", "-N", "-o", "%N %T %E"]):
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
-        lines += [f"$ {' '.join(argv)}", proc.stdout + proc.stderr]
-    log = conf.parent / "log" / "slurmctld.log"
+    jobs = "%i %j %T %r %M %D %N"
+    nodes = subprocess.run(["sinfo", "-N", "-h", "-o", "%N %T %E"], env=env, capture_output=True, text=True, timeout=30)
+    log = Path(env["SLURM_CONF"]).parent / "log" / "slurmctld.log"
     tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
-    return "\n".join([*lines, f"$ tail {log}", *tail])
+    return "\n".join([f"jobs ({jobs}):", squeue(env, fmt=jobs), "nodes:", nodes.stdout + nodes.stderr, str(log), *tail])
 
 
 # --- a run in the background, to signal or kill while it trains --------------------------------------
@@ -265,9 +262,10 @@ def check_ok(proc: subprocess.CompletedProcess) -> None:
 SLURM_SCRIPT = REPO / "slurm" / "cluster.sh"
 
 
-def squeue(env: dict, job_id: str, fmt: str = "%T") -> str:
-    """squeue's fields for a job of the test cluster (ended ones too: it keeps them for MinJobAge)."""
-    argv = ["squeue", "-h", "-j", job_id, "--states=all", "-o", fmt]
+def squeue(env: dict, job_id: str | None = None, fmt: str = "%T", states: str = "all") -> str:
+    """squeue's fields for a job of the test cluster, or for all its jobs in `states` (ended ones too
+    by default: it keeps them for MinJobAge)."""
+    argv = ["squeue", "-h", f"--states={states}", "-o", fmt, *(["-j", job_id] if job_id else [])]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30).stdout.strip()
 
 
@@ -282,8 +280,7 @@ def _slurm_queue_drained(request):
     if "slurm_env" not in request.fixturenames:
         return
     env = {**os.environ, **request.getfixturevalue("slurm_env")}
-    argv = ["squeue", "-h", f"--states={ACTIVE_STATES}", "-o", "%i"]
-    active = lambda: subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30).stdout.split()
+    active = lambda: squeue(env, fmt="%i", states=ACTIVE_STATES).split()
     with contextlib.suppress(TimeoutError):
         wait_for(lambda: not active(), timeout_s=30)
     left = active()
