@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""The parts of an epoch, one at a time, on one device: where the README's "flag by flag" figures come from.
+"""The parts of an epoch, one at a time, on one device: where docs/performance.md's "flag by flag" figures come from.
 
     codecs    --readers pipelines of mnist on the CPU: build time and decode rate with all of
               nvImageCodec's codecs, then with its CPU codecs only (what dali-launch gives a CPU
-              pipeline, trainer/placement.py); the first batch must be the same pixels
+              pipeline, trainer/data/placement.py); the first batch must be the same pixels
     data      data-only epochs through the trainer's DeviceBatches (pipelines on the CPU, batches
               put on the device), per readers x threads x prefetch in --data-grid and per
               --sample-orders: shards (DALI's Caffe2 reader) vs global (records/caffe2.py through
-              an external source: the price of elastic resume, README), the global one read in
+              an external source: the price of elastic resume, docs/performance.md), the global one read in
               the process and in --feed-workers DALI worker processes
     steps     the example's 1,200 SGD steps (MLP, batch 50) fused 24 per call, XLA's CUDA graphs
               (command buffers) off and on, chosen per program through compiler_options

@@ -18,7 +18,7 @@ compiles), their ratio to the example's, training images/s, the fraction of the 
 waiting for data, compile seconds (the first step, its batch in hand, until done), final test
 accuracy and set-up seconds.
 
-On the GPU machine (the README's command; --plot needs matplotlib: `pip install 'dali-launch[bench]'`):
+On the GPU machine (docs/performance.md's command; --plot needs matplotlib: `pip install 'dali-launch[bench]'`):
 
     python benchmarks/epoch_time.py --data /tmp/fmnist --epochs 5 --parallel pmap,sharded \
         --steps-per-call 24 --plot benchmarks/results/epoch_time.png --out benchmarks/results/epoch_time.json

@@ -9,7 +9,7 @@ from dali_launch.trainer.model.resnet import ResNet
 
 
 class BatchNormDropoutMLP(nn.Module):
-    """The README's example of a model with BatchNorm and dropout."""
+    """docs/models.md's example of a model with BatchNorm and dropout."""
 
     num_classes: int = 10
 

@@ -280,7 +280,7 @@ def test_what_only_the_task_can_see_is_one_line(user_package, tmp_path, args, da
 
 @pytest.mark.slow
 def test_cnn_recipe_beats_the_mlp_on_fashion_mnist(fashion_lmdb, tmp_path):
-    """The README's CNN command: >= 0.88 on the full Fashion-MNIST test set, on 2 CPU cores.
+    """docs/models.md's CNN command: >= 0.88 on the full Fashion-MNIST test set, on 2 CPU cores.
 
     Measured here: 0.877 / 0.896 after epochs 1 / 2, ~35 s an epoch. Published MLPs reach 0.87-0.88.
     """

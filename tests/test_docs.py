@@ -1,0 +1,154 @@
+"""The docs hold together: docs/architecture.md's module map names every module of launcher/ and trainer/,
+the README links every docs/ page, every relative link lands, and the README's two set-up commands are
+the ones .ci/run runs and pyproject.toml can install.
+
+Files read as text: no JAX, no DALI, a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MAP = DOCS / "architecture.md"
+CI = ROOT / ".ci" / "run"
+PACKAGES = ("launcher", "trainer")
+PAGES = sorted(DOCS.glob("*.md"))
+
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.M)
+
+
+def prose(text: str) -> str:
+    """The text outside code: `[--rank R]` in a command is no link."""
+    return CODE_SPAN.sub("", FENCE.sub("", text))
+
+
+def only_docstring(init: Path) -> bool:
+    """An __init__.py that holds nothing but its docstring (and `from __future__`): its folder row stands
+    for it. One with code (a registry, a factory) is a module of its own and needs its own row."""
+    body = ast.parse(init.read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return all(isinstance(node, ast.ImportFrom) and node.module == "__future__" for node in body)
+
+
+def modules() -> list[str]:
+    """What the map must name, relative to the repository root: every .py file, a package folder
+    (`trainer/step/`) for a docstring-only __init__.py. __main__.py is an entry point: it is listed."""
+    needed = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "__init__.py" and only_docstring(path):
+                needed.append(f"{path.parent.relative_to(ROOT).as_posix()}/")
+            else:
+                needed.append(path.relative_to(ROOT).as_posix())
+    return needed
+
+
+def map_rows() -> list[str]:
+    """The first cell of every row of the table under '## The module map', without its backticks."""
+    section = MAP.read_text().split("## The module map", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\|\s*`([^`]+)`\s*\|", section, re.M)
+
+
+def test_the_map_names_every_module():
+    rows = set(map_rows())
+    missing = [m for m in modules() if m not in rows]
+    assert not missing, f"docs/architecture.md's module map lacks a row for {missing}: add `| `PATH` | what |`"
+
+
+def test_the_map_names_only_what_exists():
+    rows = map_rows()
+    gone = [r for r in rows if not (ROOT / r).exists()]
+    twice = sorted({r for r in rows if rows.count(r) > 1})
+    assert (gone, twice) == ([], []), f"rows for files that are gone: {gone}; rows given twice: {twice}"
+
+
+def test_the_readme_links_every_docs_page():
+    linked = {(README.parent / t.split("#")[0]).resolve() for t in LINK.findall(prose(README.read_text()))}
+    unlinked = [p.name for p in PAGES if p.resolve() not in linked]
+    assert PAGES and not unlinked, f"README.md links no docs/ page {unlinked}: add it to the map of the docs"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: the rendered text, lower case, punctuation dropped, spaces as '-'."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("*", "").lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found, seen = set(), {}
+    for heading in HEADING.findall(FENCE.sub("", page.read_text())):
+        base = slug(heading)
+        found.add(f"{base}-{seen[base]}" if base in seen else base)
+        seen[base] = seen.get(base, 0) + 1
+    return found
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_lands(page):
+    broken = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:: not ours to check offline
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target} (no heading #{anchor} in {dest.name})")
+    assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def fenced(text: str) -> list[str]:
+    return [block.split("\n", 1)[1].rsplit("```", 1)[0].strip() for block in FENCE.findall(text)]
+
+
+def test_the_setup_commands_are_what_ci_runs_and_pyproject_installs():
+    """The README's set-up names a command that installs an extra pyproject has, the script it declares,
+    and `bash .ci/run`, whose statements (its pytest line, SLURM, munge, Fashion-MNIST, two nodes, the
+    test extras) are what .ci/run does."""
+    readme, ci = README.read_text(), CI.read_text()
+    setup = readme.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    blocks = fenced(setup)
+    setup = " ".join(setup.split())  # prose wraps anywhere
+    assert blocks[-1] == "bash .ci/run", blocks
+    install = blocks[0]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = re.findall(r"pip install -e '\.\[([^\]]+)\]'", install)
+    assert extras and set(extras[0].split(",")) <= set(project["optional-dependencies"]), install
+    assert re.search(r"\.venv/bin/(\S+) train$", install).group(1) in project["scripts"], install
+    ci_extras = set(re.search(r'pip install .*-e "\.\[([^\]]+)\]"', ci).group(1).split(","))
+    assert {"cpu", "test"} <= ci_extras and "test extras" in setup, ci_extras
+
+    pytest_line = re.search(r"^(\.venv/bin/python -m pytest [^<\n]*?)\s*(<|$)", ci, re.M).group(1)
+    assert f"`{pytest_line}`" in setup, f"README's set-up should name .ci/run's test command `{pytest_line}`"
+    apt = re.search(r"apt_packages=\(([^)]*)\)", ci).group(1).split()
+    assert {"slurmctld", "munge", "dataset-fashion-mnist"} <= set(apt), apt
+    assert "cluster.sh up --nodes 2" in ci and "two-node SLURM cluster" in setup
+
+
+def test_every_install_line_names_extras_that_exist():
+    """`pip install -e '.[cuda13,bench]'` anywhere in the docs installs what pyproject.toml offers."""
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    named = []
+    for page in [README, *PAGES]:
+        for group in re.findall(r"""(?:\.|dali-launch)\[([a-z0-9,]+)\]['"]""", page.read_text()):
+            named += [(page.name, extra) for extra in group.split(",")]
+    unknown = [(page, extra) for page, extra in named if extra not in extras]
+    assert named and not unknown, f"extras that pyproject.toml does not define: {unknown}"
