@@ -21,7 +21,7 @@ import typer
 from dali_launch.launcher.ci.cluster_ci import CiConfig
 from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import build, config_options
-from dali_launch.launcher.sweep import SweepConfig
+from dali_launch.launcher.route.sweep import SweepConfig
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
@@ -66,10 +66,10 @@ def launch(values: dict, ctx: typer.Context):
         if given:
             raise UsageError(f"{given[0]} goes after the command: dali-launch {ctx.invoked_subcommand} {given[0]} ...")
         return
-    from dali_launch.launcher import launch as run_job
+    from dali_launch.launcher.route import launch as run_job
 
     if values["sweep"]:
-        from dali_launch.launcher import sweep
+        from dali_launch.launcher.route import sweep
 
         sys.exit(sweep.run(values))
     if values["max_parallel"] is not None:
@@ -81,7 +81,7 @@ def launch(values: dict, ctx: typer.Context):
 @config_options(*[group for group in RUN_OPTIONS if group[0] != "SLURM"])
 def train(values: dict):
     """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
-    from dali_launch.launcher import launch as run_job
+    from dali_launch.launcher.route import launch as run_job
 
     sys.exit(
         run_job.resume_run(values, "train")
@@ -105,8 +105,8 @@ def task(values: dict):
 def slurm_template(values: dict):
     """Print an sbatch script that runs `srun dali-launch task` with these flags: adapt it, then sbatch it."""
     from dali_launch.launcher.backends.slurm_checks import validate_slurm
-    from dali_launch.launcher.checks import validate
-    from dali_launch.launcher.slurm_template import template
+    from dali_launch.launcher.backends.slurm_template import template
+    from dali_launch.launcher.route.checks import validate
 
     run = build(RunConfig, values)
     validate(run)
@@ -128,8 +128,8 @@ def ci(values: dict):
 @config_options(*RUN_OPTIONS)
 def config_show(values: dict):
     """Print the effective configuration (defaults < --config FILE < flags) as TOML, itself a --config file."""
-    from dali_launch.launcher.checks import validate
     from dali_launch.launcher.config_file import dumps
+    from dali_launch.launcher.route.checks import validate
 
     run = build(RunConfig, values)
     validate(run)
@@ -143,7 +143,7 @@ JobArg = Annotated[str, typer.Argument(help="A run directory (any mode), or a SL
 @app.command()
 def status(job: JobArg, run_root: RunRoot = "runs"):
     """Where a run stands: a SLURM job (squeue, else sacct, else its files), or a local or `train` run."""
-    from dali_launch.launcher import job_control
+    from dali_launch.launcher.commands import jobs as job_control
 
     typer.echo(job_control.status(job_control.find(job, run_root)))
 
@@ -157,7 +157,7 @@ def logs(
     follow_timeout_s: Annotated[int, typer.Option(help="Stop following after this long.")] = 86400,
 ):
     """A run's logs: every rank, prefixed, or one rank; --follow until it ends."""
-    from dali_launch.launcher import job_control
+    from dali_launch.launcher.commands import jobs as job_control
 
     job_control.logs(job_control.find(job, run_root), rank, follow_timeout_s if follow else None, typer.echo)
 
@@ -165,7 +165,7 @@ def logs(
 @app.command()
 def cancel(job: JobArg, run_root: RunRoot = "runs"):
     """Stop a run: scancel a SLURM job; SIGTERM a local run's ranks (they checkpoint, then stop)."""
-    from dali_launch.launcher import job_control
+    from dali_launch.launcher.commands import jobs as job_control
 
     typer.echo(job_control.cancel_job(job_control.find(job, run_root)))
 
@@ -178,7 +178,7 @@ def runs_(
     """Every run under ROOT: state (running, finished, failed, interrupted), mode, topology, epochs, accuracy, speed."""
     import json
 
-    from dali_launch.launcher import run_list
+    from dali_launch.launcher.commands import runs as run_list
 
     rows = run_list.collect(Path(root))
     if as_json:
@@ -199,7 +199,7 @@ def plot_(
     out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png"),
 ):
     """Loss, test accuracy and images/s of several runs over SGD steps, on one figure (needs dali-launch[plot])."""
-    from dali_launch.launcher.plot import plot
+    from dali_launch.launcher.commands.plot import plot
 
     typer.echo(f"wrote {plot(runs, out)}")
 
@@ -212,7 +212,7 @@ def sweep_status(
     """Each point of a sweep: its values, state and final (or latest) metrics."""
     import json
 
-    from dali_launch.launcher import sweep
+    from dali_launch.launcher.route import sweep
 
     rows = sweep.status_rows(sweep_dir)
     typer.echo(json.dumps(rows, indent=2) if as_json else sweep.table(sweep.load(sweep_dir)["axes"].items(), rows))
@@ -241,7 +241,7 @@ def data_prepare(
     ] = DataFormat.lmdb,
 ):
     """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout), or JPEG class folders."""
-    from dali_launch.launcher.data.prepare import prepare
+    from dali_launch.launcher.data.idx import prepare
 
     report = prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction, layout=layout.value)
     counts = ", ".join(f"{name} {n:,}" for name, n in report.counts.items())

@@ -17,7 +17,7 @@ import pytest
 import submitit  # noqa: F401 - see below
 
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.data.prepare import load_split, prepare, read_idx, write_lmdb
+from dali_launch.launcher.data.idx import load_split, prepare, read_idx, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths
 
 # submitit's logger keeps the stream it finds at import: imported first inside a test, that is the

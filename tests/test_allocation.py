@@ -14,7 +14,7 @@ import pytest
 from catalogue import run_entry
 from conftest import REPO, check_ok, dali_launch, squeue, wait_for
 
-from dali_launch.launcher import slurm_template
+from dali_launch.launcher.backends import slurm_template
 from dali_launch.launcher.backends.srun_step import expand_counts, step_of
 from dali_launch.launcher.cli import main
 from dali_launch.trainer.run_dir import RunPaths

@@ -19,7 +19,7 @@ import pytest
 from catalogue import ORDER_KEYS
 from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
 
-from dali_launch.launcher.resume import newest_order
+from dali_launch.launcher.route.resume import newest_order
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import elastic

@@ -1,6 +1,6 @@
 """`--resume RUN`: from the run directory alone, in the mode the run started in (launcher/resume.py).
 
-Run directories are made here as the launcher makes them (runs.create), without training; a resumed
+Run directories are made here as the launcher makes them (directory.create), without training; a resumed
 run that trains is in test_local.py and test_resilience.py.
 """
 
@@ -12,9 +12,9 @@ import json
 import pytest
 from catalogue import run_entry, snapshot
 
-from dali_launch.launcher import runs
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.route import directory
 from dali_launch.trainer.config import TrainConfig
 
 BACKENDS = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}
@@ -29,7 +29,7 @@ def made(small_lmdb, tmp_path):
             run_root=str(tmp_path / "made"), local=backend == "local", gpus_per_node=None if backend == "none" else 2
         )
         run = RunConfig(launch=launch, train=TrainConfig(epochs=3))
-        return runs.create(run, small_lmdb, backend)
+        return directory.create(run, small_lmdb, backend)
 
     return make
 

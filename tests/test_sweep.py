@@ -9,7 +9,7 @@ import pytest
 from catalogue import run_entry
 from conftest import check_ok, dali_launch, squeue
 
-from dali_launch.launcher.sweep import axes, points
+from dali_launch.launcher.route.sweep import axes, points
 from dali_launch.trainer.run_dir import RunPaths
 
 GRID = ["--sweep", "learning-rate=0.05,0.1", "--sweep", "batch_size=25,50"]

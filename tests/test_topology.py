@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dali_launch.launcher import plan
 from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.route import rank_map
 from dali_launch.trainer.config import DistributedConfig
 from dali_launch.trainer.topology import (
     coordinator_port,
@@ -83,7 +83,7 @@ def test_the_launcher_names_the_table_not_whichever_variables_exist():
 
 def test_planned_rank_map_matches_trainer_shards():
     run = RunConfig(launch=LaunchConfig(nodes=2, gpus_per_node=4, tasks_per_node=2))
-    rows = plan.rank_map(run)
+    rows = rank_map.rank_map(run)
     assert [r["device_indices"] for r in rows] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert [(r["node"], r["local_rank"], r["local_devices"]) for r in rows] == [
         (0, 0, [0, 1]),

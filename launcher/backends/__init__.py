@@ -1,6 +1,6 @@
 """Backends: who starts a run's tasks. One small interface (base.py), one module per mode.
 
-here    this very process (`dali-launch train`)
+train   this very process (`dali-launch train`)
 local   the job's processes on this machine (`--local`)
 slurm   a SLURM job through submitit (the default)
 allocation  one task of the user's own srun step (`srun dali-launch task`)
@@ -13,10 +13,10 @@ from dali_launch.launcher.backends.base import Backend
 
 def create(name: str) -> Backend:
     """The backend a run's config.json names (`none` is the `train` backend's name on disk)."""
-    if name in ("here", "none"):
-        from dali_launch.launcher.backends.here import Here
+    if name in ("train", "none"):
+        from dali_launch.launcher.backends.train import Train
 
-        return Here()
+        return Train()
     if name == "local":
         from dali_launch.launcher.backends.local import Local
 

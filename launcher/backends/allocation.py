@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Outcome, refuse_node_range
-from dali_launch.launcher.backends.here import Here
 from dali_launch.launcher.backends.srun_step import COMMAND, Step, step_of
+from dali_launch.launcher.backends.train import Train
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values
@@ -52,7 +52,7 @@ def from_step(values: Values, env=None) -> Values:
     return filled
 
 
-class Allocation(Here):
+class Allocation(Train):
     """One task of the user's srun step: checks, the shared run directory, then the trainer in this process."""
 
     name, spec_name, started_by = "allocation", "slurm", COMMAND
@@ -103,10 +103,10 @@ class Allocation(Here):
 
     def make_run_dir(self, run: RunConfig, data_dir: Path) -> RunPaths:
         """Process 0 makes (or, in a requeued job, reopens) RUN_ROOT/NAME-JOB.STEP; the others wait for it."""
-        from dali_launch.launcher import runs
+        from dali_launch.launcher.route import directory
 
         step = self.step
-        name = f"{runs._slug(run.launch.name)}-{step.job_id}.{step.step_id}"
+        name = f"{directory._slug(run.launch.name)}-{step.job_id}.{step.step_id}"
         paths = RunPaths(Path(run.launch.run_root).absolute() / name)
         if step.process_id != 0:
             return _wait_for(paths, step, run.distributed.init_timeout_s)
@@ -119,7 +119,7 @@ class Allocation(Here):
                 )
             echo(f"job {step.job_id} restarted ({step.restarts}): reopening {paths.root}")
         else:
-            paths = runs.create(run, data_dir, self.spec_name, name=name)
+            paths = directory.create(run, data_dir, self.spec_name, name=name)
         write_atomic(
             paths.step,
             json.dumps(
@@ -162,8 +162,8 @@ def _wait_for(paths: RunPaths, step: Step, timeout_s: int) -> RunPaths:
 
 def run_in_step(values: Values) -> int:
     """`srun dali-launch task ...`: this task's part of the run, through the one launch path."""
-    from dali_launch.launcher.launch import launch
     from dali_launch.launcher.options import build
+    from dali_launch.launcher.route.launch import launch
 
     backend = Allocation()
     return launch(build(RunConfig, from_step(values, backend.env)), backend)

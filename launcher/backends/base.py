@@ -42,9 +42,9 @@ class Backend:
 
     def make_run_dir(self, run: RunConfig, data_dir: Path) -> RunPaths:
         """A new run's directory; by default a new, time-stamped one (launcher/runs.py)."""
-        from dali_launch.launcher import runs
+        from dali_launch.launcher.route import directory
 
-        return runs.create(run, data_dir, self.spec_name)
+        return directory.create(run, data_dir, self.spec_name)
 
     def start(self, run: RunConfig, paths: RunPaths) -> None:
         raise NotImplementedError

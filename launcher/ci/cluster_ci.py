@@ -19,7 +19,7 @@ from dali_launch.launcher.backends import slurm
 from dali_launch.launcher.backends.follow import POLL_S, cancel, queue_state, task_error
 from dali_launch.launcher.backends.slurm import Slurm
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.prepare import prepare
+from dali_launch.launcher.route.prepare import prepare
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
 

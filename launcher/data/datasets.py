@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher.data import prepare as data_prepare
-from dali_launch.launcher.data import shard_checks
+from dali_launch.launcher.data import idx, shard_checks
 from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.data.records import folders
@@ -22,7 +21,7 @@ def embedded_lmdb() -> Path:
     out = cache_root() / "mnist-t10k"
     if not out.exists():
         try:
-            data_prepare.prepare(EMBEDDED_IDX, out)
+            idx.prepare(EMBEDDED_IDX, out)
         except FileExistsError:  # another process made it first
             pass
         except UsageError:
@@ -208,7 +207,7 @@ def _check_record(key: str, value: bytes, path: Path, size: tuple[int, int] | No
     """One record as DALI's Caffe2 reader and image decoder will take it; returns its image size and label."""
     fix = "re-create the data set with `dali-launch data prepare`"
     try:
-        image, label = data_prepare.check_caffe2_record(value)
+        image, label = idx.check_caffe2_record(value)
     except ValueError as e:
         raise UsageError(f"record {key} of {path} is corrupt ({e}); {fix}") from None
     if isinstance(label, float) and not label.is_integer():

@@ -13,8 +13,8 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
 
-class Here(Backend):
-    name, spec_name, started_by = "here", "none", "dali-launch train"
+class Train(Backend):
+    name, spec_name, started_by = "train", "none", "dali-launch train"
     process_id = 0  # whose log the output also goes to
 
     def check(self, run: RunConfig) -> None:

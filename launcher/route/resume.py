@@ -15,9 +15,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from dali_launch.launcher import backends, config_file, runs
+from dali_launch.launcher import backends, config_file
 from dali_launch.launcher.config import RunConfig, SlurmConfig
 from dali_launch.launcher.options import Values, build
+from dali_launch.launcher.route import directory as runs
 from dali_launch.trainer.config import ObserveConfig, ResilienceConfig, TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths

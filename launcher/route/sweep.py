@@ -106,11 +106,12 @@ def label(point: dict) -> str:
 
 def run(values: Values) -> int:
     """`--sweep ...`: check every point, make the sweep and run directories, run them; the summary last."""
-    from dali_launch.launcher import backends, prepare
+    from dali_launch.launcher import backends
     from dali_launch.launcher.backends.base import Backend
     from dali_launch.launcher.config import RunConfig
     from dali_launch.launcher.console import echo
     from dali_launch.launcher.options import build
+    from dali_launch.launcher.route import prepare
 
     if values.get("resume"):
         raise UsageError("--sweep starts new runs; leave out --resume (continue a point with --resume RUN_DIR alone)")
@@ -273,7 +274,7 @@ def _run_locally(runs_, sweep_dir: Path, record: dict) -> int:
 
 def status_rows(sweep_dir: Path) -> list[dict]:
     """Each point: its values, its state (as `dali-launch status` says it) and its final (or latest) metrics."""
-    from dali_launch.launcher import job_control
+    from dali_launch.launcher.commands import jobs as job_control
     from dali_launch.trainer.run_dir import RunPaths
 
     record = load(sweep_dir)

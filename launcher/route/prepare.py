@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dali_launch.launcher import plan, runs
 from dali_launch.launcher.backends.base import Backend
-from dali_launch.launcher.checks import validate
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
+from dali_launch.launcher.route import directory as runs
+from dali_launch.launcher.route import rank_map as plan
+from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import entry_points, flavours
 from dali_launch.trainer.run_dir import RunPaths
 

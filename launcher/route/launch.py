@@ -11,19 +11,20 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from dali_launch.launcher import backends, resume
+from dali_launch.launcher import backends
 from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.config import RunConfig, counted
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
-from dali_launch.launcher.prepare import prepare
+from dali_launch.launcher.route import resume
+from dali_launch.launcher.route.prepare import prepare
 from dali_launch.trainer.run_dir import RunPaths
 
 
 def new_run(run: RunConfig, here: bool = False) -> int:
     """A new run: `train` in this process, else a job (--local, or SLURM)."""
     if here:
-        return launch(run, backends.create("here"))
+        return launch(run, backends.create("train"))
     if run.launch.gpus_per_node is None:  # a job's devices are planned, never "whatever is there"
         run = dataclasses.replace(run, launch=dataclasses.replace(run.launch, gpus_per_node=1))
     return launch(run, backends.create("local" if run.launch.local else "slurm"))
