@@ -185,14 +185,14 @@ def nothing_starts(monkeypatch):
     """Any job start, submission or device use fails the test loudly: the entries must stop before."""
     import submitit
 
-    from dali_launch.launcher.backends.local import LocalJob
+    from dali_launch.launcher.backends.local import LocalRanks
     from dali_launch.trainer import task, topology
 
     def boom(*args, **kwargs):
         raise AssertionError("a bad input got as far as starting a job or taking a device")
 
     monkeypatch.setattr(task, "run_task", boom)
-    monkeypatch.setattr(LocalJob, "start", boom)
+    monkeypatch.setattr(LocalRanks, "start", boom)
     monkeypatch.setattr(submitit.SlurmExecutor, "submit", boom)
     monkeypatch.setattr(topology, "initialize", boom)
     monkeypatch.setattr(topology, "local_devices", boom)

@@ -190,7 +190,7 @@ def test_user_sbatch_script_runs_two_nodes_to_the_end(slurm_env, small_lmdb, tmp
     assert out.count("done: test accuracy") == 1  # process 0 reports; the other task says nothing of it
     assert "epoch 0: loss" in paths.log(0).read_text() and paths.log(1).exists()
     status = dali_launch("status", str(paths.root), env=slurm_env)
-    assert "COMPLETED; epoch 0 test accuracy" in status.stdout
+    assert "finished; epoch 0 test accuracy" in status.stdout
 
 
 @pytest.mark.slurm

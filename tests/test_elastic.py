@@ -19,10 +19,9 @@ import pytest
 from catalogue import ORDER_KEYS
 from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
 
-from dali_launch.launcher.route.resume import newest_order
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.resilience import elastic
+from dali_launch.trainer.resilience import elastic, saved
 from dali_launch.trainer.resilience.checkpoint import Checkpointer
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -157,7 +156,7 @@ def runs(small_lmdb, tmp_path_factory):
     assert not paths.result.exists()
     assert json.loads(next(paths.checkpoints.glob("*/meta/metadata")).read_text())["calls_done"] > 0
     # The catalogue's elastic refusals (test_catalogue_resume.py) fake a checkpoint with this record.
-    assert sorted(newest_order(paths)) == sorted(ORDER_KEYS)
+    assert sorted(saved.newest(paths).order) == sorted(ORDER_KEYS)
     return root, only_run(root / "whole"), paths, env
 
 
@@ -195,6 +194,6 @@ def _check_rescaled(moved: RunPaths, cut: RunPaths, stdout: str) -> None:
     assert "3 devices, 30 per device kept: global batch 90, learning rate x0.75 (90/120)" in stdout, stdout
     (record,) = [json.loads(line) for line in moved.elastic.read_text().splitlines()]
     assert (record["rule"], record["global_batch"], record["lr_scale"]) == ("rescale", 90, 0.75)
-    assert record["position"] == newest_order(cut)["position"] and record["position"] % 90, record
+    assert record["position"] == saved.newest(cut).order["position"] and record["position"] % 90, record
     rates = [json.loads(line)["learning_rate"] for line in moved.metrics.read_text().splitlines()]
     assert rates == pytest.approx([0.1 * 0.75] * 2)

@@ -140,7 +140,7 @@ def test_a_changed_flag_is_written_to_the_run_before_it_continues(made, monkeypa
     from dali_launch.launcher.backends import local
 
     paths, started = made("local"), []
-    monkeypatch.setattr(local, "LocalJob", lambda run, p, echo: started.append((run, p)) or _Stop())
+    monkeypatch.setattr(local, "LocalRanks", lambda run, p, echo: started.append((run, p)) or _Stop())
     with pytest.raises(_Stopped):
         main(["--resume", str(paths.root), "--epochs", "7", "--watchdog-s", "30"])
     ((run, at),) = started

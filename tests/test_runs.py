@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dali_launch.launcher.config import LaunchConfig, RunConfig
-from dali_launch.launcher.route import directory
+from dali_launch.launcher.route import directory, resume
 from dali_launch.trainer.config import TaskSpec, TrainConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
@@ -37,23 +37,23 @@ def test_check_root_refuses_a_file_on_the_way(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_reopen_rewrites_the_spec_only_when_changed(tmp_path):
+def test_resume_rewrites_the_spec_only_when_changed(tmp_path):
     paths = directory.create(_run(tmp_path, epochs=3), tmp_path / "data", "none")
     before = paths.config.read_text()
     run = dataclasses.replace(_run(tmp_path, epochs=3), launch=LaunchConfig(resume=str(paths.root)))
-    assert directory.reopen(run, tmp_path / "data", "none", changed=False).root == paths.root
+    assert directory.resume(run, tmp_path / "data", "none", changed=False).root == paths.root
     assert paths.config.read_text() == before
     longer = dataclasses.replace(run, train=TrainConfig(epochs=7))
-    directory.reopen(longer, tmp_path / "data", "none", changed=True)
+    directory.resume(longer, tmp_path / "data", "none", changed=True)
     assert TaskSpec.load(paths.root).train.epochs == 7
     assert "epochs = 7" in paths.config_toml.read_text() and "# resume is unset" in paths.config_toml.read_text()
 
 
 def test_a_held_lock_makes_the_run_live(tmp_path):
     paths = RunPaths(tmp_path / "run")
-    directory.check_not_live(paths)  # no locks at all
+    resume.refuse_live(paths)  # no locks at all
     lock = hold_lock(paths.lock("task"))
     with pytest.raises(UsageError, match="a job is still running in it"):
-        directory.check_not_live(paths)
+        resume.refuse_live(paths)
     lock.close()
-    directory.check_not_live(paths)
+    resume.refuse_live(paths)

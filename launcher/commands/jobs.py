@@ -1,178 +1,106 @@
-"""`dali-launch status / logs / cancel`: a run, found by its SLURM job id or its run directory.
+"""`dali-launch status / logs / cancel`: a run, found by its run directory, its name or its SLURM job id.
 
-Every mode is covered: a SLURM job (job.json, written at submission) is asked of the queue and read
-from submitit's logs; a local or `train` run is read from its run directory alone (its ranks' logs
-and reports; live while its launcher or process 0 holds the run directory's lock).
+Every mode is covered through the run's job handle (backends/job.py): a SLURM job (job.json, written at
+submission) is asked of the queue and read from submitit's logs; a local or `train` run is read from its
+run directory alone (its ranks' logs and reports; live while its launcher or process 0 holds its lock).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
+import re
 import time
 from pathlib import Path
+from typing import Annotated
 
-from dali_launch.launcher.backends.follow import (
-    QUERY_TIMEOUT_S,
-    LogTail,
-    cancel,
-    queue_state,
-    started_tasks,
-)
+import typer
+
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, is_locked
+
+RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]
+JobArg = Annotated[
+    str,
+    typer.Argument(help="A run directory (any mode), a run's name as `dali-launch runs` lists it, or a SLURM job id."),
+]
+JOB_ID = re.compile(r"^\d+(_\d+)?$")  # a job, or an element of an array
 
 
-def _num_tasks(paths: RunPaths) -> int:
-    return started_tasks(paths, json.loads(paths.config.read_text())["distributed"]["num_processes"])
+def status(job: JobArg, run_root: RunRoot = "runs"):
+    """Where a run stands: a SLURM job (squeue, else sacct, else its files), or a local or `train` run."""
+    typer.echo(status_line(find(job, run_root)))
 
 
-class SubmittedRun:
-    """A run directory that holds a SLURM job."""
-
-    def __init__(self, paths: RunPaths):
-        self.paths = paths
-        info = json.loads((paths.root / "job.json").read_text())
-        self.job_id, self.folder = str(info["job_id"]), Path(info["submitit"])
-        self.num_tasks = _num_tasks(paths)
-        self.name = f"job {self.job_id}"
-
-    def logs(self, rank: int) -> list[Path]:
-        return [self.folder / self.job_id / f"{self.job_id}_{rank}_log.{stream}" for stream in ("out", "err")]
-
-    def live(self) -> bool:
-        return queue_state(self.job_id) is not None
-
-    def state(self) -> str:
-        """The queue's state, else accounting's (sacct) where it exists, else what the files say."""
-        return queue_state(self.job_id) or _sacct_state(self.job_id) or self._state_from_files()
-
-    def _state_from_files(self) -> str:
-        results = list((self.folder / self.job_id).glob("*_result.pkl"))
-        if self.paths.result.exists():
-            return "COMPLETED"
-        return "ENDED (failed or cancelled)" if len(results) < self.num_tasks else "ENDED"
-
-    def cancel(self) -> str:
-        if not self.live():
-            return f"job {self.job_id} is not in the queue any more; nothing to cancel"
-        cancel(self.job_id)
-        return f"cancelled job {self.job_id}"
+def logs(
+    job: JobArg,
+    run_root: RunRoot = "runs",
+    rank: Annotated[int | None, typer.Option(help="Only this rank's log, unprefixed.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow_timeout_s: Annotated[int, typer.Option(help="Stop following after this long.")] = 86400,
+):
+    """A run's logs: every rank, prefixed, or one rank; --follow until it ends."""
+    print_logs(find(job, run_root), rank, follow_timeout_s if follow else None, typer.echo)
 
 
-class LocalRun:
-    """A run started here: `dali-launch train` (one process) or `--local` (its rank processes)."""
-
-    def __init__(self, paths: RunPaths):
-        self.paths, self.num_tasks, self.name = paths, _num_tasks(paths), f"run {paths.root.name}"
-
-    def logs(self, rank: int) -> list[Path]:
-        return [self.paths.log(rank)]
-
-    def live(self) -> bool:
-        """A job runs in it: its launcher or process 0 holds a lock in it (released when they die)."""
-        return any(is_locked(self.paths.lock(holder)) for holder in ("launcher", "task"))
-
-    def _rank_pids(self) -> list[int]:
-        """The pids its ranks reported, those on this host."""
-        pids = []
-        for rank in range(self.num_tasks):
-            try:
-                report = json.loads(self.paths.rank_report(rank).read_text())
-            except (OSError, ValueError):
-                continue
-            if report.get("host") in (socket.gethostname(), os.environ.get("SLURMD_NODENAME")):
-                pids.append(report["pid"])
-        return pids
-
-    def state(self) -> str:
-        if self.paths.result.exists():
-            return "COMPLETED"
-        if self.live():
-            return "RUNNING"
-        checkpoints = self.paths.checkpoints
-        saved = checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
-        return (
-            f"ENDED without a result (failed or interrupted){'; resumable from its checkpoint' if saved else ''}: "
-            f"`dali-launch --resume {self.paths.root}`"
-        )
-
-    def cancel(self) -> str:
-        """SIGTERM to its ranks: they write a checkpoint and stop, as after Ctrl-C."""
-        pids = self._rank_pids() if self.live() else []
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        return (
-            f"stopping {self.name} (SIGTERM to {len(pids)} processes)"
-            if pids
-            else f"{self.name} is not running; nothing to cancel"
-        )
+def cancel(job: JobArg, run_root: RunRoot = "runs"):
+    """Stop a run: scancel a SLURM job; SIGTERM a local run's ranks (they checkpoint, then stop)."""
+    raise typer.Exit(find(job, run_root).cancel(typer.echo))
 
 
-def find(job: str, run_root: str) -> SubmittedRun | LocalRun:
-    """JOB is a run directory (any mode), or a SLURM job id looked up among the runs under --run-root."""
-    paths = RunPaths(Path(job))
-    if (paths.root / "job.json").is_file():
-        return SubmittedRun(paths)
-    if paths.config.is_file():
-        return LocalRun(paths)
-    if paths.root.is_dir():
-        raise UsageError(f"{paths.root} is not a run directory (no config.json); pass one that dali-launch made")
+def find(job: str, run_root: str):
+    """JOB is a run directory (any mode), a run's name under --run-root, or a SLURM job id looked up among
+    the runs (and sweeps' runs) under --run-root; a UsageError names which it was taken for."""
+    from dali_launch.launcher.backends import registry
+    from dali_launch.trainer.run_dir import RunPaths
+
     root = Path(run_root)
-    for run in sorted(root.glob("*/job.json"), reverse=True):
-        if str(json.loads(run.read_text()).get("job_id")) == job:
-            return SubmittedRun(RunPaths(run.parent))
-    raise UsageError(f"no run of job {job} under --run-root {root.absolute()}; pass its run directory instead")
+    for folder in (Path(job), root / job):
+        if folder.is_dir():
+            if not RunPaths(folder).config.is_file():
+                raise UsageError(f"{folder} is not a run directory (no config.json); pass one that dali-launch made")
+            return registry.attach(RunPaths(folder))
+    if JOB_ID.match(job):
+        for record in sorted([*root.glob("*/job.json"), *root.glob("*/*/job.json")], reverse=True):
+            if str(json.loads(record.read_text()).get("job_id")) == job:
+                return registry.attach(RunPaths(record.parent))
+        raise UsageError(f"no run of job {job} under --run-root {root.absolute()}; pass its run directory instead")
+    if "/" in job or job.startswith("."):
+        raise UsageError(f"{job}: no such run directory; pass one that dali-launch made (see `dali-launch runs`)")
+    raise UsageError(
+        f"no run named {job} under --run-root {root.absolute()}; pass a run directory, a run name "
+        f"`dali-launch runs {run_root}` lists, or a SLURM job id"
+    )
 
 
-def status(run: SubmittedRun | LocalRun) -> str:
-    """One line: its state, the last epoch's accuracy, where it lives."""
-    metrics = run.paths.metrics
+def status_line(job) -> str:
+    """One line: its state, the last epoch's accuracy, where it would resume, where it lives."""
+    from dali_launch.launcher.backends.job import RunState, resume_hint
+
+    metrics = job.paths.metrics
     lines = metrics.read_text().splitlines() if metrics.exists() else []
     last = json.loads(lines[-1]) if lines else None
     progress = f"; epoch {last['epoch']} test accuracy {last['test_accuracy']:.4f}" if last else ""
-    return f"{run.name}: {run.state()}{progress}; run directory {run.paths.root}"
+    state = job.state()
+    hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
+    return f"{job.name}: {state}{progress}{f'; {hint}' if hint else ''}; run directory {job.paths.root}"
 
 
-def _sacct_state(job_id: str) -> str | None:
-    if shutil.which("sacct") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["sacct", "-n", "-X", "-j", job_id, "-o", "State"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        return None
-    words = out.stdout.split() if out.returncode == 0 else []
-    return words[0] if words else None
-
-
-def logs(run: SubmittedRun | LocalRun, rank: int | None, follow_s: float | None, echo=print) -> None:
+def print_logs(job, rank: int | None, follow_s: float | None, echo=print) -> None:
     """Prints rank logs (all ranks prefixed, or one); with follow, until the run ends (or follow_s passes)."""
-    ranks = [rank] if rank is not None else list(range(run.num_tasks))
-    if any(r < 0 or r >= run.num_tasks for r in ranks):
-        raise UsageError(f"--rank {rank} is out of range; {run.name} has ranks 0..{run.num_tasks - 1}")
-    tails = [(r, LogTail(path)) for r in ranks for path in run.logs(r)]
+    from dali_launch.launcher.backends.follow import LogTail
+
+    ranks = [rank] if rank is not None else list(range(job.num_tasks))
+    if any(r < 0 or r >= job.num_tasks for r in ranks):
+        raise UsageError(f"--rank {rank} is out of range; {job.name} has ranks 0..{job.num_tasks - 1}")
+    tails = [(r, LogTail(path)) for r in ranks for path in job.logs(r)]
     deadline = time.monotonic() + (follow_s or 0)
     while True:
         for r, tail in tails:
             for line in tail.lines():
                 echo(line if rank is not None else f"[rank {r}] {line}")
-        if follow_s is None or not run.live() or time.monotonic() > deadline:
+        if follow_s is None or not job.state().live or time.monotonic() > deadline:
             break
         time.sleep(1)
     for r, tail in tails:  # the last line may lack its newline
         if tail.partial:
             text = tail.partial.decode(errors="replace")
             echo(text if rank is not None else f"[rank {r}] {text}")
-
-
-def cancel_job(run: SubmittedRun | LocalRun) -> str:
-    return run.cancel()

@@ -9,6 +9,7 @@ from pathlib import Path
 from dali_launch.launcher.data import idx, shard_checks
 from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
+from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data.records import folders
 from dali_launch.trainer.errors import UsageError
 
@@ -57,14 +58,11 @@ def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10
     return path.resolve()
 
 
-def check_reopened(run_dir: Path) -> Path:
-    """--resume RUN_DIR: the data the run started with, checked as a new run's (its config.json names it).
+def check_resumed(data: DataConfig, run_dir: str) -> Path:
+    """--resume RUN_DIR: the data the run started with (`data`, its own settings), checked as a new run's.
 
     A deleted or changed data set would otherwise fail inside DALI with a long traceback. The
     embedded sample is made again if its cache was cleared: it is the same data every time."""
-    from dali_launch.trainer.config import TaskSpec
-
-    data = TaskSpec.load(run_dir).data
     path = Path(data.data_dir)
     if path == (cache_root() / "mnist-t10k").resolve():
         embedded_lmdb()

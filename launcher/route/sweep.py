@@ -3,10 +3,11 @@
     dali-launch --nodes 2 --gpus-per-node 8 --sweep learning-rate=0.05,0.1 --sweep batch-size=32,64 --max-parallel 2
     dali-launch sweep status runs/dali-launch-sweep-20261130-120000 [--json]
 
-On SLURM the points are ONE job array (submitit's map_array; --max-parallel is the array's %N), each
-element a multi-node job of its own with its own run directory, all made before submission; with
---local they run one after another. The sweep directory keeps the sweep's own record (sweep.json:
-the axes, each point's values and run directory, the array's job id); the run directories keep the rest.
+A sweep is a list of runs on the one route (route/launch.py): checked alike, their directories made in
+the sweep directory before anything starts; on SLURM ONE job array (submitit's map_array; --max-parallel
+is the array's %N), each element a multi-node job of its own; with --local one run after another. This
+module makes the runs from the grid and keeps the sweep's own record (sweep.json: the axes, each point's
+values and run directory, the array's job id); the run directories keep the rest.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dali_launch.launcher.options import Values
+from dali_launch.launcher.backends.base import Outcome, Watch
+from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.console import echo, error
+from dali_launch.launcher.options import Values, build
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 SWEPT_TABLES = ("data", "train", "distributed", "resilience")  # what a point may vary; the job's shape is one
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED"}
-POLL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -101,18 +104,72 @@ def label(point: dict) -> str:
     return " ".join(f"{k.replace('_', '-')}={v}" for k, v in point.items())
 
 
-# --- running it -------------------------------------------------------------------------------------
+# --- the sweep's runs and record -----------------------------------------------------------------------
 
 
-def run(values: Values) -> int:
-    """`--sweep ...`: check every point, make the sweep and run directories, run them; the summary last."""
-    from dali_launch.launcher import backends
-    from dali_launch.launcher.backends.base import Backend
-    from dali_launch.launcher.config import RunConfig
-    from dali_launch.launcher.console import echo
-    from dali_launch.launcher.options import build
-    from dali_launch.launcher.route import prepare
+@dataclass
+class Sweep(Watch):
+    """One sweep: its grid, its directory and record; as the route's Watch it records and says each point."""
 
+    name: str
+    folder: Path
+    grid: list[tuple[str, list]]
+    max_parallel: int | None
+    record: dict = field(default_factory=dict)
+    started: bool = False  # something ran or was submitted: the sweep directory stays, whatever comes
+
+    @property
+    def points(self) -> list[dict]:
+        return points(self.grid)
+
+    def planned(self) -> str:
+        """A dry run's table: the points, nothing run yet."""
+        return table(self.grid, [{"index": i, "values": p} for i, p in enumerate(self.points)])
+
+    def write(self, backend: str, paths: list[RunPaths]) -> None:
+        """sweep.json, once every point's run directory is made (and again with the array's job id)."""
+        self.record = {
+            "name": self.name,
+            "backend": backend,
+            "axes": dict(self.grid),
+            "max_parallel": self.max_parallel,
+            "points": [
+                {"index": i, "values": v, "run_dir": str(p.root)} for i, (v, p) in enumerate(zip(self.points, paths))
+            ],
+        }
+        write_atomic(self.folder / "sweep.json", json.dumps(self.record, indent=2))
+        echo(f"sweep directory: {self.folder} ({len(paths)} points)")
+
+    def submitted(self, job_ids: list[str]) -> None:
+        self.started = True
+        self.record["array_job_id"] = job_ids[0].split("_")[0]
+        write_atomic(self.folder / "sweep.json", json.dumps(self.record, indent=2))
+        echo(
+            f"submitted array job {self.record['array_job_id']}: {len(job_ids)} points, at most "
+            f"{min(self.max_parallel or len(job_ids), len(job_ids))} at once; `dali-launch sweep status {self.folder}`"
+        )
+
+    def starting(self, index: int) -> None:
+        self.started = True
+        point = self.record["points"][index]
+        echo(f"point {index} ({label(point['values'])}): {point['run_dir']}")
+
+    def ended(self, index: int, outcome: Outcome) -> None:
+        if outcome.message and not outcome.ok:
+            error(f"point {index}: {outcome.message}")
+        row = status_rows(self.folder)[index]
+        accuracy = row.get("test_accuracy")
+        echo(
+            f"point {index} ({label(row['values'])}): {row['state']}"
+            + (f", test accuracy {accuracy:.4f}" if accuracy is not None else "")
+        )
+
+    def summary(self) -> str:
+        return table(self.grid, status_rows(self.folder))
+
+
+def sweep_runs(values: Values) -> tuple[Sweep, list[RunConfig]]:
+    """`--sweep ...`: the sweep and one run per point of its grid, each named and rooted in the sweep directory."""
     if values.get("resume"):
         raise UsageError("--sweep starts new runs; leave out --resume (continue a point with --resume RUN_DIR alone)")
     grid = axes(values["sweep"])
@@ -122,176 +179,42 @@ def run(values: Values) -> int:
     if values.get("max_parallel") is not None and values["max_parallel"] < 1:
         raise UsageError(f"--max-parallel {values['max_parallel']} must be at least 1")
     base = build(RunConfig, {**values, "gpus_per_node": values.get("gpus_per_node") or 1})
-    sweep_dir = Path(base.launch.run_root).absolute() / f"{base.launch.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    grid_points = points(grid)
-    runs_ = [
+    folder = Path(base.launch.run_root).absolute() / f"{base.launch.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    sweep = Sweep(base.launch.name, folder, grid, values.get("max_parallel"))
+    runs = [
         dataclasses.replace(
             _point_run(base, point),
-            launch=dataclasses.replace(base.launch, run_root=str(sweep_dir), name=f"{base.launch.name}-{i:02d}"),
+            launch=dataclasses.replace(base.launch, run_root=str(folder), name=f"{base.launch.name}-{i:02d}"),
         )
-        for i, point in enumerate(grid_points)
+        for i, point in enumerate(sweep.points)
     ]
-    backend = backends.create("local" if base.launch.local else "slurm")
-    data = []
-    for i, point_run in enumerate(runs_):  # every point checked before anything is written or submitted
-        # The backend's checks (SLURM's flags, the cluster) see one job shape, the same for every point.
-        prepare.check(point_run, backend if i == 0 else Backend())
-        data.append(prepare.data_of(point_run))
-    if base.launch.dry_run:
-        echo(table(grid, [{"index": i, "values": p} for i, p in enumerate(grid_points)]))
-        if not base.launch.local:
-            echo(array_script(runs_[0], base.launch.name, sweep_dir, len(runs_), values.get("max_parallel")))
-        return 0
-    sweep_dir.mkdir(parents=True)
-    record = {
-        "name": base.launch.name,
-        "backend": backend.name,
-        "axes": dict(grid),
-        "max_parallel": values.get("max_parallel"),
-        "points": [],
-    }
-    try:
-        for i, (point_run, point, data_dir) in enumerate(zip(runs_, grid_points, data)):
-            paths = backend.make_run_dir(point_run, data_dir)
-            record["points"].append({"index": i, "values": point, "run_dir": str(paths.root)})
-        _write(sweep_dir, record)
-        echo(f"sweep directory: {sweep_dir} ({len(runs_)} points)")
-        if base.launch.local:
-            return _run_locally(runs_, sweep_dir, record)
-        record["array_job_id"] = _submit(runs_, sweep_dir, record, values.get("max_parallel"))
-    except BaseException:
-        if not record.get("array_job_id") and not base.launch.local:
-            import shutil
-
-            shutil.rmtree(sweep_dir, ignore_errors=True)  # nothing was submitted: leave nothing behind
-        raise
-    _write(sweep_dir, record)
-    echo(
-        f"submitted array job {record['array_job_id']}: {len(runs_)} points, at most "
-        f"{values.get('max_parallel') or len(runs_)} at once; `dali-launch sweep status {sweep_dir}`"
-    )
-    if base.slurm.detach:
-        return 0
-    return _wait(sweep_dir, record, deadline_s=_deadline_s(base, len(runs_), values.get("max_parallel")))
+    return sweep, runs
 
 
-def _point_run(base, point: dict):
+def _point_run(base: RunConfig, point: dict) -> RunConfig:
     tables = {}
     for name, value in point.items():
-        table = next(t for t in SWEPT_TABLES if name in {f.name for f in dataclasses.fields(getattr(base, t))})
-        tables.setdefault(table, {})[name] = value
+        table_ = next(t for t in SWEPT_TABLES if name in {f.name for f in dataclasses.fields(getattr(base, t))})
+        tables.setdefault(table_, {})[name] = value
     return dataclasses.replace(base, **{t: dataclasses.replace(getattr(base, t), **v) for t, v in tables.items()})
 
 
-def _write(sweep_dir: Path, record: dict) -> None:
-    from dali_launch.trainer.run_dir import write_atomic
-
-    write_atomic(sweep_dir / "sweep.json", json.dumps(record, indent=2))
-
-
-def array_script(run, name: str, sweep_dir: Path, count: int, max_parallel: int | None) -> str:
-    """submitit's own batch script for the array (what a dry run shows)."""
-    from dali_launch.launcher.backends.slurm import batch_script, make_executor
-
-    executor = _executor(make_executor(run, sweep_dir / "submitit", preview=True), name, count, max_parallel)
-    executor.parameters["map_count"] = count  # what map_array sets on its copy of the executor
-    return batch_script(executor)
-
-
-def _executor(executor, name: str, count: int, max_parallel: int | None):
-    executor.update_parameters(job_name=name, array_parallelism=min(max_parallel or count, count))
-    return executor
-
-
-def _submit(runs_, sweep_dir: Path, record: dict, max_parallel: int | None) -> str:
-    from dali_launch.launcher.backends.slurm import make_executor
-    from dali_launch.trainer.run_dir import write_atomic
-    from dali_launch.trainer.task import run_task
-
-    folder = sweep_dir / "submitit"
-    executor = _executor(make_executor(runs_[0], folder), record["name"], len(runs_), max_parallel)
-    dirs = [p["run_dir"] for p in record["points"]]
-    try:
-        jobs = executor.map_array(run_task, dirs)
-    except Exception as e:
-        raise UsageError(f"sbatch refused the array: {str(e).strip().splitlines()[-1]}") from None
-    for job, run_dir in zip(jobs, dirs):  # `dali-launch status/logs/cancel RUN_DIR` find each point's job
-        write_atomic(Path(run_dir) / "job.json", json.dumps({"job_id": job.job_id, "submitit": str(folder)}))
-    return jobs[0].job_id.split("_")[0]
-
-
-def _deadline_s(run, count: int, max_parallel: int | None) -> int:
-    from dali_launch.launcher.backends.slurm import follow_timeout_s
-
-    waves = -(-count // min(max_parallel or count, count))
-    return follow_timeout_s(run) * waves
-
-
-def _wait(sweep_dir: Path, record: dict, deadline_s: float) -> int:
-    """Until every element has left the queue (or the deadline), saying each point's end as it comes."""
-    from dali_launch.launcher.console import echo
-
-    end, told = time.monotonic() + deadline_s, set()
-    while True:
-        rows = status_rows(sweep_dir)
-        for row in rows:
-            if row["index"] not in told and row["state"] not in ACTIVE:
-                told.add(row["index"])
-                echo(
-                    f"point {row['index']} ({label(row['values'])}): {row['state']}"
-                    + (f", test accuracy {row['test_accuracy']:.4f}" if row.get("test_accuracy") is not None else "")
-                )
-        if len(told) == len(rows) or time.monotonic() > end:
-            break
-        time.sleep(POLL_S)
-    echo(table(record["axes"].items(), rows))
-    return 0 if all(row["state"] == "COMPLETED" for row in rows) else 1
-
-
-def _run_locally(runs_, sweep_dir: Path, record: dict) -> int:
-    """--local: the points one after another, each as `dali-launch --local` runs one; a stop signal ends the sweep."""
-    from dali_launch.launcher import backends
-    from dali_launch.launcher.console import echo, error
-    from dali_launch.trainer.run_dir import RunPaths
-
-    code = 0
-    for point_run, point in zip(runs_, record["points"]):
-        echo(f"point {point['index']} ({label(point['values'])}): {point['run_dir']}")
-        backend = backends.create("local")
-        backend.start(point_run, RunPaths(point["run_dir"]))
-        outcome = backend.wait()
-        if not outcome.ok:
-            error(f"point {point['index']}: {outcome.message}")
-            code = outcome.code
-            if outcome.code >= 128:  # interrupted: the rest of the sweep stops too
-                break
-    echo(table(record["axes"].items(), status_rows(sweep_dir)))
-    return code
-
-
-# --- its summary ----------------------------------------------------------------------------------
+# --- its summary ------------------------------------------------------------------------------------
 
 
 def status_rows(sweep_dir: Path) -> list[dict]:
     """Each point: its values, its state (as `dali-launch status` says it) and its final (or latest) metrics."""
-    from dali_launch.launcher.commands import jobs as job_control
-    from dali_launch.trainer.run_dir import RunPaths
+    from dali_launch.launcher.backends import registry
 
-    record = load(sweep_dir)
     rows = []
-    for point in record["points"]:
+    for point in load(sweep_dir)["points"]:
         paths = RunPaths(point["run_dir"])
-        run = job_control.find(str(paths.root), str(sweep_dir))
-        state = run.state()
-        if isinstance(run, job_control.LocalRun) and not paths.manifest.exists() and state != "RUNNING":
-            state = "NOT STARTED"
-        state = state.split(" ", 1)[0].rstrip(":;")  # the word; `dali-launch status RUN_DIR` says the rest
         final = json.loads(paths.result.read_text())["final"] if paths.result.exists() else _last_epoch(paths)
         rows.append(
             {
                 "index": point["index"],
                 "values": point["values"],
-                "state": state,
+                "state": str(registry.attach(paths).state()),
                 "epochs": final["epoch"] + 1 if final else 0,
                 "test_accuracy": final.get("test_accuracy") if final else None,
                 "run_dir": str(paths.root),
@@ -300,7 +223,7 @@ def status_rows(sweep_dir: Path) -> list[dict]:
     return rows
 
 
-def _last_epoch(paths) -> dict | None:
+def _last_epoch(paths: RunPaths) -> dict | None:
     lines = paths.metrics.read_text().splitlines() if paths.metrics.exists() else []
     return json.loads(lines[-1]) if lines else None
 
