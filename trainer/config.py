@@ -354,7 +354,7 @@ class TaskSpec:
         return from_dict(cls, json.loads(text))
 
     def how_to_resume(self) -> str:
-        """The command (`quoted`) that continues this run: its directory says everything else (launcher/resume.py)."""
+        """The command (`quoted`) that continues this run: its directory says everything else (launcher/route/resume.py)."""
         return f"`dali-launch --resume {self.run_dir}`"
 
     @classmethod

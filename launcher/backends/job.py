@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dali_launch.launcher.config import counted
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths, is_locked, write_atomic
@@ -194,7 +195,7 @@ class LocalJob(Job):
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        say(f"stopping {self.name} (SIGTERM to {len(pids)} processes)")
+        say(f"stopping {self.name} (SIGTERM to {counted(len(pids), 'process')})")
         end = time.monotonic() + STOP_WAIT_S
         while self.live_state() and time.monotonic() < end:
             time.sleep(POLL_S)
