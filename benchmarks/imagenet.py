@@ -52,7 +52,7 @@ SMOKE = {"model": "resnet18", "precision": "bf16", "batch_size": 8, "image_size"
 
 def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str, order: str = "shards"):
     """The spec `dali-launch train` would make of these flags (defaults for everything else)."""
-    from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import DataConfig, DistributedConfig, Layout, TaskSpec, TrainConfig
 
     return TaskSpec(
         run_dir="unused",
@@ -64,7 +64,8 @@ def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str
             sample_order=order,
         ),
         train=TrainConfig(model=workload["model"], precision=workload["precision"], batch_size=workload["batch_size"]),
-        distributed=DistributedConfig(platform=platform, local_device_count=gpus),
+        distributed=DistributedConfig(platform=platform),
+        layout=Layout(local_device_count=gpus),
     )
 
 

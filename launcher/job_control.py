@@ -23,12 +23,13 @@ from dali_launch.launcher.backends.follow import (
     queue_state,
     started_tasks,
 )
+from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, is_locked
 
 
 def _num_tasks(paths: RunPaths) -> int:
-    return started_tasks(paths, json.loads(paths.config.read_text())["distributed"]["num_processes"])
+    return started_tasks(paths, TaskSpec.load(paths.root).layout.num_processes)
 
 
 class SubmittedRun:

@@ -54,7 +54,7 @@ ELASTIC = frozenset({"nodes", "gpus_per_node", "tasks_per_node", "readers_per_de
 @dataclasses.dataclass(frozen=True)
 class Resumption:
     run: RunConfig  # the run's own configuration, with the allowed changes
-    backend: str  # who started its tasks: none (`train`), local or slurm
+    backend: str  # who started its tasks: train, local or slurm
     changes: dict  # field name -> new value, for the fields that differ from the run's own
     elastic: str = ""  # how a global order continues on another device count (elastic.Plan.describe)
 
@@ -81,9 +81,9 @@ def reopen(values: Values, entry: str) -> Resumption:
             f"that dali-launch made under --run-root"
         )
     runs.check_not_live(paths)
-    backend = TaskSpec.load(paths.root).distributed.backend
+    backend = TaskSpec.load(paths.root).layout.backend
     started_by = backends.create(backend).started_by
-    if entry == "train" and backend != "none":
+    if entry == "train" and backend != "train":
         raise UsageError(
             f"--resume {paths.root} was started by `{started_by}`, not `dali-launch train`; "
             f"continue it with `dali-launch --resume {paths.root}`"

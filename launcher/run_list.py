@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher.backends.follow import started_tasks
+from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths, is_locked
-
-MODES = {"none": "train", "local": "local", "slurm": "slurm"}
 
 
 def state(paths: RunPaths) -> str:
@@ -51,7 +50,7 @@ def _nodes(paths: RunPaths, given) -> int:
 
 def describe(paths: RunPaths) -> dict:
     """One run's row: what it is, how far it got, how well and how fast."""
-    spec = json.loads(paths.config.read_text())
+    spec = TaskSpec.load(paths.root)  # an older run directory is read as today's
     launch = json.loads(paths.launch.read_text()) if paths.launch.exists() else {}
     epochs = _metrics(paths)
     accuracies = [m["test_accuracy"] for m in epochs if m.get("test_accuracy") is not None]
@@ -62,12 +61,12 @@ def describe(paths: RunPaths) -> dict:
         "run": paths.root.name,
         "path": str(paths.root),
         "state": run_state,
-        "mode": MODES.get(spec["distributed"]["backend"], spec["distributed"]["backend"]),
+        "mode": spec.layout.backend,
         "nodes": _nodes(paths, launch.get("nodes", 1)),
-        "processes": started_tasks(paths, spec["distributed"].get("num_processes")),
-        "devices_per_process": spec["distributed"].get("local_device_count"),
+        "processes": started_tasks(paths, spec.layout.num_processes),
+        "devices_per_process": spec.layout.local_device_count,
         "epochs_done": len(epochs),
-        "epochs": spec["train"]["epochs"],
+        "epochs": spec.train.epochs,
         "best_accuracy": max(accuracies, default=None),
         "last_accuracy": accuracies[-1] if accuracies else None,
         "images_per_s": epochs[-1]["images_per_s"] if epochs else None,

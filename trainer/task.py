@@ -28,7 +28,7 @@ from dali_launch.trainer.topology import (
 def run_task(run_dir: str) -> dict:
     startup = Startup()
     spec = TaskSpec.load(run_dir)
-    topology = from_environment(spec.distributed)
+    topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
     ending.clear(paths, topology.process_id)
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):

@@ -16,7 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from dali_launch.trainer.config import DataConfig, DistributedConfig
+from dali_launch.trainer.config import DataConfig, DistributedConfig, Layout
 from dali_launch.trainer.data import placement
 from dali_launch.trainer.errors import UsageError
 
@@ -83,15 +83,16 @@ def coordinator_port(job_id: str) -> int:
     return int(job_id) % 4096 + 61440
 
 
-def from_environment(config: DistributedConfig, env: dict[str, str] | None = None) -> Topology:
-    """The topology of this task: launcher values in `config` win, the environment fills the rest."""
+def from_environment(layout: Layout, platform: str, env: dict[str, str] | None = None) -> Topology:
+    """The topology of this task: the launcher's `layout` wins, the environment fills the rest;
+    `platform` is --platform (auto, gpu or cpu)."""
     env = dict(os.environ if env is None else env)
     # The launcher says which table applies: a `train` run inside an salloc must not read SLURM's.
-    table = {"local": LOCAL_ENV, "slurm": SLURM_ENV, "none": None}[config.backend]
+    table = {"local": LOCAL_ENV, "slurm": SLURM_ENV, "train": None}[layout.backend]
     # SLURM's node name: several slurmd on one host (our test cluster) share one hostname.
-    host, platform = env.get("SLURMD_NODENAME") or socket.gethostname(), resolve_platform(config.platform)
+    host, platform = env.get("SLURMD_NODENAME") or socket.gethostname(), resolve_platform(platform)
     if table is None:  # a plain single process (`dali-launch train`)
-        count = config.local_device_count
+        count = layout.local_device_count
         return Topology(0, 1, None, count, _gpu_ids(platform, 0, count, env), host, platform)
 
     def read(key: str) -> str:
@@ -101,15 +102,15 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
             raise UsageError(f"{table[key]} is not set; start tasks through dali-launch or srun") from None
 
     process_id = int(read("process_id"))
-    num_processes = config.num_processes or int(read("num_processes"))
+    num_processes = layout.num_processes or int(read("num_processes"))
     local_rank = int(read("local_rank"))
-    address = config.coordinator_address or (
+    address = layout.coordinator_address or (
         read("coordinator_address")
         if table is LOCAL_ENV
         else f"{expand_hostlist(env.get(table['step_nodelist']) or read('nodelist'))[0]}:"
         f"{coordinator_port(read('job_id'))}"
     )
-    count = config.local_device_count
+    count = layout.local_device_count
     if count is None:
         raise UsageError("the launcher did not say how many devices each process has (local_device_count)")
     if table is SLURM_ENV and num_processes != int(read("num_processes")):

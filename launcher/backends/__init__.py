@@ -12,8 +12,8 @@ from dali_launch.launcher.backends.base import Backend
 
 
 def create(name: str) -> Backend:
-    """The backend a run's config.json names (`none` is the `train` backend's name on disk)."""
-    if name in ("here", "none"):
+    """The backend a run's config.json names (`train` is the `here` backend's name on disk)."""
+    if name in ("here", "train"):
         from dali_launch.launcher.backends.here import Here
 
         return Here()

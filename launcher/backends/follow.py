@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
@@ -151,8 +152,9 @@ def started_tasks(paths: RunPaths, planned: int | None) -> int:
 
 
 def _ending(job, paths: RunPaths) -> int:
-    planned = json.loads(paths.config.read_text())["distributed"]["num_processes"]
-    tasks = started_tasks(paths, planned) if paths.config.exists() else job.num_tasks
+    tasks = (
+        started_tasks(paths, TaskSpec.load(paths.root).layout.num_processes) if paths.config.exists() else job.num_tasks
+    )
     missing = [r for r in range(tasks) if not job.task(r).paths.result_pickle.exists()]
     if missing:
         print(

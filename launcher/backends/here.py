@@ -14,7 +14,7 @@ from dali_launch.trainer.run_dir import RunPaths
 
 
 class Here(Backend):
-    name, spec_name, started_by = "here", "none", "dali-launch train"
+    name, spec_name, started_by = "here", "train", "dali-launch train"
     process_id = 0  # whose log the output also goes to
 
     def check(self, run: RunConfig) -> None:
