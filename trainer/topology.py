@@ -16,8 +16,9 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from dali_launch.trainer.config import DataConfig, DistributedConfig, Layout
+from dali_launch.trainer.config import DistributedConfig, Layout
 from dali_launch.trainer.data import placement
+from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.errors import UsageError
 
 LOCAL_ENV = {
@@ -164,13 +165,12 @@ def _gpu_ids(platform: str, local_rank: int, count: int | None, env: dict[str, s
     return tuple(range(first, first + count))
 
 
-def configure_process_env(topology: Topology, data: DataConfig, cuda_graphs: str) -> None:
-    """Environment that must be set before JAX or DALI start: the number of CPU devices; whether XLA
-    may run programs as CUDA graphs (--cuda-graphs); nvImageCodec's codecs (placement.py)."""
-    dali_gpu = placement.dali_on_gpu(data, topology.platform)
-    if not dali_gpu:
+def configure_process_env(topology: Topology, where: Placement) -> None:
+    """Environment that must be set before JAX or DALI start, from `where` (resolve.py's stage 1): the number of CPU
+    devices; whether XLA may run programs as CUDA graphs (--cuda-graphs); nvImageCodec's codecs (placement.py)."""
+    if where.decoder != "mixed":  # DALI stays off the GPU
         placement.use_cpu_codecs_only()
-    if topology.platform == "gpu" and not placement.cuda_graphs(cuda_graphs, dali_gpu):
+    if topology.platform == "gpu" and not where.cuda_graphs:
         disable_cuda_graphs()
     if topology.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
