@@ -5,7 +5,7 @@ Three stages, each a function of what is known by then and each giving resolved 
      DALI decodes and whether XLA may capture CUDA graphs, which the process environment must say first;
   2. `resolve`, once this process's devices are counted and the start point is read, before anything is
      built: everything the pipelines, the evaluator and the step take (`Resolved`);
-  3. `parallel`, once the model's abstract shapes are known (train_setup.py, before the step and the
+  3. `parallel`, once the model's abstract shapes are known (set_up.py, before the step and the
      state are built): whether the model keeps mutable collections decides --parallel auto.
 
 decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word

@@ -21,9 +21,9 @@ import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.model.forward import Forward, train_kwarg
-from dali_launch.trainer.model.models import create_model
 from dali_launch.trainer.observe.metrics import Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.resilience import start_point
