@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
+    Layout,
     ObserveConfig,
     ResilienceConfig,
     TaskSpec,
@@ -177,15 +178,14 @@ def counted(n: int, noun: str) -> str:
 def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> TaskSpec:
     """What every task of this run reads: the run's configs, with the launcher's knowledge filled in.
 
-    `backend` (none, local, slurm) names the environment table the tasks read their rank from.
+    `backend` (train, local, slurm) names the environment table the tasks read their rank from.
     """
     from dataclasses import replace
 
     from dali_launch.trainer.cache import cache_root
 
     # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
-    distributed = replace(
-        run.distributed,
+    layout = Layout(
         backend=backend,
         num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
         local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
@@ -195,7 +195,8 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
         run_dir=run_dir,
         data=replace(run.data, data_dir=data_dir),
         train=train,
-        distributed=distributed,
+        distributed=run.distributed,
         resilience=run.resilience,
         observe=run.observe,
+        layout=layout,
     )

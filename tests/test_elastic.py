@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 from catalogue import ORDER_KEYS
-from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
+from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints, start_point_without_jax
 
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
@@ -90,7 +90,7 @@ def test_checkpoints_in_trailing_padding_calls_get_new_step_numbers(tmp_path):
     for calls_done in (8, 9):
         checkpointer.save(800, 0, calls_done, {"w": np.zeros(2, np.float32)}, tally, [], {"position": 800})
     assert checkpointer.manager.all_steps() == [800, 801]
-    assert checkpointer.latest().calls_done == 9
+    assert saved.newest(RunPaths(tmp_path)).calls_done == 9  # what every task starts from (start_point.read)
 
 
 STOPPER = """
@@ -158,6 +158,22 @@ def runs(small_lmdb, tmp_path_factory):
     # The catalogue's elastic refusals (test_catalogue_resume.py) fake a checkpoint with this record.
     assert sorted(saved.newest(paths).order) == sorted(ORDER_KEYS)
     return root, only_run(root / "whole"), paths, env
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_trained_runs_start_point_is_read_without_jax(runs):
+    """The cut run's real checkpoint, as --resume on 1 process × 3 devices and that job's tasks read it
+    (start_point.py): 3 devices keep the global batch of 120, the calls of 120 before its position are done."""
+    _, _, cut, _ = runs
+    position = saved.newest(cut).order["position"]
+    assert start_point_without_jax(cut.root, processes=1, devices=3) == {
+        "step": saved.newest(cut).step,
+        "calls": position // 120,
+        "offset": position % 120,
+        "plan": "elastic resume: 4 -> 3 devices, global batch 120 kept (40 per device), learning rate unchanged",
+        "heavy": [],
+    }
 
 
 @pytest.mark.slow

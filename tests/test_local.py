@@ -23,7 +23,7 @@ from conftest import (
     wait_for,
 )
 
-from dali_launch.trainer.config import DistributedConfig, TaskSpec
+from dali_launch.trainer.config import DistributedConfig, Layout, TaskSpec
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
@@ -145,9 +145,8 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
     """Process 0 of 2 waits for a peer that never comes: bounded, and the error says why."""
     spec = TaskSpec(
         run_dir=str(tmp_path),
-        distributed=DistributedConfig(
-            backend="local", platform="cpu", num_processes=2, local_device_count=1, init_timeout_s=5
-        ),
+        distributed=DistributedConfig(platform="cpu", init_timeout_s=5),
+        layout=Layout(backend="local", num_processes=2, local_device_count=1),
     )
     write_atomic(RunPaths(tmp_path).config, spec.to_json())
     env = {

@@ -22,7 +22,7 @@ def test_create_writes_every_file_and_names_the_run(tmp_path):
     paths = directory.create(_run(tmp_path, epochs=3), tmp_path / "data", "local")
     assert paths.root.parent == tmp_path / "runs" and paths.root.name.startswith("a-b-c-")
     spec = TaskSpec.load(paths.root)
-    assert (spec.train.epochs, spec.distributed.backend, spec.data.data_dir) == (3, "local", str(tmp_path / "data"))
+    assert (spec.train.epochs, spec.layout.backend, spec.data.data_dir) == (3, "local", str(tmp_path / "data"))
     assert "epochs = 3" in paths.config_toml.read_text() and json.loads(paths.launch.read_text())["name"] == "a b/c"
     assert paths.logs.is_dir()
     again = directory.create(_run(tmp_path), tmp_path / "data", "local")  # the same second: a suffix, never a clash

@@ -226,18 +226,11 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """What the launcher knows about the job; what a task learns from its environment is in topology."""
+    """How the job's processes meet: the user's settings. What the launcher fills in is `Layout`; what a
+    task learns from its environment is in topology."""
 
-    backend: str = opt("none", "Who started the tasks: none (one process), local, or slurm.", flag=None)
     platform: str = opt(
         "auto", "Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).", choices=("auto", "gpu", "cpu")
-    )
-    coordinator_address: str | None = opt(
-        None, "host:port of process 0's coordinator; found from SLURM if unset.", flag=None
-    )
-    num_processes: int | None = opt(None, "Processes in the job; from the environment if unset.", flag=None)
-    local_device_count: int | None = opt(
-        None, "Devices per process; on CPU, how many CPU devices to create.", flag=None
     )
     init_timeout_s: int = opt(
         120, "Seconds jax.distributed.initialize waits for every process.", on_resume="may change"
@@ -248,6 +241,17 @@ class DistributedConfig:
     barrier_timeout_s: int = opt(
         900, "Seconds processes wait for process 0 to finish evaluating.", on_resume="may change"
     )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The job's layout as the launcher planned it (launcher/config.py: task_spec): no flag or --config key
+    sets it. None: the task finds the value in its environment (topology.from_environment)."""
+
+    backend: str = "train"  # who started the tasks, and so whose variables they read: train (one process), local, slurm
+    num_processes: int | None = None  # None: a --nodes range, where the tasks count themselves
+    local_device_count: int | None = None  # devices per process (CPU: how many to create); None: every one it sees
+    coordinator_address: str | None = None  # host:port of process 0's coordinator; None: from the environment
 
 
 @dataclass(frozen=True)
@@ -345,13 +349,14 @@ class TaskSpec:
     distributed: DistributedConfig = DistributedConfig()
     resilience: ResilienceConfig = ResilienceConfig()
     observe: ObserveConfig = ObserveConfig()
+    layout: Layout = Layout()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> TaskSpec:
-        return from_dict(cls, json.loads(text))
+        return from_dict(cls, _compatible(json.loads(text)))
 
     def how_to_resume(self) -> str:
         """The command (`quoted`) that continues this run: its directory says everything else (launcher/route/resume.py)."""
@@ -364,6 +369,18 @@ class TaskSpec:
 
         spec = cls.from_json(RunPaths(run_dir).config.read_text())
         return dataclasses.replace(spec, run_dir=str(Path(run_dir).absolute()))
+
+
+def _compatible(values: dict) -> dict:
+    """A config.json as this version reads it. Written by the version before `Layout`, it holds the layout
+    in `distributed` and names the one-process mode `none`: run directories of that version still resume
+    and list."""
+    distributed = dict(values.get("distributed", {}))
+    moved = {f.name: distributed.pop(f.name) for f in dataclasses.fields(Layout) if f.name in distributed}
+    layout = {**moved, **values.get("layout", {})}
+    if layout.get("backend") == "none":
+        layout["backend"] = "train"
+    return {**values, "distributed": distributed, "layout": layout}
 
 
 def from_dict(cls, values: dict):

@@ -71,7 +71,7 @@ def lock_holder(paths: RunPaths) -> str | None:
 def started_tasks(paths: RunPaths) -> int:
     """The tasks of the run's latest start: as planned (config.json), or, for a --nodes range, as many as
     rank_map.json lists (SLURM's pick; 1 before any start wrote it)."""
-    planned = TaskSpec.load(paths.root).distributed.num_processes
+    planned = TaskSpec.load(paths.root).layout.num_processes
     if planned:
         return planned
     try:

@@ -1,7 +1,7 @@
 """The backends by name, and the job handle of any run directory.
 
-The name is what a run's config.json records (`train`'s was `none` before the mode had one name), so
-`--resume` continues a run in the mode it started in. Modules are imported when asked for: `--help`
+The name is what a run's config.json records (TaskSpec reads an older directory's `none` as `train`),
+so `--resume` continues a run in the mode it started in. Modules are imported when asked for: `--help`
 and `dali-launch runs` need none of submitit.
 """
 
@@ -14,7 +14,7 @@ from dali_launch.trainer.run_dir import RunPaths
 
 def kind(name: str) -> type[Backend]:
     """The backend class of mode `name` (its class attributes say how it started runs)."""
-    if name in ("train", "none"):
+    if name == "train":
         from dali_launch.launcher.backends.train import Train
 
         return Train
@@ -35,11 +35,6 @@ def kind(name: str) -> type[Backend]:
 
 def create(name: str) -> Backend:
     return kind(name)()
-
-
-def mode_name(name: str) -> str:
-    """The mode a run's config.json names, as users know it (`none` -> train)."""
-    return "train" if name == "none" else name
 
 
 def attach(paths: RunPaths) -> Job:

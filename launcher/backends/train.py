@@ -18,7 +18,8 @@ from dali_launch.trainer.run_dir import RunPaths
 
 
 class Train(Backend):
-    name, spec_name, started_by = "train", "none", "dali-launch train"
+    name = spec_name = "train"
+    started_by = "dali-launch train"
     process_id = 0  # whose log the output also goes to (and who reports the result)
 
     def check(self, run: RunConfig) -> None:

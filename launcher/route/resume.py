@@ -59,7 +59,7 @@ def read(values: Values, entry: str) -> Resume:
     paths = RunPaths(Path(values["resume"]).absolute())
     _check_is_run_dir(paths)
     refuse_live(paths)
-    mode = registry.kind(TaskSpec.load(paths.root).distributed.backend)  # config.json, read this once
+    mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
     _check_entry(values, entry, paths, mode)
     recorded = config_file.load(str(paths.config_toml))
     changes = _changes(values, recorded, paths.root)

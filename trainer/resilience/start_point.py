@@ -34,7 +34,7 @@ class StartPoint:
     epoch: int = 0
     calls_done: int = 0
     dali: tuple[bytes, ...] | None = None  # this process's pipelines' states (device, then reader); None: afresh
-    order: dict | None = None  # --sample-order global: the checkpoint's record (`order_record`)
+    order: dict | None = None  # --sample-order global: the checkpoint's record (checkpoint.order_record)
     plan: elastic.Plan | None = None  # global order: how the checkpoint continues on this job's devices
     offset: int = 0  # global order: positions of the first call's epoch done before its calls (another batch)
 
