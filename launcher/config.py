@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, fields
 
 from dali_launch.trainer.config import (
     DataConfig,
@@ -39,7 +40,7 @@ class LaunchConfig:
         on_resume="elastic",
     )
     local: bool = opt(False, "Run the job's processes on this machine instead of submitting to SLURM.")
-    run_root: str = opt("runs", "Folder under which each run gets its own directory.", on_resume="same place")
+    run_root: str = opt("runs", "Folder under which each run gets its own directory.", path=True)
     name: str = opt("dali-launch", "Job name; also names the run directory.")
     local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.", on_resume="may change")
     dry_run: bool = opt(
@@ -156,6 +157,14 @@ RUN_OPTIONS = (
     ("Checkpoints and failures", (ResilienceConfig,)),
     ("Observe", (ObserveConfig,)),
 )
+
+
+def marked(key: str) -> dict[str, object]:
+    """Field name -> its `key` metadata (on_resume, path), over every settings class of a run."""
+    hints = typing.get_type_hints(RunConfig)
+    return {
+        f.name: f.metadata[key] for table in fields(RunConfig) for f in fields(hints[table.name]) if key in f.metadata
+    }
 
 
 def node_range(text: str) -> tuple[int, int]:

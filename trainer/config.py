@@ -18,9 +18,9 @@ def opt(default, help: str, **meta):
     """A config field whose metadata doubles as its CLI flag (`choices`, `flag` may be given).
 
     `on_resume` says what `--resume` lets a flag given beside it do to the run's own value (the launcher
-    reads it, launcher/route/resume.py): "may change" (how long or how it runs, never what it computes),
-    "elastic" (where it runs: --sample-order global runs only), "same place" (a path, compared as one).
-    Without it a different value is refused: the checkpoint would continue another run."""
+    reads it, launcher/route/resume.py): "may change" (how long or how it runs, never what it computes) or
+    "elastic" (where it runs: --sample-order global runs only); without it a different value is refused,
+    the checkpoint would continue another run. `path=True`: a path, compared (and written) as an absolute one."""
     return field(default=default, metadata={"help": help, **meta})
 
 
@@ -32,7 +32,7 @@ class DataConfig:
         "of DALI_extra's db/MNIST), JPEG class folders for folders, shards with DALI indexes for tfrecord and "
         "webdataset (`dali-launch data synth` writes each). "
         "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample.",
-        on_resume="same place",
+        path=True,
     )
     pipeline: str = opt(
         "mnist",

@@ -42,7 +42,8 @@ class RunState(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-    __format__ = lambda self, spec: format(self.value, spec)
+    def __format__(self, spec: str) -> str:  # f"{state}" is its word (Python 3.11 formats mixed-in enums by name)
+        return format(self.value, spec)
 
     @property
     def live(self) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.slurm_checks import sbatch_pair
 from dali_launch.launcher.backends.slurm_options import sbatch_values, srun_args
-from dali_launch.launcher.config import RunConfig, SlurmConfig
+from dali_launch.launcher.config import RunConfig, SlurmConfig, marked
 from dali_launch.launcher.options import Values
 from dali_launch.trainer.errors import UsageError
 
@@ -28,7 +28,6 @@ NOT_FOR_TASK = {f for f in SlurmConfig.__dataclass_fields__} | {
     "dry_run",
     "resume",
 }
-PATHS = ("data_dir", "run_root")  # the script may run from another folder than this command
 
 
 def template(run: RunConfig, values: Values) -> str:
@@ -68,9 +67,10 @@ def template(run: RunConfig, values: Values) -> str:
 def task_flags(values: Values) -> list[str]:
     """The given flags that `task` takes, as command-line words (paths made absolute)."""
     words: list[str] = []
+    paths = marked("path")  # the script may run from another folder than this command
     for name in sorted(values.given - NOT_FOR_TASK):
         value, flag = values[name], "--" + name.replace("_", "-")
-        if name in PATHS and value is not None:
+        if name in paths and value is not None:
             value = str(Path(value).absolute())
         if isinstance(value, bool):
             words.append(flag if value else f"--no-{flag[2:]}")

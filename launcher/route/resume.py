@@ -13,13 +13,12 @@ trainer's rule, asked of start_point.check_resume, before anything is written.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from pathlib import Path
 
 from dali_launch.launcher import config_file
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.job import lock_holder
-from dali_launch.launcher.config import RunConfig, task_spec
+from dali_launch.launcher.config import RunConfig, marked, task_spec
 from dali_launch.launcher.options import Values, build
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
@@ -37,17 +36,6 @@ class Resume:
     def describe(self) -> str:
         changed = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.changes.items())
         return changed + (f" ({self.elastic})" if self.elastic else "")
-
-
-def on_resume() -> dict[str, str]:
-    """Field name -> its `on_resume` metadata, over every settings class of a run."""
-    hints = typing.get_type_hints(RunConfig)
-    return {
-        f.name: f.metadata["on_resume"]
-        for table in dataclasses.fields(RunConfig)
-        for f in dataclasses.fields(hints[table.name])
-        if "on_resume" in f.metadata
-    }
 
 
 def read(values: Values, entry: str) -> Resume:
@@ -88,8 +76,8 @@ def refuse_live(paths: RunPaths) -> None:
     """A run directory a job still runs in is refused: its launcher or a task holds its lock, or its SLURM
     job is still queued (locks may not cross NFS hosts). The job handle's state decides, as for `status`."""
     job = registry.attach(paths)
-    state = job.state()
-    if not state.live:
+    state = job.live_state()
+    if state is None:
         return
     holder = lock_holder(paths)
     if holder:
@@ -118,10 +106,11 @@ def _check_entry(values: Values, entry: str, paths: RunPaths, mode) -> None:
 
 def _changes(values: Values, recorded: dict, root: Path) -> dict:
     """The given flags that differ from the run's own values: allowed ones, or a UsageError."""
-    changes, elastic, allowed = {}, recorded.get("sample_order") == "global", on_resume()
+    changes, elastic = {}, recorded.get("sample_order") == "global"
+    rules, paths = marked("on_resume"), marked("path")
     for name in sorted(values.given):
-        value, before, rule = values[name], recorded.get(name), allowed.get(name)
-        if value == before or name in ("resume", "dry_run") or (rule == "same place" and _same_path(value, before)):
+        value, before, rule = values[name], recorded.get(name), rules.get(name)
+        if value == before or name in ("resume", "dry_run") or (name in paths and _same_path(value, before)):
             continue
         flag = "--" + name.replace("_", "-")
         if rule == "elastic" and not elastic:

@@ -157,7 +157,7 @@ class Sweep(Watch):
     def ended(self, index: int, outcome: Outcome) -> None:
         if outcome.message and not outcome.ok:
             error(f"point {index}: {outcome.message}")
-        row = status_rows(self.folder)[index]
+        row = point_row(self.record["points"][index])
         accuracy = row.get("test_accuracy")
         echo(
             f"point {index} ({label(row['values'])}): {row['state']}"
@@ -204,23 +204,22 @@ def _point_run(base: RunConfig, point: dict) -> RunConfig:
 
 def status_rows(sweep_dir: Path) -> list[dict]:
     """Each point: its values, its state (as `dali-launch status` says it) and its final (or latest) metrics."""
+    return [point_row(point) for point in load(sweep_dir)["points"]]
+
+
+def point_row(point: dict) -> dict:
     from dali_launch.launcher.backends import registry
 
-    rows = []
-    for point in load(sweep_dir)["points"]:
-        paths = RunPaths(point["run_dir"])
-        final = json.loads(paths.result.read_text())["final"] if paths.result.exists() else _last_epoch(paths)
-        rows.append(
-            {
-                "index": point["index"],
-                "values": point["values"],
-                "state": str(registry.attach(paths).state()),
-                "epochs": final["epoch"] + 1 if final else 0,
-                "test_accuracy": final.get("test_accuracy") if final else None,
-                "run_dir": str(paths.root),
-            }
-        )
-    return rows
+    paths = RunPaths(point["run_dir"])
+    final = json.loads(paths.result.read_text())["final"] if paths.result.exists() else _last_epoch(paths)
+    return {
+        "index": point["index"],
+        "values": point["values"],
+        "state": str(registry.attach(paths).state()),
+        "epochs": final["epoch"] + 1 if final else 0,
+        "test_accuracy": final.get("test_accuracy") if final else None,
+        "run_dir": str(paths.root),
+    }
 
 
 def _last_epoch(paths: RunPaths) -> dict | None:
