@@ -4,7 +4,9 @@ Three stages, each a function of what is known by then and each giving resolved 
   1. placement.place, before JAX or DALI start (task.py, before topology.configure_process_env): where
      DALI decodes and whether XLA may capture CUDA graphs, which the process environment must say first;
   2. `resolve`, once this process's devices are counted and the start point is read, before anything is
-     built: everything the pipelines, the evaluator and the step take (`Resolved`);
+     built: everything the pipelines, the evaluator and the step take (`Resolved`). Not before JAX
+     starts: a `train` run without --gpus-per-node trains on every device JAX sees, and the batch,
+     readers and threads per device follow from that count;
   3. `parallel`, once the model's abstract shapes are known (set_up.py, before the step and the
      state are built): whether the model keeps mutable collections decides --parallel auto.
 
