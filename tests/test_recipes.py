@@ -16,7 +16,7 @@ from catalogue import dataset, encoded_image, run_entry
 from conftest import check_ok, dali_launch, only_run
 
 from dali_launch.launcher.cli import main
-from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data import idx
 
 MODELS = '''
 import flax.linen as nn
@@ -257,8 +257,8 @@ def test_what_only_the_task_can_see_is_one_line(user_package, tmp_path, args, da
     train, test = data if isinstance(data, tuple) else (data, data)
     root = dataset(
         tmp_path,
-        training=[data_prepare.caffe2_record(encoded_image(), label) for label in train],
-        testing=[data_prepare.caffe2_record(encoded_image(), label) for label in test],
+        training=[idx.caffe2_record(encoded_image(), label) for label in train],
+        testing=[idx.caffe2_record(encoded_image(), label) for label in test],
     )["data"]
     proc = dali_launch(
         "train",

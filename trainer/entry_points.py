@@ -6,7 +6,8 @@
 The module must be importable where the tasks run: installed, or its folder on PYTHONPATH (local
 tasks inherit the environment; sbatch exports it by default). What the attribute must be is
 documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function).
-This module imports nothing heavy, so the launcher checks built-in names without starting JAX.
+This module imports nothing heavy, so the launcher checks built-in names without starting JAX; Flax
+only where a model is made (`create_model`).
 """
 
 from __future__ import annotations
@@ -62,12 +63,29 @@ def check(kind: str, name: str, num_classes: int = 10) -> None:
     broken contract is refused before the run directory exists rather than at the task's start."""
     if name in BUILTIN[kind]:
         return
-    load(kind, name)
     if kind == "model":
-        # Imports flax, which the user's module has imported already.
-        from dali_launch.trainer.model.models import create_model
-
         create_model(name, num_classes)
+    else:
+        load(kind, name)
+
+
+def create_model(name: str, num_classes: int):
+    """`--model NAME` as a flax.linen.Module: its factory called as model/models.py's contract says."""
+    import flax.linen as nn  # which the user's module has imported already
+
+    factory = load("model", name)
+    try:
+        model = factory(num_classes=num_classes)
+    except Exception as e:
+        raise UsageError(
+            f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"
+        ) from None
+    if not isinstance(model, nn.Module):
+        raise UsageError(
+            f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
+            f"the factory must return the module itself"
+        )
+    return model
 
 
 _CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}

@@ -10,7 +10,8 @@ is told whether it is training (False at initialisation and evaluation). Collect
 `params` (BatchNorm's `batch_stats`) are mutable while training, averaged over every device of the
 job after each step and kept in checkpoints; evaluation uses them as they are. A `dropout` RNG
 stream is given while training: a different key per step and device, reproducible from --seed.
-A plain `__call__(self, x)` with params only works as it always did. Built in (`--model NAME`):
+A plain `__call__(self, x)` with params only works as it always did. entry_points.create_model makes
+the module a `--model` names. Built in (`--model NAME`):
 
     mlp       the DALI + Flax example's 784-784-1024-1024-10 MLP, layer for layer
     cnn       a small CNN for 28x28 images; the example's flat 784 vector is reshaped to 28x28x1
@@ -24,9 +25,6 @@ import math
 
 import flax.linen as nn
 import jax.numpy as jnp
-
-from dali_launch.trainer import entry_points
-from dali_launch.trainer.errors import UsageError
 
 
 class MLP(nn.Module):
@@ -116,20 +114,3 @@ class ResNet18(nn.Module):
             for block in range(blocks):
                 x = ResidualBlock(self.width * 2**stage, 2 if stage and not block else 1)(x)
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
-
-
-def create_model(name: str, num_classes: int) -> nn.Module:
-    """`--model NAME`: a built-in name or package.module:factory (see entry_points)."""
-    factory = entry_points.load("model", name)
-    try:
-        model = factory(num_classes=num_classes)
-    except Exception as e:
-        raise UsageError(
-            f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"
-        ) from None
-    if not isinstance(model, nn.Module):
-        raise UsageError(
-            f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
-            f"the factory must return the module itself"
-        )
-    return model

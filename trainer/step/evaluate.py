@@ -15,8 +15,8 @@ import numpy as np
 
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
+from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.forward import Forward
-from dali_launch.trainer.model.models import create_model
 
 
 def eval_call(forward, variables, tally, images, labels, shard_sizes):

@@ -200,6 +200,13 @@ class Sharded:
         return jax.tree.map(lambda x: x.addressable_data(0), tree)
 
 
+def call_tally(tally: dict) -> dict:
+    """What device calls carry: an epoch's `tally` as a checkpoint holds it (checkpoint.zero_tally at the
+    epoch's start) and the labels' range, which is checked before every checkpoint and so need not be in
+    one (checkpoints keep their old format)."""
+    return {**tally, "labels": label_check.none()}
+
+
 def finished() -> threading.Thread:
     """A thread that has nothing to do: joined at once."""
     thread = threading.Thread()
