@@ -1,16 +1,16 @@
 """The one preparation path every launch takes: checks -> the run directory -> (a dry run stops here).
 
 Checks come first and write nothing: the configuration, CUDA flavours, --model/--pipeline contracts,
-the backend's own (SLURM's flags and cluster), the run root, the data. Then the run directory is
-created, or reopened for --resume (launcher/resume.py made the run's configuration from it). A dry
-run prints the plan where the directory would be written, and nothing is.
+the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on it.
+Then the run directory is created, or reopened for --resume (launcher/resume.py made the run's
+configuration from it). A dry run prints the plan where the directory would be written, and nothing is.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dali_launch.launcher import plan, runs
+from dali_launch.launcher import model_check, plan, runs
 from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.checks import validate
 from dali_launch.launcher.config import RunConfig, task_spec
@@ -25,6 +25,7 @@ def prepare(run: RunConfig, backend: Backend, changed: bool = False) -> RunPaths
     configuration differs from what its directory holds (more epochs, say) and is written back."""
     check(run, backend)
     data_dir = data_of(run)
+    model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
     if run.launch.dry_run:
         run_dir = Path(run.launch.resume or Path(run.launch.run_root).absolute() / "RUN_DIR")
         echo(plan.describe(run))

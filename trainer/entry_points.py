@@ -20,6 +20,7 @@ BUILTIN = {
     "model": {
         "mlp": "dali_launch.trainer.model.models:MLP",
         "cnn": "dali_launch.trainer.model.models:CNN",
+        "cnn-nnx": "dali_launch.trainer.model.cnn_nnx:CNN",
         "resnet18": "dali_launch.trainer.model.models:ResNet18",
         "resnet50": "dali_launch.trainer.model.resnet:resnet50",
     },
@@ -58,7 +59,7 @@ def load(kind: str, name: str):
 
 def check(kind: str, name: str, num_classes: int = 10) -> None:
     """What the launcher calls before writing anything: built-in names cost nothing; others are imported,
-    and a model factory is called (cheap: a Flax module is a dataclass until it is initialised), so a
+    and a model factory is called abstractly (jax.eval_shape: nothing computed, no device taken), so a
     broken contract is refused before the run directory exists rather than at the task's start."""
     if name in BUILTIN[kind]:
         return
@@ -77,14 +78,27 @@ def _check_signature(flag: str, value, kind: str) -> None:
     """The call the trainer will make binds to `value`'s parameters: a TypeError raised by the call
     itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
     call, args, kwargs = _CALLS[kind]
-    try:
-        signature = inspect.signature(value)
-    except (TypeError, ValueError):  # some callables (C functions) have no signature to read
+    signature = signature_of(value)
+    if signature is None:
         return
+    if kind == "model" and "rngs" in signature.parameters:  # Flax NNX: model/nnx_model.py
+        call, kwargs = "factory(num_classes=N, rngs=nnx.Rngs(seed))", {**kwargs, "rngs": None}
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
         raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in the README") from None
+
+
+def signature_of(value) -> inspect.Signature | None:
+    """What a call of `value` binds to. A class's own __init__ (less `self`): an nnx.Module class's
+    metaclass takes (*args, **kwargs) and would hide it. None: some callables (C functions) have none."""
+    try:
+        if isinstance(value, type):
+            signature = inspect.signature(value.__init__)
+            return signature.replace(parameters=list(signature.parameters.values())[1:])
+        return inspect.signature(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _factory(kind: str) -> str:
