@@ -148,7 +148,8 @@ def build(name: str, factory: Callable, num_classes: int):
         raise
     except Exception as e:
         raise UsageError(
-            f"--model {name}: {CALL} raised {type(e).__name__}: {first_line(e)}; fix the factory"
+            f"--model {name}: factory(num_classes={num_classes}, rngs=nnx.Rngs(seed)) raised "
+            f"{type(e).__name__}: {first_line(e)}; fix the factory"
         ) from None
     return found["model"]
 
