@@ -25,9 +25,11 @@ def check(run: RunConfig, data_dir: Path) -> None:
     shape = sample_shape(run, data_dir)
     if shape is None:
         return
-    from dali_launch.trainer.model.models import check_width  # imports JAX: only for models of the user's own
+    # JAX and Flax: imported only for models of the user's own, which import them anyway
+    from dali_launch.trainer.model.contract import check_width
+    from dali_launch.trainer.model.models import create_model
 
-    check_width(name, run.data.num_classes, shape)
+    check_width(name, create_model(name, run.data.num_classes), run.data.num_classes, shape)
 
 
 def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:

@@ -101,5 +101,11 @@ def signature_of(value) -> inspect.Signature | None:
         return None
 
 
+def takes_rngs(factory) -> bool:
+    """A model factory that names an `rngs` parameter is called with nnx.Rngs (an NNX constructor is one)."""
+    signature = signature_of(factory)
+    return signature is not None and "rngs" in signature.parameters
+
+
 def _factory(kind: str) -> str:
     return {"model": "factory", "pipeline": "function"}[kind]

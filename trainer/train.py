@@ -17,8 +17,9 @@ import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, label_check, shards
+from dali_launch.trainer.model.contract import width_error
 from dali_launch.trainer.model.forward import Forward, train_kwarg
-from dali_launch.trainer.model.models import create_model, width_error
+from dali_launch.trainer.model.models import create_model
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter

@@ -4,7 +4,7 @@ A model factory is a callable `factory(num_classes: int) -> flax.linen.Module` (
 a `num_classes` field is one), or, for Flax NNX, `factory(num_classes: int, rngs: nnx.Rngs) ->
 flax.nnx.Module` (an nnx.Module class whose constructor takes both is one): a factory that names an
 `rngs` parameter is called with `nnx.Rngs(--seed)`, and what it returns decides which contract it
-meets (nnx_model.py presents an NNX module as the trainer calls a Linen one). The trainer
+meets (contract.py checks it; nnx_model.py presents an NNX module as the trainer calls a Linen one). The trainer
 initialises the module on one zero sample shaped like the pipeline's images and then applies it to
 a per-device batch `images` of shape `(batch, *sample_shape)`: it returns logits
 `(batch, num_classes)` (checked on the initialisation's own forward pass, and by the launcher where
@@ -31,18 +31,10 @@ from __future__ import annotations
 import math
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from dali_launch.trainer import entry_points
-from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.model import nnx_model
-from dali_launch.trainer.model.forward import train_kwarg
-
-# How an NNX model reaches the trainer: "split" (nnx_model.py: split once, merged at trace time) or
-# "bridge" (nnx_bridge.py: Flax's ToLinen). benchmarks/nnx_step.py times both against the Linen CNN.
-ADAPTER = "split"
+from dali_launch.trainer.model import contract
 
 
 class MLP(nn.Module):
@@ -134,74 +126,8 @@ class ResNet18(nn.Module):
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
-def create_model(name: str, num_classes: int, adapter: str = ADAPTER):
-    """`--model NAME`: a built-in name or package.module:factory (see entry_points). The factory is
-    called abstractly (jax.eval_shape): nothing is computed and no device taken, so the launcher
-    checks it cheaply. An NNX module comes back presented as a Linen one (nnx_model.NnxModel)."""
+def create_model(name: str, num_classes: int, adapter: str = contract.ADAPTER):
+    """`--model NAME`: a built-in name or package.module:factory (see entry_points), made as
+    contract.py says: a Linen module, or an NNX one presented as the trainer calls a Linen one."""
     factory = entry_points.load("model", name)
-    signature = entry_points.signature_of(factory)
-    if signature is not None and "rngs" in signature.parameters:  # an NNX module's constructor takes it
-        model = nnx_model.build(name, factory, num_classes)
-    else:
-        model = _linen(name, factory, num_classes)
-    if isinstance(model, nnx_model.NnxModel):
-        if adapter == "bridge":
-            from dali_launch.trainer.model.nnx_bridge import Bridged
-
-            return Bridged(factory, num_classes)
-        return model
-    if isinstance(model, nnx.Module):
-        raise UsageError(
-            f"--model {name} returned a flax.nnx.Module but takes no rngs; give it an `rngs` parameter and "
-            f"build the module with it: the trainer calls {nnx_model.CALL}"
-        )
-    if not isinstance(model, nn.Module):
-        raise UsageError(
-            f"--model {name} returned a {type(model).__name__}, neither a flax.linen.Module nor a "
-            f"flax.nnx.Module; the factory must return the module itself"
-        )
-    return model
-
-
-def _linen(name: str, factory, num_classes: int):
-    """factory(num_classes=N), evaluated abstractly: a Linen module is a dataclass, computed nothing;
-    an NNX module built without rngs must not compute its parameters here either."""
-    found = []
-    try:
-        jax.eval_shape(lambda: found.append(factory(num_classes=num_classes)))
-    except Exception as e:
-        raise UsageError(
-            f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"
-        ) from None
-    return found[0]
-
-
-def width_error(name: str, shape: tuple, num_classes: int) -> UsageError:
-    return UsageError(
-        f"--model {name} returns logits of shape {shape} for one sample but "
-        f"--num-classes is {num_classes}; make it return (batch, {num_classes}) "
-        f"(its last layer num_classes wide)"
-    )
-
-
-def check_width(name: str, num_classes: int, sample_shape: tuple) -> None:
-    """The launcher's check, where it knows the pipeline's sample shape: the model initialised abstractly
-    on one float32 sample returns (1, num_classes) logits."""
-    model = create_model(name, num_classes)
-    kwargs = {k: False for k in [train_kwarg(model)] if k}
-
-    def init(example):
-        key = jax.random.PRNGKey(0)  # made in the trace: a concrete key would start a JAX backend
-        return model.init_with_output({"params": key, "dropout": key}, example, **kwargs)[0]
-
-    try:
-        shape = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32)).shape
-    except UsageError:
-        raise
-    except Exception as e:
-        raise UsageError(
-            f"--model {name} failed on one sample of shape {(1, *sample_shape)} ({type(e).__name__}: "
-            f"{nnx_model.first_line(e)}); make it take the pipeline's images"
-        ) from None
-    if shape != (1, num_classes):
-        raise width_error(name, shape, num_classes)
+    return contract.make(name, factory, num_classes, entry_points.takes_rngs(factory), adapter)
