@@ -180,3 +180,31 @@ def test_cnn_twin_checkpoints_round_trip(tmp_path):
     back = serialization.from_state_dict(state, restored)
     assert jax.tree.structure(back) == jax.tree.structure(state)
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(state)))
+
+
+def test_bf16_accumulation_and_ema_step_an_nnx_model_as_a_linen_one(user_code):
+    """The trainer's step on the docs' Net with --precision bf16, --accumulate-steps 2 and --ema-decay:
+    float32 parameters, one update per 2 steps, statistics and EMA moved; --parallel auto sees state."""
+    from functools import partial
+
+    from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.resolve import parallel as resolve_parallel
+    from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.train import create_train_state
+
+    train = TrainConfig(model="nnx_models:Net", precision="bf16", accumulate_steps=2, ema_decay=0.9)
+    spec = TaskSpec(run_dir="unused", data=DataConfig(), train=train)
+    example = np.zeros((1, 784), np.float32)
+    shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=4), example)
+    assert resolve_parallel("auto", bool(shapes.collections), 2) == "pmap"  # BatchNorm on 2 devices
+    state = create_train_state(spec, example, 4)
+    rng = np.random.default_rng(0)
+    images = jnp.asarray(rng.random((2, 8, 784), np.float32))
+    labels = jnp.asarray(np.eye(10, dtype=np.float32)[rng.integers(0, 10, (2, 8))])
+    steps = jax.jit(lambda s: parallel.sgd_steps(s, images, labels, jnp.ones((2, 8)), parallel.JIT_JOB))
+    after, loss, count = steps(state)
+    assert (int(after.step), int(after.slot), float(count)) == (1, 2, 16.0) and np.isfinite(float(loss))
+    assert {x.dtype for x in jax.tree.leaves(after.params)} == {jnp.dtype("float32")}
+    moved = lambda a, b: any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    assert moved(after.params, state.params) and moved(after.collections, state.collections)
+    assert moved(after.ema, state.ema) and set(after.ema) == {"params", "batch_stats"}
