@@ -4,7 +4,7 @@ it a Linen module; kept beside nnx_model.py so that benchmarks/nnx_step.py times
 ToLinen builds the NNX module afresh inside every call and loads it from the Linen variables (the
 parameter initialisers it runs are dead code XLA drops), where nnx_model.py merges a graph split
 once. Its Dropout streams come from Linen's `dropout` RNG, so the trainer's keys reach it as they
-reach a Linen model. The trainer uses nnx_model.py (models.ADAPTER); this one is selected by
+reach a Linen model. The trainer uses nnx_model.py (contract.ADAPTER); this one is selected by
 the benchmark only.
 """
 

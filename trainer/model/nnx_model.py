@@ -1,7 +1,7 @@
 """Flax NNX models (`flax.nnx.Module`) through the trainer's functional core, which Linen models use.
 
 A factory that takes `rngs` is called as `factory(num_classes=N, rngs=nnx.Rngs(seed))`; when it
-returns an `nnx.Module`, `NnxModel` presents it as the trainer calls a Linen module (models.py,
+returns an `nnx.Module`, `NnxModel` presents it as the trainer calls a Linen module (contract.py,
 forward.py): `init_with_output(rngs, x, train=False)` -> (logits, variables) and
 `apply(variables, x, rngs=..., mutable=[...], train=...)`. The module is split once (`nnx.split`)
 into its graph definition, static (part of the compiled program), and its state as plain nested
@@ -131,7 +131,7 @@ class NnxModel:
 
 def build(name: str, factory: Callable, num_classes: int):
     """`factory(num_classes=N, rngs=...)` evaluated abstractly: an NnxModel when it returns an nnx.Module,
-    else what it returned (models.py checks that); a one-line UsageError if it cannot be built or split."""
+    else what it returned (contract.py checks that); a one-line UsageError if it cannot be built or split."""
     found = {}
 
     def construct():
