@@ -77,12 +77,13 @@ def _checksums(paths) -> list[str]:
 @pytest.mark.parametrize("mode", ["pmap", "sharded"])
 def test_the_docs_example_resumes_bit_exactly_in_2_processes(user_code, small_lmdb, tmp_path, mode):
     """2 processes x 2 CPU devices, BatchNorm statistics, dropout and the EMA: every replica identical;
-    cut at step 3 of epoch 0's 20, resumed from the check point at step 5, it ends bit for bit as the
-    run never cut (the same program both times)."""
+    cut a few steps into epoch 0's 8 (check points every 2 steps), resumed from there, it ends bit for
+    bit as the run never cut (the same program both times). Small on purpose: 3 launches a mode, whose
+    start-up is most of their time."""
     args = [
         *["--local", "--gpus-per-node", "4", "--processes", "2", "--init-timeout-s", "60", "--parallel", mode],
-        *["--model", "stopper:Stopped", "--data-dir", str(small_lmdb), "--epochs", "2", "--batch-size", "10"],
-        *["--ema-decay", "0.9", "--sync-every-steps", "5", "--checkpoint-every-steps", "0"],
+        *["--model", "stopper:Stopped", "--data-dir", str(small_lmdb), "--epochs", "2", "--batch-size", "25"],
+        *["--ema-decay", "0.9", "--sync-every-steps", "2", "--checkpoint-every-steps", "0"],
     ]
     env = {"PYTHONPATH": str(user_code)}
     check_ok(dali_launch(*args, "--run-root", str(tmp_path / "whole"), env=env))
@@ -95,7 +96,8 @@ def test_the_docs_example_resumes_bit_exactly_in_2_processes(user_code, small_lm
     assert cut.returncode != 0 and "checkpoint written" in cut.stderr, cut.stderr[-3000:]
     paths = only_run(tmp_path / "cut")
     meta = json.loads(next(paths.checkpoints.glob("*/meta/metadata")).read_text())
-    assert meta["epoch"] == 0 and 0 < meta["calls_done"] < 20, meta  # mid-epoch (20 steps an epoch)
+    assert meta["epoch"] == 0 and 0 < meta["calls_done"] < 8, meta  # mid-epoch (8 steps an epoch)
+    print(f"{mode}: cut after {meta['calls_done']} of 8 steps")
 
     check_ok(dali_launch("--resume", str(paths.root), env=env))
     assert _checksums(paths) == checksums
@@ -104,7 +106,7 @@ def test_the_docs_example_resumes_bit_exactly_in_2_processes(user_code, small_lm
     assert epochs[0]["resumed_at_call"] == meta["calls_done"] and [e["test_accuracy"] for e in epochs] == [
         e["test_accuracy"] for e in uncut
     ]
-    assert epochs[-1]["test_accuracy"] >= 0.5, epochs  # 40 steps of 40 digits: measured 0.7-0.8
+    assert epochs[-1]["test_accuracy"] >= 0.5, epochs  # 16 steps of 100 digits
 
 
 # --- the adapter in this process: one CPU device ---------------------------------------------------
