@@ -118,8 +118,8 @@ def net(user_code):
 
     model = create_model("nnx_models:Net", 10)
     key = jax.random.PRNGKey(0)
-    _, variables = model.init_with_output({"params": key, "dropout": key}, jnp.zeros((1, 784)), train=False)
-    return model, variables
+    init = jax.jit(lambda x: model.init_with_output({"params": key, "dropout": key}, x, train=False)[1])
+    return model, init(jnp.zeros((1, 784)))  # jitted: eager initialisation takes seconds on 2 cores
 
 
 def test_the_module_is_split_into_params_and_batch_stats(net):
