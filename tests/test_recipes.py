@@ -146,7 +146,7 @@ def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, 
         (
             "--model",
             "transformer",
-            "unknown --model transformer; use one of mlp, cnn, resnet18, resnet50, or package.module:factory",
+            "unknown --model transformer; use one of mlp, cnn, cnn-nnx, resnet18, resnet50, or package.module:factory",
         ),
         (
             "--pipeline",
@@ -172,7 +172,7 @@ def test_bad_entry_points_fail_before_anything_is_written(
             "--model",
             "mypkg.models:not_a_module",
             "--model mypkg.models:not_a_module returned a function, "
-            "not a flax.linen.Module; the factory must return the module itself",
+            "neither a flax.linen.Module nor a flax.nnx.Module; the factory must return the module itself",
             id="factory-not-a-module",
         ),
         pytest.param(

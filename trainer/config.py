@@ -103,9 +103,9 @@ class DataConfig:
 class TrainConfig:
     model: str = opt(
         "mlp",
-        "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), "
-        "resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), or package.module:factory of your own "
-        "(see README).",
+        "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
+        "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), or package.module:factory of "
+        "your own, Linen or NNX (see docs/models.md).",
     )
     epochs: int = opt(5, "Training epochs.", on_resume="may change")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")

@@ -21,6 +21,7 @@ BUILTIN = {
     "model": {
         "mlp": "dali_launch.trainer.model.models:MLP",
         "cnn": "dali_launch.trainer.model.models:CNN",
+        "cnn-nnx": "dali_launch.trainer.model.cnn_nnx:CNN",
         "resnet18": "dali_launch.trainer.model.models:ResNet18",
         "resnet50": "dali_launch.trainer.model.resnet:resnet50",
     },
@@ -59,7 +60,7 @@ def load(kind: str, name: str):
 
 def check(kind: str, name: str, num_classes: int = 10) -> None:
     """What the launcher calls before writing anything: built-in names cost nothing; others are imported,
-    and a model factory is called (cheap: a Flax module is a dataclass until it is initialised), so a
+    and a model factory is called abstractly (jax.eval_shape: nothing computed, no device taken), so a
     broken contract is refused before the run directory exists rather than at the task's start."""
     if name in BUILTIN[kind]:
         return
@@ -69,23 +70,13 @@ def check(kind: str, name: str, num_classes: int = 10) -> None:
         load(kind, name)
 
 
-def create_model(name: str, num_classes: int):
-    """`--model NAME` as a flax.linen.Module: its factory called as model/models.py's contract says."""
-    import flax.linen as nn  # which the user's module has imported already
+def create_model(name: str, num_classes: int, adapter: str | None = None):
+    """`--model NAME`, made as model/contract.py says: a flax.linen.Module, or an NNX module presented
+    as the trainer calls a Linen one (`adapter`: contract.ADAPTER unless a benchmark names another)."""
+    from dali_launch.trainer.model import contract  # Flax and JAX: only where a model is made
 
     factory = load("model", name)
-    try:
-        model = factory(num_classes=num_classes)
-    except Exception as e:
-        raise UsageError(
-            f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"
-        ) from None
-    if not isinstance(model, nn.Module):
-        raise UsageError(
-            f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
-            f"the factory must return the module itself"
-        )
-    return model
+    return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER)
 
 
 _CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}
@@ -95,14 +86,33 @@ def _check_signature(flag: str, value, kind: str) -> None:
     """The call the trainer will make binds to `value`'s parameters: a TypeError raised by the call
     itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
     call, args, kwargs = _CALLS[kind]
-    try:
-        signature = inspect.signature(value)
-    except (TypeError, ValueError):  # some callables (C functions) have no signature to read
+    signature = signature_of(value)
+    if signature is None:
         return
+    if kind == "model" and "rngs" in signature.parameters:  # Flax NNX: model/nnx_model.py
+        call, kwargs = "factory(num_classes=N, rngs=nnx.Rngs(seed))", {**kwargs, "rngs": None}
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
         raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in the README") from None
+
+
+def signature_of(value) -> inspect.Signature | None:
+    """What a call of `value` binds to. A class's own __init__ (less `self`): an nnx.Module class's
+    metaclass takes (*args, **kwargs) and would hide it. None: some callables (C functions) have none."""
+    try:
+        if isinstance(value, type):
+            signature = inspect.signature(value.__init__)
+            return signature.replace(parameters=list(signature.parameters.values())[1:])
+        return inspect.signature(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def takes_rngs(factory) -> bool:
+    """A model factory that names an `rngs` parameter is called with nnx.Rngs (an NNX constructor is one)."""
+    signature = signature_of(factory)
+    return signature is not None and "rngs" in signature.parameters
 
 
 def _factory(kind: str) -> str:

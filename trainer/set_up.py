@@ -22,7 +22,7 @@ import numpy as np
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, shards
 from dali_launch.trainer.entry_points import create_model
-from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model.contract import width_error
 from dali_launch.trainer.model.forward import Forward, train_kwarg
 from dali_launch.trainer.observe.metrics import Reporter
 from dali_launch.trainer.observe.startup import Startup
@@ -152,11 +152,7 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
 
     logits, variables = jax.jit(init, backend="cpu")(example)  # eager init is seconds on a small CPU; jit is not
     if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
-        raise UsageError(
-            f"--model {spec.train.model} returns logits of shape {jnp.shape(logits)} for one sample but "
-            f"--num-classes is {spec.data.num_classes}; make it return (batch, {spec.data.num_classes}) "
-            f"(its last layer num_classes wide)"
-        )
+        raise width_error(spec.train.model, jnp.shape(logits), spec.data.num_classes)
     t = spec.train
     recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
     return TrainState.create(

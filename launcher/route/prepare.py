@@ -1,7 +1,8 @@
 """The one preparation every launch takes: every check of every run -> their directories (a dry run stops here).
 
 Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
-contracts, the backend's own (SLURM's flags and cluster), the run root, the data. Then each run's
+contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
+it (model_check.py). Then each run's
 directory is created, or reopened for --resume (route/resume.py made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
@@ -14,7 +15,7 @@ from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.route import directory, rank_map
+from dali_launch.launcher.route import directory, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import entry_points, flavours
 from dali_launch.trainer.run_dir import RunPaths
@@ -50,7 +51,9 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
         backend.check(run)
     if not run.launch.resume:
         directory.check_root(run.launch.run_root)
-    return data_of(run)
+    data_dir = data_of(run)
+    model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
+    return data_dir
 
 
 def data_of(run: RunConfig) -> Path:

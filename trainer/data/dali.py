@@ -18,10 +18,9 @@ from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
+from dali_launch.trainer.data.rows import AXIS, first_row  # noqa: F401 - first_row: dali.first_row for its users
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
 from dali_launch.trainer.errors import UsageError
-
-AXIS = "devices"  # the pmap axis name and the mesh axis name
 
 
 @dataclass(frozen=True)
@@ -152,11 +151,6 @@ class DeviceBatches:
         shards = [a[None] for a in arrays]
         shape = (self.sharding.global_devices, *shards[0].shape[1:])
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
-
-
-def first_row(tree):
-    """This process's first device's row of a pytree laid out one row per device (device arrays)."""
-    return jax.tree.map(lambda x: x.addressable_data(0)[0], tree)
 
 
 def _device_batch(outputs: list, device) -> jax.Array:

@@ -1,22 +1,30 @@
 """Built-in models, and the contract every `--model` meets.
 
 A model factory is a callable `factory(num_classes: int) -> flax.linen.Module` (a Module class with
-a `num_classes` field is one). The trainer initialises the module on one zero sample shaped like the
-pipeline's images and then applies it to a per-device batch `images` of shape `(batch, *sample_shape)`:
-it returns logits `(batch, num_classes)` (checked on the initialisation's own forward pass).
+a `num_classes` field is one), or, for Flax NNX, `factory(num_classes: int, rngs: nnx.Rngs) ->
+flax.nnx.Module` (an nnx.Module class whose constructor takes both is one): a factory that names an
+`rngs` parameter is called with `nnx.Rngs(--seed)`, and what it returns decides which contract it
+meets (contract.py checks it; nnx_model.py presents an NNX module as the trainer calls a Linen one). The trainer
+initialises the module on one zero sample shaped like the pipeline's images and then applies it to
+a per-device batch `images` of shape `(batch, *sample_shape)`: it returns logits
+`(batch, num_classes)` (checked on the initialisation's own forward pass, and by the launcher where
+it knows the pipeline's sample shape).
 
 State and randomness (model/forward.py): a module whose `__call__` takes `train` (or `training`)
 is told whether it is training (False at initialisation and evaluation). Collections besides
 `params` (BatchNorm's `batch_stats`) are mutable while training, averaged over every device of the
 job after each step and kept in checkpoints; evaluation uses them as they are. A `dropout` RNG
 stream is given while training: a different key per step and device, reproducible from --seed.
-A plain `__call__(self, x)` with params only works as it always did. entry_points.create_model makes
-the module a `--model` names. Built in (`--model NAME`):
+A plain `__call__(self, x)` with params only works as it always did. An NNX module is switched with
+its own `train()` / `eval()` instead, keeps its statistics in nnx.BatchStat (`batch_stats`) and
+draws dropout from the same per-step, per-device stream. entry_points.create_model makes the module a
+`--model` names (model/contract.py checks it). Built in (`--model NAME`):
 
     mlp       the DALI + Flax example's 784-784-1024-1024-10 MLP, layer for layer
     cnn       a small CNN for 28x28 images; the example's flat 784 vector is reshaped to 28x28x1
     resnet18  ResNet-18 with GroupNorm, for the folders pipeline's HWC crops (any square size)
     resnet50  ResNet-50 v1.5 with BatchNorm, the standard ImageNet model (resnet.py)
+    cnn-nnx   the CNN's twin in Flax NNX, layer for layer, for 28x28 grey images (cnn_nnx.py)
 """
 
 from __future__ import annotations
@@ -61,12 +69,12 @@ class CNN(nn.Module):
     def __call__(self, x):
         x = as_images(x)
         for width in self.features:
-            x = _max_pool_2x2(nn.relu(nn.Conv(width, (3, 3))(x)))
+            x = max_pool_2x2(nn.relu(nn.Conv(width, (3, 3))(x)))
         x = nn.relu(nn.Dense(self.hidden)(x.reshape(x.shape[0], -1)))
         return nn.Dense(self.num_classes)(x)
 
 
-def _max_pool_2x2(x):
+def max_pool_2x2(x):
     """nn.max_pool(x, (2, 2), strides=(2, 2)) for even sides, as a reshape: its gradient is ~2.5x
     cheaper on XLA:CPU than reduce_window's select-and-scatter."""
     n, h, w, c = x.shape

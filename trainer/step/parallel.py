@@ -29,7 +29,7 @@ import optax
 from flax import jax_utils
 
 from dali_launch.trainer.data import label_check
-from dali_launch.trainer.data.dali import AXIS, first_row
+from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
 
 
