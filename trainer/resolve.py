@@ -24,8 +24,10 @@ feed_workers     --sample-order global: DALI worker processes per pipeline readi
                  per device its pipelines' threads leave, at most MAX_FEED_WORKERS (0: in-process)
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
                  the model casts on the device), else float32
-elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
-                 call and learning-rate scale elastic.py plans for this device count (else None)
+elastic          a run resumed from a checkpoint on another device count: the per-device batch, steps per
+                 call and learning-rate scale elastic.py plans for it (else None)
+remainder        shard order, resumed mid-epoch on another layout than the checkpoint's (devices, readers,
+                 batch, steps per call): how the rest of that epoch is read here (data/hosting.py; else None)
 parallel         how steps run (step/parallel.py): pmap for a model with mutable collections (BatchNorm
                  statistics) on more than one device, where each device normalises its own rows and the
                  statistics are averaged once a step; under sharded the batch is one job-wide array and
@@ -42,6 +44,7 @@ from dataclasses import asdict, dataclass
 
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
 from dali_launch.trainer.data import shards
+from dali_launch.trainer.data.hosting import Remainder, ShardLayout
 from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.resilience.start_point import StartPoint
 
@@ -67,6 +70,7 @@ class Resolved:
     feed_workers: int = 0
     lr_scale: float = 1.0
     elastic: dict | None = None
+    remainder: Remainder | None = None
 
     @property
     def call_batch(self) -> int:
@@ -134,7 +138,7 @@ def resolve(
     processes_here: int,
     start: StartPoint = StartPoint(),
 ) -> Resolved:
-    """Stage 2. `start`: where the task starts; a global order's checkpoint brings elastic.py's plan."""
+    """Stage 2. `start`: where the task starts; a checkpoint brings elastic.py's plan."""
     plan = start.plan
     batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
     k = (
@@ -161,6 +165,7 @@ def resolve(
         feed_workers=feed_workers(spec.data.feed_workers, spec.data.sample_order, cores, readers, threads),
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
+        remainder=start.remainder(ShardLayout(global_devices, readers, batch, k), spec.train.elastic_batch),
     )
 
 

@@ -2,7 +2,9 @@
 
 Every process calls `set_up`. A fresh start is a start point like any other (epoch 0, no calls done, a
 zero tally), so what follows from a checkpoint is decided by the start point (start_point.py) and
-restored by the checkpointer, not asked here. The order hides the slow parts of a cold start: the
+restored by the checkpointer, not asked here. A shard-order epoch begun on another layout is finished
+with that layout's pipelines, hosted here (data/remainder.py), before this layout's own take over. The
+order hides the slow parts of a cold start: the
 devices' first transfer (a thread) overlaps the pipelines' build and the model's init, and the first
 device call compiles (a thread) while the model is initialised.
 """
@@ -14,13 +16,15 @@ import json
 import threading
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.data import dali, records, remainder, shards
+from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.contract import width_error
 from dali_launch.trainer.model.forward import Forward, train_kwarg
@@ -52,6 +56,8 @@ class Training:
     state: TrainState  # placed on the devices: the checkpoint's, or a fresh one
     tally: dict  # the first epoch's, on the host: the checkpoint's, or a zero one
     schedule: object  # the learning rate of each optimizer update (a host function)
+    remainder: tuple | None = None  # (data, mode, steps per call) of the rest of an epoch begun on another layout
+    slot_after_remainder: int | None = None  # the step count the next epoch starts at, where the rest ends elsewhere
 
 
 def set_up(
@@ -64,15 +70,21 @@ def set_up(
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
+    rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
+    first = rest or data  # what the first epoch reads
+    data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
-    example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
+    example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
     mode = create(mode_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers)
-    compiling = _compile_ahead(spec, mode, data, shapes)
+    rest_mode = (
+        create(mode_name, devices, all_devices, auto.remainder.batch_per_step, data.sharding_spec) if rest else None
+    )
+    compiling = _compile_ahead(spec, rest_mode or mode, first, shapes)
     fresh = create_train_state(spec, example, slots)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
-    state = _continued(state, start, slots, reporter, spec)
+    state = _continued(state, start, slots, reporter, spec, auto)
     startup.mark("model initialised")
     reporter.rank_report(
         sharding=sharding,
@@ -89,11 +101,32 @@ def set_up(
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step)
-    return Training(spec, data, mode, checkpointer, evaluator, mode.place(state), tally, fresh.schedule)
+    placed = mode.place(state)
+    if rest is None:
+        return Training(spec, data, mode, checkpointer, evaluator, placed, tally, fresh.schedule)
+    k, left = auto.remainder.steps_per_call, data.steps * auto.steps_per_call * (start.epoch + 1)
+    ends_at = int(state.slot) + (rest.steps - start.calls_done) * k  # where the rest's own steps end
+    after = left if ends_at != left else None
+    return Training(
+        spec, data, mode, checkpointer, evaluator, placed, tally, fresh.schedule, (rest, rest_mode, k), after
+    )
+
+
+def finish_remainder(run: Training, state, epoch: int):
+    """After the rest of an epoch begun on another layout: its pipelines closed, and the step count set to
+    where this layout's next epoch starts (a rescaled rest takes another number of steps)."""
+    run.remainder[0].close()
+    if run.slot_after_remainder is None:
+        return state
+    return state.replace(slot=state.slot - state.slot + run.slot_after_remainder)  # on the devices, as it was
 
 
 def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Resolved, start: StartPoint):
-    """Training's pipelines, at the start point: its epoch and calls, its DALI states where they apply."""
+    """Training's pipelines, at the start point: its epoch and calls, its DALI states where they apply (after
+    the rest of an epoch begun on another layout: at the next epoch's start)."""
+    # Process 0's checkpoints are the ones written. Listed before DALI opens the data (an LMDB once a process).
+    shard_order, lead = spec.data.sample_order == "shards", jax.process_index() == 0
+    known = records.fingerprint_of(Path(split_dir(spec, "training"))) if shard_order and lead else None
     begin = dali.Start(
         spec.data.sample_order,
         spec.train.seed,
@@ -101,7 +134,7 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
         auto.batch_per_device_step,
         auto.steps_per_call,
         epoch=start.epoch,
-        call=start.calls_done,
+        call=0 if auto.remainder else start.calls_done,
         offset=start.offset,
         first_global_batch=start.first_global_batch,
         feed_workers=auto.feed_workers,
@@ -115,26 +148,45 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
         True,
         auto.data_config(spec.data),
         spec.train.seed,
-        checkpoints=start.pipeline_states(len(sharding.shard_ids)),
+        checkpoints=start.pipeline_states(sharding.shard_ids, _layout(sharding, auto)),
         start=begin,
     )
-    if start.order:  # a global order's positions are samples of one data set
-        start_point.check_data_set(RunPaths(spec.run_dir), spec, start.order, data.fingerprint)
+    if shard_order:
+        data.fingerprint = known
+    if start.record:  # a checkpoint's place in the data means samples of one data set
+        start_point.check_data_set(RunPaths(spec.run_dir), spec, start.record, data.fingerprint)
     return data
 
 
-def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, reporter: Reporter, spec: TaskSpec):
+def _remainder(spec: TaskSpec, devices: list, auto: Resolved, start: StartPoint, data):
+    """The rest of the start point's epoch, begun on another layout: that layout's pipelines, from their
+    states, hosted on this process's devices (resolve.py decided, data/hosting.py says how)."""
+    config, states, sample = auto.data_config(spec.data), start.states, start.shards["sample"]
+    return remainder.build(
+        split_dir(spec, "training"), devices, auto.remainder, config, spec.train.seed, states, data, sample
+    )
+
+
+def _layout(sharding, auto: Resolved) -> ShardLayout:
+    """The shard layout this job's training pipelines read."""
+    return ShardLayout(sharding.global_devices, sharding.readers, auto.batch_per_device_step, auto.steps_per_call)
+
+
+def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, reporter: Reporter, spec: TaskSpec, auto):
     """The restored state, continued on this job's devices: an elastic resume says and records
     (elastic.jsonl) how it goes on, and under another global batch counts its steps anew (start_point.py)."""
     slot = start.rebased_slot(slots_per_epoch)
     if slot is not None:
         state = state.replace(slot=np.asarray(slot, np.int32))
-    if start.plan and start.plan.changed:
-        reporter.say(start.plan.describe())
+    rest = auto.remainder
+    if (start.plan and start.plan.changed) or rest:
+        said = [start.plan.describe() if start.plan.changed else "", rest.describe(start.epoch) if rest else ""]
+        reporter.say("; ".join(part for part in said if part))
         if jax.process_index() == 0:
-            record = {"checkpoint": start.step, "epoch": start.epoch, "position": start.order["position"]}
+            record = {"checkpoint": start.step, "epoch": start.epoch, "position": start.record["position"]}
+            extra = {"remainder": rest.as_dict()} if rest else {}
             with RunPaths(spec.run_dir).elastic.open("a") as out:
-                out.write(json.dumps({**record, **start.plan.as_dict()}) + "\n")
+                out.write(json.dumps({**record, **start.plan.as_dict(), **extra}) + "\n")
     return state
 
 

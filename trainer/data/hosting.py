@@ -99,7 +99,8 @@ class Remainder:
         return (per_step[:, None, :] + slot_starts).reshape(-1)
 
     def describe(self, epoch: int) -> str:
-        per_device = f"{self.batch_per_step} per device a step, {self.steps_per_call} steps a call"
+        k = self.steps_per_call
+        per_device = f"{self.batch_per_step} per device a step, {k} step{'s' if k > 1 else ''} a call"
         return (
             f"the rest of epoch {epoch} reads its {self.reading.num_shards} shards' pipelines of "
             f"{self.reading.devices} devices on {self.devices} ({per_device}); epoch {epoch + 1} on this layout's own"
