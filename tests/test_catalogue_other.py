@@ -36,6 +36,12 @@ OTHER = [
         id="slurm-template-node-range",
     ),
     pytest.param(
+        ["train", "--data-dir", "{data}", "--pipeline", "python_pipelines:noisy", "--deterministic"],
+        "--deterministic cannot hold with --pipeline python_pipelines:noisy: its PythonFunction operator runs "
+        "Python that DALI neither seeds nor checkpoints; write it with DALI operators, or leave --deterministic out",
+        id="deterministic-python-operator",
+    ),
+    pytest.param(
         ["status", "123", "--run-root", "{root}"],
         "no run of job 123 under --run-root {root}; pass its run directory instead",
         id="status-unknown-job",

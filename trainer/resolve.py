@@ -12,6 +12,7 @@ Three stages, each a function of what is known by then and each giving resolved 
 
 decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word
 cuda_graphs      whether XLA captures CUDA graphs: only while DALI stays off the GPU
+xla_flags        what --deterministic sets in XLA_FLAGS (determinism.py): GPUs' deterministic kernels; none on CPUs
 steps_per_call   SGD steps fused into one device call (the same steps: only the host's dispatch
                  changes). GPUs: about CALL_SAMPLES samples per device and call, at most MAX_STEPS
                  steps (the example's batch of 50: 24 steps; measured best on an H200, README);
@@ -71,6 +72,7 @@ class Resolved:
     lr_scale: float = 1.0
     elastic: dict | None = None
     remainder: Remainder | None = None
+    xla_flags: dict = dataclasses.field(default_factory=dict)  # --deterministic's, as set (stage 1)
 
     @property
     def call_batch(self) -> int:
@@ -166,6 +168,7 @@ def resolve(
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
         remainder=start.remainder(ShardLayout(global_devices, readers, batch, k), spec.train.elastic_batch),
+        xla_flags=dict(where.xla_flags),
     )
 
 
