@@ -1,5 +1,5 @@
 """The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8; imagenet.py: issue
-18; nnx_step.py: issue 32), run end to end with --smoke-cpu."""
+18; nnx_step.py: issue 32; deterministic.py: issue 29), run end to end with --smoke-cpu."""
 
 from __future__ import annotations
 
@@ -192,3 +192,25 @@ def test_nnx_step_smoke_times_linen_and_both_nnx_adapters(tmp_path):
         assert 0 < r["mean_loss"] < 10, (name, r)  # trained: finite, about ln(10) on random labels
     assert "cnn-nnx" in rows["split"]["label"] and "the faster NNX adapter is" in doc["table"]
     assert doc["environment"]["jax"] and doc["table"] in proc.stdout
+
+
+def test_deterministic_smoke_cuts_resumes_and_passes_on_the_cpu(tmp_path):
+    """benchmarks/deterministic.py on CPU devices: the baseline, --deterministic twice (once compiling without
+    a cache), a run SIGKILLed mid-way through epoch 1 and resumed, DALI's pipelines built twice. On the CPU
+    --deterministic sets nothing, so the baseline's bits are the deterministic runs' too."""
+    out = tmp_path / "deterministic.json"
+    proc = bench(
+        *("--data", str(tmp_path / "synth"), "--synth", "96", "--classes", "4", "--epochs", "2"),
+        *("--checkpoint-every-steps", "2", "--smoke-cpu", "--out", str(out)),
+        timeout=600,
+        script=REPO / "benchmarks" / "deterministic.py",
+    )
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    result, rows = doc["result"], doc["rows"]
+    assert (result["deterministic"], result["data_same_twice"]) == ("PASS", True), doc["table"]
+    cut = rows["det-cut"]
+    assert cut["killed_at"]["epoch"] == 1 and cut["killed_at"]["calls_done"] > 0 and "resumed from" in cut["resumed"]
+    assert [e["epoch"] for e in cut["epochs"]] == [0, 1] and cut["epochs"][1]["resumed_at_call"]
+    assert rows["baseline"]["checksums"] == rows["det-1"]["checksums"] and rows["det-1"]["xla_flags"] == {}
+    assert "--deterministic: PASS" in proc.stdout
