@@ -101,18 +101,20 @@ def set_up(
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step)
-    placed = mode.place(state)
-    if rest is None:
-        return Training(spec, data, mode, checkpointer, evaluator, placed, tally, fresh.schedule)
-    k, left = auto.remainder.steps_per_call, data.steps * auto.steps_per_call * (start.epoch + 1)
-    ends_at = int(state.slot) + (rest.steps - start.calls_done) * k  # where the rest's own steps end
-    after = left if ends_at != left else None
-    return Training(
-        spec, data, mode, checkpointer, evaluator, placed, tally, fresh.schedule, (rest, rest_mode, k), after
-    )
+    training = Training(spec, data, mode, checkpointer, evaluator, mode.place(state), tally, fresh.schedule)
+    return _with_remainder(training, rest, rest_mode, auto, start, int(state.slot), slots) if rest else training
 
 
-def finish_remainder(run: Training, state, epoch: int):
+def _with_remainder(training: Training, rest, mode, auto: Resolved, start: StartPoint, slot: int, slots: int):
+    """`training` reading first the rest of an epoch begun on another layout (`rest`, stepped by `mode`),
+    and where the step count must go after it when the rest's own steps (from `slot`) end elsewhere."""
+    k, next_epoch = auto.remainder.steps_per_call, slots * (start.epoch + 1)
+    ends_at = slot + (rest.steps - start.calls_done) * k
+    after = next_epoch if ends_at != next_epoch else None
+    return dataclasses.replace(training, remainder=(rest, mode, k), slot_after_remainder=after)
+
+
+def finish_remainder(run: Training, state):
     """After the rest of an epoch begun on another layout: its pipelines closed, and the step count set to
     where this layout's next epoch starts (a rescaled rest takes another number of steps)."""
     run.remainder[0].close()

@@ -46,7 +46,7 @@ def train_and_evaluate(
         state, metrics = loop.epoch(state, epoch, calls_done, tally)
         calls_done, tally = 0, zero_tally()  # every later epoch from its start
         if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
-            state = finish_remainder(run, state, epoch)
+            state = finish_remainder(run, state)
             loop.read_with(data, run.mode, k)
         if run.evaluator:
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(

@@ -30,8 +30,10 @@ class RemainderBatches(dali.DeviceBatches):
         self.remainder, self.sample = remainder, sample
         self.steps, self.call = old.calls_per_epoch(main.num_samples), remainder.calls_done
         self.hosted = [remainder.hosted(d) for d in main.sharding.device_ids]
-        self.order = remainder.row_order()
+        order = remainder.row_order()
+        self.order = None if np.array_equal(order, np.arange(order.size)) else order  # None: rows stay put
         self.rows_per_slot = old.readers * old.reader_batch
+        self.zeros = {}  # (output, device) -> a padding slot's rows, made once
 
     @property
     def reading(self):
@@ -57,13 +59,17 @@ class RemainderBatches(dali.DeviceBatches):
                 r = self.remainder.reading.readers
                 slots.append(dali.device_batch([out[i] for out in outputs[at : at + r]], device))
                 at += r
-            per_device.append(jnp.take(jnp.concatenate(slots), self.order, axis=0))
+            rows = slots[0] if len(slots) == 1 else jnp.concatenate(slots)
+            per_device.append(rows if self.order is None else jnp.take(rows, self.order, axis=0))
         return per_device
 
     def _padding(self, name: str, device) -> jax.Array:
         """A padding slot's rows: zeros shaped like a sample (the checkpoint's record), never counted."""
-        sample = self.sample[name]
-        return jax.device_put(np.zeros((self.rows_per_slot, *sample["shape"]), sample["dtype"]), device)
+        if (name, device) not in self.zeros:
+            sample = self.sample[name]
+            zeros = np.zeros((self.rows_per_slot, *sample["shape"]), sample["dtype"])
+            self.zeros[name, device] = jax.device_put(zeros, device)
+        return self.zeros[name, device]
 
     def _valid(self) -> list[np.ndarray]:
         old = self.remainder.reading
@@ -75,7 +81,8 @@ class RemainderBatches(dali.DeviceBatches):
                 else np.zeros(self.rows_per_slot, np.float32)
                 for d in hosted
             ]
-            masks.append(np.concatenate(rows)[self.order])
+            mask = np.concatenate(rows)
+            masks.append(mask if self.order is None else mask[self.order])
         return masks
 
 
