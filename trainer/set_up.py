@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -69,6 +70,7 @@ def set_up(
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    listing = _listed(spec)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
     first = rest or data  # what the first epoch reads
@@ -84,6 +86,7 @@ def set_up(
     compiling = _compile_ahead(spec, rest_mode or mode, first, shapes)
     fresh = create_train_state(spec, example, slots)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
+    _check_data_set(spec, start, data, listing)  # before the run's files say how it goes on
     state = _continued(state, start, slots, reporter, spec, auto)
     startup.mark("model initialised")
     reporter.rank_report(
@@ -126,9 +129,6 @@ def finish_remainder(run: Training, state):
 def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Resolved, start: StartPoint):
     """Training's pipelines, at the start point: its epoch and calls, its DALI states where they apply (after
     the rest of an epoch begun on another layout: at the next epoch's start)."""
-    # Process 0's checkpoints are the ones written. Listed before DALI opens the data (an LMDB once a process).
-    shard_order, lead = spec.data.sample_order == "shards", jax.process_index() == 0
-    known = records.fingerprint_of(Path(split_dir(spec, "training"))) if shard_order and lead else None
     begin = dali.Start(
         spec.data.sample_order,
         spec.train.seed,
@@ -153,11 +153,26 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
         checkpoints=start.pipeline_states(sharding.shard_ids, _layout(sharding, auto)),
         start=begin,
     )
-    if shard_order:
-        data.fingerprint = known
-    if start.record:  # a checkpoint's place in the data means samples of one data set
-        start_point.check_data_set(RunPaths(spec.run_dir), spec, start.record, data.fingerprint)
     return data
+
+
+def _listed(spec: TaskSpec) -> Future | None:
+    """Shard order: the training set's fingerprint, listed in a thread on process 0 (whose checkpoints are the
+    ones written) while the pipelines build and the model initialises: ImageNet's 1.28 M files take seconds."""
+    if spec.data.sample_order != "shards" or jax.process_index() != 0:
+        return None
+    return ThreadPoolExecutor(1, "dali-launch-listing").submit(
+        records.fingerprint_of, Path(split_dir(spec, "training"))
+    )
+
+
+def _check_data_set(spec: TaskSpec, start: StartPoint, data, listing: Future | None) -> None:
+    """A checkpoint's place in the data means samples of one data set: the one its fingerprint names (the
+    launcher's --resume checked it too; a SLURM requeue comes here alone). A global order's is its feeds'."""
+    if listing:
+        data.fingerprint = listing.result()
+    if start.record:
+        start_point.check_data_set(RunPaths(spec.run_dir), spec, start.record, data.fingerprint)
 
 
 def _remainder(spec: TaskSpec, devices: list, auto: Resolved, start: StartPoint, data):
