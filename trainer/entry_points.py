@@ -22,6 +22,9 @@ BUILTIN = {
         "cnn": "dali_launch.trainer.model.models:CNN",
         "resnet18": "dali_launch.trainer.model.models:ResNet18",
         "resnet50": "dali_launch.trainer.model.resnet:resnet50",
+        "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
+        "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
+        "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
     },
     "pipeline": {
         "mnist": "dali_launch.trainer.data.pipelines:mnist",

@@ -16,10 +16,13 @@ A plain `__call__(self, x)` with params only works as it always did. Built in (`
     cnn       a small CNN for 28x28 images; the example's flat 784 vector is reshaped to 28x28x1
     resnet18  ResNet-18 with GroupNorm, for the folders pipeline's HWC crops (any square size)
     resnet50  ResNet-50 v1.5 with BatchNorm, the standard ImageNet model (resnet.py)
+    vit-ti16, vit-s16, vit-b16  Vision Transformers as big_vision's (vit.py); a factory that also names
+              drop_path, vit_pool or attention as parameters gets those flags' values (model_options)
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import flax.linen as nn
@@ -118,11 +121,16 @@ class ResNet18(nn.Module):
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
-def create_model(name: str, num_classes: int) -> nn.Module:
-    """`--model NAME`: a built-in name or package.module:factory (see entry_points)."""
+def create_model(name: str, num_classes: int, **options) -> nn.Module:
+    """`--model NAME`: a built-in name or package.module:factory (see entry_points). `options` (the ViT
+    flags of `model_options`) go to a factory that names them as parameters; other factories never see them."""
     factory = entry_points.load("model", name)
     try:
-        model = factory(num_classes=num_classes)
+        named = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        named = {}
+    try:
+        model = factory(num_classes=num_classes, **{k: v for k, v in options.items() if k in named})
     except Exception as e:
         raise UsageError(
             f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"
@@ -133,3 +141,17 @@ def create_model(name: str, num_classes: int) -> nn.Module:
             f"the factory must return the module itself"
         )
     return model
+
+
+MODEL_OPTIONS = ("drop_path", "vit_pool", "attention")  # TrainConfig fields a factory may name
+
+
+def model_options(train) -> dict:
+    """The flags a model factory may take beside num_classes, from a TrainConfig (`attention` resolved
+    by the task: resolve.py)."""
+    return {name: getattr(train, name) for name in MODEL_OPTIONS}
+
+
+def from_spec(spec) -> nn.Module:
+    """The run's model: --model with --num-classes and the model options."""
+    return create_model(spec.train.model, spec.data.num_classes, **model_options(spec.train))
