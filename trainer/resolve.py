@@ -22,6 +22,8 @@ parallel         how steps run (step/parallel.py), once the model's shapes are k
                  two, README). Else sharded: one program, fewer host dispatches (README's MNIST tables)
 elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
                  call and learning-rate scale elastic.py plans for this device count (else None)
+attention        the built-in ViTs' attention implementation (model/attention.py): on GPUs in bf16 the first
+                 cuDNN form that compiles for the model's shapes, else xla ("" for other models)
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass
 
-from dali_launch.trainer.config import DataConfig, TaskSpec
-from dali_launch.trainer.data import placement, shards
+from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+from dali_launch.trainer.data import augment, placement, shards
+from dali_launch.trainer.model import attention, vit
 from dali_launch.trainer.resilience import elastic
 
 CALL_SAMPLES = 1200
@@ -55,6 +58,7 @@ class Resolved:
     feed_workers: int = 0
     lr_scale: float = 1.0
     elastic: dict | None = None
+    attention: str = ""
 
     @property
     def call_batch(self) -> int:
@@ -74,7 +78,17 @@ class Resolved:
         return (
             f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
             f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}"
+            f"{augment.phrase(config)}"
         )
+
+    def startup_phrase(self, spec: TaskSpec) -> str:
+        """How DALI runs and the model's resolved choices (if it has any), for the task's start-up line."""
+        model = attention.phrase(self.attention, vit.tokens(spec.data.image_size, spec.train.vit_pool))
+        return "; ".join(p for p in (self.dali_phrase(spec.data), model) if p)
+
+    def train_config(self, config: TrainConfig) -> TrainConfig:
+        """`config` with --attention resolved: what the model is built from (models.model_options)."""
+        return dataclasses.replace(config, attention=self.attention or config.attention)
 
     def with_parallel(self, setting: str, stateful: bool, global_devices: int) -> Resolved:
         """These values with --parallel resolved (`parallel` below), once the model's collections are known."""
@@ -149,6 +163,12 @@ def resolve(
         feed_workers=feed_workers(spec.data.feed_workers, spec.data.sample_order, cores, readers, threads),
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
+        attention=attention.choose(
+            spec.train.attention,
+            platform,
+            spec.train.precision,
+            vit.attention_shape(spec.train.model, spec.data.image_size, spec.train.vit_pool),
+        ),
     )
 
 
