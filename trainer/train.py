@@ -18,8 +18,8 @@ import numpy as np
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, label_check, shards
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model import init_from, models
 from dali_launch.trainer.model.forward import Forward, train_kwarg
-from dali_launch.trainer.model.models import create_model
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
@@ -32,6 +32,7 @@ from dali_launch.trainer.resolve import Resolved
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim, parallel
 from dali_launch.trainer.step.evaluate import Evaluator, first, split_dir
+from dali_launch.trainer.step.mixing import Mixing
 from dali_launch.trainer.step.state import Recipe, TrainState
 from dali_launch.trainer.topology import barrier, job_devices
 
@@ -41,7 +42,7 @@ COMPILE_AHEAD_WAIT_S = 300  # past this the first call compiles by itself
 def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
     """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
     with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
-    model = create_model(spec.train.model, spec.data.num_classes)
+    model = models.from_spec(spec)
     forward = Forward(model, spec.train.precision)
     params_key = jax.random.PRNGKey(spec.train.seed)  # as before dropout existed: the same initial parameters
     dropout_key = jax.random.fold_in(params_key, 1)
@@ -58,7 +59,13 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
             f"(its last layer num_classes wide)"
         )
     t = spec.train
-    recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
+    recipe = Recipe(
+        accumulate_steps=t.accumulate_steps,
+        ema_decay=t.ema_decay,
+        label_smoothing=t.label_smoothing,
+        mixing=Mixing(t.mixup, t.cutmix),
+        num_classes=spec.data.num_classes,
+    )
     return TrainState.create(
         dict(variables),
         jax.random.fold_in(dropout_key, 2),
@@ -92,6 +99,7 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         spec = dataclasses.replace(
             spec, train=dataclasses.replace(spec.train, learning_rate=spec.train.learning_rate * auto.lr_scale)
         )
+    spec = dataclasses.replace(spec, train=auto.train_config(spec.train))  # the model's resolved --attention
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
@@ -124,9 +132,11 @@ def train_and_evaluate(spec: TaskSpec, devices: list, reporter: Reporter, startu
         checkpointer.restore(resume, fresh, zero_tally())
         if auto.elastic:
             resume_point.elastic(spec, reporter, resume, auto.elastic, slots)
+    elif spec.train.init_from:  # fine-tuning: its variables, this run's optimizer, step and data
+        fresh = init_from.apply(spec, fresh, reporter.say, RunPaths(spec.run_dir).init_from if process == 0 else None)
     startup.mark("model initialised")
     reporter.rank_report(
-        sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict(), dali=auto.dali_phrase(spec.data)
+        sharding=sharding, devices=devices, batch_size=batch, resolved=auto.as_dict(), dali=auto.startup_phrase(spec)
     )
     evaluator = (
         Evaluator(spec, devices, auto.eval_readers_per_device, auto.data_config(spec.data)) if process == 0 else None
