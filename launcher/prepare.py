@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dali_launch.launcher import plan, runs
+from dali_launch.launcher import init_check, plan, runs
 from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.checks import validate
 from dali_launch.launcher.config import RunConfig, task_spec
@@ -43,6 +43,7 @@ def check(run: RunConfig, backend: Backend) -> None:
     flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.train.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
+    init_check.check(run)  # --init-from's shapes, in a child on the CPU (seconds; only with the flag)
     backend.check(run)
     if not run.launch.resume:
         runs.check_root(run.launch.run_root)
