@@ -43,15 +43,23 @@ def apply(images, args, only: str | None = None):
         return images
     from nvidia.dali.auto_aug import auto_augment, rand_augment, trivial_augment
 
-    options = {"shape": (args.image_size, args.image_size), "max_translate_rel": MAX_TRANSLATE[args.augment]}
-    excluded = [op.name for op in suite(args.augment) if op.name != only] if only else None
+    shape = (args.image_size, args.image_size)
+    options = {"shape": shape, "max_translate_rel": MAX_TRANSLATE[args.augment]}
+    n, m = args.randaugment
     with _without_dalis_own_deprecation():
+        if only:  # DALI refuses a `shape` that no operation left uses: only the translations take it
+            ops, kwargs = (
+                [op for op in suite(args.augment) if op.name == only],
+                {"shape": shape} if "translate" in only else {},
+            )
+            if args.augment == "trivialaugment":
+                return trivial_augment.apply_trivial_augment(ops, images, MAGNITUDE_BINS, **kwargs)
+            return rand_augment.apply_rand_augment(ops, images, n, m, MAGNITUDE_BINS, **kwargs)
         if args.augment == "autoaugment":
             return auto_augment.auto_augment_image_net(images, **options)
         if args.augment == "trivialaugment":
-            return trivial_augment.trivial_augment_wide(images, excluded=excluded, **options)
-        n, m = args.randaugment
-        return rand_augment.rand_augment(images, n=n, m=m, excluded=excluded, **options)
+            return trivial_augment.trivial_augment_wide(images, **options)
+        return rand_augment.rand_augment(images, n=n, m=m, **options)
 
 
 @contextlib.contextmanager

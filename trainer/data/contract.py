@@ -63,7 +63,7 @@ class PipelineArgs:
     feed: object = None  # --sample-order global: the reader's feed.Feed (training only); None: DALI's shards
     augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
     randaugment: tuple[int, int] = (2, 9)  # --randaugment N,M
-    applied: list = field(default_factory=list, compare=False, repr=False)  # auto_augment was called (augment.py)
+    applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called
 
     def reader_args(self) -> dict:
         """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""

@@ -27,17 +27,22 @@ def padded_length(length: int, implementation: str) -> int:
 def attend(query, key, value, implementation: str = "xla"):
     """Attention over (batch, tokens, heads, head_dim) inputs; Flax's MultiHeadDotProductAttention calls
     it as its `attention_fn` (which passes only the arguments a function names)."""
-    length = query.shape[1]
-    padded = padded_length(length, implementation)
-    if padded == length:
-        kernel = "xla" if implementation == "xla" else "cudnn"
+    kernel = "xla" if implementation == "xla" else "cudnn"
+    return padded(query, key, value, padded_length(query.shape[1], implementation), kernel)
+
+
+def padded(query, key, value, length: int, kernel: str):
+    """Attention with the sequence padded to `length`: the padding's keys are masked out (cuDNN's padding
+    mask, from `key_value_seq_lengths`), its query rows computed and dropped."""
+    tokens = query.shape[1]
+    if length == tokens:
         return jax.nn.dot_product_attention(query, key, value, implementation=kernel)
-    pad = lambda x: jnp.pad(x, ((0, 0), (0, padded - length), (0, 0), (0, 0)))
-    lengths = jnp.full((query.shape[0],), length, jnp.int32)
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, length - tokens), (0, 0), (0, 0)))
+    lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
     out = jax.nn.dot_product_attention(
-        pad(query), pad(key), pad(value), key_value_seq_lengths=lengths, implementation="cudnn"
+        pad(query), pad(key), pad(value), key_value_seq_lengths=lengths, implementation=kernel
     )
-    return out[:, :length]
+    return out[:, :tokens]
 
 
 def choose(setting: str, platform: str, precision: str, shape: tuple[int, int, int] | None) -> str:
