@@ -46,7 +46,7 @@ MAY_CHANGE = frozenset(
         *(f.name for f in dataclasses.fields(ObserveConfig)),  # what it shows of itself, not what it computes
     }
 )
-PATHS = {"data_dir", "run_root"}  # compared as absolute paths
+PATHS = {"data_dir", "run_root", "init_from"}  # compared as absolute paths
 # What a --sample-order global run may change besides: where it runs, and how a resized batch is handled.
 ELASTIC = frozenset({"nodes", "gpus_per_node", "tasks_per_node", "readers_per_device", "elastic_batch"})
 

@@ -146,7 +146,8 @@ def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, 
         (
             "--model",
             "transformer",
-            "unknown --model transformer; use one of mlp, cnn, resnet18, resnet50, or package.module:factory",
+            "unknown --model transformer; use one of mlp, cnn, resnet18, resnet50, vit-ti16, vit-s16, vit-b16, or "
+            "package.module:factory",
         ),
         (
             "--pipeline",
