@@ -249,6 +249,13 @@ def test_broken_contracts_are_refused_before_anything_is_written(
             "or soft targets) 12 wide but --num-classes is 10; make them 10 wide, or give class ids",
             id="one-hot-width",
         ),
+        pytest.param(
+            ["--pipeline", "mypkg.pipe:one_hot_wide", "--mixup", "0.2"],
+            list(range(8)),
+            "--mixup/--cutmix mix targets 10 wide (--num-classes 10), but the pipeline gave float labels (one-hot "
+            "or soft targets) 12 wide; make them 10 wide, or give class ids",
+            id="one-hot-width-mixup",
+        ),
     ],
 )
 def test_what_only_the_task_can_see_is_one_line(user_package, tmp_path, args, data, message):

@@ -76,11 +76,16 @@ def targets(labels, num_classes: int, mixing: bool = False):
     """One-hot targets: float labels are used as they are, integer class ids are one-hot encoded here."""
     if labels.dtype.kind == "f":
         if labels.shape[-1] != num_classes:  # found while tracing: shapes are static
-            mixes = "--mixup/--cutmix mix targets of --num-classes, but " if mixing else ""
-            raise UsageError(
-                f"{mixes}the pipeline gave float labels (one-hot or soft targets) {labels.shape[-1]} wide but "
-                f"--num-classes is {num_classes}; make them {num_classes} wide, or give class ids"
+            given, fix = (
+                f"float labels (one-hot or soft targets) {labels.shape[-1]} wide",
+                f"make them {num_classes} wide",
             )
+            if mixing:  # mixing comes first, before the model could say so
+                raise UsageError(
+                    f"--mixup/--cutmix mix targets {num_classes} wide (--num-classes {num_classes}), but the pipeline "
+                    f"gave {given}; {fix}, or give class ids"
+                )
+            raise UsageError(f"the pipeline gave {given} but --num-classes is {num_classes}; {fix}, or give class ids")
         return labels
     return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
 
