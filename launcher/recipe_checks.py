@@ -77,6 +77,11 @@ def _vit(train: TrainConfig, data: DataConfig) -> None:
                 f"{flag} is for the ViTs' blocks (--model {', '.join(m for m in BUILTIN['model'] if is_vit(m))}); "
                 f"--model {train.model} has none: leave {flag} out"
             )
+    if train.attention.startswith("cudnn") and train.precision != "bf16":
+        raise UsageError(
+            f"--attention {train.attention} runs cuDNN's 16-bit kernels, but --precision is {train.precision}; add "
+            f"--precision bf16, or use --attention auto"
+        )
     if vit and data.pipeline == "mnist":
         raise UsageError(
             f"--model {train.model} cuts images into {PATCH}×{PATCH} patches, but --pipeline mnist gives 28×28 "

@@ -97,6 +97,12 @@ RECIPES = [
         id="attention-unknown",
     ),
     pytest.param(
+        ["--attention", "cudnn", "--model", "vit-ti16", *IMAGES],
+        "--attention cudnn runs cuDNN's 16-bit kernels, but --precision is fp32; add --precision bf16, or use "
+        "--attention auto",
+        id="attention-cudnn-fp32",
+    ),
+    pytest.param(
         ["--init-from", "{tmp}/empty"],
         "--init-from {tmp}/empty: no checkpoint there; give a run directory, one of its checkpoints/STEP folders, "
         "or an Orbax checkpoint folder (with _METADATA)",

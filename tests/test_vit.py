@@ -69,9 +69,19 @@ def test_the_attention_choice():
     assert shape == (197, 12, 64) and vit.attention_shape("resnet50", 224, "gap") is None
     assert attention.choose("auto", "cpu", "bf16", shape) == "xla"  # no probe on CPUs
     assert attention.choose("auto", "gpu", "fp32", shape) == "xla"  # cuDNN's kernels are 16-bit only
-    assert attention.choose("cudnn-padded", "gpu", "bf16", shape) == "cudnn-padded"  # given: taken as it is
+    assert attention.choose("xla", "gpu", "bf16", shape) == "xla"  # given: taken as it is
     assert attention.choose("auto", "cpu", "bf16", None) == ""  # not one of our ViTs
     assert attention.phrase("cudnn-padded", 197) == "attention cudnn (197 tokens padded to 256)"
+    with pytest.raises(UsageError) as e:  # a task on CPU devices (--platform auto without GPUs) given cuDNN
+        attention.choose("cudnn", "cpu", "bf16", shape)
+    assert str(e.value) == (
+        "--attention cudnn runs cuDNN's 16-bit kernels on GPUs, but this task has cpu devices and --precision bf16; "
+        "use --attention xla or auto"
+    )
+    with pytest.raises(UsageError) as e:  # given on a GPU, it is probed: here, where XLA:CPU cannot lower it
+        attention.choose("cudnn-padded", "gpu", "bf16", shape)
+    assert str(e.value).startswith("--attention cudnn-padded does not compile for 197 tokens of 12 heads here (")
+    assert str(e.value).endswith("); use --attention auto, which falls back")
 
 
 def test_drop_path_drops_per_sample_while_training_only():

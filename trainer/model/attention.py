@@ -16,6 +16,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from dali_launch.trainer.errors import UsageError
+
 IMPLEMENTATIONS = ("xla", "cudnn", "cudnn-padded")
 PAD = 64
 
@@ -47,26 +49,37 @@ def padded(query, key, value, length: int, kernel: str):
 
 def choose(setting: str, platform: str, precision: str, shape: tuple[int, int, int] | None) -> str:
     """--attention resolved. `shape`: the model's (tokens, heads, head_dim), None for a model without
-    attention of ours (then ""); the probe runs only for `auto` on GPUs in bf16."""
+    attention of ours (then ""). A cuDNN form, given or probed, must compile for that shape here."""
     if shape is None:
         return ""
-    if setting != "auto":
-        return setting
-    if platform != "gpu" or precision != "bf16":
+    if setting == "xla" or (setting == "auto" and (platform != "gpu" or precision != "bf16")):
         return "xla"
-    return next((kind for kind in ("cudnn", "cudnn-padded") if compiles(kind, shape)), "xla")
+    if setting == "auto":
+        return next((kind for kind in ("cudnn", "cudnn-padded") if refusal(kind, shape) is None), "xla")
+    if platform != "gpu" or precision != "bf16":
+        raise UsageError(
+            f"--attention {setting} runs cuDNN's 16-bit kernels on GPUs, but this task has {platform} devices "
+            f"and --precision {precision}; use --attention xla or auto"
+        )
+    why = refusal(setting, shape)
+    if why:
+        raise UsageError(
+            f"--attention {setting} does not compile for {shape[0]} tokens of {shape[1]} heads here ({why}); "
+            f"use --attention auto, which falls back"
+        )
+    return setting
 
 
-def compiles(implementation: str, shape: tuple[int, int, int], batch: int = 2) -> bool:
-    """Whether the attention's forward and backward pass compile on this task's GPU, in bf16."""
+def refusal(implementation: str, shape: tuple[int, int, int], batch: int = 2) -> str | None:
+    """Why the attention's forward and backward pass do not compile on this task's GPU in bf16 (None: they do)."""
     tokens, heads, head_dim = shape
     x = jax.ShapeDtypeStruct((batch, tokens, heads, head_dim), jnp.bfloat16)
     loss = lambda q, k, v: attend(q, k, v, implementation).astype(jnp.float32).sum()
     try:
         jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x).compile()
-    except Exception:  # cuDNN, XLA or JAX refused it, at trace, lowering or compile time: the next form
-        return False
-    return True
+    except Exception as e:  # cuDNN, XLA or JAX refused it, at trace, lowering or compile time
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    return None
 
 
 def phrase(implementation: str, tokens: int) -> str:

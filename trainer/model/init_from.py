@@ -34,6 +34,7 @@ from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 METADATA = "_METADATA"  # Orbax's JSON tree metadata of a checkpoint folder (names only; shapes are in its store)
+SHOWN = 6  # names the start-up line gives of each kind
 NOT_VARIABLES = {"opt_state", "ema", "accum", "rng", "slot", "step", "tally"}  # our TrainState's others
 
 
@@ -86,11 +87,14 @@ class Plan:
     ignored: list[str] = field(default_factory=list)
 
     def describe(self, source: Source) -> str:
-        names = lambda paths: ", ".join(paths) if paths else "none"
+        """The start-up line: counts, and the first few names of what was not loaded (all: init_from.json)."""
+        names = lambda paths: (
+            ", ".join(paths[:SHOWN]) + (f", ... {len(paths) - SHOWN} more" if len(paths) > SHOWN else "")
+        )
         return (
             f"init from {source.label}: loaded {len(self.loaded)} variables; re-initialised "
-            f"{len(self.reinitialised)} ({names(self.reinitialised)}); ignored {len(self.ignored)} "
-            f"({names(self.ignored)})"
+            f"{len(self.reinitialised)} ({names(self.reinitialised) or 'none'}); ignored {len(self.ignored)} "
+            f"({names(self.ignored) or 'none'})"
         )
 
 

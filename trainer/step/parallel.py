@@ -57,7 +57,7 @@ def sgd_step(state, images, labels, valid, job: Job):
     """One SGD step on one batch (state.py applies it); the loss is the job's sum over real samples."""
     key, recipe, goal = state.dropout_key(job.index()), state.recipe, None
     if recipe.mixing.on:  # the images change before the forward pass, the targets with them
-        goal = smoothed(recipe, targets(labels, recipe.num_classes, mixing=True))
+        goal = smoothed(recipe, targets(labels, recipe.num_classes, mixes=True))
         images, goal = mixed(state, images, goal, job)
 
     def loss_sum(params):
@@ -72,7 +72,7 @@ def sgd_step(state, images, labels, valid, job: Job):
     return state.learn(jax.tree.map(job.sum, grads), count, collections), job.sum(loss), count
 
 
-def targets(labels, num_classes: int, mixing: bool = False):
+def targets(labels, num_classes: int, mixes: bool = False):
     """One-hot targets: float labels are used as they are, integer class ids are one-hot encoded here."""
     if labels.dtype.kind == "f":
         if labels.shape[-1] != num_classes:  # found while tracing: shapes are static
@@ -80,7 +80,7 @@ def targets(labels, num_classes: int, mixing: bool = False):
                 f"float labels (one-hot or soft targets) {labels.shape[-1]} wide",
                 f"make them {num_classes} wide",
             )
-            if mixing:  # mixing comes first, before the model could say so
+            if mixes:  # mixing comes first, before the model could say so
                 raise UsageError(
                     f"--mixup/--cutmix mix targets {num_classes} wide (--num-classes {num_classes}), but the pipeline "
                     f"gave {given}; {fix}, or give class ids"
