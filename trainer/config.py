@@ -111,8 +111,8 @@ class TrainConfig:
     model: str = opt(
         "mlp",
         "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), "
-        "resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), or package.module:factory of your own "
-        "(see README).",
+        "resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 (big_vision's ViTs, "
+        "16x16 patches), or package.module:factory of your own (see README).",
     )
     epochs: int = opt(5, "Training epochs.")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
