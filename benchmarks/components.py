@@ -110,7 +110,9 @@ def data_epochs(data: Path, grid: list[str], orders: list[str], workers: list[in
     variants = [(order, w) for order in orders for w in (workers if order == "global" else [0])]
     for cell, (order, feed_workers) in ((cell, v) for cell in grid for v in variants):  # side by side
         readers, threads, prefetch = (int(x) for x in cell.split("x"))
-        config = DataConfig(data_dir=str(data), decoder="cpu", reader_threads=threads, prefetch=prefetch)
+        config = DataConfig(
+            data_dir=str(data), decoder="cpu", reader_threads=threads, prefetch=prefetch, output_dtype="float32"
+        )  # resolved values only, as dali.build takes them
         sharding = shards.Sharding(0, 1, 1, readers)
         start = dali.Start(order, 0, 1, BATCH, PER_CALL, feed_workers=feed_workers)
         built = time.perf_counter()
@@ -145,8 +147,8 @@ def steps(count: int) -> list[dict]:
     import numpy as np
 
     from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.set_up import create_train_state
     from dali_launch.trainer.step import parallel
-    from dali_launch.trainer.train import create_train_state
 
     spec = TaskSpec(run_dir="unused", data=DataConfig(), train=TrainConfig())
     initial = jax.tree.map(np.asarray, create_train_state(spec, np.zeros((1, 784), np.float32), count))

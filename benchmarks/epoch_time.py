@@ -86,6 +86,7 @@ def run_ours(
     from dali_launch.trainer.config import (
         DataConfig,
         DistributedConfig,
+        Layout,
         TaskSpec,
         TrainConfig,
     )
@@ -107,7 +108,8 @@ def run_ours(
         run_dir=str(run_dir),
         data=data,
         train=train,
-        distributed=DistributedConfig(platform=jax_platform, local_device_count=1),
+        distributed=DistributedConfig(platform=jax_platform),
+        layout=Layout(local_device_count=1),
     )
     paths = RunPaths(run_dir)
     run_dir.mkdir(parents=True)

@@ -74,7 +74,7 @@ def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str
     """The spec `dali-launch train` would make of these flags (defaults for everything else)."""
     import dataclasses
 
-    from dali_launch.trainer.config import DataConfig, DistributedConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import DataConfig, DistributedConfig, Layout, TaskSpec, TrainConfig
 
     names = lambda cls: {f.name for f in dataclasses.fields(cls)}
     of = lambda cls: {k: v for k, v in workload.items() if k in names(cls)}
@@ -84,7 +84,8 @@ def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str
             data_dir=str(data), pipeline="folders", num_classes=classes, sample_order=order, **of(DataConfig)
         ),
         train=TrainConfig(**of(TrainConfig)),
-        distributed=DistributedConfig(platform=platform, local_device_count=gpus),
+        distributed=DistributedConfig(platform=platform),
+        layout=Layout(local_device_count=gpus),
     )
 
 
@@ -95,13 +96,16 @@ def pipelines_and_step(spec, gpus: int):
     import jax
 
     from dali_launch.trainer.data import dali, shards
+    from dali_launch.trainer.data.placement import place
+    from dali_launch.trainer.resilience.checkpoint import zero_tally
+    from dali_launch.trainer.resolve import parallel as resolve_parallel
     from dali_launch.trainer.resolve import resolve
+    from dali_launch.trainer.set_up import create_train_state
     from dali_launch.trainer.step import parallel
-    from dali_launch.trainer.train import call_tally, create_train_state
 
     devices = jax.local_devices()[:gpus]
-    auto = resolve(spec, devices[0].platform, gpus, gpus, 1)
-    spec = dataclasses.replace(spec, train=auto.train_config(spec.train))  # --attention resolved, as train.py
+    auto = resolve(spec, place(spec, devices[0].platform), gpus, gpus, 1)
+    spec = dataclasses.replace(spec, train=auto.train_config(spec.train))  # --attention resolved, as set_up.py
     sharding = shards.Sharding(0, gpus, gpus, auto.readers_per_device)
     start = dali.Start(spec.data.sample_order, spec.train.seed, gpus, auto.batch_per_device_step, auto.steps_per_call)
     data = dali.build(
@@ -109,12 +113,12 @@ def pipelines_and_step(spec, gpus: int):
         auto.data_config(spec.data), spec.train.seed, start=start,
     )  # fmt: skip
     fresh = create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call)
-    auto = auto.with_parallel(spec.train.parallel, bool(fresh.collections), gpus)
+    mode_name = resolve_parallel(spec.train.parallel, bool(fresh.collections), gpus)
     mode = parallel.create(
-        auto.parallel, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
+        mode_name, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
     )
     state = mode.place(fresh)
-    tally = data.put([call_tally()] * gpus)
+    tally = data.put([parallel.call_tally(zero_tally())] * gpus)
     return auto, data, mode, state, tally
 
 
@@ -148,7 +152,12 @@ def part(name: str, spec, gpus: int, calls: int) -> dict:
     jax.block_until_ready(tally)
     seconds = time.perf_counter() - start
     images = calls * auto.call_batch * gpus
-    return {"part": name, "gpus": gpus, "images_per_s_per_gpu": images / seconds / gpus, "resolved": auto.as_dict()}
+    return {
+        "part": name,
+        "gpus": gpus,
+        "images_per_s_per_gpu": images / seconds / gpus,
+        "resolved": auto.as_dict(mode.name),
+    }
 
 
 def child_part(args, name: str, gpus: int) -> dict:

@@ -139,17 +139,18 @@ def environment() -> dict:
     try:
         import flax
         import jax
-        import nvidia.dali
         import optax
 
         info.update(
             jax=jax.__version__,
             flax=flax.__version__,
             optax=optax.__version__,
-            dali=nvidia.dali.__version__,
             devices=[str(d) for d in jax.devices()],
             device_kind=jax.devices()[0].device_kind,
         )
+        import nvidia.dali  # last: benchmarks/nnx_step.py runs where DALI is not installed
+
+        info["dali"] = nvidia.dali.__version__
     except Exception as e:  # the table matters more than the inventory
         info["error"] = repr(e)
     return info

@@ -1,13 +1,15 @@
-"""The launcher's own settings (the checks of their values: checks.py), and the task spec they make."""
+"""The launcher's own settings (the checks of their values: route/checks.py), and the task spec they make."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dali_launch.trainer.config import (
     DataConfig,
     DistributedConfig,
+    Layout,
     ObserveConfig,
     ResilienceConfig,
     TaskSpec,
@@ -24,28 +26,34 @@ class LaunchConfig:
         "Nodes (hosts) for the job: a count, or MIN-MAX for SLURM to choose from at each start, a requeue "
         "included (--sample-order global only: the batch rule of --elastic-batch applies to the count given).",
         int_ok=True,  # a --config file or an older run's config.toml may write a count as a TOML integer
+        on_resume="elastic",
     )
     gpus_per_node: int | None = opt(
         None,
         "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
         "Default: `train` takes every GPU it sees (1 CPU device if none); a job (--local, SLURM) takes 1 per node.",
+        on_resume="elastic",
     )
     tasks_per_node: int | None = opt(
         None,
         "Processes per node: 1 (one task sees all the node's GPUs) or --gpus-per-node (one task per GPU). Default 1.",
         aliases=("--processes",),
+        on_resume="elastic",
     )
     local: bool = opt(False, "Run the job's processes on this machine instead of submitting to SLURM.")
-    run_root: str = opt("runs", "Folder under which each run gets its own directory.")
+    run_root: str = opt("runs", "Folder under which each run gets its own directory.", path=True)
     name: str = opt("dali-launch", "Job name; also names the run directory.")
-    local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.")
-    dry_run: bool = opt(False, "Print what would run (batch script, rank map) and start nothing.")
+    local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.", on_resume="may change")
+    dry_run: bool = opt(
+        False, "Print what would run (batch script, rank map) and start nothing.", on_resume="may change"
+    )
     resume: str | None = opt(
         None,
         "Continue the run in this run directory from its newest checkpoint, in the mode it "
         "started in (train, --local, SLURM) and with its own configuration. Flags that change "
         "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
         "given; others that differ from the run's are refused.",
+        on_resume="may change",
     )
 
 
@@ -53,30 +61,41 @@ class LaunchConfig:
 class SlurmConfig:
     """sbatch's knobs, passed to submitit; each one is data, never shell text (setup lines excepted)."""
 
-    partition: str | None = opt(None, "SLURM partition (default: the cluster's default partition).")
-    time_min: int = opt(60, "Job time limit in minutes.")
-    account: str | None = opt(None, "SLURM account to charge.")
-    qos: str | None = opt(None, "SLURM quality of service.")
-    constraint: str | None = opt(None, "Node features the job needs (sbatch --constraint).")
-    mem_gb: int | None = opt(None, "Memory per node in GB (default: the partition's).")
-    cpus_per_task: int | None = opt(None, "CPUs per task (DALI's reader and decoder threads run on them).")
-    exclusive: bool = opt(False, "Take whole nodes (sbatch --exclusive).")
+    partition: str | None = opt(
+        None, "SLURM partition (default: the cluster's default partition).", on_resume="may change"
+    )
+    time_min: int = opt(60, "Job time limit in minutes.", on_resume="may change")
+    account: str | None = opt(None, "SLURM account to charge.", on_resume="may change")
+    qos: str | None = opt(None, "SLURM quality of service.", on_resume="may change")
+    constraint: str | None = opt(None, "Node features the job needs (sbatch --constraint).", on_resume="may change")
+    mem_gb: int | None = opt(None, "Memory per node in GB (default: the partition's).", on_resume="may change")
+    cpus_per_task: int | None = opt(
+        None, "CPUs per task (DALI's reader and decoder threads run on them).", on_resume="may change"
+    )
+    exclusive: bool = opt(False, "Take whole nodes (sbatch --exclusive).", on_resume="may change")
     sbatch_arg: list[str] = field(
         default_factory=list,
-        metadata={"help": "Extra #SBATCH line as KEY=VALUE (repeatable), e.g. --sbatch-arg mail-type=END."},
+        metadata={
+            "help": "Extra #SBATCH line as KEY=VALUE (repeatable), e.g. --sbatch-arg mail-type=END.",
+            "on_resume": "may change",
+        },
     )
     srun_arg: list[str] = field(
-        default_factory=list, metadata={"help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none."}
+        default_factory=list,
+        metadata={"help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none.", "on_resume": "may change"},
     )
     setup: list[str] = field(
         default_factory=list,
         metadata={
             "help": "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs. "
-            "It is shell, run as written: quote what must stay data. One line per flag, no newline."
+            "It is shell, run as written: quote what must stay data. One line per flag, no newline.",
+            "on_resume": "may change",
         },
     )
-    container_image: str | None = opt(None, "Container image for pyxis/enroot sites (srun --container-image).")
-    detach: bool = opt(False, "Return once submitted instead of following the job.")
+    container_image: str | None = opt(
+        None, "Container image for pyxis/enroot sites (srun --container-image).", on_resume="may change"
+    )
+    detach: bool = opt(False, "Return once submitted instead of following the job.", on_resume="may change")
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,26 @@ class RunConfig:
         return self.nodes * (self.launch.gpus_per_node or 1)
 
 
+# The flags of every command that takes a run's settings, in --help's panels.
+RUN_OPTIONS = (
+    ("Job", (LaunchConfig,)),
+    ("SLURM", (SlurmConfig,)),
+    ("Data", (DataConfig,)),
+    ("Training", (TrainConfig,)),
+    ("Distributed", (DistributedConfig,)),
+    ("Checkpoints and failures", (ResilienceConfig,)),
+    ("Observe", (ObserveConfig,)),
+)
+
+
+def marked(key: str) -> dict[str, object]:
+    """Field name -> its `key` metadata (on_resume, path), over every settings class of a run."""
+    hints = typing.get_type_hints(RunConfig)
+    return {
+        f.name: f.metadata[key] for table in fields(RunConfig) for f in fields(hints[table.name]) if key in f.metadata
+    }
+
+
 def node_range(text: str) -> tuple[int, int]:
     """`2` -> (2, 2), `1-4` -> (1, 4); a UsageError for anything else."""
     low, dash, high = str(text).strip().partition("-")
@@ -149,15 +188,14 @@ def counted(n: int, noun: str) -> str:
 def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> TaskSpec:
     """What every task of this run reads: the run's configs, with the launcher's knowledge filled in.
 
-    `backend` (none, local, slurm) names the environment table the tasks read their rank from.
+    `backend` (train, local, slurm) names the environment table the tasks read their rank from.
     """
     from dataclasses import replace
 
     from dali_launch.trainer.cache import cache_root
 
     # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
-    distributed = replace(
-        run.distributed,
+    layout = Layout(
         backend=backend,
         num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
         local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
@@ -169,7 +207,8 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
         run_dir=run_dir,
         data=replace(run.data, data_dir=data_dir),
         train=train,
-        distributed=distributed,
+        distributed=run.distributed,
         resilience=run.resilience,
         observe=run.observe,
+        layout=layout,
     )

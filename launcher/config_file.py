@@ -24,6 +24,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from dali_launch.launcher.config import RunConfig
+from dali_launch.trainer.config import Layout
 from dali_launch.trainer.errors import UsageError
 
 _WANT = {
@@ -104,7 +105,7 @@ def _key_fix(key: str, table: str, cls: type, known: dict) -> str:
     homes = [t for t, keys in known.items() if key in keys]
     if homes:
         return f"; {key} belongs in [{homes[0]}]"
-    if key in {f.name for f in dataclasses.fields(cls)}:  # a field hidden from the CLI
+    if key in {f.name for f in dataclasses.fields(cls)} | {f.name for f in dataclasses.fields(Layout)}:  # hidden
         return f"; dali-launch sets {key} itself, leave it out"
     return _guess(key, known[table]) or f"; keys of [{table}] are {', '.join(known[table])}"
 

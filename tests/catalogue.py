@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 
 from dali_launch.launcher.cli import main
-from dali_launch.launcher.data import datasets
-from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data import datasets, idx
 from dali_launch.trainer.data import protobuf as pb
 
 ERROR = "dali-launch: error: "
@@ -43,7 +42,7 @@ def encoded_image(fmt: str = "JPEG", size: int = 28) -> bytes:
 
 
 def good_records(n: int = 4, image: bytes | None = None) -> list[bytes]:
-    return [data_prepare.caffe2_record(image or encoded_image(), i % 10) for i in range(n)]
+    return [idx.caffe2_record(image or encoded_image(), i % 10) for i in range(n)]
 
 
 def _lmdb(path: Path, records: list[bytes]) -> Path:
@@ -101,10 +100,10 @@ def raw_pixels() -> bytes:
     return pb.field(1, raw) + pb.field(1, label)
 
 
-def label_record(*values: float, kind: int = data_prepare._INT32) -> bytes:
+def label_record(*values: float, kind: int = idx._INT32) -> bytes:
     """A record with a good image and a label tensor holding `values` (INT32 or FLOAT, packed)."""
-    image = pb.varint_field(2, data_prepare._STRING) + pb.field(6, encoded_image())
-    if kind == data_prepare._INT32:
+    image = pb.varint_field(2, idx._STRING) + pb.field(6, encoded_image())
+    if kind == idx._INT32:
         data = pb.field(4, b"".join(pb.varint(pb.unsigned(int(v))) for v in values))
     else:
         data = pb.field(3, np.array(values, "<f4").tobytes())
@@ -148,8 +147,8 @@ def global_order_run(tmp: Path, data: Path, **train) -> Path:
     """A --local --sample-order global run on 2 processes × 2 devices (global batch 120) over `data`, stopped
     mid-epoch at position 360: its run directory, with its checkpoint as the launcher reads one before a
     resume (Orbax's JSON metadata of a complete step), so elastic resume's refusals need no real run."""
-    from dali_launch.launcher import runs
     from dali_launch.launcher.config import LaunchConfig, RunConfig
+    from dali_launch.launcher.route import directory
     from dali_launch.trainer.config import DataConfig, TrainConfig
     from dali_launch.trainer.data import records
 
@@ -158,7 +157,7 @@ def global_order_run(tmp: Path, data: Path, **train) -> Path:
         data=DataConfig(sample_order="global"),
         train=TrainConfig(global_batch_size=120, **train),
     )
-    paths = runs.create(run, data, "local")
+    paths = directory.create(run, data, "local")
     values = (360, 120, 120, 4, 1, records.fingerprint_of(data / "training"))
     meta = {"epoch": 0, "calls_done": 3, "dali": [[], []], "order": dict(zip(ORDER_KEYS, values))}
     step = paths.checkpoints / "360"
@@ -186,14 +185,14 @@ def nothing_starts(monkeypatch):
     """Any job start, submission or device use fails the test loudly: the entries must stop before."""
     import submitit
 
-    from dali_launch.launcher.backends.local import LocalJob
+    from dali_launch.launcher.backends.local import LocalRanks
     from dali_launch.trainer import task, topology
 
     def boom(*args, **kwargs):
         raise AssertionError("a bad input got as far as starting a job or taking a device")
 
     monkeypatch.setattr(task, "run_task", boom)
-    monkeypatch.setattr(LocalJob, "start", boom)
+    monkeypatch.setattr(LocalRanks, "start", boom)
     monkeypatch.setattr(submitit.SlurmExecutor, "submit", boom)
     monkeypatch.setattr(topology, "initialize", boom)
     monkeypatch.setattr(topology, "local_devices", boom)

@@ -17,7 +17,7 @@ import pytest
 import submitit  # noqa: F401 - see below
 
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.data.prepare import load_split, prepare, read_idx, write_lmdb
+from dali_launch.launcher.data.idx import load_split, prepare, read_idx, write_lmdb
 from dali_launch.trainer.run_dir import RunPaths
 
 # submitit's logger keeps the stream it finds at import: imported first inside a test, that is the
@@ -235,6 +235,30 @@ def final_params(paths: RunPaths) -> dict:
     manager = ocp.CheckpointManager(paths.checkpoints.absolute())
     state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
     return flatten_dict(state["params"], sep="/")
+
+
+_START_POINT = """
+import json, sys
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.resilience import start_point
+from dali_launch.trainer.run_dir import RunPaths
+paths, processes, devices = RunPaths(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+spec = TaskSpec.load(paths.root)
+start = start_point.read(paths, spec, 0, processes, devices)
+plan = start_point.check_resume(paths, spec, [devices], [processes])
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"jax", "jaxlib", "orbax", "flax"})
+print(json.dumps({"step": start.step, "calls": start.calls_done, "offset": start.offset, "plan": plan, "heavy": heavy}))
+"""
+
+
+def start_point_without_jax(root: Path, processes: int, devices: int) -> dict:
+    """Read in a fresh interpreter, as the launcher's --resume and a task read it: where process 0 of a job of
+    `processes` processes and `devices` devices starts in the run at `root` (its checkpoint's step, the
+    calls done, the offset), what check_resume says of it, and which of JAX, Orbax, Flax that imported."""
+    args = [sys.executable, "-c", _START_POINT, str(root), str(processes), str(devices)]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 # Two different XLA programs (pmap and sharded, K steps per call or 1, one process or several) run

@@ -14,7 +14,7 @@ import pytest
 from catalogue import run_entry
 from conftest import REPO, check_ok, dali_launch, squeue, wait_for
 
-from dali_launch.launcher import slurm_template
+from dali_launch.launcher.backends import slurm_template
 from dali_launch.launcher.backends.srun_step import expand_counts, step_of
 from dali_launch.launcher.cli import main
 from dali_launch.trainer.run_dir import RunPaths
@@ -190,7 +190,7 @@ def test_user_sbatch_script_runs_two_nodes_to_the_end(slurm_env, small_lmdb, tmp
     assert out.count("done: test accuracy") == 1  # process 0 reports; the other task says nothing of it
     assert "epoch 0: loss" in paths.log(0).read_text() and paths.log(1).exists()
     status = dali_launch("status", str(paths.root), env=slurm_env)
-    assert "COMPLETED; epoch 0 test accuracy" in status.stdout
+    assert "finished; epoch 0 test accuracy" in status.stdout
 
 
 @pytest.mark.slurm

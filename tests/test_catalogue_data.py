@@ -31,8 +31,7 @@ from catalogue import (
 )
 from conftest import REPO
 
-from dali_launch.launcher.data import datasets
-from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data import datasets, idx
 
 DATA = [
     pytest.param(
@@ -100,14 +99,14 @@ DATA = [
         "record 00000001 of {data}/training is corrupt (the image is not an "
         "encoded image (JPEG, PNG, BMP, TIFF, WebP, GIF)); re-create the data set with "
         "`dali-launch data prepare`",
-        one_bad(data_prepare.caffe2_record(b"garbage" * 30, 1)),
+        one_bad(idx.caffe2_record(b"garbage" * 30, 1)),
         id="image-not-an-image",
     ),
     pytest.param(
         ["--data-dir", "{data}"],
         "record 00000001 of {data}/training is a GIF, which DALI's image decoder "
         "does not read; re-create the data set with `dali-launch data prepare` (it writes JPEGs)",
-        one_bad(data_prepare.caffe2_record(encoded_image("GIF"), 1)),
+        one_bad(idx.caffe2_record(encoded_image("GIF"), 1)),
         id="image-gif",
     ),
     pytest.param(
@@ -115,7 +114,7 @@ DATA = [
         "record 00000001 of {data}/training is not a readable JPEG (its header "
         "ends before the image size); re-create the data set with `dali-launch data prepare` (it writes "
         "JPEGs)",
-        one_bad(data_prepare.caffe2_record(b"\xff\xd8" + b"garbage" * 30, 1)),
+        one_bad(idx.caffe2_record(b"\xff\xd8" + b"garbage" * 30, 1)),
         id="image-jpeg-garbage",
     ),
     pytest.param(
@@ -123,7 +122,7 @@ DATA = [
         "record 00000001 of {data}/training is a truncated JPEG (it does not end "
         "with the end-of-image marker); re-create the data set with `dali-launch data prepare` (it writes "
         "JPEGs)",
-        one_bad(data_prepare.caffe2_record(encoded_image()[:-10], 1)),
+        one_bad(idx.caffe2_record(encoded_image()[:-10], 1)),
         id="image-jpeg-truncated",
     ),
     pytest.param(
@@ -137,7 +136,7 @@ DATA = [
         ["--data-dir", "{data}"],
         "record 00000001 of {data}/training is a 32×32 image but the records "
         "before it are 28×28; the model takes one image size, so resize them",
-        one_bad(data_prepare.caffe2_record(encoded_image("PNG", 32), 1)),
+        one_bad(idx.caffe2_record(encoded_image("PNG", 32), 1)),
         id="image-sizes-mixed",
     ),
     pytest.param(

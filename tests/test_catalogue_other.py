@@ -42,6 +42,22 @@ OTHER = [
         id="status-unknown-job",
     ),
     pytest.param(
+        ["logs", "{tmp}/runs/gone-20261130-120000", "--run-root", "{root}"],
+        "{tmp}/runs/gone-20261130-120000: no such run directory; pass one that dali-launch made (see `dali-launch runs`)",
+        id="logs-missing-run-directory",
+    ),
+    pytest.param(
+        ["cancel", "gone-20261130-120000", "--run-root", "{root}"],
+        "no run named gone-20261130-120000 under --run-root {root}; pass a run directory, a run name "
+        "`dali-launch runs {root}` lists, or a SLURM job id",
+        id="cancel-unknown-run-name",
+    ),
+    pytest.param(
+        ["status", "{tmp}/empty"],
+        "{tmp}/empty is not a run directory (no config.json); pass one that dali-launch made",
+        id="status-not-a-run-directory",
+    ),
+    pytest.param(
         ["ci", "--pytest-args", "-k 'a", "--platform", "cpu"],
         '--pytest-args "-k \'a" is not valid shell quoting (No closing quotation); balance its quotes',
         id="ci-pytest-args-quoting",

@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from catalogue import check_entry, dataset, run_entry
+from catalogue import check_entry, class_folders, dataset, run_entry
 
-from dali_launch.launcher import runs
 from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.route import directory
 
 VITS = "--model vit-ti16, vit-s16, vit-b16"
 IMAGES = ["--pipeline", "folders", "--image-size", "32"]
@@ -120,7 +120,7 @@ RECIPES = [
 def a_run(tmp) -> dict:
     """The good data set, and a run directory as the launcher writes it, before any checkpoint."""
     run = RunConfig(launch=LaunchConfig(run_root=str(tmp / "old-runs")))
-    return {**dataset(tmp), "run": runs.create(run, tmp / "empty", "none").root}
+    return {**dataset(tmp), "run": directory.create(run, tmp / "empty", "train").root}
 
 
 @pytest.mark.parametrize("args, message", RECIPES)
@@ -132,7 +132,7 @@ def test_recipes(capsys, place, nothing_starts, args, message):
 WRITE = """
 import sys
 import jax, jax.numpy as jnp, numpy as np, orbax.checkpoint as ocp
-from dali_launch.trainer.model.models import create_model
+from dali_launch.trainer.entry_points import create_model
 model = create_model("vit-ti16", 10)
 shapes = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), jax.ShapeDtypeStruct((1, 64, 64, 3), jnp.float32))
 ocp.PyTreeCheckpointer().save(sys.argv[1], {"params": jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes["params"])})
@@ -154,7 +154,7 @@ def vit_at_64(tmp_path_factory):
     "args, message",
     [
         pytest.param(
-            ["--model", "vit-ti16", "--num-classes", "4"],
+            ["--model", "vit-ti16"],
             "--init-from {ckpt}: params/pos_embedding is (1, 16, 192) there but (1, 4, 192) in --model vit-ti16; "
             "start from a checkpoint of the same model (only a head of another --num-classes is re-initialised)",
             id="init-from-other-shape",
@@ -173,5 +173,6 @@ def test_an_incompatible_checkpoint_is_refused_before_anything_is_written(
 ):
     """The launcher compares the shapes (in a child on the CPU) and names the first that differs."""
     folder, _ = place
-    argv = ["train", *args, *IMAGES, "--init-from", str(vit_at_64), "--data-dir", str(folder / "empty")]
+    data = class_folders(4)(folder)["data"]  # good data: the check comes after the data's own
+    argv = ["train", *args, *IMAGES, "--num-classes", "4", "--init-from", str(vit_at_64), "--data-dir", str(data)]
     run_entry(capsys, folder, [*argv, "--run-root", str(folder / "runs")], message.format(ckpt=vit_at_64))

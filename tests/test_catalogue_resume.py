@@ -10,8 +10,8 @@ import shutil
 import pytest
 from catalogue import dataset, global_order_run, good_records, run_entry
 
-from dali_launch.launcher import runs
 from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.route import directory
 from dali_launch.trainer.data import records
 
 
@@ -23,7 +23,7 @@ def test_resume_of_a_run_whose_data_is_gone(capsys, place, nothing_starts, comma
     data = dataset(folder / "kept")["data"]
     backend = "none" if command == ["train"] else "local"
     run = RunConfig(launch=LaunchConfig(run_root=str(folder / "old-runs"), gpus_per_node=1, local=backend == "local"))
-    run_dir = runs.create(run, data, backend).root
+    run_dir = directory.create(run, data, backend).root
     shutil.rmtree(data)
     run_entry(
         capsys,

@@ -10,8 +10,7 @@ from conftest import write_idx
 from nvidia.dali import fn, pipeline_def, types
 
 from dali_launch.launcher.cli import main
-from dali_launch.launcher.data import datasets
-from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data import datasets, idx
 from dali_launch.trainer.errors import UsageError
 
 
@@ -33,8 +32,8 @@ def _dali_read(path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_round_trip_through_dali(mnist_lmdb):
-    idx_images = data_prepare.read_idx(datasets.EMBEDDED_IDX / "t10k-images-idx3-ubyte.gz")
-    idx_labels = data_prepare.read_idx(datasets.EMBEDDED_IDX / "t10k-labels-idx1-ubyte.gz")
+    idx_images = idx.read_idx(datasets.EMBEDDED_IDX / "t10k-images-idx3-ubyte.gz")
+    idx_labels = idx.read_idx(datasets.EMBEDDED_IDX / "t10k-labels-idx1-ubyte.gz")
     order = np.random.default_rng(0).permutation(10_000)
     test_ids, train_ids = np.sort(order[:2000]), np.sort(order[2000:])
     for split, ids in (("training", train_ids), ("testing", test_ids)):
@@ -52,29 +51,29 @@ def test_train_and_t10k_become_training_and_testing(tmp_path):
         images = np.random.default_rng(n).integers(0, 255, (n, 28, 28), np.uint8)
         write_idx(src / f"{prefix}-images-idx3-ubyte.gz", images)
         write_idx(src / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
-    report = data_prepare.prepare(src, tmp_path / "out")
+    report = idx.prepare(src, tmp_path / "out")
     assert report.counts == {"training": 30, "testing": 12}
     assert datasets.check_lmdb(tmp_path / "out" / "training", "x") == 30
 
 
 def test_refuses_to_overwrite_and_leaves_nothing_on_failure(tmp_path, mnist_lmdb):
     with pytest.raises(UsageError, match="exists and is not empty"):
-        data_prepare.prepare(datasets.EMBEDDED_IDX, mnist_lmdb)
+        idx.prepare(datasets.EMBEDDED_IDX, mnist_lmdb)
     src = tmp_path / "idx"
     src.mkdir()
     (src / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\x00\x00\x08\x03" + (5).to_bytes(4, "big")))
     write_idx(src / "t10k-labels-idx1-ubyte.gz", np.zeros(5, np.uint8))
     with pytest.raises(UsageError, match="truncated"):
-        data_prepare.prepare(src, tmp_path / "out")
+        idx.prepare(src, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
 def test_record_checks_catch_what_dali_would_reject():
-    good = data_prepare.caffe2_record(b"\xff\xd8 jpeg bytes", 3)
-    data_prepare.check_caffe2_record(good)
-    for bad in (b"garbage!", good[:-3], data_prepare.caffe2_record(b"not an image", 1)):
+    good = idx.caffe2_record(b"\xff\xd8 jpeg bytes", 3)
+    idx.check_caffe2_record(good)
+    for bad in (b"garbage!", good[:-3], idx.caffe2_record(b"not an image", 1)):
         with pytest.raises(ValueError):
-            data_prepare.check_caffe2_record(bad)
+            idx.check_caffe2_record(bad)
 
 
 def test_data_prepare_folders_writes_every_image_under_its_label(small_idx, tmp_path, capsys):

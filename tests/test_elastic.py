@@ -17,12 +17,11 @@ import jax
 import numpy as np
 import pytest
 from catalogue import ORDER_KEYS
-from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
+from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints, start_point_without_jax
 
-from dali_launch.launcher.resume import newest_order
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.resilience import elastic
+from dali_launch.trainer.resilience import elastic, saved
 from dali_launch.trainer.resilience.checkpoint import Checkpointer
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -91,7 +90,7 @@ def test_checkpoints_in_trailing_padding_calls_get_new_step_numbers(tmp_path):
     for calls_done in (8, 9):
         checkpointer.save(800, 0, calls_done, {"w": np.zeros(2, np.float32)}, tally, [], {"position": 800})
     assert checkpointer.manager.all_steps() == [800, 801]
-    assert checkpointer.latest().calls_done == 9
+    assert saved.newest(RunPaths(tmp_path)).calls_done == 9  # what every task starts from (start_point.read)
 
 
 STOPPER = """
@@ -157,8 +156,24 @@ def runs(small_lmdb, tmp_path_factory):
     assert not paths.result.exists()
     assert json.loads(next(paths.checkpoints.glob("*/meta/metadata")).read_text())["calls_done"] > 0
     # The catalogue's elastic refusals (test_catalogue_resume.py) fake a checkpoint with this record.
-    assert sorted(newest_order(paths)) == sorted(ORDER_KEYS)
+    assert sorted(saved.newest(paths).order) == sorted(ORDER_KEYS)
     return root, only_run(root / "whole"), paths, env
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_trained_runs_start_point_is_read_without_jax(runs):
+    """The cut run's real checkpoint, as --resume on 1 process × 3 devices and that job's tasks read it
+    (start_point.py): 3 devices keep the global batch of 120, the calls of 120 before its position are done."""
+    _, _, cut, _ = runs
+    position = saved.newest(cut).order["position"]
+    assert start_point_without_jax(cut.root, processes=1, devices=3) == {
+        "step": saved.newest(cut).step,
+        "calls": position // 120,
+        "offset": position % 120,
+        "plan": "elastic resume: 4 -> 3 devices, global batch 120 kept (40 per device), learning rate unchanged",
+        "heavy": [],
+    }
 
 
 @pytest.mark.slow
@@ -195,6 +210,6 @@ def _check_rescaled(moved: RunPaths, cut: RunPaths, stdout: str) -> None:
     assert "3 devices, 30 per device kept: global batch 90, learning rate x0.75 (90/120)" in stdout, stdout
     (record,) = [json.loads(line) for line in moved.elastic.read_text().splitlines()]
     assert (record["rule"], record["global_batch"], record["lr_scale"]) == ("rescale", 90, 0.75)
-    assert record["position"] == newest_order(cut)["position"] and record["position"] % 90, record
+    assert record["position"] == saved.newest(cut).order["position"] and record["position"] % 90, record
     rates = [json.loads(line)["learning_rate"] for line in moved.metrics.read_text().splitlines()]
     assert rates == pytest.approx([0.1 * 0.75] * 2)

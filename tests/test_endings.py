@@ -18,7 +18,7 @@ import time
 import pytest
 from conftest import alive, check_ok, dali_launch, has_checkpoint, only_run, rank_pid, reap, start, wait_for
 
-from dali_launch.launcher import runs
+from dali_launch.launcher.route import resume
 from dali_launch.trainer.errors import UsageError
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -64,7 +64,7 @@ def _start(args, root, env=None) -> subprocess.Popen:
 
 def _unlocked(paths) -> bool:
     try:
-        runs.check_not_live(paths)
+        resume.refuse_live(paths)
     except UsageError:
         return False
     return True

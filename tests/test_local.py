@@ -23,7 +23,8 @@ from conftest import (
     wait_for,
 )
 
-from dali_launch.trainer.config import DistributedConfig, TaskSpec
+from dali_launch.trainer.config import DistributedConfig, Layout, TaskSpec
+from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -144,9 +145,8 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
     """Process 0 of 2 waits for a peer that never comes: bounded, and the error says why."""
     spec = TaskSpec(
         run_dir=str(tmp_path),
-        distributed=DistributedConfig(
-            backend="local", platform="cpu", num_processes=2, local_device_count=1, init_timeout_s=5
-        ),
+        distributed=DistributedConfig(platform="cpu", init_timeout_s=5),
+        layout=Layout(backend="local", num_processes=2, local_device_count=1),
     )
     write_atomic(RunPaths(tmp_path).config, spec.to_json())
     env = {
@@ -196,22 +196,43 @@ def test_a_local_run_resumes_from_its_directory_and_reports_itself(small_lmdb, t
     assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
     status = dali_launch("status", str(paths.root))
     check_ok(status)
-    assert status.stdout.startswith(f"run {paths.root.name}: COMPLETED; epoch 1 test accuracy")
+    assert status.stdout.startswith(f"run {paths.root.name}: finished; epoch 1 test accuracy")
     logs = dali_launch("logs", str(paths.root), "--follow")
     check_ok(logs)
     assert "\n[rank 1] " in logs.stdout and "[rank 0] epoch 1:" in logs.stdout
 
 
-def test_status_and_cancel_of_a_running_local_run(mnist_lmdb, tmp_path):
-    proc = start(*FOREVER, "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path), stdout=subprocess.DEVNULL)
+def test_status_logs_and_cancel_of_a_running_local_run_by_its_name(mnist_lmdb, tmp_path):
+    """`status`, `logs` and `cancel` take the run's name as `runs` lists it. Cancelled, the ranks checkpoint
+    and stop; the launcher following the run says so (the step, how to resume) and exits 0, as `cancel` does;
+    every command then calls the run `cancelled`."""
+    console = tmp_path / "launcher.out"
+    root = tmp_path / "runs"
+    with console.open("w") as out:
+        proc = start(*FOREVER, "--data-dir", str(mnist_lmdb), "--run-root", str(root), stdout=out)
     try:
-        wait_for(lambda: rank_report(tmp_path, 1), timeout_s=120)
-        paths = only_run(tmp_path)
-        assert ": RUNNING" in dali_launch("status", str(paths.root)).stdout
-        cancelled = dali_launch("cancel", str(paths.root))
-        assert cancelled.stdout.startswith(f"stopping run {paths.root.name} (SIGTERM to 2 processes)"), cancelled
-        proc.communicate(timeout=60)
+        wait_for(lambda: rank_report(root, 1), timeout_s=120)
+        paths = only_run(root)
+        by_name = [paths.root.name, "--run-root", str(root)]
+        assert f"run {paths.root.name}: running" in dali_launch("status", *by_name).stdout
+        assert "[rank 1] " in dali_launch("logs", *by_name).stdout
+        cancelled = dali_launch("cancel", *by_name, timeout=150)
+        _, err = proc.communicate(timeout=60)
     finally:
         reap(proc)
-    assert proc.returncode != 0
-    assert "RUNNING" not in dali_launch("status", str(paths.root)).stdout
+    check_ok(cancelled)
+    said = cancelled.stdout.splitlines()
+    assert said[0] == f"stopping run {paths.root.name} (SIGTERM to 2 processes)", cancelled.stdout
+    step = saved.newest(paths).step
+    assert (
+        said[-1]
+        == f"run {paths.root.name}: cancelled; resume from step {step} with `dali-launch --resume {paths.root}`"
+    )
+    assert proc.returncode == 0 and "a rank failed" not in err, err
+    assert (
+        f"cancelled (`dali-launch cancel`); checkpoint written at step {step}; resume with `dali-launch --resume "
+        f"{paths.root}`" in console.read_text()
+    )
+    assert f"run {paths.root.name}: cancelled" in dali_launch("status", str(paths.root)).stdout
+    [row] = json.loads(dali_launch("runs", str(root), "--json").stdout)
+    assert row["state"] == "cancelled"

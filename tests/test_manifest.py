@@ -9,7 +9,7 @@ from importlib import metadata
 
 from conftest import REPO
 
-from dali_launch.trainer.config import DistributedConfig, TaskSpec
+from dali_launch.trainer.config import DistributedConfig, Layout, TaskSpec
 from dali_launch.trainer.observe.manifest import REDACTED, git_revision, write_manifest
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.topology import from_environment
@@ -51,9 +51,10 @@ def test_manifest_of_a_slurm_task(tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)
     spec = TaskSpec(
         run_dir=str(tmp_path),
-        distributed=DistributedConfig(backend="slurm", platform="cpu", num_processes=2, local_device_count=1),
+        distributed=DistributedConfig(platform="cpu"),
+        layout=Layout(backend="slurm", num_processes=2, local_device_count=1),
     )
-    topology = from_environment(spec.distributed)
+    topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(tmp_path)
 
     written = write_manifest(paths, spec, topology, jax.local_devices(backend="cpu")[:1])
@@ -96,7 +97,9 @@ def test_manifest_outside_slurm_has_no_slurm_facts(tmp_path, monkeypatch):
     for name in list(SLURM):
         monkeypatch.delenv(name, raising=False)
     spec = TaskSpec(run_dir=str(tmp_path))
-    manifest = write_manifest(RunPaths(tmp_path), spec, from_environment(spec.distributed), env={"HOME": "/home/u"})
+    manifest = write_manifest(
+        RunPaths(tmp_path), spec, from_environment(spec.layout, spec.distributed.platform), env={"HOME": "/home/u"}
+    )
     assert manifest["slurm"] == {} and manifest["environment"] == {"HOME": "/home/u"}
     assert manifest["topology"]["num_processes"] == 1 and manifest["topology"]["devices"] == []
 

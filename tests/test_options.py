@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dali_launch.launcher import cli, launch
+from dali_launch.launcher import cli
 from dali_launch.launcher.ci import cluster_ci
+from dali_launch.launcher.route import launch
 
 
 @pytest.fixture

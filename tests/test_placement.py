@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
 from dali_launch.trainer.data import placement
+from dali_launch.trainer.errors import UsageError
 
 
 @pytest.mark.parametrize(
@@ -28,7 +29,12 @@ from dali_launch.trainer.data import placement
 def test_decoder_resolution(pipeline, decoder, platform, expected):
     config = DataConfig(pipeline=pipeline, decoder=decoder)
     assert placement.decoder(config, platform) == expected
-    assert placement.dali_on_gpu(config, platform) == (expected == "mixed")
+    assert placement.place(TaskSpec(run_dir="x", data=config), platform).decoder == expected
+
+
+def test_nvjpeg_on_cpu_devices_is_refused_before_anything_starts():
+    with pytest.raises(UsageError, match=r"^--decoder mixed decodes on the GPU, but this run has CPU devices; use "):
+        placement.place(TaskSpec(run_dir="x", data=DataConfig(decoder="mixed")), "cpu")
 
 
 def plain_pipeline(args):  # a user's pipeline function that says nothing about its decoder
@@ -141,7 +147,8 @@ def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, g
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     monkeypatch.setenv(placement.CODECS_PATH, "")
     monkeypatch.delenv(placement.CODECS_PATH)
-    configure_process_env(Topology(0, 1, None, 1, (0,), "host", "gpu"), DataConfig(decoder=decoder), graphs)
+    spec = TaskSpec(run_dir="x", data=DataConfig(decoder=decoder), train=TrainConfig(cuda_graphs=graphs))
+    configure_process_env(Topology(0, 1, None, 1, (0,), "host", "gpu"), placement.place(spec, "gpu"))
     assert (placement.CODECS_PATH in os.environ) is codecs_only
     flags = os.environ["XLA_FLAGS"].split()
     assert "--xla_dump_to=/tmp/x" in flags and ("--xla_gpu_enable_command_buffer=" in flags) is graphs_off
@@ -152,19 +159,26 @@ def test_gpu_decoding_settings_are_arguments_dali_takes(op):
     """On a GPU, the built-in image pipelines give nvJPEG the hardware decoder's share and buffer sizes.
     No GPU exists here, so the arguments are checked against DALI's own schema of the decoders: a
     misspelt one would otherwise fail only on a GPU machine."""
-    from types import SimpleNamespace
-
     from nvidia.dali import backend, types
 
     from dali_launch.trainer.data.dali import pipeline_args
 
-    gpu = SimpleNamespace(platform="gpu")  # a GPU device as pipeline_args sees it: its platform
-    config = DataConfig(pipeline="folders", hw_decoder_load=0.35, output_dtype="float16")
-    args = pipeline_args("x", gpu, 0, 1, 8, True, config, 0)
+    spec = TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", hw_decoder_load=0.35, output_dtype="float16"))
+    config = resolved_data(spec, "gpu")  # folders on a GPU: nvJPEG
+    args = pipeline_args("x", 0, 1, 8, True, config, 0)
     assert args.dtype() == types.FLOAT16
     kwargs = args.decoder_args()
     assert kwargs.pop("device") == "mixed" and kwargs["hw_decoder_load"] == 0.35
     schema = backend.GetSchema(op)
     assert kwargs and all(schema.HasArgument(name) for name in kwargs), kwargs
-    cpu = pipeline_args("x", SimpleNamespace(platform="cpu"), 0, 1, 8, True, DataConfig(pipeline="folders"), 0)
+    cpu = pipeline_args(
+        "x", 0, 1, 8, True, resolved_data(TaskSpec(run_dir="x", data=DataConfig(pipeline="folders")), "cpu"), 0
+    )
     assert cpu.decoder_args() == {"device": "cpu"}  # CPU decoders take none of nvJPEG's settings
+
+
+def resolved_data(spec: TaskSpec, platform: str) -> DataConfig:
+    """The data config pipelines are built from: `spec`'s, its auto values resolved for one device."""
+    from dali_launch.trainer.resolve import resolve
+
+    return resolve(spec, placement.place(spec, platform), 1, 1, 1).data_config(spec.data)

@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data import idx
 from dali_launch.trainer.data import protobuf as pb
 from dali_launch.trainer.data.records import caffe2
 
@@ -63,5 +63,5 @@ def test_broken_messages_say_what_is_wrong(message, error):
 @pytest.mark.parametrize("label", [0, 9, -3])
 def test_what_the_launcher_writes_the_trainer_reads(label):
     """The launcher writes Caffe2 records, the trainer's global sample order reads them: one wire format."""
-    image, read = caffe2.parse(data_prepare.caffe2_record(b"\xff\xd8 jpeg", label))
+    image, read = caffe2.parse(idx.caffe2_record(b"\xff\xd8 jpeg", label))
     assert (image, read) == (b"\xff\xd8 jpeg", label)

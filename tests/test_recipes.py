@@ -16,7 +16,7 @@ from catalogue import dataset, encoded_image, run_entry
 from conftest import check_ok, dali_launch, only_run
 
 from dali_launch.launcher.cli import main
-from dali_launch.launcher.data import prepare as data_prepare
+from dali_launch.launcher.data import idx
 
 MODELS = '''
 import flax.linen as nn
@@ -146,8 +146,8 @@ def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, 
         (
             "--model",
             "transformer",
-            "unknown --model transformer; use one of mlp, cnn, resnet18, resnet50, vit-ti16, vit-s16, vit-b16, or "
-            "package.module:factory",
+            "unknown --model transformer; use one of mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16, vit-s16, "
+            "vit-b16, or package.module:factory",
         ),
         (
             "--pipeline",
@@ -173,7 +173,7 @@ def test_bad_entry_points_fail_before_anything_is_written(
             "--model",
             "mypkg.models:not_a_module",
             "--model mypkg.models:not_a_module returned a function, "
-            "not a flax.linen.Module; the factory must return the module itself",
+            "neither a flax.linen.Module nor a flax.nnx.Module; the factory must return the module itself",
             id="factory-not-a-module",
         ),
         pytest.param(
@@ -265,8 +265,8 @@ def test_what_only_the_task_can_see_is_one_line(user_package, tmp_path, args, da
     train, test = data if isinstance(data, tuple) else (data, data)
     root = dataset(
         tmp_path,
-        training=[data_prepare.caffe2_record(encoded_image(), label) for label in train],
-        testing=[data_prepare.caffe2_record(encoded_image(), label) for label in test],
+        training=[idx.caffe2_record(encoded_image(), label) for label in train],
+        testing=[idx.caffe2_record(encoded_image(), label) for label in test],
     )["data"]
     proc = dali_launch(
         "train",

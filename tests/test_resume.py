@@ -1,6 +1,6 @@
-"""`--resume RUN`: from the run directory alone, in the mode the run started in (launcher/resume.py).
+"""`--resume RUN`: from the run directory alone, in the mode the run started in (launcher/route/resume.py).
 
-Run directories are made here as the launcher makes them (runs.create), without training; a resumed
+Run directories are made here as the launcher makes them (directory.create), without training; a resumed
 run that trains is in test_local.py and test_resilience.py.
 """
 
@@ -12,10 +12,10 @@ import json
 import pytest
 from catalogue import run_entry, snapshot
 
-from dali_launch.launcher import runs
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.config import LaunchConfig, RunConfig
-from dali_launch.trainer.config import TrainConfig
+from dali_launch.launcher.route import directory
+from dali_launch.trainer.config import Layout, TaskSpec, TrainConfig
 
 BACKENDS = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}
 
@@ -29,7 +29,7 @@ def made(small_lmdb, tmp_path):
             run_root=str(tmp_path / "made"), local=backend == "local", gpus_per_node=None if backend == "none" else 2
         )
         run = RunConfig(launch=launch, train=TrainConfig(epochs=3))
-        return runs.create(run, small_lmdb, backend)
+        return directory.create(run, small_lmdb, backend)
 
     return make
 
@@ -134,13 +134,27 @@ def test_a_dry_run_of_a_resume_prints_the_plan_and_changes_nothing(capsys, made,
     assert json.loads(paths.config.read_text())["train"]["epochs"] == 3
 
 
+def test_a_run_directory_of_the_previous_version_still_resumes_and_lists(capsys, made, monkeypatch):
+    """Before `Layout`, config.json kept the launcher's layout in `distributed` and named `train`'s mode `none`."""
+    from dali_launch.launcher.commands import runs as run_list
+
+    paths = made("none")
+    spec = json.loads(paths.config.read_text())
+    spec["distributed"].update({**spec.pop("layout"), "backend": "none"})
+    paths.config.write_text(json.dumps(spec))
+    assert TaskSpec.load(paths.root).layout == Layout(backend="train", num_processes=1)
+    assert run_list.describe(paths)["mode"] == "train"
+    code = main(["train", "--resume", str(paths.root), "--dry-run"])
+    assert code == 0 and f"resuming {paths.root} (started by `dali-launch train`)" in capsys.readouterr().out
+
+
 def test_a_changed_flag_is_written_to_the_run_before_it_continues(made, monkeypatch, capsys):
     """More epochs reach the tasks: config.json and config.toml hold the new value, and the run
     continues in its own mode (here: the local backend, stopped at its start)."""
     from dali_launch.launcher.backends import local
 
     paths, started = made("local"), []
-    monkeypatch.setattr(local, "LocalJob", lambda run, p, echo: started.append((run, p)) or _Stop())
+    monkeypatch.setattr(local, "LocalRanks", lambda run, p, echo: started.append((run, p)) or _Stop())
     with pytest.raises(_Stopped):
         main(["--resume", str(paths.root), "--epochs", "7", "--watchdog-s", "30"])
     ((run, at),) = started

@@ -1,4 +1,4 @@
-"""`dali-launch runs` tells finished, failed, running and interrupted runs apart; `plot` draws several."""
+"""`dali-launch runs` tells finished, failed, running, interrupted and cancelled runs apart; `plot` draws several."""
 
 from __future__ import annotations
 
@@ -41,6 +41,27 @@ def _rows(root) -> dict[str, dict]:
     return {row["run"]: row for row in json.loads(proc.stdout)}
 
 
+def _cancelled_train_run(root, common):
+    """A `train` run stopped by `dali-launch cancel`: it checkpoints, and both commands end with exit 0."""
+    proc = subprocess.Popen(
+        [*CLI, "train", *common, "--epochs", "1000", "--name", "cancelled", "--run-root", str(root)],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(lambda: proc.poll() is not None or rank_report(root, 0), timeout_s=120)
+        [row] = _rows(root).values()
+        check_ok(dali_launch("cancel", row["run"], "--run-root", str(root), timeout=150))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert proc.returncode == 0, err
+    assert "cancelled (`dali-launch cancel`); checkpoint written at step" in out
+    return root
+
+
 def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     root, common = tmp_path / "runs", ["--data-dir", str(small_lmdb), "--gpus-per-node", "2", "--log-every-steps", "4"]
     check_ok(dali_launch("train", *common, "--epochs", "2", "--name", "done", "--run-root", str(root)))
@@ -77,6 +98,9 @@ def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     # A SLURM run's job id: where squeue exists, the run is asked for there (a job long gone: not running).
     (live_root / stopped["run"] / "job.json").write_text(json.dumps({"job_id": "999999"}))
     assert [row["state"] for row in _rows(live_root).values()] == ["interrupted"]
+    assert [row["state"] for row in _rows(_cancelled_train_run(tmp_path / "cancelled", common)).values()] == [
+        "cancelled"
+    ]
 
     rows = {row["run"].split("-")[0]: row for row in _rows(root).values()}
     assert rows["done"]["state"] == "finished" and rows["broken"]["state"] == "failed"

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from dali_launch.launcher import runs
 from dali_launch.launcher.config import LaunchConfig, RunConfig
+from dali_launch.launcher.route import directory, resume
 from dali_launch.trainer.config import TaskSpec, TrainConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
@@ -19,41 +19,41 @@ def _run(tmp_path, **train) -> RunConfig:
 
 
 def test_create_writes_every_file_and_names_the_run(tmp_path):
-    paths = runs.create(_run(tmp_path, epochs=3), tmp_path / "data", "local")
+    paths = directory.create(_run(tmp_path, epochs=3), tmp_path / "data", "local")
     assert paths.root.parent == tmp_path / "runs" and paths.root.name.startswith("a-b-c-")
     spec = TaskSpec.load(paths.root)
-    assert (spec.train.epochs, spec.distributed.backend, spec.data.data_dir) == (3, "local", str(tmp_path / "data"))
+    assert (spec.train.epochs, spec.layout.backend, spec.data.data_dir) == (3, "local", str(tmp_path / "data"))
     assert "epochs = 3" in paths.config_toml.read_text() and json.loads(paths.launch.read_text())["name"] == "a b/c"
     assert paths.logs.is_dir()
-    again = runs.create(_run(tmp_path), tmp_path / "data", "local")  # the same second: a suffix, never a clash
+    again = directory.create(_run(tmp_path), tmp_path / "data", "local")  # the same second: a suffix, never a clash
     assert again.root != paths.root
 
 
 def test_check_root_refuses_a_file_on_the_way(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="is not a folder"):
-        runs.check_root(str(tmp_path / "file" / "runs"))
-    runs.check_root(str(tmp_path / "new" / "runs"))  # can be made: fine, and nothing is written
+        directory.check_root(str(tmp_path / "file" / "runs"))
+    directory.check_root(str(tmp_path / "new" / "runs"))  # can be made: fine, and nothing is written
     assert not (tmp_path / "new").exists()
 
 
-def test_reopen_rewrites_the_spec_only_when_changed(tmp_path):
-    paths = runs.create(_run(tmp_path, epochs=3), tmp_path / "data", "none")
+def test_resume_rewrites_the_spec_only_when_changed(tmp_path):
+    paths = directory.create(_run(tmp_path, epochs=3), tmp_path / "data", "none")
     before = paths.config.read_text()
     run = dataclasses.replace(_run(tmp_path, epochs=3), launch=LaunchConfig(resume=str(paths.root)))
-    assert runs.reopen(run, tmp_path / "data", "none", changed=False).root == paths.root
+    assert directory.resume(run, tmp_path / "data", "none", changed=False).root == paths.root
     assert paths.config.read_text() == before
     longer = dataclasses.replace(run, train=TrainConfig(epochs=7))
-    runs.reopen(longer, tmp_path / "data", "none", changed=True)
+    directory.resume(longer, tmp_path / "data", "none", changed=True)
     assert TaskSpec.load(paths.root).train.epochs == 7
     assert "epochs = 7" in paths.config_toml.read_text() and "# resume is unset" in paths.config_toml.read_text()
 
 
 def test_a_held_lock_makes_the_run_live(tmp_path):
     paths = RunPaths(tmp_path / "run")
-    runs.check_not_live(paths)  # no locks at all
+    resume.refuse_live(paths)  # no locks at all
     lock = hold_lock(paths.lock("task"))
     with pytest.raises(UsageError, match="a job is still running in it"):
-        runs.check_not_live(paths)
+        resume.refuse_live(paths)
     lock.close()
-    runs.check_not_live(paths)
+    resume.refuse_live(paths)

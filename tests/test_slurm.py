@@ -72,13 +72,13 @@ def test_status_logs_and_cancel_a_live_job(slurm_env, mnist_lmdb, tmp_path):
     wait_for(lambda: paths.metrics.exists(), timeout_s=120)
     status = dali_launch("status", job_id, *common, env=slurm_env)
     check_ok(status)
-    assert f"job {job_id}: RUNNING; epoch 0 test accuracy" in status.stdout
+    assert f"job {job_id}: running; epoch 0 test accuracy" in status.stdout
     logs = dali_launch("logs", job_id, *common, env=slurm_env)
     assert "[rank 0] epoch 0: loss" in logs.stdout and "[rank 1]" in logs.stdout
     one = dali_launch("logs", str(paths.root), "--rank", "1", *common, env=slurm_env)
     assert "[rank" not in one.stdout and "Starting with JobEnvironment" in one.stdout
     check_ok(dali_launch("cancel", job_id, *common, env=slurm_env))
-    wait_for(lambda: "CANCELLED" in dali_launch("status", job_id, *common, env=slurm_env).stdout, timeout_s=60)
+    wait_for(lambda: ": cancelled" in dali_launch("status", job_id, *common, env=slurm_env).stdout, timeout_s=60)
 
 
 def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):

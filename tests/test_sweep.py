@@ -9,7 +9,7 @@ import pytest
 from catalogue import run_entry
 from conftest import check_ok, dali_launch, squeue
 
-from dali_launch.launcher.sweep import axes, points
+from dali_launch.launcher.route.sweep import axes, points
 from dali_launch.trainer.run_dir import RunPaths
 
 GRID = ["--sweep", "learning-rate=0.05,0.1", "--sweep", "batch_size=25,50"]
@@ -126,8 +126,8 @@ def test_local_sweep_runs_each_point_after_the_other(small_lmdb, tmp_path):
     (sweep_dir,) = tmp_path.iterdir()
     status = json.loads(dali_launch("sweep", "status", str(sweep_dir), "--json").stdout)
     assert [(r["values"], r["state"], r["epochs"]) for r in status] == [
-        ({"learning_rate": 0.05}, "COMPLETED", 1),
-        ({"learning_rate": 0.1}, "COMPLETED", 1),
+        ({"learning_rate": 0.05}, "finished", 1),
+        ({"learning_rate": 0.1}, "finished", 1),
     ]
     configs = [json.loads(RunPaths(r["run_dir"]).config.read_text())["train"]["learning_rate"] for r in status]
     assert configs == [0.05, 0.1]
@@ -176,7 +176,7 @@ def test_two_by_two_sweep_is_one_array_of_four_runs(slurm_env, small_lmdb, tmp_p
     table = dali_launch("sweep", "status", str(sweep_dir), env=slurm_env)
     check_ok(table)
     rows = table.stdout.splitlines()[1:]
-    assert len(rows) == 4 and all(" COMPLETED " in row for row in rows), table.stdout
+    assert len(rows) == 4 and all(" finished " in row for row in rows), table.stdout
     assert table.stdout == proc.stdout[proc.stdout.index("point  ") :]  # the summary the sweep ended with
     # never more than 2 elements ran at once: SLURM's own record of each element's start and end
     spans = [tuple(line.split()) for line in squeue({**os.environ, **slurm_env}, array, "%S %e").splitlines()]

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from dali_launch.launcher import plan
 from dali_launch.launcher.config import LaunchConfig, RunConfig
-from dali_launch.trainer.config import DistributedConfig
+from dali_launch.launcher.route import rank_map
+from dali_launch.trainer.config import Layout
 from dali_launch.trainer.topology import (
     coordinator_port,
     expand_hostlist,
@@ -44,24 +44,25 @@ def _slurm(procid, localid, ntasks, per_node, nodelist="node[01-03,07]", **extra
 
 
 def test_slurm_one_task_per_node_sees_all_gpus():
-    config = DistributedConfig(backend="slurm", platform="gpu", num_processes=4, local_device_count=8)
-    t = from_environment(config, _slurm(procid=2, localid=0, ntasks=4, per_node="1"))
+    config = Layout(backend="slurm", num_processes=4, local_device_count=8)
+    t = from_environment(config, "gpu", _slurm(procid=2, localid=0, ntasks=4, per_node="1"))
     assert (t.process_id, t.num_processes, t.local_device_ids) == (2, 4, tuple(range(8)))
     assert t.coordinator_address == f"node01:{coordinator_port('4242')}"
 
 
 def test_slurm_one_task_per_gpu_takes_its_slice():
-    config = DistributedConfig(backend="slurm", platform="gpu", num_processes=32, local_device_count=1)
-    t = from_environment(config, _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)"))
+    config = Layout(backend="slurm", num_processes=32, local_device_count=1)
+    t = from_environment(config, "gpu", _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)"))
     assert (t.process_id, t.local_device_ids) == (13, (5,))
     bound = _slurm(procid=13, localid=5, ntasks=32, per_node="8(x4)", CUDA_VISIBLE_DEVICES="5")
-    assert from_environment(config, bound).local_device_ids == (0,)  # --gpu-bind left it one GPU
+    assert from_environment(config, "gpu", bound).local_device_ids == (0,)  # --gpu-bind left it one GPU
 
 
 def test_a_step_on_part_of_the_allocation_coordinates_on_its_own_first_node():
     """`srun -N2` inside an salloc of 4 nodes: process 0 sits on the step's first node, not the job's."""
-    config = DistributedConfig(backend="slurm", platform="cpu", num_processes=2, local_device_count=1)
-    t = from_environment(config, _slurm(procid=1, localid=0, ntasks=2, per_node="1", SLURM_STEP_NODELIST="node[03,07]"))
+    config = Layout(backend="slurm", num_processes=2, local_device_count=1)
+    step = _slurm(procid=1, localid=0, ntasks=2, per_node="1", SLURM_STEP_NODELIST="node[03,07]")
+    t = from_environment(config, "cpu", step)
     assert t.coordinator_address == f"node03:{coordinator_port('4242')}"
 
 
@@ -74,16 +75,16 @@ def test_the_launcher_names_the_table_not_whichever_variables_exist():
         "DALI_LAUNCH_LOCAL_RANK": "1",
         "DALI_LAUNCH_COORDINATOR": "127.0.0.1:1234",
     }
-    local = DistributedConfig(backend="local", platform="cpu", num_processes=2, local_device_count=2)
-    t = from_environment(local, env)
+    local = Layout(backend="local", num_processes=2, local_device_count=2)
+    t = from_environment(local, "cpu", env)
     assert (t.process_id, t.coordinator_address, t.local_device_ids, t.platform) == (1, "127.0.0.1:1234", None, "cpu")
-    alone = from_environment(DistributedConfig(platform="cpu"), env)
+    alone = from_environment(Layout(), "cpu", env)
     assert (alone.process_id, alone.num_processes, alone.coordinator_address) == (0, 1, None)
 
 
 def test_planned_rank_map_matches_trainer_shards():
     run = RunConfig(launch=LaunchConfig(nodes=2, gpus_per_node=4, tasks_per_node=2))
-    rows = plan.rank_map(run)
+    rows = rank_map.rank_map(run)
     assert [r["device_indices"] for r in rows] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert [(r["node"], r["local_rank"], r["local_devices"]) for r in rows] == [
         (0, 0, [0, 1]),
@@ -108,11 +109,9 @@ def test_a_lone_process_given_fewer_devices_than_it_sees_trains_on_those_alone()
 
 def test_slurm_job_facts_come_from_the_table_and_only_for_slurm_tasks():
     """The job id and restart count a task would requeue or cancel: a SLURM task's own; a `train` run
-    inside an salloc (backend none) knows no job, so it never requeues or cancels the salloc."""
+    inside an salloc (backend train) knows no job, so it never requeues or cancels the salloc."""
     env = _slurm(procid=0, localid=0, ntasks=2, per_node="1", SLURM_RESTART_COUNT="2")
-    slurm = from_environment(
-        DistributedConfig(backend="slurm", platform="cpu", num_processes=2, local_device_count=1), env
-    )
+    slurm = from_environment(Layout(backend="slurm", num_processes=2, local_device_count=1), "cpu", env)
     assert (slurm.job_id, slurm.restart_count) == ("4242", 2)
-    here = from_environment(DistributedConfig(backend="none", platform="cpu", local_device_count=1), env)
+    here = from_environment(Layout(backend="train", local_device_count=1), "cpu", env)
     assert (here.job_id, here.restart_count) == (None, 0)

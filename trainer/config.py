@@ -15,7 +15,12 @@ from pathlib import Path
 
 
 def opt(default, help: str, **meta):
-    """A config field whose metadata doubles as its CLI flag (`choices`, `flag` may be given)."""
+    """A config field whose metadata doubles as its CLI flag (`choices`, `flag` may be given).
+
+    `on_resume` says what `--resume` lets a flag given beside it do to the run's own value (the launcher
+    reads it, launcher/route/resume.py): "may change" (how long or how it runs, never what it computes) or
+    "elastic" (where it runs: --sample-order global runs only); without it a different value is refused,
+    the checkpoint would continue another run. `path=True`: a path, compared (and written) as an absolute one."""
     return field(default=default, metadata={"help": help, **meta})
 
 
@@ -27,6 +32,7 @@ class DataConfig:
         "of DALI_extra's db/MNIST), JPEG class folders for folders, shards with DALI indexes for tfrecord and "
         "webdataset (`dali-launch data synth` writes each). "
         "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample.",
+        path=True,
     )
     pipeline: str = opt(
         "mnist",
@@ -42,17 +48,20 @@ class DataConfig:
         0,
         "DALI CPU threads per pipeline (per reader). 0: auto (pipelines that decode on the CPU: 2, and more "
         "readers instead; on the GPU (nvJPEG): the cores this process has per device, at most 8).",
+        on_resume="may change",
     )
     readers_per_device: int = opt(
         0,
         "DALI pipelines per device, each reading its own part of the device's shard (one Caffe2 reader is a "
         "serial bottleneck). 0: auto (CPU devices: 1; GPUs: the most of 8, 4, 2, 1 that divides the device's "
         "batch and whose --reader-threads fit the cores this process has per device).",
+        on_resume="elastic",
     )
     prefetch: int = opt(
         4,
         "Batches each DALI pipeline prepares ahead of the trainer (prefetch_queue_depth): "
         "a deeper queue rides out uneven batch times.",
+        on_resume="may change",
     )
     sample_order: str = opt(
         "shards",
@@ -66,6 +75,7 @@ class DataConfig:
         "--sample-order global: DALI worker processes per pipeline that read its records (a parallel external "
         "source), off the training process's GIL. 0: read in the training process; -1: auto (the cores per "
         "device that --reader-threads leave, at most 4; 0 where none are left).",
+        on_resume="may change",
     )
     decoder: str = opt(
         "auto",
@@ -110,11 +120,11 @@ class DataConfig:
 class TrainConfig:
     model: str = opt(
         "mlp",
-        "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), "
-        "resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 (big_vision's ViTs, "
-        "16x16 patches), or package.module:factory of your own (see README).",
+        "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
+        "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 "
+        "(big_vision's ViTs, 16x16 patches), or package.module:factory of your own, Linen or NNX (see docs/models.md).",
     )
-    epochs: int = opt(5, "Training epochs.")
+    epochs: int = opt(5, "Training epochs.", on_resume="may change")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
     global_batch_size: int | None = opt(
         None, "Samples per step over all devices; overrides --batch-size and must divide by the device count."
@@ -190,15 +200,19 @@ class TrainConfig:
         "batch changes; it must divide) or rescale (keep the per-device batch; the learning rate is scaled by "
         "new global batch / the run's first, the linear scaling rule).",
         choices=("keep", "rescale"),
+        on_resume="elastic",
     )
     eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
     eval_cache_mb: int = opt(
         1024,
         "Keep the decoded test set on the devices after the first evaluation when it takes at most this "
         "many MiB per device; later evaluations skip DALI. 0: read it through DALI every time.",
+        on_resume="may change",
     )
     sync_every_steps: int = opt(
-        10, "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it)."
+        10,
+        "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).",
+        on_resume="may change",
     )
     cuda_graphs: str = opt(
         "auto",
@@ -206,13 +220,17 @@ class TrainConfig:
         "on, off, or auto: on while DALI runs on the CPU (--decoder), off when it also works on the GPU, whose "
         "CUDA calls can break a graph capture (one run died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).",
         choices=("auto", "on", "off"),
+        on_resume="may change",
     )
     compile_cache: str = opt(
         "",
         "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
         "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.",
+        on_resume="may change",
     )
-    record_samples: bool = opt(False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.")
+    record_samples: bool = opt(
+        False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.", on_resume="may change"
+    )
     # Today's vision recipes (issue 31): ViTs (model/vit.py), mixing (step/mixing.py), fine-tuning (model/init_from.py).
     mixup: float = opt(
         0.0,
@@ -247,6 +265,7 @@ class TrainConfig:
         "Fine-tune: start from the parameters (and BatchNorm statistics) of a run directory's newest "
         "checkpoint, one of its checkpoints/STEP folders or an Orbax checkpoint of a compatible model; not its "
         "optimizer, step or data position. A head of another --num-classes is re-initialised.",
+        path=True,
     )
     layer_decay: float = opt(
         1.0,
@@ -265,41 +284,61 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """What the launcher knows about the job; what a task learns from its environment is in topology."""
+    """How the job's processes meet: the user's settings. What the launcher fills in is `Layout`; what a
+    task learns from its environment is in topology."""
 
-    backend: str = opt("none", "Who started the tasks: none (one process), local, or slurm.", flag=None)
     platform: str = opt(
         "auto", "Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).", choices=("auto", "gpu", "cpu")
     )
-    coordinator_address: str | None = opt(
-        None, "host:port of process 0's coordinator; found from SLURM if unset.", flag=None
+    init_timeout_s: int = opt(
+        120, "Seconds jax.distributed.initialize waits for every process.", on_resume="may change"
     )
-    num_processes: int | None = opt(None, "Processes in the job; from the environment if unset.", flag=None)
-    local_device_count: int | None = opt(
-        None, "Devices per process; on CPU, how many CPU devices to create.", flag=None
+    heartbeat_timeout_s: int = opt(
+        100, "Seconds without a heartbeat before JAX declares a process dead.", on_resume="may change"
     )
-    init_timeout_s: int = opt(120, "Seconds jax.distributed.initialize waits for every process.")
-    heartbeat_timeout_s: int = opt(100, "Seconds without a heartbeat before JAX declares a process dead.")
-    barrier_timeout_s: int = opt(900, "Seconds processes wait for process 0 to finish evaluating.")
+    barrier_timeout_s: int = opt(
+        900, "Seconds processes wait for process 0 to finish evaluating.", on_resume="may change"
+    )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The job's layout as the launcher planned it (launcher/config.py: task_spec): no flag or --config key
+    sets it. None: the task finds the value in its environment (topology.from_environment)."""
+
+    backend: str = "train"  # who started the tasks, and so whose variables they read: train (one process), local, slurm
+    num_processes: int | None = None  # None: a --nodes range, where the tasks count themselves
+    local_device_count: int | None = None  # devices per process (CPU: how many to create); None: every one it sees
+    coordinator_address: str | None = None  # host:port of process 0's coordinator; None: from the environment
 
 
 @dataclass(frozen=True)
 class ResilienceConfig:
     """Checkpoints, preemption and the step watchdog."""
 
-    checkpoint_every_steps: int = opt(0, "Also checkpoint every N SGD steps within an epoch (0: not by steps).")
+    checkpoint_every_steps: int = opt(
+        0, "Also checkpoint every N SGD steps within an epoch (0: not by steps).", on_resume="may change"
+    )
     checkpoint_every_min: float = opt(
         10.0,
         "Also checkpoint when this many minutes passed since the last checkpoint (0: not by time). "
         "Checkpoints are always taken at epoch ends.",
+        on_resume="may change",
     )
-    keep_checkpoints: int = opt(3, "Checkpoints kept; older ones are deleted once a newer one is complete.")
-    max_requeues: int = opt(3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.")
-    watchdog_s: int = opt(60, "A rank whose heartbeat is older than this (stopped, hung, dead) stops the job.")
+    keep_checkpoints: int = opt(
+        3, "Checkpoints kept; older ones are deleted once a newer one is complete.", on_resume="may change"
+    )
+    max_requeues: int = opt(
+        3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.", on_resume="may change"
+    )
+    watchdog_s: int = opt(
+        60, "A rank whose heartbeat is older than this (stopped, hung, dead) stops the job.", on_resume="may change"
+    )
     on_stuck: str = opt(
         "stop",
         "What the watchdog does: stop the job, or requeue it from its last checkpoint.",
         choices=("stop", "requeue"),
+        on_resume="may change",
     )
 
 
@@ -312,26 +351,34 @@ class ObserveConfig:
         "Write training scalars (loss, learning rate, images/s, data wait, step time) at the first check point "
         "past every N SGD steps, from values read there anyway: check points come every --sync-every-steps steps "
         "on CPU, every 256 on GPUs, so logging adds no device sync. 0: epoch scalars only.",
+        on_resume="may change",
     )
     tensorboard: bool = opt(
-        True, "Write TensorBoard event files into RUN_DIR/tensorboard (`tensorboard --logdir runs/` shows every run)."
+        True,
+        "Write TensorBoard event files into RUN_DIR/tensorboard (`tensorboard --logdir runs/` shows every run).",
+        on_resume="may change",
     )
     wandb_project: str | None = opt(
         None,
         "Also log to this Weights & Biases project (pip install 'dali-launch[wandb]'). The run id is kept in "
         "the run directory: a requeued or resumed run continues the same W&B run.",
+        on_resume="may change",
     )
     wandb_mode: str = opt(
         "auto",
         "W&B mode: online, offline (`wandb sync` later), or auto ($WANDB_MODE, else online).",
         choices=("auto", "online", "offline"),
+        on_resume="may change",
     )
     profile_steps: str = opt(
         "",
         "Trace SGD steps A to B-1 (A:B, global steps) with the JAX profiler into RUN_DIR/tensorboard/rank-N "
         "(TensorBoard's profile plugin, XProf, Perfetto). Steps fused in one device call are traced together.",
+        on_resume="may change",
     )
-    profile_ranks: str = opt("0", "Processes that trace --profile-steps: comma-separated ranks, e.g. 0,1.")
+    profile_ranks: str = opt(
+        "0", "Processes that trace --profile-steps: comma-separated ranks, e.g. 0,1.", on_resume="may change"
+    )
 
     def profile_range(self) -> tuple[int, int] | None:
         """--profile-steps as (first, end), end excluded; None when unset. ValueError when malformed."""
@@ -360,16 +407,17 @@ class TaskSpec:
     distributed: DistributedConfig = DistributedConfig()
     resilience: ResilienceConfig = ResilienceConfig()
     observe: ObserveConfig = ObserveConfig()
+    layout: Layout = Layout()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> TaskSpec:
-        return from_dict(cls, json.loads(text))
+        return from_dict(cls, _compatible(json.loads(text)))
 
     def how_to_resume(self) -> str:
-        """The command (`quoted`) that continues this run: its directory says everything else (launcher/resume.py)."""
+        """The command (`quoted`) that continues this run: its directory says everything else (launcher/route/resume.py)."""
         return f"`dali-launch --resume {self.run_dir}`"
 
     @classmethod
@@ -379,6 +427,18 @@ class TaskSpec:
 
         spec = cls.from_json(RunPaths(run_dir).config.read_text())
         return dataclasses.replace(spec, run_dir=str(Path(run_dir).absolute()))
+
+
+def _compatible(values: dict) -> dict:
+    """A config.json as this version reads it. Written by the version before `Layout`, it holds the layout
+    in `distributed` and names the one-process mode `none`: run directories of that version still resume
+    and list."""
+    distributed = dict(values.get("distributed", {}))
+    moved = {f.name: distributed.pop(f.name) for f in dataclasses.fields(Layout) if f.name in distributed}
+    layout = {**moved, **values.get("layout", {})}
+    if layout.get("backend") == "none":
+        layout["backend"] = "train"
+    return {**values, "distributed": distributed, "layout": layout}
 
 
 def from_dict(cls, values: dict):

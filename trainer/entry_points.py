@@ -6,7 +6,8 @@
 The module must be importable where the tasks run: installed, or its folder on PYTHONPATH (local
 tasks inherit the environment; sbatch exports it by default). What the attribute must be is
 documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function).
-This module imports nothing heavy, so the launcher checks built-in names without starting JAX.
+This module imports nothing heavy, so the launcher checks built-in names without starting JAX; Flax
+only where a model is made (`create_model`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ BUILTIN = {
     "model": {
         "mlp": "dali_launch.trainer.model.models:MLP",
         "cnn": "dali_launch.trainer.model.models:CNN",
+        "cnn-nnx": "dali_launch.trainer.model.cnn_nnx:CNN",
         "resnet18": "dali_launch.trainer.model.models:ResNet18",
         "resnet50": "dali_launch.trainer.model.resnet:resnet50",
         "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
@@ -61,16 +63,40 @@ def load(kind: str, name: str):
 
 def check(kind: str, name: str, num_classes: int = 10) -> None:
     """What the launcher calls before writing anything: built-in names cost nothing; others are imported,
-    and a model factory is called (cheap: a Flax module is a dataclass until it is initialised), so a
+    and a model factory is called abstractly (jax.eval_shape: nothing computed, no device taken), so a
     broken contract is refused before the run directory exists rather than at the task's start."""
     if name in BUILTIN[kind]:
         return
-    load(kind, name)
     if kind == "model":
-        # Imports flax, which the user's module has imported already.
-        from dali_launch.trainer.model.models import create_model
-
         create_model(name, num_classes)
+    else:
+        load(kind, name)
+
+
+def create_model(name: str, num_classes: int, adapter: str | None = None, **options):
+    """`--model NAME`, made as model/contract.py says: a flax.linen.Module, or an NNX module presented
+    as the trainer calls a Linen one (`adapter`: contract.ADAPTER unless a benchmark names another).
+    `options` (model_options) go to a Linen factory that names them as parameters."""
+    from dali_launch.trainer.model import contract  # Flax and JAX: only where a model is made
+
+    factory = load("model", name)
+    named = (signature_of(factory) or inspect.Signature()).parameters
+    options = {k: v for k, v in options.items() if k in named}
+    return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER, options)
+
+
+MODEL_OPTIONS = ("drop_path", "vit_pool", "attention")  # TrainConfig fields a model factory may name
+
+
+def model_options(train) -> dict:
+    """The flags a model factory may take beside num_classes, from a TrainConfig (its `attention` resolved
+    by the task: resolve.py)."""
+    return {name: getattr(train, name) for name in MODEL_OPTIONS}
+
+
+def run_model(spec):
+    """The run's model: --model with --num-classes and the model options."""
+    return create_model(spec.train.model, spec.data.num_classes, **model_options(spec.train))
 
 
 _CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}
@@ -80,14 +106,33 @@ def _check_signature(flag: str, value, kind: str) -> None:
     """The call the trainer will make binds to `value`'s parameters: a TypeError raised by the call
     itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
     call, args, kwargs = _CALLS[kind]
-    try:
-        signature = inspect.signature(value)
-    except (TypeError, ValueError):  # some callables (C functions) have no signature to read
+    signature = signature_of(value)
+    if signature is None:
         return
+    if kind == "model" and "rngs" in signature.parameters:  # Flax NNX: model/nnx_model.py
+        call, kwargs = "factory(num_classes=N, rngs=nnx.Rngs(seed))", {**kwargs, "rngs": None}
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
         raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in the README") from None
+
+
+def signature_of(value) -> inspect.Signature | None:
+    """What a call of `value` binds to. A class's own __init__ (less `self`): an nnx.Module class's
+    metaclass takes (*args, **kwargs) and would hide it. None: some callables (C functions) have none."""
+    try:
+        if isinstance(value, type):
+            signature = inspect.signature(value.__init__)
+            return signature.replace(parameters=list(signature.parameters.values())[1:])
+        return inspect.signature(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def takes_rngs(factory) -> bool:
+    """A model factory that names an `rngs` parameter is called with nnx.Rngs (an NNX constructor is one)."""
+    signature = signature_of(factory)
+    return signature is not None and "rngs" in signature.parameters
 
 
 def _factory(kind: str) -> str:

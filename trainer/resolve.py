@@ -1,5 +1,15 @@
 """Every `auto` value of a task, resolved once, here, from what the task knows; recorded in rank_map.json.
 
+Three stages, each a function of what is known by then and each giving resolved values only:
+  1. placement.place, before JAX or DALI start (task.py, before topology.configure_process_env): where
+     DALI decodes and whether XLA may capture CUDA graphs, which the process environment must say first;
+  2. `resolve`, once this process's devices are counted and the start point is read, before anything is
+     built: everything the pipelines, the evaluator and the step take (`Resolved`). Not before JAX
+     starts: a `train` run without --gpus-per-node trains on every device JAX sees, and the batch,
+     readers and threads per device follow from that count;
+  3. `parallel`, once the model's abstract shapes are known (set_up.py, before the step and the
+     state are built): whether the model keeps mutable collections decides --parallel auto.
+
 decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word
 cuda_graphs      whether XLA captures CUDA graphs: only while DALI stays off the GPU
 steps_per_call   SGD steps fused into one device call (the same steps: only the host's dispatch
@@ -14,16 +24,16 @@ feed_workers     --sample-order global: DALI worker processes per pipeline readi
                  per device its pipelines' threads leave, at most MAX_FEED_WORKERS (0: in-process)
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
                  the model casts on the device), else float32
-parallel         how steps run (step/parallel.py), once the model's shapes are known (train.py): pmap for a
-                 model with mutable collections (BatchNorm statistics) on more than one device, where each
-                 device normalises its own rows and the statistics are averaged once a step; under sharded
-                 the batch is one job-wide array and every BatchNorm layer all-reduces its moments inside
-                 the step (99 all-reduces in a ResNet-50 step: 5,870 against 6,300 images/s per H200 on
-                 two, README). Else sharded: one program, fewer host dispatches (README's MNIST tables)
 elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
                  call and learning-rate scale elastic.py plans for this device count (else None)
-attention        the built-in ViTs' attention implementation (model/attention.py): on GPUs in bf16 the first
-                 cuDNN form that compiles for the model's shapes, else xla ("" for other models)
+parallel         how steps run (step/parallel.py): pmap for a model with mutable collections (BatchNorm
+                 statistics) on more than one device, where each device normalises its own rows and the
+                 statistics are averaged once a step; under sharded the batch is one job-wide array and
+                 every BatchNorm layer all-reduces its moments inside the step (99 all-reduces in a
+                 ResNet-50 step: 5,870 against 6,300 images/s per H200 on two, README). Else sharded:
+                 one program, fewer host dispatches (README's MNIST tables)
+attention        the built-in ViTs' attention implementation (model/attention.py), stage 2: on GPUs in bf16
+                 the first cuDNN form that compiles for the model's shapes, else xla ("" for other models)
 """
 
 from __future__ import annotations
@@ -33,9 +43,10 @@ import math
 from dataclasses import asdict, dataclass
 
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-from dali_launch.trainer.data import augment, placement, shards
+from dali_launch.trainer.data import augment, shards
+from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.model import attention, vit
-from dali_launch.trainer.resilience import elastic
+from dali_launch.trainer.resilience.start_point import StartPoint
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
@@ -44,10 +55,11 @@ MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader (README); more ri
 
 @dataclass(frozen=True)
 class Resolved:
+    """Stage 2: every value the pipelines, the evaluator and the step are built from (`parallel`: stage 3)."""
+
     platform: str
     decoder: str
     cuda_graphs: bool
-    parallel: str
     batch_per_device_step: int
     steps_per_call: int
     readers_per_device: int
@@ -65,8 +77,9 @@ class Resolved:
         """Samples per device and device call: what each device's DALI readers read together."""
         return self.batch_per_device_step * self.steps_per_call
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def as_dict(self, parallel: str) -> dict:
+        """What rank_map.json records: these values, and --parallel as stage 3 resolved it."""
+        return {**asdict(self), "parallel": parallel}
 
     def dali_phrase(self, config: DataConfig) -> str:
         """How this task's DALI pipelines run, for its start-up line."""
@@ -86,18 +99,17 @@ class Resolved:
         model = attention.phrase(self.attention, vit.tokens(spec.data.image_size, spec.train.vit_pool))
         return "; ".join(p for p in (self.dali_phrase(spec.data), model) if p)
 
-    def train_config(self, config: TrainConfig) -> TrainConfig:
-        """`config` with --attention resolved: what the model is built from (models.model_options)."""
-        return dataclasses.replace(config, attention=self.attention or config.attention)
-
-    def with_parallel(self, setting: str, stateful: bool, global_devices: int) -> Resolved:
-        """These values with --parallel resolved (`parallel` below), once the model's collections are known."""
-        return dataclasses.replace(self, parallel=parallel(setting, stateful, global_devices))
-
     def data_config(self, config: DataConfig) -> DataConfig:
         """`config` with its auto values replaced by these: what the pipelines are built from."""
         return dataclasses.replace(
             config, decoder=self.decoder, reader_threads=self.reader_threads, output_dtype=self.output_dtype
+        )
+
+    def train_config(self, config: TrainConfig) -> TrainConfig:
+        """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
+        --attention resolved (what the model is built from: models.model_options)."""
+        return dataclasses.replace(
+            config, learning_rate=config.learning_rate * self.lr_scale, attention=self.attention or config.attention
         )
 
 
@@ -112,7 +124,7 @@ def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) ->
 
 
 def parallel(setting: str, stateful: bool, global_devices: int) -> str:
-    """--parallel, where auto follows the rule above; `stateful`: the model keeps mutable collections."""
+    """Stage 3: --parallel, where auto follows the rule above; `stateful`: the model keeps mutable collections."""
     if setting != "auto":
         return setting
     return "pmap" if stateful and global_devices > 1 else "sharded"
@@ -129,34 +141,33 @@ def feed_workers(setting: int, order: str, cores_per_device: int, readers: int, 
 
 def resolve(
     spec: TaskSpec,
-    platform: str,
+    where: Placement,
     local_devices: int,
     global_devices: int,
     processes_here: int,
-    order: dict | None = None,
+    start: StartPoint = StartPoint(),
 ) -> Resolved:
-    """`order`: the newest checkpoint's global-order record, if it has one."""
-    plan = elastic.plan(order, global_devices, spec.train.elastic_batch, spec.train.accumulate_steps) if order else None
+    """Stage 2. `start`: where the task starts; a global order's checkpoint brings elastic.py's plan."""
+    plan = start.plan
     batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
     k = (
         plan.steps_per_call
         if plan
-        else steps_per_call(spec.train.steps_per_call, platform, batch, spec.data.readers_per_device)
+        else steps_per_call(spec.train.steps_per_call, where.platform, batch, spec.data.readers_per_device)
     )
     cores = shards.cores_per_device(local_devices, processes_here)
-    decoder = placement.decoder(spec.data, platform)
-    threads = shards.reader_threads(spec.data.reader_threads, decoder, cores)
+    threads = shards.reader_threads(spec.data.reader_threads, where.decoder, cores)
     data = dataclasses.replace(spec.data, reader_threads=threads)
-    readers = shards.readers_per_device(data, platform, decoder, batch * k, cores)
+    readers = shards.readers_per_device(data, where.platform, where.decoder, batch * k, cores)
+    eval_readers = shards.readers_per_device(data, where.platform, where.decoder, spec.train.eval_batch_size, cores)
     return Resolved(
-        platform=platform,
-        decoder=decoder,
-        cuda_graphs=platform == "gpu" and placement.cuda_graphs(spec.train.cuda_graphs, decoder == "mixed"),
-        parallel=spec.train.parallel,
+        platform=where.platform,
+        decoder=where.decoder,
+        cuda_graphs=where.cuda_graphs,
         batch_per_device_step=batch,
         steps_per_call=k,
         readers_per_device=readers,
-        eval_readers_per_device=shards.readers_per_device(data, platform, decoder, spec.train.eval_batch_size, cores),
+        eval_readers_per_device=eval_readers,
         reader_threads=threads,
         output_dtype=output_dtype(spec),
         sample_order=spec.data.sample_order,
@@ -165,7 +176,7 @@ def resolve(
         elastic=plan.as_dict() if plan and plan.changed else None,
         attention=attention.choose(
             spec.train.attention,
-            platform,
+            where.platform,
             spec.train.precision,
             vit.attention_shape(spec.train.model, spec.data.image_size, spec.train.vit_pool),
         ),

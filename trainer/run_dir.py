@@ -12,7 +12,9 @@ class RunPaths:
 
     config.json       the resolved TaskSpec (what every task reads)
     config.toml       the resolved flags and --config file, as a --config file that repeats the run
-    launch.json       the launcher's own settings (nodes, SLURM knobs, job id)
+    launch.json       the launcher's own settings (nodes, SLURM knobs)
+    job.json          a submitted run's SLURM job: its id and submitit's folder (launcher/backends/job.py writes it)
+    cancel.json       `dali-launch cancel` asked the run to stop (when); the run ends `cancelled`; a resume clears it
     manifest.json     what ran: config, package versions, git revision, topology, SLURM facts, environment
     rank_map.json     host, process, local devices and DALI shard ids of every process
     metrics.jsonl     one JSON object per epoch, from process 0
@@ -38,6 +40,8 @@ class RunPaths:
     config = property(lambda self: self.root / "config.json")
     config_toml = property(lambda self: self.root / "config.toml")
     launch = property(lambda self: self.root / "launch.json")
+    job = property(lambda self: self.root / "job.json")
+    cancel = property(lambda self: self.root / "cancel.json")
     manifest = property(lambda self: self.root / "manifest.json")
     rank_map = property(lambda self: self.root / "rank_map.json")
     metrics = property(lambda self: self.root / "metrics.jsonl")
@@ -95,7 +99,7 @@ def write_atomic(path: Path, text: str) -> None:
 # A run directory is locked while a job runs in it: an exclusive flock, which the kernel drops when
 # the holder dies however it dies. Over NFS, Linux maps flock to byte-range locks that the server
 # arbitrates across clients, but mounts with `nolock` or `local_lock=flock` keep them per host; the
-# launcher therefore also asks SLURM whether a run's job is still queued (launcher/runs.py).
+# launcher therefore also asks SLURM whether a run's job is still queued (launcher/backends/slurm.py).
 LOCK_WAIT_S = 2.0  # a `--resume` check holds the lock for a moment; a starting holder waits that out
 
 

@@ -10,10 +10,11 @@ import json
 
 from dali_launch.trainer import flavours
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.manifest import write_manifest
 from dali_launch.trainer.observe.startup import Startup
-from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.resilience import ending, start_point
 from dali_launch.trainer.resilience.watchdog import Watchdog
 from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
 from dali_launch.trainer.topology import (
@@ -28,7 +29,7 @@ from dali_launch.trainer.topology import (
 def run_task(run_dir: str) -> dict:
     startup = Startup()
     spec = TaskSpec.load(run_dir)
-    topology = from_environment(spec.distributed)
+    topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
     ending.clear(paths, topology.process_id)
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
@@ -53,11 +54,11 @@ def _lock(paths: RunPaths):
 
 
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
-    configure_process_env(topology, spec.data, spec.train.cuda_graphs)  # before the first `import jax`
+    placement = place(spec, topology.platform)  # resolve.py's stage 1: what the environment must say first
+    configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
     from dali_launch.trainer.observe.metrics import Reporter
     from dali_launch.trainer.resilience import preemption
-    from dali_launch.trainer.resilience.checkpoint import Checkpointer
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.train import train_and_evaluate
 
@@ -71,19 +72,15 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     watchdog = Watchdog(paths, topology, spec.resilience)
     if topology.num_processes > 1:
         watchdog.start()
-    resume = Checkpointer(paths, spec.resilience.keep_checkpoints).latest()  # a global order's may resize the batch
-    auto = resolve(
-        spec,
-        topology.platform,
-        len(devices),
-        len(devices) * topology.num_processes,
-        topology.processes_on_host,
-        resume.order if resume else None,
-    )
+    startup.mark("jax initialized")
+    job_devices = len(devices) * topology.num_processes
+    start = start_point.read(paths, spec, topology.process_id, topology.num_processes, job_devices)  # read once
+    startup.mark("checkpoints read")
+    # Stage 2: a global order's checkpoint may set the batch (elastic.py's plan, in `start`).
+    auto = resolve(spec, placement, len(devices), job_devices, topology.processes_on_host, start)
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:
-        startup.mark("jax initialized")
-        result = train_and_evaluate(spec, devices, reporter, startup, auto)
+        result = train_and_evaluate(spec, devices, reporter, startup, auto, start)
     finally:
         reporter.close()  # event files and W&B flushed, a trace stopped: also when preempted or failing
         watchdog.stop()

@@ -16,8 +16,9 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from dali_launch.trainer.config import DataConfig, DistributedConfig
+from dali_launch.trainer.config import DistributedConfig, Layout
 from dali_launch.trainer.data import placement
+from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.errors import UsageError
 
 LOCAL_ENV = {
@@ -83,15 +84,16 @@ def coordinator_port(job_id: str) -> int:
     return int(job_id) % 4096 + 61440
 
 
-def from_environment(config: DistributedConfig, env: dict[str, str] | None = None) -> Topology:
-    """The topology of this task: launcher values in `config` win, the environment fills the rest."""
+def from_environment(layout: Layout, platform: str, env: dict[str, str] | None = None) -> Topology:
+    """The topology of this task: the launcher's `layout` wins, the environment fills the rest;
+    `platform` is --platform (auto, gpu or cpu)."""
     env = dict(os.environ if env is None else env)
     # The launcher says which table applies: a `train` run inside an salloc must not read SLURM's.
-    table = {"local": LOCAL_ENV, "slurm": SLURM_ENV, "none": None}[config.backend]
+    table = {"local": LOCAL_ENV, "slurm": SLURM_ENV, "train": None}[layout.backend]
     # SLURM's node name: several slurmd on one host (our test cluster) share one hostname.
-    host, platform = env.get("SLURMD_NODENAME") or socket.gethostname(), resolve_platform(config.platform)
+    host, platform = env.get("SLURMD_NODENAME") or socket.gethostname(), resolve_platform(platform)
     if table is None:  # a plain single process (`dali-launch train`)
-        count = config.local_device_count
+        count = layout.local_device_count
         return Topology(0, 1, None, count, _gpu_ids(platform, 0, count, env), host, platform)
 
     def read(key: str) -> str:
@@ -101,15 +103,15 @@ def from_environment(config: DistributedConfig, env: dict[str, str] | None = Non
             raise UsageError(f"{table[key]} is not set; start tasks through dali-launch or srun") from None
 
     process_id = int(read("process_id"))
-    num_processes = config.num_processes or int(read("num_processes"))
+    num_processes = layout.num_processes or int(read("num_processes"))
     local_rank = int(read("local_rank"))
-    address = config.coordinator_address or (
+    address = layout.coordinator_address or (
         read("coordinator_address")
         if table is LOCAL_ENV
         else f"{expand_hostlist(env.get(table['step_nodelist']) or read('nodelist'))[0]}:"
         f"{coordinator_port(read('job_id'))}"
     )
-    count = config.local_device_count
+    count = layout.local_device_count
     if count is None:
         raise UsageError("the launcher did not say how many devices each process has (local_device_count)")
     if table is SLURM_ENV and num_processes != int(read("num_processes")):
@@ -163,13 +165,12 @@ def _gpu_ids(platform: str, local_rank: int, count: int | None, env: dict[str, s
     return tuple(range(first, first + count))
 
 
-def configure_process_env(topology: Topology, data: DataConfig, cuda_graphs: str) -> None:
-    """Environment that must be set before JAX or DALI start: the number of CPU devices; whether XLA
-    may run programs as CUDA graphs (--cuda-graphs); nvImageCodec's codecs (placement.py)."""
-    dali_gpu = placement.dali_on_gpu(data, topology.platform)
-    if not dali_gpu:
+def configure_process_env(topology: Topology, where: Placement) -> None:
+    """Environment that must be set before JAX or DALI start, from `where` (resolve.py's stage 1): the number of CPU
+    devices; whether XLA may run programs as CUDA graphs (--cuda-graphs); nvImageCodec's codecs (placement.py)."""
+    if where.decoder != "mixed":  # DALI stays off the GPU
         placement.use_cpu_codecs_only()
-    if topology.platform == "gpu" and not placement.cuda_graphs(cuda_graphs, dali_gpu):
+    if topology.platform == "gpu" and not where.cuda_graphs:
         disable_cuda_graphs()
     if topology.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"

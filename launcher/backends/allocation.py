@@ -4,8 +4,8 @@
     #SBATCH --nodes=2 --ntasks-per-node=1 --gpus-per-node=8 --signal=USR2@90 --requeue
     srun dali-launch task --epochs 5 --data-dir /data/mnist    # `dali-launch slurm template` writes one
 
-SLURM started the tasks, so nothing is submitted. Every task takes the one preparation path
-(launcher/prepare.py): the same checks in every task, so a bad input ends each with the same line
+SLURM started the tasks, so nothing is submitted. Every task takes the one route (launcher/route/:
+`dali-launch task` launches through it like any run): the same checks in every task, so a bad input ends each with the same line
 and exit 2 before anything is written. Process 0 then makes the run directory RUN_ROOT/NAME-JOB.STEP
 and the others wait for it: every task names it alike, and a requeued job keeps its id and numbers
 its steps again from 0, so it reopens its directory and the trainer resumes from the checkpoint.
@@ -20,9 +20,9 @@ import os
 import time
 from pathlib import Path
 
-from dali_launch.launcher.backends.base import Outcome, refuse_node_range
-from dali_launch.launcher.backends.here import Here
+from dali_launch.launcher.backends.base import refuse_node_range
 from dali_launch.launcher.backends.srun_step import COMMAND, Step, step_of
+from dali_launch.launcher.backends.train import Train
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values
@@ -52,7 +52,7 @@ def from_step(values: Values, env=None) -> Values:
     return filled
 
 
-class Allocation(Here):
+class Allocation(Train):
     """One task of the user's srun step: checks, the shared run directory, then the trainer in this process."""
 
     name, spec_name, started_by = "allocation", "slurm", COMMAND
@@ -103,10 +103,10 @@ class Allocation(Here):
 
     def make_run_dir(self, run: RunConfig, data_dir: Path) -> RunPaths:
         """Process 0 makes (or, in a requeued job, reopens) RUN_ROOT/NAME-JOB.STEP; the others wait for it."""
-        from dali_launch.launcher import runs
+        from dali_launch.launcher.route import directory
 
         step = self.step
-        name = f"{runs._slug(run.launch.name)}-{step.job_id}.{step.step_id}"
+        name = f"{directory.slug(run.launch.name)}-{step.job_id}.{step.step_id}"
         paths = RunPaths(Path(run.launch.run_root).absolute() / name)
         if step.process_id != 0:
             return _wait_for(paths, step, run.distributed.init_timeout_s)
@@ -119,7 +119,7 @@ class Allocation(Here):
                 )
             echo(f"job {step.job_id} restarted ({step.restarts}): reopening {paths.root}")
         else:
-            paths = runs.create(run, data_dir, self.spec_name, name=name)
+            paths = directory.create(run, data_dir, self.spec_name, name=name)
         write_atomic(
             paths.step,
             json.dumps(
@@ -127,11 +127,6 @@ class Allocation(Here):
             ),
         )
         return paths
-
-    def wait(self) -> Outcome:
-        outcome = super().wait()
-        outcome.report = self.process_id == 0
-        return outcome
 
 
 def _same(flag: str, asked: int, have: int, what: str, variable: str) -> None:
@@ -158,12 +153,3 @@ def _wait_for(paths: RunPaths, step: Step, timeout_s: int) -> RunPaths:
         f"process {step.process_id}: process 0 did not make the run directory {paths.root} within "
         f"{timeout_s} s (--init-timeout-s); see process 0's error"
     )
-
-
-def run_in_step(values: Values) -> int:
-    """`srun dali-launch task ...`: this task's part of the run, through the one launch path."""
-    from dali_launch.launcher.launch import launch
-    from dali_launch.launcher.options import build
-
-    backend = Allocation()
-    return launch(build(RunConfig, from_step(values, backend.env)), backend)

@@ -1,4 +1,5 @@
-"""Following a SLURM job: merged rank-prefixed logs while it runs, then how it ended.
+"""Following a job: new lines of its logs as they come (LogTail), and a SLURM job's merged, rank-prefixed
+output until it ends, then how it ended (slurm_queue.py asks SLURM itself).
 
 Never blocks without a bound: the queue is read with squeue (which works without accounting),
 results are read only once their files exist, and the whole wait has a deadline.
@@ -6,19 +7,18 @@ results are read only once their files exist, and the whole wait has a deadline.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from dali_launch.launcher.backends.job import started_tasks
+from dali_launch.launcher.backends.slurm_queue import cancel, queue_state
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
 SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 CANCELLED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT (\S+) \*\*\*")  # slurmstepd's line for a scancel
-QUERY_TIMEOUT_S = 30
 
 
 class LogTail:
@@ -37,24 +37,6 @@ class LogTail:
         self.offset += len(chunk)
         *done, self.partial = (self.partial + chunk).split(b"\n")
         return [line.decode(errors="replace") for line in done]
-
-
-def queue_state(job_id: str) -> str | None:
-    """The job's state in squeue (PENDING, RUNNING, ...), or None once it has left the queue."""
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        return "UNKNOWN"
-    if out.returncode != 0:  # squeue errors on ids it no longer knows
-        return None
-    states = out.stdout.split()
-    return states[0] if states else None
-
-
-def cancel(job_id: str) -> None:
-    subprocess.run(["scancel", str(job_id)], capture_output=True, timeout=QUERY_TIMEOUT_S)
 
 
 def task_error(job, rank: int) -> str | None:
@@ -79,12 +61,12 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
         if failed:
             # Read before our own scancel: a rank that failed because the job was cancelled (its peer
             # killed first) is not the cause.
-            cancelled_at = _cancelled_at(job)
+            cancelled = cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
             _print_new(tails, echo)
             why = (
-                [f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled_at}"]
-                if cancelled_at
+                [f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled}"]
+                if cancelled
                 else [f"dali-launch: rank {failed[0]} of job {job.job_id} failed:", failed[1].rstrip()]
             )
             print("\n".join([*_said(job), *why]), file=sys.stderr, flush=True)
@@ -118,7 +100,7 @@ def _stderr(job, rank: int) -> str:
         return ""
 
 
-def _cancelled_at(job) -> str | None:
+def cancelled_at(job) -> str | None:
     """When the job was cancelled (scancel), as slurmstepd wrote it into a rank's stderr, or None."""
     found = (CANCELLED.search(_stderr(job, rank)) for rank in range(job.num_tasks))
     return next((m.group(1) for m in found if m), None)
@@ -139,20 +121,8 @@ def _said(job) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def started_tasks(paths: RunPaths, planned: int | None) -> int:
-    """The tasks of the job's latest start: as planned, or, for a --nodes range (planned None), as many
-    as rank_map.json lists (SLURM's pick; 1 before any start wrote it)."""
-    if planned:
-        return planned
-    try:
-        return len(json.loads(paths.rank_map.read_text())) or 1
-    except (OSError, ValueError):
-        return 1
-
-
 def _ending(job, paths: RunPaths) -> int:
-    planned = json.loads(paths.config.read_text())["distributed"]["num_processes"]
-    tasks = started_tasks(paths, planned) if paths.config.exists() else job.num_tasks
+    tasks = started_tasks(paths) if paths.config.exists() else job.num_tasks
     missing = [r for r in range(tasks) if not job.task(r).paths.result_pickle.exists()]
     if missing:
         print(

@@ -3,9 +3,11 @@
 Each rank's output goes to its own log (appended to when a run is resumed) and, prefixed, to one
 merged console view. How the job ends:
 - a rank fails (it raises, dies, or its watchdog gives up on a peer): every rank is killed at once,
-  and the report names first the rank whose failure came first (trainer/ending.py records them);
+  and the report names first the rank whose failure came first (trainer/resilience/ending.py records them);
 - Ctrl-C, SIGTERM, SIGUSR2 or SIGHUP to the launcher: the ranks are asked to checkpoint and stop
-  (SIGTERM, trainer/preemption.py) and killed after STOP_GRACE_S; a second signal kills at once;
+  (SIGTERM, trainer/resilience/preemption.py) and killed after STOP_GRACE_S; a second signal kills at once;
+- `dali-launch cancel RUN` (another process) records the cancel in the run directory, then SIGTERMs the
+  ranks: they checkpoint and stop as above, and the run ends `cancelled`, exit 0;
 - the launcher itself dies, even by SIGKILL: the kernel kills the ranks (PR_SET_PDEATHSIG, set by
   each rank at its start), so nothing outlives us.
 """
@@ -22,11 +24,12 @@ import threading
 import time
 
 from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
+from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.console import echo
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
 from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
 
@@ -69,18 +72,15 @@ class Local(Backend):
     def check(self, run: RunConfig) -> None:
         refuse_node_range(run, "--local")
 
-    def start(self, run: RunConfig, paths: RunPaths) -> None:
-        self.job, self.timeout_s = LocalJob(run, paths, echo=echo), run.launch.local_timeout_s
-        self.job.start()
-
-    def wait(self) -> Outcome:
-        return self.job.wait(self.timeout_s)
-
-    def cancel(self) -> None:
-        self.job._kill()
+    def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
+        ranks = LocalRanks(run, paths, echo=echo)
+        ranks.start()
+        return ranks.wait(run.launch.local_timeout_s)
 
 
-class LocalJob:
+class LocalRanks:
+    """The rank processes of one local run: started, their output pumped, watched until they end."""
+
     def __init__(self, run: RunConfig, paths: RunPaths, echo=print):
         self.run, self.paths, self.echo = run, paths, echo
         self.procs: list[subprocess.Popen] = []
@@ -144,11 +144,14 @@ class LocalJob:
         deadline, stop_by = time.monotonic() + timeout_s, None
         with self._stop_signals():
             while len(self.exited) < len(self.procs):
-                if not self.signals and self._failed():
+                # `dali-launch cancel` records itself before it signals the ranks: their stop is no failure
+                stopping = bool(self.signals) or self._cancelled()
+                if not stopping and self._failed():
                     self._kill()
                     break
-                if self.signals and stop_by is None:
-                    self._ask_to_stop()
+                if stopping and stop_by is None:
+                    if self.signals:  # a cancel signalled the ranks itself; a second SIGTERM would skip the checkpoint
+                        self._ask_to_stop()
                     stop_by = time.monotonic() + STOP_GRACE_S
                 if len(self.signals) > 1 or (stop_by and time.monotonic() > stop_by):
                     self._kill()
@@ -157,7 +160,9 @@ class LocalJob:
                     self._kill()
                     self._drain()
                     return Outcome(
-                        False, f"the job did not finish within --local-timeout-s {timeout_s:g}; stopped every rank"
+                        RunState.FAILED,
+                        f"the job did not finish within --local-timeout-s {timeout_s:g}; stopped every rank",
+                        1,
                     )
                 time.sleep(POLL_S)
         self._drain()
@@ -177,7 +182,7 @@ class LocalJob:
                 signal.signal(s, handler)
 
     def _ask_to_stop(self) -> None:
-        """SIGTERM means "checkpoint and stop" to a rank (trainer/preemption.py)."""
+        """SIGTERM means "checkpoint and stop" to a rank (trainer/resilience/preemption.py)."""
         name = signal.Signals(self.signals[0]).name
         print(
             f"dali-launch: {name}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; "
@@ -200,6 +205,9 @@ class LocalJob:
         end = time.monotonic() + DRAIN_S
         while len(self.exited) < len(self.procs) and time.monotonic() < end:
             time.sleep(POLL_S)
+
+    def _cancelled(self) -> bool:
+        return cancel_requested(self.paths, since=self.started)
 
     def _drain(self) -> None:
         for t in self.threads:
@@ -227,9 +235,9 @@ class LocalJob:
     def _outcome(self) -> Outcome:
         codes = {rank: code for rank, (code, _) in self.exited.items()}
         if len(codes) == len(self.procs) and not any(codes.values()):
-            return Outcome(True, "all ranks finished", 0)
-        if self.signals:
-            return self._interrupted()
+            return Outcome(RunState.FINISHED, "all ranks finished", 0)
+        if self.signals or self._cancelled():
+            return self._stopped()
         causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed")]
         _, culprit, what = causes[0]
         ends = ", ".join(
@@ -237,26 +245,29 @@ class LocalJob:
             for r, c in sorted(codes.items())
         )
         log = self.paths.log(culprit).read_text(errors="replace") if self.paths.log(culprit).exists() else ""
-        return Outcome(False, f"{what}\nhow each rank ended: {ends}\n{traceback_of(log)}", 1)
+        return Outcome(RunState.FAILED, f"{what}\nhow each rank ended: {ends}\n{traceback_of(log)}", 1)
 
-    def _interrupted(self) -> Outcome:
-        """After a stop signal: the step the ranks checkpointed at, and how to go on from it."""
-        name, code = signal.Signals(self.signals[0]).name, 128 + self.signals[0]
+    def _stopped(self) -> Outcome:
+        """After a stop signal or a cancel: the step the ranks checkpointed at, and how to go on from it.
+        A cancel is what was asked for (exit 0); a signal ends the launcher as it would any program."""
+        if self.signals:
+            name = signal.Signals(self.signals[0]).name
+            state, head, code = RunState.INTERRUPTED, f"interrupted ({name})", 128 + self.signals[0]
+        else:
+            state, head, code = RunState.CANCELLED, "cancelled (`dali-launch cancel`)", 0
         resume = TaskSpec.load(self.paths.root).how_to_resume()
         stopped = [e for e in ending.read(self.paths, since=self.started) if e["how"] == ending.STOPPED]
         if len(stopped) == len(self.procs):
             return Outcome(
-                False,
-                f"interrupted ({name}); checkpoint written at step {stopped[0]['step']}; resume with {resume}",
-                code,
+                state, f"{head}; checkpoint written at step {stopped[0]['step']}; resume with {resume}", code
             )
-        newest = max((int(p.name) for p in self.paths.checkpoints.glob("*") if p.name.isdigit()), default=None)
+        newest = saved.newest(self.paths)
         then = (
-            f"the newest checkpoint is step {newest}; resume with {resume}"
+            f"the newest checkpoint is step {newest.step}; resume with {resume}"
             if newest is not None
             else "no checkpoint was written; start the run again"
         )
-        return Outcome(False, f"interrupted ({name}); killed the ranks before they checkpointed; {then}", code)
+        return Outcome(state, f"{head}; killed the ranks before they checkpointed; {then}", code)
 
 
 def _how(code: int) -> str:

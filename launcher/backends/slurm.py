@@ -1,26 +1,40 @@
 """SLURM through submitit: the executor, the only module that submits jobs (slurm_checks.py checks first).
 
 Each task runs `dali_launch.trainer.task.run_task(RUN_DIR)`; submitit pickles that reference, so
-the trainer never sees a launcher object.
+the trainer never sees a launcher object. One run is one job, followed until it ends (follow.py) or
+left to run (--detach); a sweep's runs are one job array (submitit's map_array; --max-parallel is its
+%N), waited for until every element has left the queue. Either way each run's job.json is written
+once sbatch took it, and a refused submission leaves no new run directory behind.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
+import sys
+import time
 from pathlib import Path
+from typing import Protocol
 
-from dali_launch.launcher.backends import follow
-from dali_launch.launcher.backends.base import Backend, Outcome
-from dali_launch.launcher.backends.slurm_checks import (
-    check_cluster,
-    sbatch_pair,
-    validate_slurm,
-)
+from dali_launch.launcher.backends import follow, slurm_queue
+from dali_launch.launcher.backends.base import Backend, Outcome, Watch
+from dali_launch.launcher.backends.job import RunState, read_record, write_record
+from dali_launch.launcher.backends.slurm_checks import check_cluster, sbatch_pair, validate_slurm
+from dali_launch.launcher.backends.slurm_job import SlurmJob
+from dali_launch.launcher.backends.slurm_options import executor_parameters, srun_args
 from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.console import echo
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths
+
+POLL_S = 2.0  # how often an array's elements are asked for
+
+
+class SideJob(Protocol):
+    """A job submitted beside a run's own, in its run directory (cluster CI's test step), waited for after it."""
+
+    def submit(self, run: RunConfig, paths: RunPaths) -> None: ...
+
+    def wait(self, timeout_s: float) -> None: ...
 
 
 class Slurm(Backend):
@@ -28,70 +42,104 @@ class Slurm(Backend):
 
     name = spec_name = "slurm"
     started_by = "dali-launch"
+    arrays = True
+
+    def __init__(self, array_name: str | None = None, max_parallel: int | None = None, beside: tuple = ()):
+        self.array_name, self.max_parallel = array_name, max_parallel  # a sweep's job array
+        self.beside: tuple[SideJob, ...] = beside
 
     def check(self, run: RunConfig) -> None:
         validate_slurm(run)
         check_cluster(run)
 
-    def plan(self, run: RunConfig, run_dir: Path, spec_json: str) -> str:
-        """The exact batch script submitit would hand to sbatch."""
-        return batch_script(make_executor(run, run_dir / "submitit", preview=True))
+    def dry_run(self, runs: list[RunConfig], run_dirs: list[Path], specs: list[str]) -> str:
+        """The exact batch script submitit would hand to sbatch: the job's, or the array's."""
+        if len(runs) == 1:
+            return batch_script(make_executor(runs[0], run_dirs[0] / "submitit", preview=True))
+        executor = self._array_executor(runs, run_dirs[0].parent / "submitit", preview=True)
+        executor.parameters["map_count"] = len(runs)  # what map_array sets on its copy of the executor
+        return batch_script(executor)
 
-    def start(self, run: RunConfig, paths: RunPaths) -> None:
-        self.run, self.paths, self.job = run, paths, submit(run, paths)
-        echo(f"submitted job {self.job.job_id}; run directory: {paths.root}")
+    def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
+        job = submit(run, paths)
+        echo(f"submitted job {job.job_id}; run directory: {paths.root}")
+        for side in self.beside:
+            side.submit(run, paths)
+        if run.slurm.detach:
+            return Outcome(RunState.PENDING, report=False)
+        deadline = time.monotonic() + follow_timeout_s(run)
+        code = follow.follow(job, paths, timeout_s=follow_timeout_s(run), echo=echo)
+        for side in self.beside:
+            side.wait(max(0.0, deadline - time.monotonic()))
+        if code == 0:
+            return Outcome(RunState.FINISHED)
+        return Outcome(self.attach(paths).state(), "", code)  # follow said why
 
-    def wait(self) -> Outcome:
-        if self.run.slurm.detach:
-            return Outcome(True)
-        code = follow.follow(self.job, self.paths, timeout_s=follow_timeout_s(self.run), echo=echo)
-        return Outcome(code == 0, "", code)
+    def run_array(self, runs: list[RunConfig], paths: list[RunPaths], watch: Watch) -> list[Outcome]:
+        from dali_launch.trainer.task import run_task
 
-    def cancel(self) -> None:
-        follow.cancel(self.job.job_id)
+        folder = paths[0].root.parent / "submitit"
+        try:
+            jobs = self._array_executor(runs, folder).map_array(run_task, [str(p.root) for p in paths])
+        except Exception as e:
+            raise UsageError(f"sbatch refused the array: {str(e).strip().splitlines()[-1]}") from None
+        for job, p in zip(jobs, paths):  # `dali-launch status/logs/cancel RUN_DIR` find each element's job
+            write_record(p, job.job_id, folder)
+        watch.submitted([job.job_id for job in jobs])
+        if runs[0].slurm.detach:
+            return [Outcome(RunState.PENDING, report=False) for _ in runs]
+        waves = -(-len(runs) // self._parallel(len(runs)))
+        return self._wait_array(paths, watch, follow_timeout_s(runs[0]) * waves)
+
+    def _wait_array(self, paths: list[RunPaths], watch: Watch, timeout_s: float) -> list[Outcome]:
+        """Until every element has left the queue (or the deadline: the rest are cancelled), saying each end."""
+        jobs, outcomes = [self.attach(p) for p in paths], {}
+        end = time.monotonic() + timeout_s
+        while len(outcomes) < len(jobs):
+            late = time.monotonic() > end
+            for i, job in enumerate(jobs):
+                if i in outcomes:
+                    continue
+                if late:
+                    slurm_queue.cancel(job.job_id)
+                    print(
+                        f"dali-launch: {job.name} still running after {timeout_s:.0f} s; cancelled it", file=sys.stderr
+                    )
+                state = job.state()
+                if late or not state.live:
+                    outcomes[i] = Outcome(state, code=0 if state is RunState.FINISHED else 1, report=False)
+                    watch.ended(i, outcomes[i])
+            time.sleep(0 if len(outcomes) == len(jobs) else POLL_S)
+        return [outcomes[i] for i in range(len(jobs))]
+
+    def _parallel(self, count: int) -> int:
+        return min(self.max_parallel or count, count)
+
+    def _array_executor(self, runs: list[RunConfig], folder: Path, preview: bool = False):
+        executor = make_executor(runs[0], folder, preview)  # one job shape for every element
+        executor.update_parameters(
+            job_name=self.array_name or runs[0].launch.name, array_parallelism=self._parallel(len(runs))
+        )
+        return executor
+
+    def attach(self, paths: RunPaths) -> SlurmJob:
+        record = read_record(paths)
+        if record is None:
+            raise UsageError(f"{paths.root} holds no SLURM job (no job.json); it was not submitted")
+        return SlurmJob(paths, record)
 
 
-def executor_parameters(run: RunConfig) -> dict:
-    """submitit's SlurmExecutor parameters for this run (sbatch names, submitit's spelling)."""
-    s, launch = run.slurm, run.launch
-    params = {
-        "job_name": launch.name,
-        "nodes": launch.nodes if run.nodes_vary else run.nodes,
-        "ntasks_per_node": None if run.nodes_vary else run.tasks_per_node,
-        "time": s.time_min,
-        "partition": s.partition,
-        "account": s.account,
-        "qos": s.qos,
-        "constraint": s.constraint,
-        "cpus_per_task": s.cpus_per_task,
-        "mem": f"{s.mem_gb}GB" if s.mem_gb else None,
-        "exclusive": True if s.exclusive else None,
-        "setup": list(s.setup) or None,
+def parameters(run: RunConfig) -> dict:
+    """submitit's SlurmExecutor parameters for this run: the sbatch table (slurm_options.py), the step's
+    srun arguments, the --setup lines; requeue, so a preempted or timed-out job checkpoints and puts
+    itself back (trainer/resilience/preemption.py)."""
+    extra = {"requeue": True, **dict(sbatch_pair(a) for a in run.slurm.sbatch_arg)}
+    return {
+        **executor_parameters(run, extra),
+        "srun_args": srun_args(run),
         "stderr_to_stdout": False,
+        **({"setup": list(run.slurm.setup)} if run.slurm.setup else {}),
     }
-    if run.distributed.platform != "cpu":  # CPU devices stand in for GPUs: ask SLURM for none
-        params["gpus_per_node"] = launch.gpus_per_node
-    # A rank that dies takes its step down at once; the others would wait in a collective.
-    srun = ["--kill-on-bad-exit=1", *s.srun_arg] + (
-        ["--container-image", s.container_image] if s.container_image else []
-    )
-    # requeue: a preempted or timed-out job checkpoints and puts itself back (trainer/preemption.py)
-    sbatch = {"requeue": True}
-    if run.nodes_vary:
-        srun, sbatch = _node_range(run, srun, sbatch)
-    params["srun_args"] = srun
-    params["additional_parameters"] = {**sbatch, **dict(sbatch_pair(a) for a in s.sbatch_arg)}
-    return {k: v for k, v in params.items() if v is not None}
-
-
-def _node_range(run: RunConfig, srun: list[str], sbatch: dict) -> tuple[list[str], dict]:
-    """--nodes MIN-MAX. An #SBATCH --ntasks-per-node fixes the job's task count at MIN × tasks and caps
-    its nodes at MIN (Slurm 22.05, measured: a 1-2 job got one node of two idle ones), so the tasks per
-    node go to srun instead, and --mincpus keeps room for them on every node SLURM gives."""
-    tasks = run.tasks_per_node
-    if tasks > 1:
-        sbatch = {**sbatch, "mincpus": tasks * (run.slurm.cpus_per_task or 1)}
-    return [f"--ntasks-per-node={tasks}", *srun], sbatch
 
 
 def make_executor(run: RunConfig, folder: Path, preview: bool = False):
@@ -109,7 +157,7 @@ def make_executor(run: RunConfig, folder: Path, preview: bool = False):
             return 1
 
     executor = (Preview if preview else Executor)(folder=folder / "%j", max_num_timeout=0)
-    executor.update_parameters(**executor_parameters(run))
+    executor.update_parameters(**parameters(run))
     return executor
 
 
@@ -138,5 +186,5 @@ def submit(run: RunConfig, paths: RunPaths):
         if not run.launch.resume:
             shutil.rmtree(paths.root, ignore_errors=True)
         raise UsageError(f"sbatch refused the job: {str(e).strip().splitlines()[-1]}") from None
-    write_atomic(paths.root / "job.json", json.dumps({"job_id": job.job_id, "submitit": str(paths.submitit)}))
+    write_record(paths, job.job_id, paths.submitit)
     return job

@@ -8,36 +8,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from dali_launch.launcher.backends.slurm_options import SET_BY_US
+from dali_launch.launcher.backends.slurm_queue import QUERY_TIMEOUT_S
 from dali_launch.launcher.config import RunConfig
 from dali_launch.trainer.errors import UsageError
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 SBATCH_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
-QUERY_TIMEOUT_S = 30  # every squeue/sinfo/scancel call is bounded
-# sbatch options that dali-launch (or submitit, for its logs and requeue signal) writes itself; an
-# --sbatch-arg would silently replace them. (mem and exclusive stay open: they take values our flags cannot.)
-SET_BY_US = {
-    **{
-        key: f"use {flag}"
-        for key, flag in (
-            ("job-name", "--name"),
-            ("nodes", "--nodes"),
-            ("ntasks-per-node", "--tasks-per-node"),
-            ("mincpus", "--cpus-per-task (a --nodes range sets it from --tasks-per-node)"),
-            ("gpus-per-node", "--gpus-per-node"),
-            ("time", "--time-min"),
-            ("partition", "--partition"),
-            ("account", "--account"),
-            ("qos", "--qos"),
-            ("constraint", "--constraint"),
-            ("cpus-per-task", "--cpus-per-task"),
-        )
-    },
-    **{
-        key: "dali-launch needs its own value to find the logs and to requeue the job"
-        for key in ("output", "error", "open-mode", "signal", "requeue")
-    },
-}
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

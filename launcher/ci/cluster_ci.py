@@ -1,8 +1,9 @@
 """`dali-launch ci`: the project's tests and a short multi-node training run on a real SLURM queue.
 
-Two jobs: pytest on one node (its own JUnit XML), and a one-epoch training job over --nodes ×
---gpus-per-node. Both are waited for with a deadline and cancelled on timeout; one JUnit file
-then holds pytest's cases and one case per training rank, which CI systems read.
+The training run (one epoch over --nodes × --gpus-per-node by default) goes the route every run goes
+(route/launch.py: checks, run directory, the SLURM backend follows it, its report), with a test step
+beside it: pytest on one node, its own JUnit XML. Both are waited for with a deadline and cancelled on
+timeout; one JUnit file then holds pytest's cases and one case per training rank, which CI systems read.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher.backends import slurm
-from dali_launch.launcher.backends.follow import POLL_S, cancel, queue_state, task_error
+from dali_launch.launcher.backends.follow import POLL_S, task_error
 from dali_launch.launcher.backends.slurm import Slurm
+from dali_launch.launcher.backends.slurm_queue import cancel, queue_state
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.prepare import prepare
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class CiConfig:
 
 
 def run_ci(run: RunConfig, ci: CiConfig) -> int:
+    """The training run through the route (prepare, the SLURM backend, its report) with the tests beside it."""
+    from dali_launch.launcher.route.launch import report, start
+
     targets, pytest_args = _split(ci.tests, "--tests"), _split(ci.pytest_args, "--pytest-args")
     missing = [t for t in targets if not Path(t).exists()]
     if missing or not targets:
@@ -40,26 +44,23 @@ def run_ci(run: RunConfig, ci: CiConfig) -> int:
             f"--tests {' '.join(missing) or repr(ci.tests)} not found here; run from the project's "
             f"checkout or pass existing test folders or files"
         )
-    paths = prepare(run, Slurm())
-    if paths is None:  # --dry-run: the training job's plan; nothing is submitted
+    tests = TestStep(targets, pytest_args)
+    backend = Slurm(beside=(tests,))
+    started = start([run], backend)
+    if started is None:  # --dry-run: the training job's plan; nothing is submitted
         return 0
-    train_job = slurm.submit(run, paths)
-    test_job = _submit_tests(run, paths.root, targets, pytest_args)
-    print(
-        f"submitted training job {train_job.job_id} and test job {test_job.job_id}; run directory {paths.root}",
-        flush=True,
-    )
-    finished = _wait([train_job, test_job], slurm.follow_timeout_s(run))
+    report(started)
+    (paths,) = started.paths
     suites = [
-        _training_suite(train_job, paths, ci.min_accuracy, finished),
-        *_pytest_suites(paths.root / "junit-pytest.xml", test_job, finished),
+        _training_suite(backend.attach(paths).submitit_job(), paths, ci.min_accuracy),
+        *_pytest_suites(tests.junit, tests.job),
     ]
     root = ET.Element("testsuites")
     root.extend(suites)
     ET.ElementTree(root).write(ci.junit, encoding="utf-8", xml_declaration=True)
     failures = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
     print(f"JUnit XML: {Path(ci.junit).absolute()} ({failures} failed)", flush=True)
-    return 1 if failures or not finished else 0
+    return 1 if failures or not tests.finished else 0
 
 
 def _split(text: str, flag: str) -> list[str]:
@@ -70,29 +71,39 @@ def _split(text: str, flag: str) -> list[str]:
         raise UsageError(f"{flag} {text!r} is not valid shell quoting ({e}); balance its quotes") from None
 
 
-def _submit_tests(run: RunConfig, root: Path, targets: list[str], pytest_args: list[str]):
-    """One node, one task: the suite runs where the training would, with the same setup lines."""
-    from dali_launch.launcher.ci.ci_job import run_pytest
+class TestStep:
+    """The test suite as a job beside the training run's (backends/slurm.py's SideJob): one node, one task,
+    where the training runs, with the same setup lines; its JUnit XML in the run directory."""
 
-    one_task = dataclasses.replace(
-        run, launch=dataclasses.replace(run.launch, nodes="1", tasks_per_node=1, name=f"{run.launch.name}-tests")
-    )
-    executor = slurm.make_executor(one_task, root / "ci-tests")
-    return executor.submit(
-        run_pytest, str(Path.cwd()), targets, str(root / "junit-pytest.xml"), pytest_args, run.slurm.time_min * 60
-    )
+    __test__ = False  # pytest: not a test class
 
+    def __init__(self, targets: list[str], pytest_args: list[str]):
+        self.targets, self.pytest_args = targets, pytest_args
+        self.job, self.junit, self.finished = None, None, False
 
-def _wait(jobs: list, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while any(queue_state(j.job_id) is not None for j in jobs):
-        if time.monotonic() > deadline:
-            for job in jobs:
-                cancel(job.job_id)
-            print(f"dali-launch: CI jobs still running after {timeout_s:.0f} s; cancelled them", file=sys.stderr)
-            return False
-        time.sleep(POLL_S)
-    return True
+    def submit(self, run: RunConfig, paths: RunPaths) -> None:
+        from dali_launch.launcher.backends.slurm import make_executor
+        from dali_launch.launcher.ci.ci_job import run_pytest
+
+        one_task = dataclasses.replace(
+            run, launch=dataclasses.replace(run.launch, nodes="1", tasks_per_node=1, name=f"{run.launch.name}-tests")
+        )
+        self.junit = paths.root / "junit-pytest.xml"
+        executor = make_executor(one_task, paths.root / "ci-tests")
+        self.job = executor.submit(
+            run_pytest, str(Path.cwd()), self.targets, str(self.junit), self.pytest_args, run.slurm.time_min * 60
+        )
+        print(f"submitted test job {self.job.job_id}", flush=True)
+
+    def wait(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while queue_state(self.job.job_id) is not None:
+            if time.monotonic() > deadline:
+                cancel(self.job.job_id)
+                print(f"dali-launch: test job still running after {timeout_s:.0f} s; cancelled it", file=sys.stderr)
+                return
+            time.sleep(POLL_S)
+        self.finished = True
 
 
 def _case(suite: ET.Element, name: str, failure: str | None) -> None:
@@ -101,7 +112,7 @@ def _case(suite: ET.Element, name: str, failure: str | None) -> None:
         ET.SubElement(case, "failure", message=failure.strip().splitlines()[-1][:200]).text = failure
 
 
-def _training_suite(job, paths, min_accuracy: float, finished: bool) -> ET.Element:
+def _training_suite(job, paths: RunPaths, min_accuracy: float) -> ET.Element:
     suite = ET.Element("testsuite", name="dali-launch.training")
     for rank in range(job.num_tasks):
         done = job.task(rank).paths.result_pickle.exists()
@@ -120,7 +131,7 @@ def _training_suite(job, paths, min_accuracy: float, finished: bool) -> ET.Eleme
     return suite
 
 
-def _pytest_suites(junit: Path, job, finished: bool) -> list[ET.Element]:
+def _pytest_suites(junit: Path, job) -> list[ET.Element]:
     result = job.task(0).result() if job.task(0).paths.result_pickle.exists() else None
     print(f"test job: exit {result['exit_code'] if result else 'none (no result)'}")
     if junit.exists():

@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher.data import prepare as data_prepare
-from dali_launch.launcher.data import shard_checks
+from dali_launch.launcher.data import idx, shard_checks
 from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
+from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data.records import folders
 from dali_launch.trainer.errors import UsageError
 
@@ -22,7 +22,7 @@ def embedded_lmdb() -> Path:
     out = cache_root() / "mnist-t10k"
     if not out.exists():
         try:
-            data_prepare.prepare(EMBEDDED_IDX, out)
+            idx.prepare(EMBEDDED_IDX, out)
         except FileExistsError:  # another process made it first
             pass
         except UsageError:
@@ -58,14 +58,11 @@ def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10
     return path.resolve()
 
 
-def check_reopened(run_dir: Path) -> Path:
-    """--resume RUN_DIR: the data the run started with, checked as a new run's (its config.json names it).
+def check_resumed(data: DataConfig, run_dir: str) -> Path:
+    """--resume RUN_DIR: the data the run started with (`data`, its own settings), checked as a new run's.
 
     A deleted or changed data set would otherwise fail inside DALI with a long traceback. The
     embedded sample is made again if its cache was cleared: it is the same data every time."""
-    from dali_launch.trainer.config import TaskSpec
-
-    data = TaskSpec.load(run_dir).data
     path = Path(data.data_dir)
     if path == (cache_root() / "mnist-t10k").resolve():
         embedded_lmdb()
@@ -208,7 +205,7 @@ def _check_record(key: str, value: bytes, path: Path, size: tuple[int, int] | No
     """One record as DALI's Caffe2 reader and image decoder will take it; returns its image size and label."""
     fix = "re-create the data set with `dali-launch data prepare`"
     try:
-        image, label = data_prepare.check_caffe2_record(value)
+        image, label = idx.check_caffe2_record(value)
     except ValueError as e:
         raise UsageError(f"record {key} of {path} is corrupt ({e}); {fix}") from None
     if isinstance(label, float) and not label.is_integer():

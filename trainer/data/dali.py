@@ -15,14 +15,13 @@ from nvidia.dali import backend, pipeline_def
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment, placement
+from dali_launch.trainer.data import augment
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
+from dali_launch.trainer.data.rows import AXIS, first_row  # noqa: F401 - first_row: dali.first_row for its users
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
 from dali_launch.trainer.errors import UsageError
-
-AXIS = "devices"  # the pmap axis name and the mesh axis name
 
 
 @dataclass(frozen=True)
@@ -160,11 +159,6 @@ class DeviceBatches:
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
 
 
-def first_row(tree):
-    """This process's first device's row of a pytree laid out one row per device (device arrays)."""
-    return jax.tree.map(lambda x: x.addressable_data(0)[0], tree)
-
-
 def _device_batch(outputs: list, device) -> jax.Array:
     """One device's readers' outputs, end to end, in a buffer of JAX's own (DALI reuses its buffers).
 
@@ -193,46 +187,24 @@ def build(
     """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
 
     `call_batch` is the samples per device and device call (--steps-per-call steps of the per-device
-    batch); each of a device's readers reads an equal part of it, its `reader_batch`.
-    `checkpoints` (one per pipeline, from `pipe.checkpoint()`) resume each pipeline where it was
+    batch); each of a device's readers reads an equal part of it, its `reader_batch`. `config` holds
+    resolved values only (resolve.Resolved.data_config). `checkpoints` (one per pipeline, from
+    `pipe.checkpoint()`; start_point.StartPoint.pipeline_states) resume each pipeline where it was
     (under a global order: its random operators; the feed starts at `start`'s call). `start`: training's.
     """
-    if checkpoints is not None and len(checkpoints) != len(sharding.shard_ids):
-        raise UsageError(
-            f"the checkpoint holds {len(checkpoints)} DALI readers for this process but it has "
-            f"{len(sharding.shard_ids)}; resume with the run's own --nodes/--gpus-per-node/"
-            f"--tasks-per-node/--readers-per-device"
-        )
     if call_batch % sharding.readers:
         raise UsageError(
             f"--readers-per-device {sharding.readers} does not divide the {call_batch} samples a device "
             f"reads per call; use a divisor of it"
         )
-    reader_batch, function, pipes = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline), []
-    feeds = []
+    reader_batch, function = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline)
+    pipes, feeds = [], []
     for k, shard_id in enumerate(sharding.shard_ids):
         (local, reader), checkpoint = divmod(k, sharding.readers), checkpoints[k] if checkpoints else None
-        device = devices[local]
         feed = start.feed(sharding.first_device + local, reader, sharding.readers, checkpoint) if start else None
-        args = pipeline_args(
-            path, device, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed
-        )
+        args = pipeline_args(path, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed)
         feeds.append(feed)
-        pipes.append(
-            (augmented_graph if training and config.augment != "none" else graph)(
-                function,
-                args,
-                config.pipeline,
-                batch_size=reader_batch,
-                num_threads=config.reader_threads,
-                device_id=device.local_hardware_id if args.on_gpu else None,
-                seed=args.seed,
-                prefetch_queue_depth=config.prefetch,
-                enable_checkpointing=True,
-                checkpoint=checkpoint,
-                **pipeline_options(feed),
-            )
-        )
+        pipes.append(_pipeline(function, args, config, devices[local], checkpoint, feed))
     for pipe in pipes:
         pipe.build()
     sizes = {
@@ -245,9 +217,25 @@ def build(
     return batches
 
 
+def _pipeline(function, args: PipelineArgs, config: DataConfig, device, checkpoint: bytes | None, feed: Feed | None):
+    """One reader's pipeline, not built yet: on its device's GPU where it decodes there."""
+    return (augmented_graph if args.training and args.augment != "none" else graph)(
+        function,
+        args,
+        config.pipeline,
+        batch_size=args.batch_size,
+        num_threads=config.reader_threads,
+        device_id=device.local_hardware_id if args.on_gpu else None,
+        seed=args.seed,
+        prefetch_queue_depth=config.prefetch,
+        enable_checkpointing=True,
+        checkpoint=checkpoint,
+        **pipeline_options(feed),
+    )
+
+
 def pipeline_args(
     path: str,
-    device,
     shard_id: int,
     num_shards: int,
     reader_batch: int,
@@ -256,22 +244,20 @@ def pipeline_args(
     seed: int,
     feed: Feed | None = None,
 ) -> PipelineArgs:
-    decoder = placement.decoder(config, device.platform)
-    if decoder == "mixed" and device.platform != "gpu":
-        raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
+    """What a pipeline function is given; `config` holds resolved values (its decoder cpu or mixed)."""
     return PipelineArgs(
         path=path,
         shard_id=shard_id,
         num_shards=num_shards,
         batch_size=reader_batch,
         training=training,
-        on_gpu=decoder == "mixed",
-        decoder=decoder,
+        on_gpu=config.decoder == "mixed",
+        decoder=config.decoder,
         seed=seed,
         num_classes=config.num_classes,
         image_size=config.image_size,
         hw_decoder_load=config.hw_decoder_load,
-        output_dtype="float32" if config.output_dtype == "auto" else config.output_dtype,
+        output_dtype=config.output_dtype,
         feed=feed,
         augment=config.augment,
         randaugment=config.randaugment_nm() if config.augment == "randaugment" else (2, 9),

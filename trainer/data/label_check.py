@@ -1,6 +1,6 @@
 """Class ids out of range, caught while training: the only guard a `--pipeline` of the user's own has.
 
-The launcher reads every label of a Caffe2 LMDB before a run (launcher/datasets.py); a pipeline
+The launcher reads every label of a Caffe2 LMDB before a run (launcher/data/datasets.py); a pipeline
 function of the user's own reads a format of its own, so its labels are first seen here. Nothing
 else fails on them: `jax.nn.one_hot` of 12 with 10 classes is a zero row, its loss 0, and the run
 ends with exit 0 having learnt nothing from those samples. So every device call folds the smallest

@@ -18,15 +18,36 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.cache import cache_root
-from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
+from dali_launch.trainer.errors import UsageError
 
 CODECS_PATH = "NVIMGCODEC_EXTENSIONS_PATH"  # nvImageCodec's own setting: the folder it loads codecs from
 GPU_CODECS = {"libnvjpeg_ext", "libnvjpeg2k_ext", "libnvtiff_ext"}  # nvImageCodec's CUDA codecs
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where DALI runs and what follows from it, resolved once (resolve.py's stage 1): what the process
+    environment must say before JAX or DALI start (topology.configure_process_env)."""
+
+    platform: str  # gpu or cpu
+    decoder: str  # cpu or mixed
+    cuda_graphs: bool  # XLA may run programs as CUDA graphs (GPUs only)
+
+
+def place(spec: TaskSpec, platform: str) -> Placement:
+    """--decoder and --cuda-graphs resolved on this task's platform (gpu or cpu, topology.resolve_platform)."""
+    where = decoder(spec.data, platform)
+    if where == "mixed" and platform != "gpu":
+        raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
+    graphs = platform == "gpu" and cuda_graphs(spec.train.cuda_graphs, where == "mixed")
+    return Placement(platform, where, graphs)
 
 
 def decoder(config: DataConfig, platform: str) -> str:
@@ -37,10 +58,6 @@ def decoder(config: DataConfig, platform: str) -> str:
     if platform != "gpu":
         return "cpu"
     return auto_decoder(entry_points.load("pipeline", config.pipeline))
-
-
-def dali_on_gpu(config: DataConfig, platform: str) -> bool:
-    return platform == "gpu" and decoder(config, platform) == "mixed"
 
 
 def cuda_graphs(setting: str, dali_gpu: bool) -> bool:

@@ -2,8 +2,9 @@
 collections, its dropout RNG, and the compute precision.
 
 Old models (`__call__(self, x)`, params only) are called exactly as before; a model whose
-`__call__` takes `train` (or `training`) is told which; collections other than `params` (BatchNorm's
-`batch_stats`) are mutable while training; the `dropout` RNG stream is always given.
+`__call__` takes `train` (or `training`) is told which, and so is an NNX model's adapter
+(nnx_model.py); collections other than `params` (BatchNorm's `batch_stats`) are mutable while
+training; the `dropout` RNG stream is always given.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from dali_launch.trainer.model.nnx_model import NnxModel
+
 TRAIN_KWARGS = ("train", "training")
 DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 
 
 def train_kwarg(module: nn.Module) -> str | None:
-    """The name of the module's `train`/`training` parameter, if its `__call__` has one."""
+    """The name of the module's `train`/`training` parameter, if its `__call__` has one. An NNX model's
+    adapter takes `train` and switches the module with NNX's own train() / eval() (nnx_model.py)."""
+    if isinstance(module, NnxModel):
+        return "train"
     try:
         parameters = inspect.signature(type(module).__call__).parameters
     except (TypeError, ValueError):

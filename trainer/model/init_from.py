@@ -189,9 +189,9 @@ def check(spec, sample_shape: tuple[int, ...], source: Source) -> Plan:
     import jax
     import jax.numpy as jnp
 
-    from dali_launch.trainer.model import models
+    from dali_launch.trainer.entry_points import run_model
 
-    model = models.from_spec(spec)
+    model = run_model(spec)
     init = lambda x: model.init({"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}, x)
     variables = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
     fresh = {path: leaf.shape for path, leaf in flat_variables(dict(variables)).items()}
@@ -232,7 +232,7 @@ def main() -> int:
     try:
         check(spec, tuple(request["sample_shape"]), locate(spec.train.init_from))
     except UsageError as e:
-        print(f"init-from: {e}", file=sys.stderr)  # launcher/init_check.py reads this line
+        print(f"init-from: {e}", file=sys.stderr)  # launcher/route/init_check.py reads this line
         return 2
     return 0
 

@@ -1,35 +1,42 @@
 """Built-in models, and the contract every `--model` meets.
 
 A model factory is a callable `factory(num_classes: int) -> flax.linen.Module` (a Module class with
-a `num_classes` field is one). The trainer initialises the module on one zero sample shaped like the
-pipeline's images and then applies it to a per-device batch `images` of shape `(batch, *sample_shape)`:
-it returns logits `(batch, num_classes)` (checked on the initialisation's own forward pass).
+a `num_classes` field is one), or, for Flax NNX, `factory(num_classes: int, rngs: nnx.Rngs) ->
+flax.nnx.Module` (an nnx.Module class whose constructor takes both is one): a factory that names an
+`rngs` parameter is called with `nnx.Rngs(--seed)`, and what it returns decides which contract it
+meets (contract.py checks it; nnx_model.py presents an NNX module as the trainer calls a Linen one). The trainer
+initialises the module on one zero sample shaped like the pipeline's images and then applies it to
+a per-device batch `images` of shape `(batch, *sample_shape)`: it returns logits
+`(batch, num_classes)` (checked on the initialisation's own forward pass, and by the launcher where
+it knows the pipeline's sample shape).
 
 State and randomness (model/forward.py): a module whose `__call__` takes `train` (or `training`)
 is told whether it is training (False at initialisation and evaluation). Collections besides
 `params` (BatchNorm's `batch_stats`) are mutable while training, averaged over every device of the
 job after each step and kept in checkpoints; evaluation uses them as they are. A `dropout` RNG
 stream is given while training: a different key per step and device, reproducible from --seed.
-A plain `__call__(self, x)` with params only works as it always did. Built in (`--model NAME`):
+A plain `__call__(self, x)` with params only works as it always did. An NNX module is switched with
+its own `train()` / `eval()` instead, keeps its statistics in nnx.BatchStat (`batch_stats`) and
+draws dropout from the same per-step, per-device stream. entry_points.create_model makes the module a
+`--model` names (model/contract.py checks it). Built in (`--model NAME`):
 
     mlp       the DALI + Flax example's 784-784-1024-1024-10 MLP, layer for layer
     cnn       a small CNN for 28x28 images; the example's flat 784 vector is reshaped to 28x28x1
     resnet18  ResNet-18 with GroupNorm, for the folders pipeline's HWC crops (any square size)
     resnet50  ResNet-50 v1.5 with BatchNorm, the standard ImageNet model (resnet.py)
-    vit-ti16, vit-s16, vit-b16  Vision Transformers as big_vision's (vit.py); a factory that also names
-              drop_path, vit_pool or attention as parameters gets those flags' values (model_options)
+    cnn-nnx   the CNN's twin in Flax NNX, layer for layer, for 28x28 grey images (cnn_nnx.py)
+    vit-ti16, vit-s16, vit-b16  Vision Transformers as big_vision's (vit.py)
+
+A Linen factory that also names `drop_path`, `vit_pool` or `attention` as parameters is given those
+flags' values (entry_points.model_options); other factories never see them.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import flax.linen as nn
 import jax.numpy as jnp
-
-from dali_launch.trainer import entry_points
-from dali_launch.trainer.errors import UsageError
 
 
 class MLP(nn.Module):
@@ -66,12 +73,12 @@ class CNN(nn.Module):
     def __call__(self, x):
         x = as_images(x)
         for width in self.features:
-            x = _max_pool_2x2(nn.relu(nn.Conv(width, (3, 3))(x)))
+            x = max_pool_2x2(nn.relu(nn.Conv(width, (3, 3))(x)))
         x = nn.relu(nn.Dense(self.hidden)(x.reshape(x.shape[0], -1)))
         return nn.Dense(self.num_classes)(x)
 
 
-def _max_pool_2x2(x):
+def max_pool_2x2(x):
     """nn.max_pool(x, (2, 2), strides=(2, 2)) for even sides, as a reshape: its gradient is ~2.5x
     cheaper on XLA:CPU than reduce_window's select-and-scatter."""
     n, h, w, c = x.shape
@@ -119,39 +126,3 @@ class ResNet18(nn.Module):
             for block in range(blocks):
                 x = ResidualBlock(self.width * 2**stage, 2 if stage and not block else 1)(x)
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
-
-
-def create_model(name: str, num_classes: int, **options) -> nn.Module:
-    """`--model NAME`: a built-in name or package.module:factory (see entry_points). `options` (the ViT
-    flags of `model_options`) go to a factory that names them as parameters; other factories never see them."""
-    factory = entry_points.load("model", name)
-    try:
-        named = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        named = {}
-    try:
-        model = factory(num_classes=num_classes, **{k: v for k, v in options.items() if k in named})
-    except Exception as e:
-        raise UsageError(
-            f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"
-        ) from None
-    if not isinstance(model, nn.Module):
-        raise UsageError(
-            f"--model {name} returned a {type(model).__name__}, not a flax.linen.Module; "
-            f"the factory must return the module itself"
-        )
-    return model
-
-
-MODEL_OPTIONS = ("drop_path", "vit_pool", "attention")  # TrainConfig fields a factory may name
-
-
-def model_options(train) -> dict:
-    """The flags a model factory may take beside num_classes, from a TrainConfig (`attention` resolved
-    by the task: resolve.py)."""
-    return {name: getattr(train, name) for name in MODEL_OPTIONS}
-
-
-def from_spec(spec) -> nn.Module:
-    """The run's model: --model with --num-classes and the model options."""
-    return create_model(spec.train.model, spec.data.num_classes, **model_options(spec.train))

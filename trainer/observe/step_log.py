@@ -50,7 +50,7 @@ class StepLog:
         self.at = None  # the last reading: (step, loss, count, data wait, clock) of the epoch's running values
 
     def begin_epoch(self, calls_before: int, tally: dict | None) -> None:
-        """`calls_before`: global device calls done; `tally`: a checkpoint's (host) or None (a fresh epoch)."""
+        """`calls_before`: global device calls done; `tally`: the epoch's so far (host; None: nothing yet)."""
         if self.every:
             loss, count = (float(tally["loss"]), float(tally["count"])) if tally else (0.0, 0.0)
             self.point_step = calls_before * self.k

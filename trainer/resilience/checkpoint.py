@@ -7,14 +7,14 @@ holds `order`: the epoch's position in the global order and what elastic.py need
 another device count; the DALI states then hold only random operators' states, used on the same
 topology (bit-identical resumes) and dropped on another. The DALI states are gathered to all
 processes and written by the primary one; Orbax marks a step complete only once all of it is on
-disk, and `latest` only ever sees complete steps.
+disk. What a task starts from is read without Orbax (saved.py, start_point.py); Orbax restores the
+arrays alone (`restore`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
 
 import jax
 import numpy as np
@@ -23,26 +23,30 @@ from flax import serialization
 from jax.experimental import multihost_utils
 
 from dali_launch.trainer.data.dali import first_row
-from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
 
-@dataclass
-class Resume:
-    """Where a run picks up: `calls_done` device calls into `epoch`.
+def zero_tally() -> dict:
+    """What a checkpoint holds of an epoch's tally, at the epoch's start."""
+    # 0-d arrays rather than numpy scalars: Orbax restores into arrays only
+    return {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
 
-    Read in two steps: `latest` reads the small part (what the DALI pipelines need to be rebuilt
-    where they were); `restore` the arrays, once a template state exists (the model is initialised
-    on the pipelines' first batch).
-    """
 
-    step: int
-    epoch: int
-    calls_done: int
-    dali: list[bytes] | None  # this process's pipelines, in local order (device, then reader); None: another topology
-    order: dict | None = None  # --sample-order global: position, global batch, ... (Checkpointer.save)
-    state: object = None  # host TrainState, one replica
-    tally: dict | None = None
+def order_record(data, epoch: int, calls_done: int) -> dict | None:
+    """A global order's record for a checkpoint of `data` (dali.DeviceBatches): where the job is in the
+    epoch's order, and with what (start_point.py and elastic.py read it back); None in shard order."""
+    layout, begun = data.layout, data.start
+    if layout is None:
+        return None
+    offset = begun.offset if epoch == begun.epoch else 0
+    return {
+        "position": offset + calls_done * layout.call_samples,
+        "global_batch": layout.global_batch,
+        "first_global_batch": begun.first_global_batch or layout.global_batch,
+        "devices": layout.devices,
+        "steps_per_call": layout.steps,
+        "dataset": data.fingerprint,
+    }
 
 
 def _gather(local: list[bytes]) -> list[list[str]]:
@@ -76,7 +80,7 @@ class Checkpointer:
 
         `state` is one replica (as --parallel lays it out); `tally` is per device, as the batches.
         """
-        # Orbax keeps one checkpoint per step number, and `latest` must be the newest: strictly increasing.
+        # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
         latest = self.manager.latest_step()
         step = step if latest is None else max(step, latest + 1)
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
@@ -91,29 +95,14 @@ class Checkpointer:
         self.manager.save(step, args=args, force=True)
         self.manager.wait_until_finished()
 
-    def latest(self) -> Resume | None:
-        """The newest complete checkpoint, without its arrays (see `restore`), or None."""
-        step = self.manager.latest_step()
+    def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
+        """The train state (one replica, on the host) and the epoch's tally of checkpoint `step`, restored
+        into the templates' structure; the templates themselves for a fresh start (`step` None)."""
         if step is None:
-            return None
-        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-        order = meta.get("order")
-        if order and len(meta["dali"]) != jax.process_count():  # elastic: pipelines start afresh
-            return Resume(step, meta["epoch"], meta["calls_done"], None, order)
-        if len(meta["dali"]) != jax.process_count():
-            raise UsageError(
-                f"checkpoint step {step} was written by {len(meta['dali'])} processes, this job has "
-                f"{jax.process_count()}; resume with the run's own --nodes and --tasks-per-node"
-            )
-        dali = [base64.b64decode(s) for s in meta["dali"][jax.process_index()]]
-        return Resume(step, meta["epoch"], meta["calls_done"], dali, order)
-
-    def restore(self, resume: Resume, template_state, template_tally) -> None:
-        """Fills `resume`'s state and tally, restored into the templates' structure."""
+            return template_state, template_tally
         args = ocp.args.Composite(
             state=ocp.args.StandardRestore(serialization.to_state_dict(template_state)),
             tally=ocp.args.StandardRestore(template_tally),
         )
-        restored = self.manager.restore(resume.step, args=args)
-        resume.state = serialization.from_state_dict(template_state, restored.state)
-        resume.tally = dict(restored.tally)
+        restored = self.manager.restore(step, args=args)
+        return serialization.from_state_dict(template_state, restored.state), dict(restored.tally)

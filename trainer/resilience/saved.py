@@ -26,7 +26,7 @@ class Saved:
     epoch: int
     calls_done: int  # device calls done in `epoch` (the job's size when it was written)
     dali: tuple[tuple[str, ...], ...]  # per process that wrote it: its pipelines' states, base64
-    order: dict | None  # --sample-order global: the position in the epoch's order (resume_point.order_record)
+    order: dict | None  # --sample-order global: the position in the epoch's order (checkpoint.order_record)
 
     @property
     def processes(self) -> int:

@@ -30,7 +30,7 @@ import optax
 from flax import jax_utils
 
 from dali_launch.trainer.data import label_check
-from dali_launch.trainer.data.dali import AXIS, first_row
+from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.step import mixing
 
@@ -223,6 +223,13 @@ class Sharded:
 
     def replica(self, tree):
         return jax.tree.map(lambda x: x.addressable_data(0), tree)
+
+
+def call_tally(tally: dict) -> dict:
+    """What device calls carry: an epoch's `tally` as a checkpoint holds it (checkpoint.zero_tally at the
+    epoch's start) and the labels' range, which is checked before every checkpoint and so need not be in
+    one (checkpoints keep their old format)."""
+    return {**tally, "labels": label_check.none()}
 
 
 def finished() -> threading.Thread:

@@ -3,8 +3,8 @@
 Comparing shapes needs JAX (the model's, through `jax.eval_shape`) and Orbax (the checkpoint's), which
 this process must not import: under `dali-launch train` it becomes the task, whose environment is set
 before JAX's first import. So a child does it on the CPU (trainer/model/init_from.py's `main`), in a
-few seconds. It needs the pipeline's sample shape, known for the built-in pipelines; a pipeline of
-one's own is checked by the task at its start, the same way, before its first step.
+few seconds. It needs the pipeline's sample shape, known for the built-in pipelines (model_check.py's); a
+pipeline of one's own is checked by the task at its start, the same way, before its first step.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.recipe_checks import IMAGE_PIPELINES
+from dali_launch.launcher.route.model_check import sample_shape
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 
@@ -23,17 +24,10 @@ TIMEOUT_S = 300
 MARK = "init-from: "  # the child's refusal, told apart from whatever else JAX and Orbax print
 
 
-def sample_shape(run: RunConfig) -> tuple[int, ...] | None:
-    if run.data.pipeline == "mnist":
-        return (784,)
-    if run.data.pipeline in IMAGE_PIPELINES:
-        return (run.data.image_size, run.data.image_size, 3)
-    return None
-
-
-def check(run: RunConfig) -> None:
-    shape = sample_shape(run)
-    if run.train.init_from is None or run.launch.resume or shape is None:
+def check(run: RunConfig, data_dir: Path) -> None:
+    """After the data's own checks: the sample shape the built-in pipelines give follows from it."""
+    shape = sample_shape(run, data_dir) if run.train.init_from is not None and not run.launch.resume else None
+    if shape is None:
         return
     spec = TaskSpec(run_dir="", data=run.data, train=run.train)
     request = json.dumps({"spec": spec.to_json(), "sample_shape": shape})

@@ -1,4 +1,6 @@
-"""Creating a run directory: once, complete, or not at all."""
+"""A run's directory, from the launcher's side: created once and complete (or not at all), and rewritten
+when a --resume changes what the run may change. The files it writes are the run's configuration
+(config.json, config.toml, launch.json); the job record (job.json) is the backend's (backends/job.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ from pathlib import Path
 from dali_launch.launcher import config_file
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, is_locked, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
 
 
@@ -43,7 +45,7 @@ def create(run: RunConfig, data_dir: Path, backend: str, name: str | None = None
     except OSError as e:
         raise UsageError(f"cannot create --run-root {root} ({e.strerror}); choose a writable folder") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    names = [name] if name else [f"{_slug(run.launch.name)}-{stamp}{f'-{n}' if n else ''}" for n in range(100)]
+    names = [name] if name else [f"{slug(run.launch.name)}-{stamp}{f'-{n}' if n else ''}" for n in range(100)]
     for candidate in names:
         path = root / candidate
         try:
@@ -68,9 +70,9 @@ def create(run: RunConfig, data_dir: Path, backend: str, name: str | None = None
     return paths
 
 
-def reopen(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPaths:
-    """--resume RUN_DIR (launcher/resume.py made `run` from it): the run directory, its spec rewritten
-    when this resumption changes some of it (more epochs, other timeouts)."""
+def resume(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPaths:
+    """--resume RUN_DIR (route/resume.py made `run` from it): the run directory, its spec rewritten when
+    this resumption changes some of it (more epochs, other timeouts), its earlier cancel forgotten."""
     paths = RunPaths(Path(run.launch.resume))
     if changed:
         write_atomic(paths.config, task_spec(run, str(paths.root), str(data_dir), backend).to_json())
@@ -80,26 +82,5 @@ def reopen(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPa
                 dataclasses.replace(run, launch=dataclasses.replace(run.launch, resume=None, dry_run=False))
             ),
         )
+    paths.cancel.unlink(missing_ok=True)
     return paths
-
-
-def check_not_live(paths: RunPaths) -> None:
-    """A run directory a job still runs in is refused: a launcher or a task holds its lock (released
-    by the kernel when they die), or its SLURM job is still queued (locks may not cross NFS hosts)."""
-    holder = next((h for h in ("launcher", "task") if is_locked(paths.lock(h))), None)
-    if holder:
-        raise UsageError(
-            f"--resume {paths.root}: a job is still running in it (its {holder} holds "
-            f"{paths.lock(holder).name}); wait for it to end, or stop it first"
-        )
-    job = paths.root / "job.json"
-    if job.is_file():
-        from dali_launch.launcher.backends.follow import queue_state
-
-        job_id = json.loads(job.read_text())["job_id"]
-        state = queue_state(job_id) if shutil.which("squeue") else None
-        if state is not None:
-            raise UsageError(
-                f"--resume {paths.root}: its SLURM job {job_id} is still {state}; wait for it to end, "
-                f"or `dali-launch cancel {job_id}` first"
-            )

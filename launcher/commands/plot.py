@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
@@ -52,7 +55,15 @@ def _events(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
     }
 
 
-def plot(runs: list[str], out: Path) -> Path:
+def plot(
+    runs: Annotated[list[str], typer.Argument(help="Run directories.")],
+    out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png"),
+):
+    """Loss, test accuracy and images/s of several runs over SGD steps, on one figure (needs dali-launch[plot])."""
+    typer.echo(f"wrote {draw(runs, out)}")
+
+
+def draw(runs: list[str], out: Path) -> Path:
     """Draws every run's curves and writes `out` (PNG)."""
     try:
         import matplotlib

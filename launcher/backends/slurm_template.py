@@ -2,8 +2,8 @@
 
 Sites hand out their own batch scripts (account, QoS, container, module loads); this one shows
 what dali-launch needs in them: the job's shape in #SBATCH lines, a warning signal and requeue for
-preemption, and `srun dali-launch task FLAGS` (backends/allocation.py). SLURM flags become #SBATCH
-lines (and --setup lines, shell run before the step); the other flags given go to `task`.
+preemption, and `srun dali-launch task FLAGS` (allocation.py). SLURM flags become #SBATCH lines through the
+one table of slurm_options.py (and --setup lines, shell run before the step); the other flags given go to `task`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from dali_launch.launcher.backends.slurm_checks import sbatch_pair
-from dali_launch.launcher.config import RunConfig, SlurmConfig
+from dali_launch.launcher.backends.slurm_options import sbatch_values, srun_args
+from dali_launch.launcher.config import RunConfig, SlurmConfig, marked
 from dali_launch.launcher.options import Values
 from dali_launch.trainer.errors import UsageError
 
@@ -27,7 +28,6 @@ NOT_FOR_TASK = {f for f in SlurmConfig.__dataclass_fields__} | {
     "dry_run",
     "resume",
 }
-PATHS = ("data_dir", "run_root")  # the script may run from another folder than this command
 
 
 def template(run: RunConfig, values: Values) -> str:
@@ -38,29 +38,17 @@ def template(run: RunConfig, values: Values) -> str:
             f"it started with; give one count, e.g. --nodes {run.node_range[0]}, or submit the range with "
             f"`dali-launch --nodes {launch.nodes}`"
         )
-    sbatch = {
-        "job-name": launch.name,
-        "nodes": launch.nodes,
-        "ntasks-per-node": run.tasks_per_node,
-        "gpus-per-node": launch.gpus_per_node if run.distributed.platform != "cpu" else None,
-        "time": s.time_min,
-        "partition": s.partition,
-        "account": s.account,
-        "qos": s.qos,
-        "constraint": s.constraint,
-        "cpus-per-task": s.cpus_per_task,
-        "mem": f"{s.mem_gb}G" if s.mem_gb else None,
-        **dict(sbatch_pair(a) for a in s.sbatch_arg),
-    }
+    sbatch = {**sbatch_values(run), **dict(sbatch_pair(a) for a in s.sbatch_arg)}
     lines = [
         "#!/bin/bash",
         "# dali-launch in your own batch script: adapt it (account, modules, container), then `sbatch` it.",
         "# Every task of the srun step below is one process of the run; the run directory is",
         "# RUN_ROOT/NAME-JOBID.STEP, made once by task 0. Inside `salloc`, run the srun line alone.",
     ]
-    lines += [f"#SBATCH --{key}={shlex.quote(str(value))}" for key, value in sbatch.items() if value is not None]
-    if s.exclusive:
-        lines.append("#SBATCH --exclusive")
+    lines += [
+        f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={shlex.quote(str(value))}"
+        for key, value in sbatch.items()
+    ]
     lines += [
         f"# SIGUSR2 {SIGNAL_S} s before the time limit: the tasks checkpoint and requeue the job, which reopens",
         "# its run directory and resumes. Without --signal, SLURM's SIGTERM at the limit still checkpoints, but",
@@ -71,12 +59,7 @@ def template(run: RunConfig, values: Values) -> str:
         "",
     ]
     lines += [*s.setup, *([""] if s.setup else [])]
-    srun = [
-        "srun",
-        "--kill-on-bad-exit=1",
-        *s.srun_arg,
-        *(["--container-image", s.container_image] if s.container_image else []),
-    ]
+    srun = ["srun", *srun_args(run)]
     lines.append(" ".join([*map(shlex.quote, srun), _dali_launch(), "task", *map(shlex.quote, task_flags(values))]))
     return "\n".join(lines) + "\n"
 
@@ -84,9 +67,10 @@ def template(run: RunConfig, values: Values) -> str:
 def task_flags(values: Values) -> list[str]:
     """The given flags that `task` takes, as command-line words (paths made absolute)."""
     words: list[str] = []
+    paths = marked("path")  # the script may run from another folder than this command
     for name in sorted(values.given - NOT_FOR_TASK):
         value, flag = values[name], "--" + name.replace("_", "-")
-        if name in PATHS and value is not None:
+        if name in paths and value is not None:
             value = str(Path(value).absolute())
         if isinstance(value, bool):
             words.append(flag if value else f"--no-{flag[2:]}")

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
+from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.backends.srun_step import refuse_one_of_several
 from dali_launch.launcher.config import RunConfig
+from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 
 
-class Here(Backend):
-    name, spec_name, started_by = "here", "none", "dali-launch train"
-    process_id = 0  # whose log the output also goes to
+class Train(Backend):
+    name = spec_name = "train"
+    started_by = "dali-launch train"
+    process_id = 0  # whose log the output also goes to (and who reports the result)
 
     def check(self, run: RunConfig) -> None:
         refuse_one_of_several()  # `srun dali-launch train` would train N times, each alone as "rank 0"
@@ -26,19 +31,27 @@ class Here(Backend):
                 "`dali-launch --local --nodes N --gpus-per-node G --processes P`"
             )
 
-    def start(self, run: RunConfig, paths: RunPaths) -> None:
-        self.paths = paths
-
-    def wait(self) -> Outcome:
-        """Runs the task to its end; a task's error propagates as it would in any program."""
+    def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
+        """Runs the task to its end; a task's error propagates as it would in any program. Ctrl-C reaches
+        the task itself (it checkpoints and exits 130); a stop that `dali-launch cancel` asked for is a
+        cancelled run, exit 0."""
         from dali_launch.trainer.task import run_task
 
-        with _also_to(self.paths.log(self.process_id)):  # `dali-launch logs RUN` reads a `train` run like a local one
-            run_task(str(self.paths.root))
-        return Outcome(True)
+        started = time.time()
+        try:
+            with _also_to(paths.log(self.process_id)):  # `dali-launch logs RUN` reads a `train` run like a local one
+                run_task(str(paths.root))
+        except SystemExit:
+            if not cancel_requested(paths, since=started):
+                raise
+            newest = saved.newest(paths)
+            at = f"; checkpoint written at step {newest.step}" if newest else ""
+            return Outcome(RunState.CANCELLED, f"cancelled (`dali-launch cancel`){at}; resume with {_resume(paths)}", 0)
+        return Outcome(RunState.FINISHED, report=self.process_id == 0)
 
-    def cancel(self) -> None:  # Ctrl-C reaches the task itself
-        raise NotImplementedError
+
+def _resume(paths: RunPaths) -> str:
+    return TaskSpec.load(paths.root).how_to_resume()
 
 
 @contextlib.contextmanager

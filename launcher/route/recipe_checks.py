@@ -8,11 +8,11 @@ holds them to DALI's and to model/vit.py's).
 from __future__ import annotations
 
 from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.route.model_check import CROPS as IMAGE_PIPELINES  # HWC crops; mnist's are flat
 from dali_launch.trainer.config import DataConfig, TrainConfig
 from dali_launch.trainer.entry_points import BUILTIN
 from dali_launch.trainer.errors import UsageError
 
-IMAGE_PIPELINES = ("folders", "tfrecord", "webdataset")  # built-in pipelines of HWC crops; mnist's are flat
 RANDAUGMENT_OPS = 14  # DALI's RandAugment suite (augment.suite)
 MAGNITUDE_BINS = 31  # augment.MAGNITUDE_BINS
 PATCH = 16  # vit.PATCH

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from dali_launch.launcher import recipe_checks
 from dali_launch.launcher.config import RunConfig, counted, node_range
+from dali_launch.launcher.route import recipe_checks
 from dali_launch.trainer.config import ObserveConfig, ResilienceConfig, TrainConfig
 from dali_launch.trainer.errors import UsageError
 

@@ -1,0 +1,209 @@
+"""A run's job as the launcher sees it after the start: one handle, one state vocabulary.
+
+`dali-launch status`, `logs`, `cancel`, `runs`, `sweep status` and `--resume`'s "is it still live?" all
+ask a `Job` (submitit's Job is the model): `state()`, `logs(rank)`, `cancel()`. Each backend attaches
+one to a run directory (`Backend.attach`); this module holds what they share: the states, how an ended
+run ended (its files say it), the job record of a submitted run (job.json, written here only), and the
+handle of a run whose processes run on this host (`train`, --local, a task of the user's srun step).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dali_launch.launcher.config import counted
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.resilience import ending, saved
+from dali_launch.trainer.run_dir import RunPaths, is_locked, write_atomic
+
+LOCK_HOLDERS = ("launcher", "task")  # local mode's launcher, and process 0 of the task in every mode
+STOP_WAIT_S = 90  # how long `cancel` waits for the ranks to checkpoint and stop (the launcher grants 60)
+POLL_S = 0.2
+
+
+class RunState(str, enum.Enum):
+    """Where a run stands; the one vocabulary of every command that says it."""
+
+    PENDING = "pending"  # queued (SLURM), or requeued and waiting
+    RUNNING = "running"
+    FINISHED = "finished"  # result.json is there
+    INTERRUPTED = "interrupted"  # every rank stopped after a checkpoint (a signal): --resume continues it
+    CANCELLED = "cancelled"  # `dali-launch cancel` (or scancel) stopped it
+    FAILED = "failed"  # any other end: a rank raised, a watchdog gave up, it died without a word
+    NOT_STARTED = "not started"  # its directory is made, nothing ran in it yet (a sweep's later points)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:  # f"{state}" is its word (Python 3.11 formats mixed-in enums by name)
+        return format(self.value, spec)
+
+    @property
+    def live(self) -> bool:
+        return self in (RunState.PENDING, RunState.RUNNING)
+
+
+def ended_state(paths: RunPaths, cancelled: bool = False) -> RunState:
+    """How a run that nothing runs in any more ended, from its files (`cancelled`: its scheduler says so)."""
+    if paths.result.exists():
+        return RunState.FINISHED
+    if cancelled or paths.cancel.exists():
+        return RunState.CANCELLED
+    hows = {e["how"] for e in ending.read(paths)}
+    if hows == {ending.STOPPED}:
+        return RunState.INTERRUPTED
+    if not hows and not paths.manifest.exists():
+        return RunState.NOT_STARTED
+    return RunState.FAILED
+
+
+def lock_holder(paths: RunPaths) -> str | None:
+    """Who holds the run's lock: its launcher or its process 0 (released by the kernel when they die)."""
+    return next((holder for holder in LOCK_HOLDERS if is_locked(paths.lock(holder))), None)
+
+
+def started_tasks(paths: RunPaths) -> int:
+    """The tasks of the run's latest start: as planned (config.json), or, for a --nodes range, as many as
+    rank_map.json lists (SLURM's pick; 1 before any start wrote it)."""
+    planned = TaskSpec.load(paths.root).layout.num_processes
+    if planned:
+        return planned
+    try:
+        return len(json.loads(paths.rank_map.read_text())) or 1
+    except (OSError, ValueError):
+        return 1
+
+
+def resume_hint(paths: RunPaths) -> str:
+    """Where an unfinished run would go on from, and the command; '' without a checkpoint."""
+    newest = saved.newest(paths)
+    return "" if newest is None else f"resume from step {newest.step} with `dali-launch --resume {paths.root}`"
+
+
+# --- job.json: a submitted run's job ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """The SLURM job a run was submitted as (an array's element: `ARRAY_INDEX`), and submitit's folder."""
+
+    job_id: str
+    folder: Path  # submitit's folder; the job's own files are in folder/JOB_ID/
+
+
+def write_record(paths: RunPaths, job_id: str, folder: Path) -> None:
+    """The one writer of job.json, once sbatch took the job."""
+    write_atomic(paths.job, json.dumps({"job_id": job_id, "submitit": str(folder)}))
+
+
+def read_record(paths: RunPaths) -> JobRecord | None:
+    if not paths.job.is_file():
+        return None
+    info = json.loads(paths.job.read_text())
+    return JobRecord(str(info["job_id"]), Path(info.get("submitit") or paths.submitit))
+
+
+def request_cancel(paths: RunPaths) -> None:
+    """Recorded before any signal is sent, so whoever follows the run (the launcher) reads the ranks'
+    stop as a cancel, not a failure."""
+    write_atomic(paths.cancel, json.dumps({"at": time.time(), "pid": os.getpid(), "host": socket.gethostname()}))
+
+
+def cancel_requested(paths: RunPaths, since: float = 0.0) -> bool:
+    """`dali-launch cancel` asked this run to stop at or after `since` (time.time())."""
+    try:
+        return json.loads(paths.cancel.read_text())["at"] >= since
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+# --- the handles ------------------------------------------------------------------------------------
+
+
+class Job:
+    """A run's job, attached to its directory. Subclasses say how it is live, where its logs are, how it stops."""
+
+    def __init__(self, paths: RunPaths):
+        self.paths = paths
+
+    @property
+    def name(self) -> str:
+        return f"run {self.paths.root.name}"
+
+    @property
+    def num_tasks(self) -> int:
+        return started_tasks(self.paths)
+
+    def live_state(self) -> RunState | None:
+        """PENDING or RUNNING while a job runs in the directory, else None."""
+        raise NotImplementedError
+
+    def state(self) -> RunState:
+        if self.paths.result.exists():
+            return RunState.FINISHED
+        return self.live_state() or self.ended()
+
+    def ended(self) -> RunState:
+        return ended_state(self.paths)
+
+    def logs(self, rank: int) -> list[Path]:
+        raise NotImplementedError
+
+    def cancel(self, say=print) -> int:
+        """Stops the run; says what happened; the exit code of `dali-launch cancel`."""
+        raise NotImplementedError
+
+
+class LocalJob(Job):
+    """A run whose processes run on this host: `dali-launch train` (one process), --local (its rank
+    processes), a task of the user's srun step. Live while its launcher or process 0 holds its lock."""
+
+    def live_state(self) -> RunState | None:
+        return RunState.RUNNING if lock_holder(self.paths) else None
+
+    def logs(self, rank: int) -> list[Path]:
+        return [self.paths.log(rank)]
+
+    def rank_pids(self) -> list[int]:
+        """The pids its ranks reported, those on this host."""
+        pids = []
+        for rank in range(self.num_tasks):
+            try:
+                report = json.loads(self.paths.rank_report(rank).read_text())
+            except (OSError, ValueError):
+                continue
+            if report.get("host") in (socket.gethostname(), os.environ.get("SLURMD_NODENAME")):
+                pids.append(report["pid"])
+        return pids
+
+    def cancel(self, say=print) -> int:
+        """SIGTERM to its ranks: they write a checkpoint and stop, as after Ctrl-C; then waits (bounded)
+        until the run has ended, which it then says: `cancelled`, with where it would resume."""
+        pids = self.rank_pids() if self.live_state() else []
+        if not pids:
+            say(f"{self.name} is not running; nothing to cancel")
+            return 0
+        request_cancel(self.paths)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        say(f"stopping {self.name} (SIGTERM to {counted(len(pids), 'process')})")
+        end = time.monotonic() + STOP_WAIT_S
+        while self.live_state() and time.monotonic() < end:
+            time.sleep(POLL_S)
+        state = self.state()
+        if state.live:
+            say(f"{self.name} is still stopping after {STOP_WAIT_S} s; see `dali-launch status {self.paths.root}`")
+            return 1
+        hint = resume_hint(self.paths) if state is not RunState.FINISHED else ""
+        say(f"{self.name}: {state}" + (f"; {hint}" if hint else ""))
+        return 0

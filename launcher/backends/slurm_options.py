@@ -1,0 +1,88 @@
+"""The one table from a run's settings to sbatch's options, and the srun arguments of its step.
+
+Read alike by the submission (submitit's executor, slurm.py), the user's own script (`dali-launch slurm
+template`, slurm_template.py) and the --sbatch-arg check (slurm_checks.py), so the three cannot drift:
+a value is spelled once (memory in sbatch's documented suffix, `G`), and an --sbatch-arg that would
+replace an option written here is refused with the flag that sets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dali_launch.launcher.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str  # sbatch's option: #SBATCH --KEY=VALUE (a True value: a bare --KEY)
+    flag: str  # what sets it, for the refusal of an --sbatch-arg KEY=...
+    value: Callable[[RunConfig], object]  # None: not written
+    param: str | None = None  # submitit's parameter name; None: one of its additional_parameters
+    open: bool = False  # an --sbatch-arg may still give it (values our flags cannot express)
+
+
+def _gpus(run: RunConfig):
+    return None if run.distributed.platform == "cpu" else run.launch.gpus_per_node  # CPU devices: ask for no GPU
+
+
+def _mincpus(run: RunConfig):
+    """A --nodes range gives srun the tasks per node (srun_args); --mincpus keeps room for them on every node."""
+    tasks = run.tasks_per_node
+    return tasks * (run.slurm.cpus_per_task or 1) if run.nodes_vary and tasks > 1 else None
+
+
+OPTIONS = (
+    Option("job-name", "--name", lambda run: run.launch.name, "job_name"),
+    # A range stays text ("1-2"); SLURM picks the count at each start.
+    Option("nodes", "--nodes", lambda run: run.launch.nodes if run.nodes_vary else run.nodes, "nodes"),
+    # With a range, an #SBATCH --ntasks-per-node fixes the job's task count at MIN × tasks and caps its
+    # nodes at MIN (Slurm 22.05, measured: a 1-2 job got one node of two idle ones): srun gets it instead.
+    Option(
+        "ntasks-per-node",
+        "--tasks-per-node",
+        lambda run: None if run.nodes_vary else run.tasks_per_node,
+        "ntasks_per_node",
+    ),
+    Option("mincpus", "--cpus-per-task (a --nodes range sets it from --tasks-per-node)", _mincpus),
+    Option("gpus-per-node", "--gpus-per-node", _gpus, "gpus_per_node"),
+    Option("time", "--time-min", lambda run: run.slurm.time_min, "time"),
+    Option("partition", "--partition", lambda run: run.slurm.partition, "partition"),
+    Option("account", "--account", lambda run: run.slurm.account, "account"),
+    Option("qos", "--qos", lambda run: run.slurm.qos, "qos"),
+    Option("constraint", "--constraint", lambda run: run.slurm.constraint, "constraint"),
+    Option("cpus-per-task", "--cpus-per-task", lambda run: run.slurm.cpus_per_task, "cpus_per_task"),
+    Option("mem", "--mem-gb", lambda run: f"{run.slurm.mem_gb}G" if run.slurm.mem_gb else None, "mem", open=True),
+    Option("exclusive", "--exclusive", lambda run: True if run.slurm.exclusive else None, "exclusive", open=True),
+)
+# Written by submitit (its logs, the requeue signal) or by us for preemption (trainer/resilience/preemption.py):
+# the job's files and its requeue depend on them.
+OWN = ("output", "error", "open-mode", "signal", "requeue")
+SET_BY_US = {
+    **{o.key: f"use {o.flag}" for o in OPTIONS if not o.open},
+    **{key: "dali-launch needs its own value to find the logs and to requeue the job" for key in OWN},
+}
+
+
+def sbatch_values(run: RunConfig) -> dict[str, object]:
+    """sbatch option -> value for this run, in the table's order; unset ones left out."""
+    values = {o.key: o.value(run) for o in OPTIONS}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def srun_args(run: RunConfig) -> list[str]:
+    """The step's srun arguments: a --nodes range's tasks per node (see ntasks-per-node above); a rank
+    that dies takes its step down at once (the others would wait in a collective); the user's; the container."""
+    tasks = [f"--ntasks-per-node={run.tasks_per_node}"] if run.nodes_vary else []
+    container = ["--container-image", run.slurm.container_image] if run.slurm.container_image else []
+    return [*tasks, "--kill-on-bad-exit=1", *run.slurm.srun_arg, *container]
+
+
+def executor_parameters(run: RunConfig, extra_sbatch: dict) -> dict:
+    """The table's values as submitit's SlurmExecutor takes them: its own parameters, the rest (and
+    `extra_sbatch`) as additional_parameters."""
+    values = sbatch_values(run)
+    params = {o.param: values[o.key] for o in OPTIONS if o.param and o.key in values}
+    additional = {o.key: values[o.key] for o in OPTIONS if not o.param and o.key in values}
+    return {**params, "additional_parameters": {**additional, **extra_sbatch}}

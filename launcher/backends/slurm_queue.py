@@ -1,0 +1,50 @@
+"""What SLURM says of a job: its queue state (squeue), its accounting state (sacct), and scancel.
+
+Every call is bounded (QUERY_TIMEOUT_S) and none needs accounting: squeue answers for queued and
+running jobs, sacct (where a site runs slurmdbd) for ended ones, and a missing command is no answer.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+QUERY_TIMEOUT_S = 30  # every squeue/sacct/scancel call is bounded
+
+
+def queue_state(job_id: str) -> str | None:
+    """The job's state in squeue (PENDING, RUNNING, ...), or None once it has left the queue (or
+    without squeue); UNKNOWN when squeue does not answer in time."""
+    if shutil.which("squeue") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        return "UNKNOWN"
+    if out.returncode != 0:  # squeue errors on ids it no longer knows
+        return None
+    states = out.stdout.split()
+    return states[0] if states else None
+
+
+def accounting_state(job_id: str) -> str | None:
+    """How an ended job ended by SLURM's accounting (COMPLETED, CANCELLED, TIMEOUT, ...), or None without it."""
+    if shutil.which("sacct") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["sacct", "-n", "-X", "-j", str(job_id), "-o", "State"],
+            capture_output=True,
+            text=True,
+            timeout=QUERY_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    words = out.stdout.split() if out.returncode == 0 else []
+    return words[0] if words else None
+
+
+def cancel(job_id: str) -> None:
+    subprocess.run(["scancel", str(job_id)], capture_output=True, timeout=QUERY_TIMEOUT_S)

@@ -1,0 +1,1 @@
+"""The command groups of `dali-launch`, one module each; cli.py wires them."""

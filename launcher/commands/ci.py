@@ -1,0 +1,18 @@
+"""`dali-launch ci`: cluster CI, a run with the test suite's job beside it (ci/cluster_ci.py)."""
+
+from __future__ import annotations
+
+import sys
+
+from dali_launch.launcher.ci.cluster_ci import CiConfig
+from dali_launch.launcher.config import RUN_OPTIONS, RunConfig
+from dali_launch.launcher.options import build, config_options
+
+
+@config_options(*RUN_OPTIONS, ("CI", (CiConfig,)))
+def ci(values: dict):
+    """Cluster CI: submit the test suite and a one-epoch multi-node training run, wait, write JUnit XML."""
+    from dali_launch.launcher.ci import cluster_ci
+
+    values = {**values, "epochs": values["epochs"] if "epochs" in values.given else 1}  # CI: one epoch by default
+    sys.exit(cluster_ci.run_ci(build(RunConfig, values), build(CiConfig, values)))

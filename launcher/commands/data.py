@@ -1,0 +1,72 @@
+"""`dali-launch data prepare / synth`: data sets made for DALI (data/idx.py, data/synth.py do the work)."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class DataFormat(str, enum.Enum):
+    lmdb = "lmdb"
+    folders = "folders"
+
+
+def prepare(
+    source: Annotated[Path, typer.Option("--from", help="Folder with MNIST-format IDX files (train-*, t10k-*).")],
+    target: Annotated[Path, typer.Option("--to", help="New folder for training/ and testing/.")],
+    jpeg_quality: Annotated[int, typer.Option(help="JPEG quality of the stored images.")] = 95,
+    test_fraction: Annotated[
+        float | None,
+        typer.Option(help="With only one IDX split present, the fraction held out for testing (default 0.2)."),
+    ] = None,
+    layout: Annotated[
+        DataFormat,
+        typer.Option(
+            "--format",
+            help="lmdb: Caffe2 LMDBs (--pipeline mnist); folders: SPLIT/<label>/<n>.jpg (--pipeline folders).",
+        ),
+    ] = DataFormat.lmdb,
+):
+    """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout), or JPEG class folders."""
+    from dali_launch.launcher.data import idx
+
+    report = idx.prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction, layout=layout.value)
+    counts = ", ".join(f"{name} {n:,}" for name, n in report.counts.items())
+    typer.echo(f"wrote {report.out_dir}: {counts}")
+
+
+class SynthFormat(str, enum.Enum):
+    folders = "folders"
+    tfrecord = "tfrecord"
+    webdataset = "webdataset"
+
+
+def synth(
+    out: Annotated[Path, typer.Argument(help="New folder for training/ and testing/.")],
+    layout: Annotated[
+        SynthFormat,
+        typer.Option(
+            "--format",
+            help="folders: SPLIT/<class>/<n>.jpg (--pipeline folders); tfrecord: SPLIT/shard-N.tfrecord of "
+            "tf.Examples (--pipeline tfrecord); webdataset: SPLIT/shard-N.tar (--pipeline webdataset); "
+            "each shard with DALI's index, shard-N.idx.",
+        ),
+    ] = SynthFormat.folders,
+    classes: Annotated[int, typer.Option(help="Number of classes (labels 0..N-1).")] = 100,
+    train: Annotated[int, typer.Option(help="Training images.")] = 10_000,
+    test: Annotated[int, typer.Option(help="Test images.")] = 1_000,
+    seed: Annotated[int, typer.Option(help="Same seed, same bytes.")] = 0,
+    image_scale: Annotated[
+        float, typer.Option(help="Image sides times this (default: ImageNet's sizes); 0.1 for small test sets.")
+    ] = 1.0,
+    shard_size: Annotated[int, typer.Option(help="Images per shard file (and per unit of work).")] = 1024,
+    workers: Annotated[int, typer.Option(help="Processes writing images; 0: one per core.")] = 0,
+):
+    """Write a deterministic ImageNet-like data set (sizes, JPEG qualities, ~110 KB per image, real classes)."""
+    from dali_launch.launcher.data import synth as synthesis
+
+    spec = synthesis.SynthSpec(out, layout.value, classes, train, test, seed, image_scale, shard_size, workers)
+    typer.echo(synthesis.synth(spec).line(spec))

@@ -1,0 +1,106 @@
+"""`dali-launch status / logs / cancel`: a run, found by its run directory, its name or its SLURM job id.
+
+Every mode is covered through the run's job handle (backends/job.py): a SLURM job (job.json, written at
+submission) is asked of the queue and read from submitit's logs; a local or `train` run is read from its
+run directory alone (its ranks' logs and reports; live while its launcher or process 0 holds its lock).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dali_launch.trainer.errors import UsageError
+
+RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]
+JobArg = Annotated[
+    str,
+    typer.Argument(help="A run directory (any mode), a run's name as `dali-launch runs` lists it, or a SLURM job id."),
+]
+JOB_ID = re.compile(r"^\d+(_\d+)?$")  # a job, or an element of an array
+
+
+def status(job: JobArg, run_root: RunRoot = "runs"):
+    """Where a run stands: a SLURM job (squeue, else sacct, else its files), or a local or `train` run."""
+    typer.echo(status_line(find(job, run_root)))
+
+
+def logs(
+    job: JobArg,
+    run_root: RunRoot = "runs",
+    rank: Annotated[int | None, typer.Option(help="Only this rank's log, unprefixed.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow_timeout_s: Annotated[int, typer.Option(help="Stop following after this long.")] = 86400,
+):
+    """A run's logs: every rank, prefixed, or one rank; --follow until it ends."""
+    print_logs(find(job, run_root), rank, follow_timeout_s if follow else None, typer.echo)
+
+
+def cancel(job: JobArg, run_root: RunRoot = "runs"):
+    """Stop a run: scancel a SLURM job; SIGTERM a local run's ranks (they checkpoint, then stop)."""
+    raise typer.Exit(find(job, run_root).cancel(typer.echo))
+
+
+def find(job: str, run_root: str):
+    """JOB is a run directory (any mode), a run's name under --run-root, or a SLURM job id looked up among
+    the runs (and sweeps' runs) under --run-root; a UsageError names which it was taken for."""
+    from dali_launch.launcher.backends import registry
+    from dali_launch.trainer.run_dir import RunPaths
+
+    root = Path(run_root)
+    for folder in (Path(job), root / job):
+        if folder.is_dir():
+            if not RunPaths(folder).config.is_file():
+                raise UsageError(f"{folder} is not a run directory (no config.json); pass one that dali-launch made")
+            return registry.attach(RunPaths(folder))
+    if JOB_ID.match(job):
+        for record in sorted([*root.glob("*/job.json"), *root.glob("*/*/job.json")], reverse=True):
+            if str(json.loads(record.read_text()).get("job_id")) == job:
+                return registry.attach(RunPaths(record.parent))
+        raise UsageError(f"no run of job {job} under --run-root {root.absolute()}; pass its run directory instead")
+    if "/" in job or job.startswith("."):
+        raise UsageError(f"{job}: no such run directory; pass one that dali-launch made (see `dali-launch runs`)")
+    raise UsageError(
+        f"no run named {job} under --run-root {root.absolute()}; pass a run directory, a run name "
+        f"`dali-launch runs {run_root}` lists, or a SLURM job id"
+    )
+
+
+def status_line(job) -> str:
+    """One line: its state, the last epoch's accuracy, where it would resume, where it lives."""
+    from dali_launch.launcher.backends.job import RunState, resume_hint
+
+    metrics = job.paths.metrics
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    last = json.loads(lines[-1]) if lines else None
+    progress = f"; epoch {last['epoch']} test accuracy {last['test_accuracy']:.4f}" if last else ""
+    state = job.state()
+    hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
+    return f"{job.name}: {state}{progress}{f'; {hint}' if hint else ''}; run directory {job.paths.root}"
+
+
+def print_logs(job, rank: int | None, follow_s: float | None, echo=print) -> None:
+    """Prints rank logs (all ranks prefixed, or one); with follow, until the run ends (or follow_s passes)."""
+    from dali_launch.launcher.backends.follow import LogTail
+
+    ranks = [rank] if rank is not None else list(range(job.num_tasks))
+    if any(r < 0 or r >= job.num_tasks for r in ranks):
+        raise UsageError(f"--rank {rank} is out of range; {job.name} has ranks 0..{job.num_tasks - 1}")
+    tails = [(r, LogTail(path)) for r in ranks for path in job.logs(r)]
+    deadline = time.monotonic() + (follow_s or 0)
+    while True:
+        for r, tail in tails:
+            for line in tail.lines():
+                echo(line if rank is not None else f"[rank {r}] {line}")
+        if follow_s is None or not job.state().live or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    for r, tail in tails:  # the last line may lack its newline
+        if tail.partial:
+            text = tail.partial.decode(errors="replace")
+            echo(text if rank is not None else f"[rank {r}] {text}")

@@ -1,0 +1,53 @@
+"""The commands that run something: a job (no command), `train` (this process), `task` (one task of the
+user's own srun step). Each builds the run's configuration and hands it to the route (route/launch.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from dali_launch.launcher.config import RUN_OPTIONS, RunConfig
+from dali_launch.launcher.options import build, config_options
+from dali_launch.launcher.route.sweep import SweepConfig
+from dali_launch.trainer.errors import UsageError
+
+NOT_SLURM = [group for group in RUN_OPTIONS if group[0] != "SLURM"]
+
+
+@config_options(*RUN_OPTIONS, ("Sweeps", (SweepConfig,)))
+def submit(values: dict, ctx: typer.Context):
+    """With no command: run a job, on SLURM (default) or with --local on this machine."""
+    if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name).name != "DEFAULT"]
+        if given:
+            raise UsageError(f"{given[0]} goes after the command: dali-launch {ctx.invoked_subcommand} {given[0]} ...")
+        return
+    from dali_launch.launcher.route import launch
+
+    if values["sweep"]:
+        sys.exit(launch.new_sweep(values))
+    if values["max_parallel"] is not None:
+        raise UsageError("--max-parallel caps the points of a --sweep running at once; give a --sweep, or leave it out")
+    sys.exit(launch.resume_run(values, "launch") if values["resume"] else launch.new_run(build(RunConfig, values)))
+
+
+@config_options(*NOT_SLURM)
+def train(values: dict):
+    """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
+    from dali_launch.launcher.route import launch
+
+    sys.exit(
+        launch.resume_run(values, "train") if values["resume"] else launch.new_run(build(RunConfig, values), here=True)
+    )
+
+
+@config_options(*NOT_SLURM)
+def task(values: dict):
+    """One task of your own SLURM job step: `srun dali-launch task ...` in an sbatch script or salloc.
+    The job's shape comes from the step; `dali-launch slurm template` prints a script to start from."""
+    from dali_launch.launcher.backends.allocation import Allocation, from_step
+    from dali_launch.launcher.route import launch
+
+    backend = Allocation()
+    sys.exit(launch.launch([build(RunConfig, from_step(values, backend.env))], backend))

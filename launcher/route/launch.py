@@ -1,0 +1,134 @@
+"""Running runs, one way for every mode and count: prepare -> the backend runs them -> report.
+
+    dali-launch train            -> Train   (this process)
+    dali-launch --local ...      -> Local   (the job's processes on this machine)
+    dali-launch ...              -> Slurm   (a SLURM job through submitit)
+    dali-launch --resume RUN     -> whichever started RUN (its config.json says)
+    dali-launch --sweep K=A,B    -> the grid's runs: one SLURM job array, or --local one after another
+    srun dali-launch task ...    -> Allocation (this task of the user's own step)
+    dali-launch ci               -> Slurm, with the test suite's job beside the run's (ci/cluster_ci.py)
+
+One run is a list of one. Every run of a list is checked before anything is written or submitted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass
+
+from dali_launch.launcher.backends import registry
+from dali_launch.launcher.backends.base import Backend, Outcome, Watch
+from dali_launch.launcher.config import RunConfig, counted
+from dali_launch.launcher.console import echo, error
+from dali_launch.launcher.options import Values
+from dali_launch.launcher.route import resume
+from dali_launch.launcher.route.prepare import prepare
+from dali_launch.launcher.route.sweep import Sweep, sweep_runs
+from dali_launch.trainer.run_dir import RunPaths
+
+
+def new_run(run: RunConfig, here: bool = False) -> int:
+    """A new run: `train` in this process, else a job (--local, or SLURM)."""
+    if here:
+        return launch([run], registry.create("train"))
+    return launch([with_devices(run)], registry.create("local" if run.launch.local else "slurm"))
+
+
+def with_devices(run: RunConfig) -> RunConfig:
+    """A job's devices are planned, never "whatever is there": 1 per node unless given."""
+    if run.launch.gpus_per_node is not None:
+        return run
+    return dataclasses.replace(run, launch=dataclasses.replace(run.launch, gpus_per_node=1))
+
+
+def resume_run(values: Values, entry: str) -> int:
+    """`--resume RUN`: the run continues in the mode it started in, from its own configuration."""
+    how = resume.read(values, entry)
+    changes = f"; changed: {how.describe()}" if how.changes else ""
+    backend = registry.create(how.backend)
+    echo(f"resuming {how.run.launch.resume} (started by `{backend.started_by}`){changes}")
+    return launch([how.run], backend, changed=bool(how.changes))
+
+
+def new_sweep(values: Values) -> int:
+    """`--sweep ...`: the grid's runs, on SLURM as one job array, with --local one after another."""
+    grid, runs = sweep_runs(values)
+    if runs[0].launch.local:
+        return launch(runs, registry.create("local"), sweep=grid)
+    from dali_launch.launcher.backends.slurm import Slurm
+
+    return launch(runs, Slurm(array_name=grid.name, max_parallel=grid.max_parallel), sweep=grid)
+
+
+@dataclass(frozen=True)
+class Started:
+    """Runs the backend ran: their directories and how each ended (or stands, when detached)."""
+
+    paths: list[RunPaths]
+    outcomes: list[Outcome]
+
+
+def launch(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None) -> int:
+    """Runs `runs` through `backend` and reports; the exit code of the command. `sweep`: the runs are its points."""
+    started = start(runs, backend, changed, sweep)
+    return 0 if started is None else report(started, sweep)
+
+
+def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None) -> Started | None:
+    """Checks and prepares every run, then has the backend run them; None after a dry run."""
+    paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "")
+    if paths is None:
+        return None
+    if sweep:
+        sweep.write(backend.name, paths)
+    try:
+        return Started(paths, run_all(runs, paths, backend, sweep or Watch()))
+    except BaseException:
+        if sweep and not sweep.started:  # nothing ran or was submitted: leave nothing behind
+            shutil.rmtree(sweep.folder, ignore_errors=True)
+        raise
+
+
+def run_all(runs: list[RunConfig], paths: list[RunPaths], backend: Backend, watch: Watch) -> list[Outcome]:
+    """One run, or several: one job array where the backend submits arrays (SLURM), else one after another;
+    a run interrupted by a signal stops the rest too."""
+    if len(runs) > 1 and backend.arrays:
+        return backend.run_array(runs, paths, watch)
+    outcomes = []
+    for i, (run, run_paths) in enumerate(zip(runs, paths)):
+        if len(runs) > 1:
+            watch.starting(i)
+        outcomes.append(backend.run(run, run_paths))
+        if len(runs) > 1:
+            watch.ended(i, outcomes[-1])
+        if outcomes[-1].code >= 128:
+            break
+    return outcomes
+
+
+def report(started: Started, sweep: Sweep | None = None) -> int:
+    """One run's end: its summary, or what went wrong; several runs: the sweep's table. The exit code is
+    the last failed run's, else 0."""
+    outcomes, code = started.outcomes, 0
+    for outcome, paths in zip(outcomes, started.paths):
+        if len(outcomes) == 1 and outcome.message and not outcome.ok:
+            (echo if outcome.code == 0 else error)(outcome.message)
+        if len(outcomes) == 1 and outcome.ok and outcome.report and paths.result.exists():
+            summarize(json.loads(paths.result.read_text()), paths)
+        code = outcome.code or code
+    if sweep:
+        echo(sweep.summary())
+    return code
+
+
+def summarize(result: dict, paths: RunPaths) -> None:
+    final = result["final"]
+    same = len(set(result["checksums"])) == 1
+    replicas = len(result["checksums"])
+    agree = "" if replicas == 1 else f"{replicas} replicas {'identical' if same else 'DIFFER'}; "
+    echo(
+        f"done: test accuracy {final['test_accuracy']:.4f} after {counted(final['epoch'] + 1, 'epoch')}; "
+        f"{agree}metrics in {paths.metrics}"
+    )

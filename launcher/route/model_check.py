@@ -1,0 +1,54 @@
+"""The model's logits, checked before any job for a model of the user's own on a built-in pipeline.
+
+entry_points.check has refused a factory that breaks the contract; this one initialises the model
+abstractly (jax.eval_shape: no parameter computed, no device taken) on one sample shaped as the
+pipeline will hand it over, and refuses logits that are not (1, --num-classes). The built-in
+pipelines' sample shapes follow from the data and the flags: mnist a flat vector of the data's
+grey pixels, folders/tfrecord/webdataset --image-size square RGB crops. A pipeline of the user's
+own is known only to the task, which checks the same at its initialisation (trainer/train.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dali_launch.launcher.config import RunConfig
+from dali_launch.trainer import entry_points
+
+CROPS = ("folders", "tfrecord", "webdataset")
+
+
+def check(run: RunConfig, data_dir: Path) -> None:
+    name = run.train.model
+    if name in entry_points.BUILTIN["model"]:
+        return  # ours take what ours give; cnn-nnx's fixed input size is the task's to check
+    shape = sample_shape(run, data_dir)
+    if shape is None:
+        return
+    # JAX and Flax: imported only for models of the user's own, which import them anyway
+    from dali_launch.trainer.entry_points import create_model
+    from dali_launch.trainer.model.contract import check_width
+
+    check_width(name, create_model(name, run.data.num_classes), run.data.num_classes, shape)
+
+
+def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:
+    """One sample's shape as the built-in pipeline gives it (trainer/data/pipelines.py), else None."""
+    if run.data.pipeline in CROPS:
+        return (run.data.image_size, run.data.image_size, 3)
+    if run.data.pipeline == "mnist":
+        height, width = first_image_size(data_dir / "training")
+        return (height * width,)
+    return None
+
+
+def first_image_size(lmdb_dir: Path) -> tuple[int, int]:
+    """(height, width) of the LMDB's first image: datasets.py checked that all of them share it."""
+    import lmdb
+
+    from dali_launch.launcher.data.idx import check_caffe2_record
+    from dali_launch.launcher.data.images import image_size
+
+    with lmdb.open(str(lmdb_dir), readonly=True, lock=False, subdir=True) as env, env.begin() as txn:
+        _, record = next(iter(txn.cursor()))
+    return image_size(check_caffe2_record(record)[0])

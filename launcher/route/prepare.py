@@ -1,0 +1,76 @@
+"""The one preparation every launch takes: every check of every run -> their directories (a dry run stops here).
+
+Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
+contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
+it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py). Then each run's
+directory is created, or reopened for --resume (route/resume.py made the run's configuration from it).
+A dry run prints what would run where the directories would be written, and nothing is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dali_launch.launcher.backends.base import Backend
+from dali_launch.launcher.config import RunConfig, task_spec
+from dali_launch.launcher.console import echo
+from dali_launch.launcher.data import datasets
+from dali_launch.launcher.route import directory, init_check, model_check, rank_map
+from dali_launch.launcher.route.checks import validate
+from dali_launch.trainer import entry_points, flavours
+from dali_launch.trainer.run_dir import RunPaths
+
+
+def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, heading: str = "") -> list[RunPaths] | None:
+    """The run directories the tasks will read, or None after a dry run. `changed`: a resumed run's
+    configuration differs from what its directory holds (more epochs, say) and is written back.
+    `heading`: what a dry run prints first (a sweep's points)."""
+    # The backend's checks (SLURM's flags, the cluster) see one job shape, the same for every run.
+    data_dirs = [check(run, backend if i == 0 else None) for i, run in enumerate(runs)]
+    first = runs[0]
+    if first.launch.dry_run:
+        echo(dry_run(runs, backend, data_dirs, heading))
+        return None
+    if first.launch.resume:
+        return [directory.resume(first, data_dirs[0], backend.spec_name, changed)]
+    made = []
+    for run, data_dir in zip(runs, data_dirs):
+        made.append(backend.make_run_dir(run, data_dir))
+        if len(runs) == 1:
+            echo(f"run directory: {made[-1].root}")
+    return made
+
+
+def check(run: RunConfig, backend: Backend | None) -> Path:
+    """Every check before anything is written, cheapest first; the run's data, checked."""
+    validate(run)
+    flavours.check()  # before any device is taken or job queued; the task checks again
+    entry_points.check("model", run.train.model, run.data.num_classes)
+    entry_points.check("pipeline", run.data.pipeline)
+    if backend is not None:
+        backend.check(run)
+    if not run.launch.resume:
+        directory.check_root(run.launch.run_root)
+    data_dir = data_of(run)
+    model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
+    init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
+    return data_dir
+
+
+def data_of(run: RunConfig) -> Path:
+    """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming."""
+    if run.launch.resume:
+        return datasets.check_resumed(run.data, run.launch.resume)
+    return datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+
+
+def dry_run(runs: list[RunConfig], backend: Backend, data_dirs: list[Path], heading: str) -> str:
+    """What would run: the heading, the (first) run's rank map, the backend's own (its batch script)."""
+    first = runs[0]
+    run_dirs = [Path(run.launch.resume or Path(run.launch.run_root).absolute() / "RUN_DIR") for run in runs]
+    specs = [
+        task_spec(run, str(run_dir), str(data_dir), backend.spec_name).to_json()
+        for run, run_dir, data_dir in zip(runs, run_dirs, data_dirs)
+    ]
+    parts = [heading, rank_map.describe(first), backend.dry_run(runs, run_dirs, specs)]
+    return "\n".join(part for part in parts if part)

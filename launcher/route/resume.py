@@ -1,0 +1,133 @@
+"""`--resume RUN`: a run continues from its own directory alone, in the mode it started in; decided here, once.
+
+The run directory knows everything: its configuration (config.toml), who started its tasks (config.json:
+`train`, `--local` or SLURM), its checkpoints. Flags given beside `--resume` may change what their
+field's `on_resume` metadata allows (trainer/config.py's `opt`): how long it trains, how it waits,
+checkpoints and is scheduled, how fast it reads; for a --sample-order global run also where it runs
+("elastic"). Any other flag that differs from the run's own value is refused: the checkpoint would then
+continue a different run. Whether the newest checkpoint can go on as asked (the same processes for
+shard order; elastic.py's batch rules and the data set's fingerprint for global order) is the
+trainer's rule, asked of start_point.check_resume, before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from dali_launch.launcher import config_file
+from dali_launch.launcher.backends import registry
+from dali_launch.launcher.backends.job import lock_holder
+from dali_launch.launcher.config import RunConfig, marked, task_spec
+from dali_launch.launcher.options import Values, build
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience import start_point
+from dali_launch.trainer.run_dir import RunPaths
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    run: RunConfig  # the run's own configuration, with the allowed changes
+    backend: str  # the mode that started its tasks: train, local or slurm
+    changes: dict  # field name -> new value, for the fields that differ from the run's own
+    elastic: str = ""  # how a global order continues on another device count (elastic.Plan.describe)
+
+    def describe(self) -> str:
+        changed = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.changes.items())
+        return changed + (f" ({self.elastic})" if self.elastic else "")
+
+
+def read(values: Values, entry: str) -> Resume:
+    """How to continue the run in `values["resume"]`: its configuration, changed as allowed, and its mode.
+
+    `entry` is the command used: `train` continues only runs it started (one process here); the
+    plain command continues any run in its own mode.
+    """
+    paths = RunPaths(Path(values["resume"]).absolute())
+    _check_is_run_dir(paths)
+    refuse_live(paths)
+    mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
+    _check_entry(values, entry, paths, mode)
+    recorded = config_file.load(str(paths.config_toml))
+    changes = _changes(values, recorded, paths.root)
+    run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
+    spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
+    low, high = run.node_range  # a --nodes range: SLURM picks the count when the job starts; each must go on
+    processes = [nodes * run.tasks_per_node for nodes in range(low, high + 1)]
+    elastic = start_point.check_resume(paths, spec, run.device_counts, processes)
+    return Resume(run, mode.name, changes, elastic)
+
+
+def _check_is_run_dir(paths: RunPaths) -> None:
+    if not paths.root.is_dir():
+        raise UsageError(
+            f"--resume {paths.root}: no such run directory; pass one that dali-launch made "
+            f"(they are under --run-root, default runs/)"
+        )
+    if not paths.config.is_file() or not paths.config_toml.is_file():
+        raise UsageError(
+            f"--resume {paths.root} is not a run directory (no config.json and config.toml); pass one "
+            f"that dali-launch made under --run-root"
+        )
+
+
+def refuse_live(paths: RunPaths) -> None:
+    """A run directory a job still runs in is refused: its launcher or a task holds its lock, or its SLURM
+    job is still queued (locks may not cross NFS hosts). The job handle's state decides, as for `status`."""
+    job = registry.attach(paths)
+    state = job.live_state()
+    if state is None:
+        return
+    holder = lock_holder(paths)
+    if holder:
+        raise UsageError(
+            f"--resume {paths.root}: a job is still running in it (its {holder} holds "
+            f"{paths.lock(holder).name}); wait for it to end, or stop it first"
+        )
+    raise UsageError(
+        f"--resume {paths.root}: its SLURM job {job.job_id} is still {job.queue_state() or state}; wait for it "
+        f"to end, or `dali-launch cancel {job.job_id}` first"
+    )
+
+
+def _check_entry(values: Values, entry: str, paths: RunPaths, mode) -> None:
+    if entry == "train" and mode.name != "train":
+        raise UsageError(
+            f"--resume {paths.root} was started by `{mode.started_by}`, not `dali-launch train`; "
+            f"continue it with `dali-launch --resume {paths.root}`"
+        )
+    if values.get("local") and "local" in values.given and mode.name != "local":
+        raise UsageError(
+            f"--resume {paths.root} was started by `{mode.started_by}`, not on local processes; "
+            f"continue it with `dali-launch --resume {paths.root}` (no --local)"
+        )
+
+
+def _changes(values: Values, recorded: dict, root: Path) -> dict:
+    """The given flags that differ from the run's own values: allowed ones, or a UsageError."""
+    changes, elastic = {}, recorded.get("sample_order") == "global"
+    rules, paths = marked("on_resume"), marked("path")
+    for name in sorted(values.given):
+        value, before, rule = values[name], recorded.get(name), rules.get(name)
+        if value == before or name in ("resume", "dry_run") or (name in paths and _same_path(value, before)):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if rule == "elastic" and not elastic:
+            raise UsageError(
+                f"{flag} {value} differs from the run's own {'default' if before is None else before}, but "
+                f"--resume {root} reads its data in "
+                f"per-device shards (--sample-order shards), whose checkpoint holds each reader's position; "
+                f"leave {flag} out to continue it (only --sample-order global runs resume on another topology)"
+            )
+        if rule not in ("may change", "elastic"):
+            raise UsageError(
+                f"{flag} {value} differs from the run's own {before} and would make --resume {root} "
+                f"another run; leave {flag} out to continue it, or start a new run"
+            )
+        changes[name] = value
+    return changes
+
+
+def _same_path(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and Path(a).resolve() == Path(b).resolve()

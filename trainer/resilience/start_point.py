@@ -1,0 +1,135 @@
+"""Where a task starts: afresh, or at the newest complete checkpoint of its run directory, on this layout.
+
+Read without JAX or Orbax (saved.py reads the files), so the two sides agree by construction:
+- `check_resume` is what the launcher's `--resume` calls before it writes or submits anything: every rule
+  about continuing the checkpoint on the layout the resumed job may start with, applied once, here;
+- `read` is what each task calls, once, before anything is resolved or built: its `StartPoint`.
+Shard order (--sample-order shards): the DALI readers restore their own positions, so the run continues
+only on the processes (and pipelines) that wrote it. Global order: the checkpoint holds a position in the
+epoch's order, which elastic.py continues on any device count its batch rule allows; the pipelines keep
+their random operators' states only on the same layout; the data set must be the one the order numbered.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience import elastic, saved
+from dali_launch.trainer.run_dir import RunPaths
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """Where this task starts training: `calls_done` device calls (of this job's size) into `epoch`.
+
+    A fresh start is one like any other: epoch 0, no calls done, no checkpoint (`step` None).
+    """
+
+    step: int | None = None  # the checkpoint's step; None: a fresh start
+    epoch: int = 0
+    calls_done: int = 0
+    dali: tuple[bytes, ...] | None = None  # this process's pipelines' states (device, then reader); None: afresh
+    order: dict | None = None  # --sample-order global: the checkpoint's record (checkpoint.order_record)
+    plan: elastic.Plan | None = None  # global order: how the checkpoint continues on this job's devices
+    offset: int = 0  # global order: positions of the first call's epoch done before its calls (another batch)
+
+    @classmethod
+    def fresh(cls) -> StartPoint:
+        return cls()
+
+    @property
+    def first_global_batch(self) -> int:
+        """The run's first segment's global batch (elastic.py's rescale rule); 0: this segment is the first."""
+        return self.order.get("first_global_batch", self.order["global_batch"]) if self.order else 0
+
+    def pipeline_states(self, pipelines: int) -> list[bytes] | None:
+        """The DALI states to build this process's `pipelines` from, or None to build them afresh.
+
+        Shard order: the readers' positions are the run's place in the data, so a pipeline count other than
+        the checkpoint's is refused. Global order: the feeds start at the order's position; the states then
+        only hold random operators', kept on the same layout and dropped on another (an elastic resume)."""
+        if self.dali is None or len(self.dali) == pipelines:
+            return None if self.dali is None else list(self.dali)
+        if self.order:
+            return None
+        raise UsageError(
+            f"the checkpoint holds {len(self.dali)} DALI readers for this process but it has "
+            f"{pipelines}; resume with the run's own --nodes/--gpus-per-node/"
+            f"--tasks-per-node/--readers-per-device"
+        )
+
+    def rebased_slot(self, slots_per_epoch: int) -> int | None:
+        """The optimizer's step count (slots) to continue from under another global batch, or None to keep
+        the checkpoint's: re-based on the new epoch length, so the schedule goes on where it was."""
+        if not self.plan or not self.plan.changed or self.plan.global_batch == self.order["global_batch"]:
+            return None
+        return self.epoch * slots_per_epoch + math.ceil(self.order["position"] / self.plan.global_batch)
+
+
+def read(paths: RunPaths, spec: TaskSpec, process_id: int, processes: int, devices: int) -> StartPoint:
+    """This task's start point: the newest complete checkpoint, continued on `processes` processes and
+    `devices` devices of the job, or a fresh start. Raises the UsageError of a layout it cannot go on on."""
+    newest = saved.newest(paths)
+    if newest is None:
+        return StartPoint.fresh()
+    if newest.order is None:
+        _check_processes(newest, processes)
+        return StartPoint(newest.step, newest.epoch, newest.calls_done, _states(newest, process_id))
+    plan = elastic.plan(newest.order, devices, spec.train.elastic_batch, spec.train.accumulate_steps)
+    # The position is in samples: the calls of this job's size before it are done, and what is left of
+    # one (another global batch) is the offset the feeds start from.
+    calls, offset = divmod(newest.order["position"], plan.global_batch * plan.steps_per_call)
+    states = _states(newest, process_id) if newest.processes == processes else None
+    return StartPoint(newest.step, newest.epoch, calls, states, newest.order, plan, offset)
+
+
+def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], processes: list[int]) -> str:
+    """What `--resume` asks before anything is written or submitted: can the newest complete checkpoint go
+    on with `spec` on every device count and process count the job may start with? A UsageError if not;
+    else how a global order continues (elastic.Plan.describe; '' when nothing changes, when SLURM picks
+    the count, or without a checkpoint)."""
+    newest = saved.newest(paths)
+    if newest is None:
+        return ""
+    if newest.order is None:
+        for count in processes:
+            _check_processes(newest, count)
+        return ""
+    train = spec.train
+    plans = [elastic.plan(newest.order, d, train.elastic_batch, train.accumulate_steps) for d in device_counts]
+    from dali_launch.trainer.data import records  # numpy and the formats' readers: only where they are needed
+
+    now = records.fingerprint_of(Path(spec.data.data_dir) / "training")
+    if now is not None:
+        check_data_set(paths, spec, newest.order, now)
+    return plans[0].describe() if len(plans) == 1 else ""
+
+
+def check_data_set(paths: RunPaths, spec: TaskSpec, order: dict, now: dict) -> None:
+    """A global order's positions mean samples of one data set: refuse to continue on another (`now`:
+    the fingerprint of what --data-dir holds, global_order.fingerprint)."""
+    was = order["dataset"]
+    if now != was:
+        raise UsageError(
+            f"--resume {paths.root}: its checkpoint was written for a training set of {was['samples']} "
+            f"samples (keys {was['keys_sha256'][:12]}), but {spec.data.data_dir} now holds {now['samples']} "
+            f"(keys {now['keys_sha256'][:12]}); restore the run's data there, or start a new run"
+        )
+
+
+def _check_processes(newest: saved.Saved, processes: int) -> None:
+    """Shard order: each process's readers restore their own positions, so only as many processes go on."""
+    if newest.processes != processes:
+        raise UsageError(
+            f"checkpoint step {newest.step} was written by {newest.processes} processes, this job has "
+            f"{processes}; resume with the run's own --nodes and --tasks-per-node"
+        )
+
+
+def _states(newest: saved.Saved, process_id: int) -> tuple[bytes, ...]:
+    return tuple(base64.b64decode(state) for state in newest.dali[process_id])

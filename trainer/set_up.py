@@ -1,0 +1,186 @@
+"""A task's set-up: what the epoch loop (train.py) trains with, built from resolved values and the start point.
+
+Every process calls `set_up`. A fresh start is a start point like any other (epoch 0, no calls done, a
+zero tally), so what follows from a checkpoint is decided by the start point (start_point.py) and
+restored by the checkpointer, not asked here. The order hides the slow parts of a cold start: the
+devices' first transfer (a thread) overlaps the pipelines' build and the model's init, and the first
+device call compiles (a thread) while the model is initialised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.entry_points import run_model
+from dali_launch.trainer.model import init_from
+from dali_launch.trainer.model.contract import width_error
+from dali_launch.trainer.model.forward import Forward, train_kwarg
+from dali_launch.trainer.observe.metrics import Reporter
+from dali_launch.trainer.observe.startup import Startup
+from dali_launch.trainer.resilience import start_point
+from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
+from dali_launch.trainer.resilience.start_point import StartPoint
+from dali_launch.trainer.resolve import Resolved, parallel
+from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.step import optim
+from dali_launch.trainer.step.evaluate import Evaluator, split_dir
+from dali_launch.trainer.step.mixing import Mixing
+from dali_launch.trainer.step.parallel import call_tally, create, finished
+from dali_launch.trainer.step.state import Recipe, TrainState
+from dali_launch.trainer.topology import job_devices
+
+COMPILE_AHEAD_WAIT_S = 300  # past this the first call compiles by itself
+
+
+@dataclass(frozen=True)
+class Training:
+    """Everything the loop runs, built once."""
+
+    spec: TaskSpec  # its learning rate as resolved (elastic.py's rescale rule)
+    data: dali.DeviceBatches  # training's pipelines, starting at the start point
+    mode: object  # step/parallel.py's Pmap or Sharded: how device calls run
+    checkpointer: Checkpointer
+    evaluator: Evaluator | None  # process 0's; None elsewhere
+    state: TrainState  # placed on the devices: the checkpoint's, or a fresh one
+    tally: dict  # the first epoch's, on the host: the checkpoint's, or a zero one
+    schedule: object  # the learning rate of each optimizer update (a host function)
+
+
+def set_up(
+    spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup, auto: Resolved, start: StartPoint
+) -> Training:
+    """`devices` are this process's; `auto`: the task's values resolved (resolve.py, stages 1 and 2)."""
+    spec = dataclasses.replace(spec, train=auto.train_config(spec.train))
+    process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
+    warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
+    sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
+    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    data = _pipelines(spec, devices, all_devices, sharding, auto, start)
+    startup.mark("pipelines built")
+    example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
+    shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
+    mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
+    mode = create(mode_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers)
+    compiling = _compile_ahead(spec, mode, data, shapes)
+    fresh = create_train_state(spec, example, slots)
+    if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
+        fresh = init_from.apply(spec, fresh, reporter.say, RunPaths(spec.run_dir).init_from if process == 0 else None)
+    state, tally = checkpointer.restore(start.step, fresh, zero_tally())
+    state = _continued(state, start, slots, reporter, spec)
+    startup.mark("model initialised")
+    reporter.rank_report(
+        sharding=sharding,
+        devices=devices,
+        batch_size=auto.batch_per_device_step,
+        resolved=auto.as_dict(mode_name),
+        dali=auto.startup_phrase(spec),
+    )
+    readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
+    evaluator = Evaluator(spec, devices, readers, data_config) if process == 0 else None
+    done_before = start.epoch * data.steps + start.calls_done  # device calls
+    reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
+    warm.join()
+    compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
+    if start.step is not None:
+        reporter.resumed(start.epoch, start.calls_done, start.step)
+    return Training(spec, data, mode, checkpointer, evaluator, mode.place(state), tally, fresh.schedule)
+
+
+def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Resolved, start: StartPoint):
+    """Training's pipelines, at the start point: its epoch and calls, its DALI states where they apply."""
+    begin = dali.Start(
+        spec.data.sample_order,
+        spec.train.seed,
+        len(all_devices),
+        auto.batch_per_device_step,
+        auto.steps_per_call,
+        epoch=start.epoch,
+        call=start.calls_done,
+        offset=start.offset,
+        first_global_batch=start.first_global_batch,
+        feed_workers=auto.feed_workers,
+    )
+    data = dali.build(
+        split_dir(spec, "training"),
+        devices,
+        all_devices,
+        sharding,
+        auto.call_batch,
+        True,
+        auto.data_config(spec.data),
+        spec.train.seed,
+        checkpoints=start.pipeline_states(len(sharding.shard_ids)),
+        start=begin,
+    )
+    if start.order:  # a global order's positions are samples of one data set
+        start_point.check_data_set(RunPaths(spec.run_dir), spec, start.order, data.fingerprint)
+    return data
+
+
+def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, reporter: Reporter, spec: TaskSpec):
+    """The restored state, continued on this job's devices: an elastic resume says and records
+    (elastic.jsonl) how it goes on, and under another global batch counts its steps anew (start_point.py)."""
+    slot = start.rebased_slot(slots_per_epoch)
+    if slot is not None:
+        state = state.replace(slot=np.asarray(slot, np.int32))
+    if start.plan and start.plan.changed:
+        reporter.say(start.plan.describe())
+        if jax.process_index() == 0:
+            record = {"checkpoint": start.step, "epoch": start.epoch, "position": start.order["position"]}
+            with RunPaths(spec.run_dir).elastic.open("a") as out:
+                out.write(json.dumps({**record, **start.plan.as_dict()}) + "\n")
+    return state
+
+
+def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
+    """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
+    with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
+    model = run_model(spec)
+    forward = Forward(model, spec.train.precision)
+    params_key = jax.random.PRNGKey(spec.train.seed)  # as before dropout existed: the same initial parameters
+    dropout_key = jax.random.fold_in(params_key, 1)
+    train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
+
+    def init(example):
+        return model.init_with_output({"params": params_key, "dropout": dropout_key}, example, **train_kwargs)
+
+    logits, variables = jax.jit(init, backend="cpu")(example)  # eager init is seconds on a small CPU; jit is not
+    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
+        raise width_error(spec.train.model, jnp.shape(logits), spec.data.num_classes)
+    t = spec.train
+    recipe = Recipe(
+        accumulate_steps=t.accumulate_steps,
+        ema_decay=t.ema_decay,
+        label_smoothing=t.label_smoothing,
+        mixing=Mixing(t.mixup, t.cutmix),
+        num_classes=spec.data.num_classes,
+    )
+    return TrainState.create(
+        dict(variables),
+        jax.random.fold_in(dropout_key, 2),
+        forward,
+        optim.optimizer(t),
+        optim.schedule(t, slots_per_epoch),
+        recipe,
+    )
+
+
+def _compile_ahead(spec: TaskSpec, mode, data, shapes) -> threading.Thread:
+    """Compiles the first device call for a state of `shapes` in a thread while the model is initialised
+    (both take seconds on a cold start); the call then finds the program in XLA's persistent cache.
+    Without that cache, or where the runner cannot, it does nothing."""
+    if spec.train.compile_cache in ("", "off"):
+        return finished()
+    batch = data.peek()
+    tally = data.put([call_tally(zero_tally())] * len(data.devices))
+    return mode.compile_ahead(shapes, tally, batch["images"], batch["labels"], batch["valid"])
