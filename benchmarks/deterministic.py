@@ -5,25 +5,31 @@
     baseline   `dali-launch train --pipeline folders --model resnet50 --precision bf16 --batch-size 256`,
                every other flag at its default: images/s of the epochs after the first (which compiles)
     det-1      the same with --deterministic, compiling into a fresh XLA cache of its own
-    det-2      the same, compiling afresh again (--compile-cache off): the compile is deterministic too
-    det-cut    the same with --checkpoint-every-steps, SIGKILLed (its process group) once a checkpoint part
-               way through epoch 1 is complete, then `dali-launch --resume RUN`: the resumed run
+    det-2      the same again, from det-1's compile cache: the same program run twice
+    det-cut    the same with --checkpoint-every-steps, compiling into a fresh cache of its own (so det-1 and
+               det-cut are two compiles), SIGKILLed (its process group) once a checkpoint part way through
+               epoch 1 is complete, then `dali-launch --resume RUN`: the resumed run
     excl-1/2   (--variants ...,exclude) no --deterministic, XLA_FLAGS=--xla_gpu_exclude_nondeterministic_ops=true
                instead: deterministic kernels with autotuning kept (the cheaper set --deterministic could use);
                twice, each compiling afresh, to see whether two compiles still agree
     base-2     (--variants ...,baseline2) the baseline again: what the defaults give twice
     data       the trainer's training pipelines built twice in one process, the first calls' pixels
                summed on the device: DALI alone, the hardware decoder's share included
+    before     (--variants ...,before --before DIR) the default order against the code before issue 29
+               (DIR holds its launcher/ and trainer/): `before` is the baseline's run on DIR's code (from
+               the baseline's compile cache); with --mnist LMDB_DIR also the MNIST MLP with every default,
+               --mlp-epochs, on DIR's code and on this one, alternately, --mlp-runs each. PASS when this
+               code's images/s are at least 98 % of DIR's for both (issue 29: within 2 %)
 Every run's checksums are result.json's (a SHA-256 of each replica's parameters, statistics and EMA).
 PASS when det-1, det-2 and the resumed det-cut agree. Each run is a fresh process; none shares a cache.
 
 On the GPU machine (`dali-launch data synth` writes the data once if --data is empty; 25,600 images are
-20 calls of 5 x 256 an epoch):
+20 calls of 5 x 256 an epoch; PRE: the code before issue 29, `git archive COMMIT launcher trainer`):
 
-    python benchmarks/deterministic.py --data /tmp/synth-det --classes 100 \
-        --out benchmarks/results/deterministic.json                      # ~5 min with the synth
-    python benchmarks/deterministic.py --data /tmp/synth-det --classes 100 --variants det,exclude \
-        --out benchmarks/results/deterministic.json                      # ~6.5 min
+    python benchmarks/deterministic.py --data /tmp/synth-det --classes 100 --variants det,before \
+        --before PRE --mnist /tmp/fmnist --out benchmarks/results/deterministic.json    # ~5 min with the synth
+    python benchmarks/deterministic.py --data /tmp/synth-det --classes 100 --variants det,exclude,data \
+        --out benchmarks/results/deterministic.json                                      # ~5 min
 
 `--smoke-cpu` runs it on CPU devices with tiny images and a small CNN: it checks the script (and that a
 kill -9 and resume give the same bits on the CPU), its numbers mean nothing.
@@ -90,15 +96,43 @@ def read_run(run_root: Path, row: dict, out: str = "", err: str = "") -> dict:
     }
 
 
-def run(args, name: str, extra: list[str], root: Path, env: dict | None = None) -> dict:
-    """One `dali-launch train` to its end, with a fresh XLA cache of its own (unless `extra` says off)."""
+def run(args, name: str, extra: list[str], root: Path, env: dict | None = None, flags: list | None = None) -> dict:
+    """One `dali-launch train` to its end (`flags`: the workload's, else the benchmark's), with a fresh XLA
+    cache of its own unless `extra` names one."""
     cache = [] if "--compile-cache" in extra else ["--compile-cache", str(root / f"xla-{name}")]
-    argv = ["train", *train_flags(args, args.workload), *extra, *cache, "--run-root", str(root / name)]
+    flags = flags or train_flags(args, args.workload)
+    argv = ["train", *flags, *extra, *cache, "--run-root", str(root / name)]
     start = time.perf_counter()
     proc = launch(argv, env)
     out, err = proc.communicate(timeout=TIMEOUT_S)
     row = {"name": name, "argv": argv, "env": env or {}, "wall_s": time.perf_counter() - start}
     return read_run(root / name, row, out, err)
+
+
+def code_of(tree: Path, root: Path) -> dict:
+    """The environment that runs `tree`'s launcher/ and trainer/ as dali_launch (pyproject's package-dir
+    mapping, as links), ahead of any installed copy."""
+    package = root / "code-before" / "dali_launch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for part in ("launcher", "trainer"):
+        (package / part).symlink_to(tree.absolute() / part, target_is_directory=True)
+    return {"PYTHONPATH": str(package.parent)}
+
+
+def before_runs(args, root: Path) -> dict:
+    """The default order on this code against `--before`'s: the benchmark's workload once (the baseline is
+    this code's run; from its compile cache), and the MNIST MLP with every default, alternately."""
+    old = code_of(args.before, root)
+    rows = {"before": run(args, "before", ["--compile-cache", str(root / "xla-baseline")], root, old)}
+    if args.mnist:
+        platform = "cpu" if args.smoke_cpu else "gpu"
+        flags = ["--data-dir", str(args.mnist.absolute()), "--epochs", str(args.mlp_epochs), "--platform", platform]
+        for i in range(1, args.mlp_runs + 1):
+            for name, env in (("mlp-before", old), ("mlp", None)):
+                cache = ["--compile-cache", str(root / f"xla-{name}")]
+                rows[f"{name}-{i}"] = run(args, f"{name}-{i}", cache, root, env, flags)
+    return rows
 
 
 def mid_epoch_checkpoint(run_root: Path, epoch: int) -> dict | None:
@@ -215,16 +249,40 @@ def verdict(rows: dict) -> dict:
         out["baseline_same_twice"] = bool(sums("baseline")) and sums("baseline") == sums("base-2")
     if "data" in rows:
         out["data_same_twice"] = rows["data"].get("same")
+    if "before" in rows:
+        out |= default_order(rows)
     return out
+
+
+def default_order(rows: dict) -> dict:
+    """This code's default order against --before's: images/s ratios (means over the runs), PASS at >= 0.98."""
+
+    def mean(names: list[str]) -> float | None:
+        rates = [rows[n].get("images_per_s") for n in names]
+        return sum(rates) / len(rates) if rates and all(rates) else None
+
+    def ratio(new: list[str], old: list[str]) -> float | None:
+        a, b = mean(new), mean(old)
+        return a / b if a and b else None
+
+    out = {"default_vs_before": ratio(["baseline"], ["before"])}
+    old = [n for n in rows if n.startswith("mlp-before-")]
+    if old:
+        out["mlp_vs_before"] = ratio([n for n in rows if n.startswith("mlp-") and n not in old], old)
+    ok = all(v is not None and v >= 0.98 for v in out.values())
+    return {**out, "default_order": "PASS" if ok else "FAIL"}
 
 
 def _what(r: dict) -> str:
     """A run's flags beside the recipe's, as the table shows them."""
     argv = r.get("argv", [])
     what = ["--deterministic"] if "--deterministic" in argv else []
-    what += ["--compile-cache off"] if "off" in argv else []
+    cache = Path(argv[argv.index("--compile-cache") + 1]).name if "--compile-cache" in argv else ""
+    what += [f"{cache[4:]}'s compile cache"] if cache and cache != f"xla-{r['name']}" else []
     what += [f"XLA_FLAGS={r['env']['XLA_FLAGS']}"] if r.get("env", {}).get("XLA_FLAGS") else []
-    return " ".join(what) or "defaults"
+    what += ["the code of --before"] if r.get("env", {}).get("PYTHONPATH") else []
+    what += ["MNIST MLP"] if r["name"].startswith("mlp") else []
+    return ", ".join(what) or "defaults"
 
 
 def table(rows: dict, result: dict | None = None) -> str:
@@ -255,6 +313,9 @@ def table(rows: dict, result: dict | None = None) -> str:
     for key in ("exclude_same_twice", "exclude_cost", "baseline_same_twice", "data_same_twice"):
         if key in result:
             lines.append(f"{key}: {fig(result[key], '.1%') if key.endswith('cost') else result[key]}")
+    if "default_order" in result:
+        ratios = ", ".join(f"{k} {fig(result.get(k), '.3f')}" for k in ("default_vs_before", "mlp_vs_before"))
+        lines.append(f"default order against --before: {result['default_order']} (PASS: >= 0.980; {ratios})")
     return "\n".join(lines)
 
 
@@ -267,13 +328,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--checkpoint-every-steps", type=int, default=25, help="det-cut's checkpoints (a kill follows one)."
     )
-    parser.add_argument("--variants", type=listed(choices=("det", "exclude", "baseline2", "data")), default="det,data")
+    parser.add_argument(
+        "--variants", type=listed(choices=("det", "exclude", "baseline2", "data", "before")), default="det,data"
+    )
+    parser.add_argument("--before", type=Path, help="The code before issue 29 (its launcher/, trainer/): `before`.")
+    parser.add_argument("--mnist", type=Path, help="MNIST-format LMDBs (training/, testing/): `before`'s MLP runs.")
+    parser.add_argument("--mlp-epochs", type=int, default=10, help="Epochs of each MLP run (the first compiles).")
+    parser.add_argument("--mlp-runs", type=int, default=2, help="MLP runs of each code, alternately.")
     parser.add_argument("--calls", type=int, default=3, help="Device calls the data part sums.")
     parser.add_argument("--part", choices=("data",), help=argparse.SUPPRESS)  # the child's part
     parser.add_argument("--out", type=Path)
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU devices, tiny images: checks the script only.")
     args = parser.parse_args(argv)
     args.data, args.workload = args.data.absolute(), SMOKE if args.smoke_cpu else WORKLOAD
+    if "before" in args.variants and not (args.before and (args.before / "trainer").is_dir()):
+        parser.error("--variants before needs --before DIR, a tree with the older code's launcher/ and trainer/")
     if args.part:
         print(json.dumps(data_part(args)))
         return 0
@@ -284,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = [
             ("baseline", []),
             ("det-1", ["--deterministic"]),
-            ("det-2", ["--deterministic", "--compile-cache", "off"]),
+            ("det-2", ["--deterministic", "--compile-cache", str(root / "xla-det-1")]),
         ]
         plan += [("base-2", [])] if "baseline2" in args.variants else []
         for name, extra in plan:
@@ -295,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
             env = {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {EXCLUDE}".strip()}
             rows["excl-1"] = run(args, "excl-1", [], root, env)
             rows["excl-2"] = run(args, "excl-2", ["--compile-cache", "off"], root, env)
+        if "before" in args.variants:
+            rows |= before_runs(args, root)
+            print(table(rows), flush=True)
         if "data" in args.variants:
             rows["data"] = child_data(args)
     result = verdict(rows)
@@ -304,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         doc = {"argv": sys.argv, "environment": environment(), "workload": args.workload, "table": text}
         args.out.write_text(json.dumps({**doc, "result": result, "rows": rows}, indent=2) + "\n")
-    return 0 if result["deterministic"] == "PASS" else 1
+    return 0 if result["deterministic"] == "PASS" and result.get("default_order", "PASS") == "PASS" else 1
 
 
 if __name__ == "__main__":
