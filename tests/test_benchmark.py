@@ -227,7 +227,7 @@ def test_deterministic_smoke_cuts_resumes_and_passes_on_the_cpu(tmp_path, small_
     proc = bench(
         *("--data", str(tmp_path / "synth"), "--synth", "96", "--classes", "4", "--epochs", "2"),
         *("--checkpoint-every-steps", "2", "--smoke-cpu", "--out", str(out), "--variants", "det,data,before"),
-        *("--before", str(REPO), "--mnist", str(small_lmdb), "--mlp-epochs", "2", "--mlp-runs", "1"),
+        *("--before", str(REPO), "--mnist", str(small_lmdb), "--mlp-epochs", "1", "--mlp-runs", "1"),
         timeout=600,
         script=REPO / "benchmarks" / "deterministic.py",
     )
