@@ -5,6 +5,7 @@ dali-launch --local --nodes 1 --gpus-per-node 2 --processes 2   # a real multi-p
 dali-launch --nodes 2 --gpus-per-node 8             # a SLURM job through submitit
 dali-launch data prepare --from IDX_DIR --to OUT    # IDX files -> Caffe2 LMDBs
 dali-launch data synth OUT --format tfrecord        # an ImageNet-like data set, generated
+dali-launch data check DATA_DIR [--decode]          # every image DALI could not decode, named
 dali-launch config show --config run.toml --epochs 3   # the effective settings, as TOML
 dali-launch runs; dali-launch plot runs/A runs/B --out ab.png   # the runs so far, their curves
 """
@@ -35,7 +36,7 @@ app.command("runs")(runs.runs)
 app.command("plot")(plot.plot)
 
 GROUPS = (
-    ("data", "Prepare data sets.", {"prepare": data.prepare, "synth": data.synth}),
+    ("data", "Prepare data sets.", {"prepare": data.prepare, "synth": data.synth, "check": data.check}),
     ("config", "Configuration files (--config FILE.toml).", {"show": config.show}),
     ("sweep", "Sweeps (--sweep KEY=V1,V2,...).", {"status": sweep.status}),
     ("slurm", "SLURM scripts of your own (see `dali-launch task`).", {"template": slurm.template}),

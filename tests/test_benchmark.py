@@ -192,3 +192,12 @@ def test_nnx_step_smoke_times_linen_and_both_nnx_adapters(tmp_path):
         assert 0 < r["mean_loss"] < 10, (name, r)  # trained: finite, about ln(10) on random labels
     assert "cnn-nnx" in rows["split"]["label"] and "the faster NNX adapter is" in doc["table"]
     assert doc["environment"]["jax"] and doc["table"] in proc.stdout
+
+
+def test_sample_check_times_the_pre_flight_check(tmp_path):
+    """benchmarks/sample_check.py --smoke-cpu: 300 files checked, then from the cache, extrapolated to ImageNet's."""
+    out = tmp_path / "check.json"
+    check_ok(bench("--smoke-cpu", "--out", str(out), timeout=120, script=REPO / "benchmarks" / "sample_check.py"))
+    result = json.loads(out.read_text())
+    assert result["files"] == 300 and 0 < result["cached_s"] and 0 < result["check_s"]
+    assert result["imagenet_check_s"] == pytest.approx(result["check_us"] * 1.281167, rel=0.01, abs=0.2)

@@ -91,6 +91,18 @@ class DataConfig:
         "H200), the rest to nvJPEG's CUDA decoder. 0.35 trained ResNet-50 fastest on an H200 (0.9: 8 % slower, "
         "README); DALI's own default is 0.65.",
     )
+    bad_samples: str = opt(
+        "stop",
+        "An image DALI cannot decode (not an image, truncated: found from headers before training, once per data "
+        "set): stop (one line naming it) or skip (left out of the reader, listed in RUN/bad_samples.jsonl; every "
+        "other sample still once an epoch). Folders, TFRecord, WebDataset, and pipelines of your own that read "
+        "through args.read; a Caffe2 LMDB only stops.",
+        choices=("stop", "skip"),
+    )
+    max_bad_samples: str = opt(
+        "0.001",
+        "--bad-samples skip: stop anyway past this many bad samples in a split: a fraction of it (below 1) or a count.",
+    )
     output_dtype: str = opt(
         "auto",
         "What the built-in image pipelines hand the model: float32, float16 (half the bytes; DALI has no "

@@ -24,6 +24,7 @@ class RunPaths:
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
+    bad_samples.jsonl the samples --bad-samples skip leaves out, one line each (split, sample, what is wrong)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
@@ -57,6 +58,7 @@ class RunPaths:
     wandb_run = property(lambda self: self.root / "wandb.json")
     step = property(lambda self: self.root / "step.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
+    bad_samples = property(lambda self: self.root / "bad_samples.jsonl")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

@@ -13,7 +13,7 @@ import time
 import jax
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import label_check
+from dali_launch.trainer.data import bad_samples, label_check
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
@@ -24,7 +24,7 @@ from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved
 from dali_launch.trainer.set_up import set_up
-from dali_launch.trainer.step.evaluate import first
+from dali_launch.trainer.step.evaluate import first, split_dir
 from dali_launch.trainer.step.parallel import call_tally
 from dali_launch.trainer.topology import barrier
 
@@ -122,6 +122,7 @@ class Loop:
             compile_s=compile_s,
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
+            bad_samples=bad_samples.left_out(split_dir(self.spec, "training")),
             **self._startup(compile_s is not None),
         )
 

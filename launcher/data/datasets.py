@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher.data import idx, shard_checks
-from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.data import bad_samples
+from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.records import folders
 from dali_launch.trainer.errors import UsageError
 
@@ -68,6 +69,18 @@ def check_resumed(data: DataConfig, run_dir: str) -> Path:
         embedded_lmdb()
     check(path, f"--resume {run_dir}: its data_dir", data.pipeline, data.num_classes)
     return path
+
+
+def check_samples(path: Path, data: DataConfig) -> None:
+    """A built-in pipeline's splits screened for images DALI cannot decode (trainer/data/bad_samples.py),
+    as the trainer's readers will screen them: under --bad-samples stop the first is refused here, before
+    any job. A Caffe2 LMDB's records were each checked already (scan_lmdb)."""
+    if data.pipeline == "mnist":
+        return
+    for split in SPLITS:
+        found = bad_samples.builtin_reader(data.pipeline, path / split)
+        if found:
+            bad_samples.screen(*found, data.bad_samples, data.max_bad_samples)
 
 
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:

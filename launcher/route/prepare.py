@@ -57,10 +57,14 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
 
 
 def data_of(run: RunConfig) -> Path:
-    """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming."""
+    """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming;
+    its samples screened (--bad-samples)."""
     if run.launch.resume:
-        return datasets.check_resumed(run.data, run.launch.resume)
-    return datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+        path = datasets.check_resumed(run.data, run.launch.resume)
+    else:
+        path = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+    datasets.check_samples(path, run.data)
+    return path
 
 
 def dry_run(runs: list[RunConfig], backend: Backend, data_dirs: list[Path], heading: str) -> str:

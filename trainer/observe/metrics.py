@@ -21,6 +21,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.observe.profile import Profile
 from dali_launch.trainer.observe.trackers import Trackers
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
@@ -47,6 +48,7 @@ class EpochMetrics:
     learning_rate: float | None = None  # the rate of the epoch's last optimizer update
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
     step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
+    bad_samples: int = 0  # training samples left out by --bad-samples skip (RUN/bad_samples.jsonl)
 
 
 class Reporter:
@@ -138,6 +140,8 @@ class Reporter:
             return
         with self.paths.metrics.open("a") as f:
             f.write(json.dumps(self.last) + "\n")
+        if bad_samples.SKIPPED:
+            write_atomic(self.paths.bad_samples, bad_samples.jsonl())
         m = metrics
         self.trackers.scalars(
             m.step,
@@ -156,6 +160,7 @@ class Reporter:
         extra = f"  compile {m.compile_s:.1f} s" if m.compile_s is not None else ""
         extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
         resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""
+        extra += f"  {m.bad_samples} bad samples left out ({self.paths.bad_samples.name})" if m.bad_samples else ""
         self.say(
             f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
             f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
