@@ -7,6 +7,7 @@ Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from dali_launch.trainer import flavours
 from dali_launch.trainer.config import TaskSpec
@@ -26,12 +27,14 @@ from dali_launch.trainer.topology import (
 )
 
 
-def run_task(run_dir: str) -> dict:
+def run_task(run_dir: str, log: str | None = None) -> dict:
+    """`log`: the file this process's output also goes to, where the caller writes it itself (`train`)."""
     startup = Startup()
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
     ending.clear(paths, topology.process_id)
+    ending.record_faults(paths, topology.process_id, Path(log) if log else None)
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
         lock = _lock(paths) if topology.process_id == 0 else None
         try:

@@ -38,6 +38,7 @@ from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
 # step to compile. SLURM gives 30 s (KillWait); we allow a slow start-up too.
 STOP_GRACE_S = 60
 DRAIN_S = 5  # how long the pumps get to copy what dead ranks wrote last
+DEATH_LINES = 20  # of a rank's log, kept in the ending of a rank that died without a word
 POLL_S = 0.1
 # What stops the job politely; any other fatal signal ends the launcher, and with it the ranks.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
@@ -238,6 +239,7 @@ class LocalRanks:
             return Outcome(RunState.FINISHED, "all ranks finished", 0)
         if self.signals or self._cancelled():
             return self._stopped()
+        self._record_deaths()
         causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed")]
         _, culprit, what = causes[0]
         ends = ", ".join(
@@ -246,6 +248,16 @@ class LocalRanks:
         )
         log = self.paths.log(culprit).read_text(errors="replace") if self.paths.log(culprit).exists() else ""
         return Outcome(RunState.FAILED, f"{what}\nhow each rank ended: {ends}\n{traceback_of(log)}", 1)
+
+    def _record_deaths(self) -> None:
+        """A rank that died without a word (SIGKILL: the OOM killer, say) gets its ending from us: how it
+        died and the last lines of its log, where `status` and its peers look."""
+        explained = {e["rank"] for e in ending.read(self.paths, since=self.started)}
+        for rank, (code, at) in self.exited.items():
+            if code != 0 and rank not in explained and rank not in self.killed:
+                log = self.paths.log(rank)
+                tail = log.read_text(errors="replace").splitlines()[-DEATH_LINES:] if log.exists() else []
+                ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=at, last_lines=tail)
 
     def _stopped(self) -> Outcome:
         """After a stop signal or a cancel: the step the ranks checkpointed at, and how to go on from it.

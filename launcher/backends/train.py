@@ -39,8 +39,9 @@ class Train(Backend):
 
         started = time.time()
         try:
-            with _also_to(paths.log(self.process_id)):  # `dali-launch logs RUN` reads a `train` run like a local one
-                run_task(str(paths.root))
+            log = paths.log(self.process_id)
+            with _also_to(log):  # `dali-launch logs RUN` reads a `train` run like a local one
+                run_task(str(paths.root), str(log))
         except SystemExit:
             if not cancel_requested(paths, since=started):
                 raise
