@@ -201,3 +201,13 @@ def test_sample_check_times_the_pre_flight_check(tmp_path):
     result = json.loads(out.read_text())
     assert result["files"] == 300 and 0 < result["cached_s"] and 0 < result["check_s"]
     assert result["imagenet_check_s"] == pytest.approx(result["check_us"] * 1.281167, rel=0.01, abs=0.2)
+
+
+def test_bad_samples_gpu_script_smoke(tmp_path):
+    """benchmarks/bad_samples_gpu.py --smoke-cpu: the pre-flight cases end in one line naming the file."""
+    out = tmp_path / "bad.json"
+    proc = bench("--smoke-cpu", "--out", str(out), timeout=300, script=REPO / "benchmarks" / "bad_samples_gpu.py")
+    check_ok(proc)
+    result = json.loads(out.read_text())
+    assert result["ok"] and [c["case"] for c in result["cases"]] == ["text", "truncated"]
+    assert all(c["exit"] == 2 and "00000001.jpg" in result["cases"][0]["line"] for c in result["cases"])
