@@ -182,6 +182,14 @@ class TrainConfig:
         "with this decay per optimizer update, e.g. 0.999 (0: none).",
     )
     eval_ema: bool = opt(False, "Evaluate the --ema-decay average instead of the trained parameters.")
+    on_nan: str = opt(
+        "stop",
+        "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's check points with no "
+        "extra device sync: stop (every rank, one line naming the steps and the last good checkpoint, which "
+        "is kept) or skip-step (drop each such update and count it).",
+        choices=("stop", "skip-step"),
+        on_resume="may change",
+    )
     precision: str = opt(
         "fp32",
         "Compute precision: fp32, or bf16 (the model's forward and backward pass in bfloat16; parameters, "

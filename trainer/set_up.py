@@ -154,7 +154,12 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
     if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
         raise width_error(spec.train.model, jnp.shape(logits), spec.data.num_classes)
     t = spec.train
-    recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
+    recipe = Recipe(
+        accumulate_steps=t.accumulate_steps,
+        ema_decay=t.ema_decay,
+        label_smoothing=t.label_smoothing,
+        skip_nonfinite=t.on_nan == "skip-step",
+    )
     return TrainState.create(
         dict(variables),
         jax.random.fold_in(dropout_key, 2),

@@ -49,6 +49,7 @@ class EpochMetrics:
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
     step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
     bad_samples: int = 0  # training samples left out by --bad-samples skip (RUN/bad_samples.jsonl)
+    skipped_steps: int = 0  # SGD steps --on-nan skip-step dropped (of this task's part of the epoch)
 
 
 class Reporter:
@@ -161,6 +162,7 @@ class Reporter:
         extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
         resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""
         extra += f"  {m.bad_samples} bad samples left out ({self.paths.bad_samples.name})" if m.bad_samples else ""
+        extra += f"  {m.skipped_steps} steps skipped (loss not finite)" if m.skipped_steps else ""
         self.say(
             f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
             f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "

@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 DONE, FAILED, STOPPED, VERDICT = "done", "failed", "stopped", "verdict"
@@ -135,7 +136,9 @@ def read(paths: RunPaths, since: float = 0.0) -> list[dict]:
 
 def last_line(error: BaseException) -> str:
     """`Type: last line of the message`: JAX wraps a callback's error in pages of text, whose last
-    line is the one that says what happened."""
+    line is the one that says what happened. Our own one-line errors (UsageError) are said as they are."""
+    if isinstance(error, UsageError):
+        return str(error)
     lines = [line for line in str(error).splitlines() if line.strip() and not line.startswith("---")]
     lines = [line for line in lines if not line.startswith("For simplicity, JAX has removed")]
     return f"{type(error).__name__}: {lines[-1].strip()}" if lines else type(error).__name__
