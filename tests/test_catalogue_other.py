@@ -36,6 +36,28 @@ OTHER = [
         id="slurm-template-node-range",
     ),
     pytest.param(
+        ["train", "--sweep", "learning-rate=0.1,0.2"],
+        "no such option for `dali-launch train`: --sweep; it is a flag of `dali-launch` (with no command): "
+        "dali-launch --sweep ...",
+        id="flag-of-another-command",
+    ),
+    pytest.param(
+        ["train", "--sed", "1"],
+        "no such option for `dali-launch train`: --sed; did you mean `dali-launch train --seed`?",
+        id="flag-misspelt",
+    ),
+    pytest.param(
+        ["status", "x", "--folow"],
+        "no such option for `dali-launch status`: --folow; did you mean `dali-launch logs --follow`?",
+        id="flag-misspelt-of-another-command",
+    ),
+    pytest.param(
+        ["ci", "--local"],
+        "`dali-launch ci` runs the tests and a training job on a SLURM cluster, so it has no --local; here, "
+        "run the tests with `python -m pytest` and a local job with `dali-launch --local ...`",
+        id="ci-local",
+    ),
+    pytest.param(
         ["status", "123", "--run-root", "{root}"],
         "no run of job 123 under --run-root {root}; pass its run directory instead",
         id="status-unknown-job",

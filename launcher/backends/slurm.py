@@ -50,7 +50,7 @@ class Slurm(Backend):
 
     def check(self, run: RunConfig) -> None:
         validate_slurm(run)
-        check_cluster(run)
+        check_cluster(run, local_hint=not self.beside)  # cluster CI has no local form
 
     def dry_run(self, runs: list[RunConfig], run_dirs: list[Path], specs: list[str]) -> str:
         """The exact batch script submitit would hand to sbatch: the job's, or the array's."""
