@@ -206,6 +206,22 @@ def empty_folder(tmp: Path) -> dict:
     return {"data": tmp / "data"}
 
 
+@pytest.fixture
+def full_fs(tmp_path):
+    """A 4 MiB tmpfs at tmp_path/full-fs: less free space than a run needs (root only; unmounted after)."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "full-fs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True, timeout=30)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
+
+
 # --- running an entry ---------------------------------------------------------------------------
 
 

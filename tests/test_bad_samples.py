@@ -69,13 +69,13 @@ def test_skip_leaves_exactly_the_bad_samples_out_of_dalis_reader(tmp_path, fmt, 
 @pytest.mark.slow
 def test_train_skips_and_lists_the_bad_samples(tmp_path):
     """`train --pipeline folders --bad-samples skip`: the two bad files are listed in bad_samples.jsonl and on
-    the epoch line, the epoch trains on the 4 others, exit 0."""
+    the epoch line, the epoch trains on the 4 others, exit 0 (its batch of 3 is warned of: 33 % padding)."""
     data = synth_set(
         "folders", lambda root: [replace_image(root / "training", "folders", s, f) for s, f in SPOILS.items()]
     )(tmp_path)["data"]
     proc = dali_launch(
         "train", "--pipeline", "folders", "--data-dir", str(data), "--num-classes", "3", "--model", "cnn",
-        "--image-size", "32", "--batch-size", "2", "--epochs", "1", "--bad-samples", "skip",
+        "--image-size", "32", "--batch-size", "3", "--epochs", "1", "--bad-samples", "skip",
         "--max-bad-samples", "2", "--run-root", str(tmp_path / "runs"),
     )  # fmt: skip
     check_ok(proc)
@@ -85,6 +85,8 @@ def test_train_skips_and_lists_the_bad_samples(tmp_path):
         str(next((data / "training").glob(f"*/{s:08d}.jpg"))) for s in SPOILS
     )
     assert "2 bad samples left out (bad_samples.jsonl)" in proc.stdout, proc.stdout
+    # 4 samples in 2 calls of 3: a third of the epoch is padding, said before training
+    assert "warning: 33% of each epoch is padding: 4 training samples fill 2 device calls of 3" in proc.stdout
     (metrics,) = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
     assert metrics["train_samples"] == 4 and metrics["bad_samples"] == 2
 

@@ -251,6 +251,18 @@ DATA = [
         id="webdataset-label-out-of-range",
     ),
     pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "webdataset", "--num-classes", "2"],
+        "--num-classes 2 but sample 000003 of {data}/training/shard-00000.tar has label 3; use --num-classes 4 or more",
+        synth_set("webdataset", classes=4),
+        id="webdataset-num-classes-names-the-largest-label",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "tfrecord", "--num-classes", "2"],
+        "--num-classes 2 but record 3 of {data}/training/shard-00000.tfrecord has label 3; use --num-classes 4 or more",
+        synth_set("tfrecord", classes=4),
+        id="tfrecord-num-classes-names-the-largest-label",
+    ),
+    pytest.param(
         ["--data-dir", "{data}", "--pipeline", "tfrecord", "--num-classes", "2"],
         "--num-classes 2 but record 2 of {data}/training/shard-00000.tfrecord has label 2; use --num-classes 3 or more",
         synth_set("tfrecord"),
@@ -274,7 +286,7 @@ def test_data(capsys, place, nothing_starts, args, message, make):
     check_entry(capsys, place, ["train", *args, "--run-root", "{root}"], message, make)
 
 
-def _without_dac(args: list[str]) -> subprocess.CompletedProcess:
+def _without_dac(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI as root minus the capabilities that bypass file permissions: the kernel checks them."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv (util-linux)")
@@ -293,6 +305,7 @@ def _without_dac(args: list[str]) -> subprocess.CompletedProcess:
         timeout=120,
         cwd=REPO,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 

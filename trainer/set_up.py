@@ -65,6 +65,11 @@ def set_up(
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     startup.mark("pipelines built")
+    padding = shards.padding_warning(
+        data.num_samples, data.steps, auto.call_batch, len(all_devices), auto.steps_per_call
+    )
+    if padding:
+        reporter.say(padding)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3

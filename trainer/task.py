@@ -24,6 +24,7 @@ from dali_launch.trainer.topology import (
     from_environment,
     initialize,
     local_devices,
+    missing_gpu,
 )
 
 
@@ -57,6 +58,8 @@ def _lock(paths: RunPaths):
 
 
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
+    if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
+        raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
     placement = place(spec, topology.platform)  # resolve.py's stage 1: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()

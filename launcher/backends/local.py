@@ -27,6 +27,7 @@ from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_ran
 from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.console import echo
+from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import ending, saved
@@ -72,6 +73,7 @@ class Local(Backend):
 
     def check(self, run: RunConfig) -> None:
         refuse_node_range(run, "--local")
+        check_gpus(run)
 
     def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
         ranks = LocalRanks(run, paths, echo=echo)

@@ -15,7 +15,7 @@ from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.route import directory, model_check, rank_map
+from dali_launch.launcher.route import directory, machine_checks, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import entry_points, flavours
 from dali_launch.trainer.run_dir import RunPaths
@@ -51,6 +51,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
         backend.check(run)
     if not run.launch.resume:
         directory.check_root(run.launch.run_root)
+    machine_checks.check_cache(run)
     data_dir = data_of(run)
     model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
     return data_dir
@@ -63,7 +64,7 @@ def data_of(run: RunConfig) -> Path:
         path = datasets.check_resumed(run.data, run.launch.resume)
     else:
         path = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
-    datasets.check_samples(path, run.data)
+    datasets.check_samples(path, run.data, run.device_counts[0] if run.launch.gpus_per_node else 1)
     return path
 
 
