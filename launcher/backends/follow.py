@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.job import started_tasks
 from dali_launch.launcher.backends.slurm_queue import cancel, queue_state
+from dali_launch.launcher.console import is_chatter
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
@@ -90,7 +91,8 @@ def _print_new(tails, echo) -> None:
     for rank, *files in tails:
         for tail in files:
             for line in tail.lines():
-                echo(f"[rank {rank}] {line}")
+                if not is_chatter(line):  # `dali-launch logs` shows it all
+                    echo(f"[rank {rank}] {line}")
 
 
 def _stderr(job, rank: int) -> str:

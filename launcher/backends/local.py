@@ -26,7 +26,7 @@ import time
 from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
 from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.console import echo
+from dali_launch.launcher.console import echo, is_chatter
 from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
@@ -43,7 +43,6 @@ DEATH_LINES = 20  # of a rank's log, kept in the ending of a rank that died with
 POLL_S = 0.1
 # What stops the job politely; any other fatal signal ends the launcher, and with it the ranks.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
-CONSOLE_SKIPS = (b"[Gloo] ",)  # gloo's per-call connection lines: in the rank's log, not the console
 
 
 def free_port() -> int:
@@ -131,7 +130,7 @@ class LocalRanks:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                if not line.startswith(CONSOLE_SKIPS):
+                if not is_chatter(line):
                     self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
 
     def _say(self, text: str) -> None:

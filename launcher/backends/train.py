@@ -11,6 +11,7 @@ from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_ran
 from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.backends.srun_step import refuse_one_of_several
 from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.console import is_chatter
 from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
@@ -77,6 +78,8 @@ class _Tee:
     def write(self, text: str) -> int:
         if not self.file.closed:  # a logging handler made during the run may outlive it
             self.file.write(text)
+        if is_chatter(text):  # a library's warning: in the log, not on the console
+            return len(text)
         return self.stream.write(text)
 
     def flush(self) -> None:

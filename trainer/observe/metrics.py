@@ -126,12 +126,16 @@ class Reporter:
 
     @contextlib.contextmanager
     def progress(self, epoch: int, steps: int, done: int = 0):
-        """Yields `advance()`; a live bar only for process 0 on a terminal (logs get epoch lines)."""
-        if not (self.lead and self.console.is_terminal):
+        """Yields `advance()`; a live bar only for process 0 on a terminal, drawn on the process's own
+        terminal: never into a log (`train` copies its output into logs/rank-0.log, whose readers, `logs
+        --follow`, would get every frame of it: ANSI codes and carriage returns)."""
+        terminal = sys.__stdout__
+        if not (self.lead and terminal is not None and terminal.isatty()):
             yield lambda: None
             return
         columns = (TextColumn(f"epoch {epoch}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=True) as bar:
+        console = Console(file=terminal, highlight=False, soft_wrap=True)
+        with Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
             task = bar.add_task("train", total=steps, completed=done)
             yield lambda: bar.advance(task)
 
