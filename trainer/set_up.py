@@ -62,7 +62,7 @@ def set_up(
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
-    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints, spec.how_to_resume())
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     startup.mark("pipelines built")
     padding = shards.padding_warning(

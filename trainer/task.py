@@ -15,11 +15,12 @@ from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.manifest import write_manifest
 from dali_launch.trainer.observe.startup import Startup
-from dali_launch.trainer.resilience import ending, start_point
+from dali_launch.trainer.resilience import disk, ending, start_point
 from dali_launch.trainer.resilience.watchdog import Watchdog
 from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
 from dali_launch.trainer.topology import (
     Topology,
+    barrier,
     configure_process_env,
     from_environment,
     initialize,
@@ -40,6 +41,10 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
         lock = _lock(paths) if topology.process_id == 0 else None
         try:
             result = _train(spec, topology, paths, startup)
+        except OSError as e:  # a write the file system refused: one line, how to go on
+            if disk.refusal(e) is None:
+                raise
+            raise disk.write_refused(paths, e, spec.how_to_resume()) from None
         finally:
             if lock:
                 lock.close()
@@ -80,6 +85,10 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
         watchdog.start()
     startup.mark("jax initialized")
     job_devices = len(devices) * topology.num_processes
+    if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
+        for line in start_point.repair(paths):
+            print(f"dali-launch: {line}", flush=True)
+    barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, job_devices)  # read once
     startup.mark("checkpoints read")
     # Stage 2: a global order's checkpoint may set the batch (elastic.py's plan, in `start`).

@@ -128,8 +128,11 @@ class LocalRanks:
             if resumed:
                 log.write(f"--- resumed {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             for line in proc.stdout:
-                log.write(line)
-                log.flush()
+                try:
+                    log.write(line)
+                    log.flush()
+                except OSError:  # a full disk: the rank's own error says so; its output must still drain
+                    pass
                 if not is_chatter(line):
                     self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
 

@@ -20,6 +20,7 @@ record out of, so it can only stop.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -135,9 +136,12 @@ def scan_split(reader: str, kwargs: dict) -> Scan:
         return Scan(listing.split, data["count"], bad)
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    with ThreadPoolExecutor(max_workers=min(16, 2 * (os.cpu_count() or 1))) as pool:
+    with listing.opened(), ThreadPoolExecutor(max_workers=min(16, 2 * (os.cpu_count() or 1))) as pool:
         chunks = range(0, listing.count, CHUNK)
-        found = [bad for part in pool.map(lambda s: listing.check(s, s + CHUNK), chunks) for bad in part]
+        if not listing.threads:
+            found = listing.check(0, listing.count)
+        else:
+            found = [bad for part in pool.map(lambda s: listing.check(s, s + CHUNK), chunks) for bad in part]
     scan = Scan(listing.split, listing.count, tuple(found))
     try:  # best effort: an unwritable cache costs the next run a scan, nothing else
         write_atomic(cached, json.dumps({"count": scan.count, "bad": [list(vars(b).values()) for b in found]}))
@@ -161,6 +165,8 @@ class Listing:
     name: object  # i -> str
     problem: object  # i -> str | None
     recheck: bool = False  # the fingerprint cannot see a file rewritten in place: check cached bad ones again
+    opened: object = contextlib.nullcontext  # () -> context manager: what `problem` reads through, held open
+    threads: bool = True  # checked by a pool of threads (an LMDB is read from one handle, in one thread)
 
     def check(self, start: int, end: int) -> list[Bad]:
         found = ((i, self.problem(i)) for i in range(start, min(end, self.count)))
@@ -237,11 +243,24 @@ def _webdataset(kwargs: dict) -> Listing:
 
 
 def _caffe2(kwargs: dict) -> Listing:
-    path = kwargs["path"]
-    source = caffe2.Caffe2Lmdb(path)
-    name = lambda i: f"record {source.keys()[i].decode(errors='replace')} of {path}"
-    image = lambda i: source.read(i)[0].tobytes()
-    return Listing(path, len(source), _stamp(os.path.join(path, "data.mdb")), name, lambda i: _image_problem(image, i))
+    """An LMDB, read through one handle that is closed again: py-lmdb opens a path once per process, and
+    the launcher's own checks open it after this."""
+    import lmdb
+
+    path, held = kwargs["path"], {}
+    keys = caffe2.keys(path)
+
+    @contextlib.contextmanager
+    def opened():
+        with lmdb.open(path, readonly=True, lock=False, subdir=True) as env, env.begin(buffers=False) as txn:
+            held["txn"] = txn
+            yield
+        held.clear()
+
+    name = lambda i: f"record {keys[i].decode(errors='replace')} of {path}"
+    image = lambda i: caffe2.parse(held["txn"].get(keys[i]))[0]
+    stamp = _stamp(os.path.join(path, "data.mdb"))
+    return Listing(path, len(keys), stamp, name, lambda i: _image_problem(image, i), opened=opened, threads=False)
 
 
 def _image_problem(encoded, i: int) -> str | None:
