@@ -147,6 +147,10 @@ def _first_story(job, paths: RunPaths, failed: dict[int, str]) -> list[str]:
 def _ending(job, paths: RunPaths) -> int:
     tasks = started_tasks(paths) if paths.config.exists() else job.num_tasks
     missing = [r for r in range(tasks) if not job.task(r).paths.result_pickle.exists()]
+    stopped = [e for e in ending.read(paths) if e["how"] == ending.STOPPED] if paths.config.exists() else []
+    if missing and len(stopped) == tasks and not paths.cancel.exists():  # SLURM's time limit: each checkpointed
+        print(f"dali-launch: job {job.job_id} {stopped[0]['line']}", file=sys.stderr, flush=True)
+        return 1
     if missing:
         print(
             "\n".join(

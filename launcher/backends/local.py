@@ -90,6 +90,7 @@ class LocalRanks:
         self.exited: dict[int, tuple[int, float]] = {}  # rank -> (exit code, time.time() it ended)
         self.killed: set[int] = set()  # ranks we killed
         self.signals: list[int] = []  # stop signals received, in order
+        self.timed_out, self.timeout_s = False, 0.0  # --local-timeout-s passed: the ranks were asked to stop
         self.lock = threading.Lock()
         self.run_lock = None
         self.started = 0.0
@@ -146,29 +147,25 @@ class LocalRanks:
         self.exited[rank] = (code, time.time())
 
     def wait(self, timeout_s: float) -> Outcome:
+        """Until every rank ended. At --local-timeout-s the ranks are asked to checkpoint and stop, as
+        after Ctrl-C, so the time limit loses nothing and the run resumes."""
+        self.timeout_s = timeout_s
         deadline, stop_by = time.monotonic() + timeout_s, None
         with self._stop_signals():
             while len(self.exited) < len(self.procs):
+                self.timed_out = self.timed_out or time.monotonic() > deadline
                 # `dali-launch cancel` records itself before it signals the ranks: their stop is no failure
-                stopping = bool(self.signals) or self._cancelled()
+                stopping = bool(self.signals) or self.timed_out or self._cancelled()
                 if not stopping and self._failed():
                     self._kill()
                     break
                 if stopping and stop_by is None:
-                    if self.signals:  # a cancel signalled the ranks itself; a second SIGTERM would skip the checkpoint
+                    if self.signals or self.timed_out:  # a cancel signalled the ranks itself: not twice
                         self._ask_to_stop()
                     stop_by = time.monotonic() + STOP_GRACE_S
                 if len(self.signals) > 1 or (stop_by and time.monotonic() > stop_by):
                     self._kill()
                     break
-                if time.monotonic() > deadline:
-                    self._kill()
-                    self._drain()
-                    return Outcome(
-                        RunState.FAILED,
-                        f"the job did not finish within --local-timeout-s {timeout_s:g}; stopped every rank",
-                        1,
-                    )
                 time.sleep(POLL_S)
         self._drain()
         return self._outcome()
@@ -188,10 +185,10 @@ class LocalRanks:
 
     def _ask_to_stop(self) -> None:
         """SIGTERM means "checkpoint and stop" to a rank (trainer/resilience/preemption.py)."""
-        name = signal.Signals(self.signals[0]).name
+        why = signal.Signals(self.signals[0]).name if self.signals else f"--local-timeout-s {self.timeout_s:g} passed"
+        kill = "again to kill them now" if self.signals else "Ctrl-C twice kills them now"
         print(
-            f"dali-launch: {name}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; "
-            f"again to kill them now)",
+            f"dali-launch: {why}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; {kill})",
             file=sys.stderr,
             flush=True,
         )
@@ -241,7 +238,7 @@ class LocalRanks:
         codes = {rank: code for rank, (code, _) in self.exited.items()}
         if len(codes) == len(self.procs) and not any(codes.values()):
             return Outcome(RunState.FINISHED, "all ranks finished", 0)
-        if self.signals or self._cancelled():
+        if self.signals or self.timed_out or self._cancelled():
             return self._stopped()
         self._record_deaths()
         causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed")]
@@ -269,9 +266,14 @@ class LocalRanks:
         if self.signals:
             name = signal.Signals(self.signals[0]).name
             state, head, code = RunState.INTERRUPTED, f"interrupted ({name})", 128 + self.signals[0]
+        elif self.timed_out:
+            state, code = RunState.INTERRUPTED, 1
+            head = f"the job did not finish within --local-timeout-s {self.timeout_s:g}"
         else:
             state, head, code = RunState.CANCELLED, "cancelled (`dali-launch cancel`)", 0
         resume = TaskSpec.load(self.paths.root).how_to_resume()
+        if self.timed_out:
+            resume += " (give it a larger --local-timeout-s to finish)"
         stopped = [e for e in ending.read(self.paths, since=self.started) if e["how"] == ending.STOPPED]
         if len(stopped) == len(self.procs):
             return Outcome(
