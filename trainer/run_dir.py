@@ -25,6 +25,7 @@ class RunPaths:
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
     bad_samples.jsonl the samples --bad-samples skip leaves out, one line each (split, sample, what is wrong)
+    init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
                       rank-N.fault: the stacks of a rank a fatal signal ended (SIGSEGV, SIGABRT)
@@ -60,6 +61,7 @@ class RunPaths:
     step = property(lambda self: self.root / "step.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
     bad_samples = property(lambda self: self.root / "bad_samples.jsonl")
+    init_from = property(lambda self: self.root / "init_from.json")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

@@ -20,6 +20,7 @@ import optax
 from flax import struct
 
 from dali_launch.trainer.model.forward import Forward
+from dali_launch.trainer.step.mixing import Mixing
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Recipe:
     ema_decay: float = 0.0
     label_smoothing: float = 0.0
     skip_nonfinite: bool = False  # --on-nan skip-step: a step whose loss or gradients are not finite is dropped
+    mixing: Mixing = Mixing()  # --mixup, --cutmix (mixing.py)
+    num_classes: int = 0  # the targets' width, which mixing needs before the forward pass
 
 
 class TrainState(struct.PyTreeNode):
