@@ -148,3 +148,23 @@ def test_a_sample_corrupt_inside_is_named_from_dalis_error(tmp_path, monkeypatch
         f"--decode` finds every such one), then resume the run"
     )
     assert bad_samples.decode_failure(RuntimeError("an unrelated failure"), split) is None
+
+
+def test_a_global_order_run_that_skips_is_resumed_on_the_set_it_read(tmp_path, monkeypatch):
+    """--sample-order global numbers the samples its readers read: with --bad-samples skip, the set without
+    the bad ones, which is what --resume's check of the data set must fingerprint too."""
+    from dali_launch.trainer.config import DataConfig, TaskSpec
+    from dali_launch.trainer.data.global_order import fingerprint
+    from dali_launch.trainer.resilience.start_point import _fingerprint_read
+
+    monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
+    data = synth_set("folders", lambda root: replace_image(root / "training", "folders", 1, SPOILS[1]))(tmp_path)[
+        "data"
+    ]
+    split = data / "training"
+    config = lambda mode: DataConfig(data_dir=str(data), pipeline="folders", bad_samples=mode, max_bad_samples="1")
+    spec = lambda mode: TaskSpec(run_dir="", data=config(mode))
+    read = records.open_source("file", bad_samples.screen("file", {"file_root": str(split)}, "skip", "1"))
+    assert _fingerprint_read(spec("skip"), split, records) == fingerprint(read.keys()) != records.fingerprint_of(split)
+    assert _fingerprint_read(spec("stop"), split, records) == records.fingerprint_of(split)
+    assert fingerprint(read.keys())["samples"] == 5

@@ -112,10 +112,23 @@ def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], proc
     plans = [elastic.plan(newest.order, d, train.elastic_batch, train.accumulate_steps) for d in device_counts]
     from dali_launch.trainer.data import records  # numpy and the formats' readers: only where they are needed
 
-    now = records.fingerprint_of(Path(spec.data.data_dir) / "training")
+    now = _fingerprint_read(spec, Path(spec.data.data_dir) / "training", records)
     if now is not None:
         check_data_set(paths, spec, newest.order, now)
     return plans[0].describe() if len(plans) == 1 else ""
+
+
+def _fingerprint_read(spec: TaskSpec, split: Path, records) -> dict | None:
+    """The fingerprint of what the run's readers read of `split`: under --bad-samples skip, without the
+    samples they leave out (the order numbered those alone), else the folder's."""
+    from dali_launch.trainer.data import bad_samples
+    from dali_launch.trainer.data.global_order import fingerprint
+
+    found = bad_samples.builtin_reader(spec.data.pipeline, split) if spec.data.bad_samples == "skip" else None
+    if found is None:
+        return records.fingerprint_of(split)
+    kwargs = bad_samples.screen(*found, "skip", spec.data.max_bad_samples)
+    return fingerprint(records.open_source(found[0], kwargs).keys())
 
 
 def check_data_set(paths: RunPaths, spec: TaskSpec, order: dict, now: dict) -> None:
