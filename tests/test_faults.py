@@ -37,6 +37,10 @@ def test_a_segfault_leaves_its_stacks_in_endings_and_the_logs(tmp_path):
     assert proc.returncode == -signal.SIGSEGV
     for text in (paths.fault(1).read_text(), log.read_text(), proc.stderr):  # its own file, its log, its stderr
         assert "Fatal Python error: Segmentation fault" in text and "deep_inside_a_library" in text, text
+    # `train` has no launcher left to say it: the copier's own last line (given the log, as `train` gives it)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"dali-launch: error: the run died: Segmentation fault; its stacks are in {paths.fault(1)}"
+    )
     (failed,) = ending.read(paths)
     assert failed["rank"] == 1 and failed["how"] == ending.FAILED
     # the crashing thread's innermost frame: here ctypes' own

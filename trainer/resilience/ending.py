@@ -59,15 +59,17 @@ def clear(paths: RunPaths, rank: int) -> None:
 
 
 # The copier: what the dying rank writes into its stdin goes to each file (made only then) and to
-# stderr, until EOF.
+# stderr, until EOF; then, if told (`train`: no launcher outlives the process to say it), one last line.
 _COPIER = (
-    "import os,signal,sys\n"
+    "import os,re,signal,sys\n"
     "signal.signal(signal.SIGINT,signal.SIG_IGN)\n"
-    "out=None\n"
+    "say,files,out,seen=sys.argv[1]=='say',sys.argv[2:],None,b''\n"
     "while (chunk:=os.read(0,65536)):\n"
-    " out=out or [open(p,'ab') for p in sys.argv[1:]]\n"
+    " out,seen=out or [open(p,'ab') for p in files],seen+chunk\n"
     " [(f.write(chunk),f.flush()) for f in out]\n"
     " os.write(2,chunk)\n"
+    "m=re.search(rb'Fatal Python error: (.+)',seen)\n"
+    "if say and m:os.write(2,b'dali-launch: error: the run died: '+m.group(1).strip()+b'; its stacks are in '+files[0].encode()+b'\\n')\n"
 )
 
 
@@ -81,7 +83,7 @@ def record_faults(paths: RunPaths, rank: int, log: Path | None = None) -> None:
         _COPIERS.pop().stdin.close()
     try:
         copier = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _COPIER, *files],
+            [sys.executable, "-I", "-S", "-c", _COPIER, "say" if log else "quiet", *files],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
