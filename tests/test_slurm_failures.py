@@ -1,6 +1,6 @@
 """What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
-its peers' follow-on errors; a damaged newest checkpoint passed over on --resume; a run of the user's own
-`srun dali-launch task` continued with `dali-launch --resume RUN`; Ctrl-C while following a job."""
+its peers' follow-on errors; a run of the user's own `srun dali-launch task` continued with `dali-launch
+--resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C while following a job."""
 
 from __future__ import annotations
 
@@ -36,50 +36,43 @@ def test_an_exception_in_rank_1_is_told_first(slurm_env, small_lmdb, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert lines[0].startswith("dali-launch: rank 1 failed: ") and "rank 1 fails mid-epoch (injected)" in lines[0]
     assert lines[1].startswith("dali-launch: rank 1 of job ") and "Traceback" in lines[2], proc.stderr
-    assert proc.stderr.index("rank 1 fails mid-epoch") < proc.stderr.index("rank 0 on node1")  # the cause first
+    # Rank 0's follow-on (srun's word on task 0) is there only when srun saw it before our scancel: a race.
+    if "rank 0 on node1" in proc.stderr:
+        assert proc.stderr.index("rank 1 fails mid-epoch") < proc.stderr.index("rank 0 on node1")  # the cause first
 
 
-def test_a_damaged_newest_checkpoint_of_a_slurm_run_is_passed_over(slurm_env, small_lmdb, tmp_path):
-    """A 2-node job's newest checkpoint cut short: `--resume RUN` (submitted again) goes back to the one
-    before, keeps the damaged one aside, and ends with the parameters the job had."""
-    run = [*JOB, "--data-dir", str(small_lmdb), "--epochs", "2", "--checkpoint-every-steps", "4"]
-    check_ok(dali_launch(*run, "--run-root", str(tmp_path), env=slurm_env))
-    paths = only_run(tmp_path)
+def test_an_srun_task_run_resumes_from_a_login_node_past_a_damaged_checkpoint(slurm_env, small_lmdb, tmp_path):
+    """A user's own script, `srun dali-launch task` with no --platform (auto: cpu on these nodes), 2 epochs;
+    its newest checkpoint then cut short. `dali-launch --resume RUN` from here: submitted as a job of its
+    own (the recorded auto kept, not guessed again), it passes over the damaged checkpoint, keeps it aside,
+    goes on from the one before and ends with the parameters the job had; --platform cpu beside --resume
+    is the run's own value, not a change."""
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=10\n"
+        f"srun --kill-on-bad-exit=1 {sys.executable} -m dali_launch.launcher.cli task --epochs 2 "
+        f"--checkpoint-every-steps 4 --data-dir {small_lmdb} --run-root {tmp_path / 'runs'}\n"
+    )
+    job_id, proc = _sbatch(script, slurm_env, wait=True)
+    paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
+    assert proc.returncode == 0 and paths.result.exists(), (tmp_path / f"slurm-{job_id}.out").read_text()
     uninterrupted, steps = final_params(paths), saved.complete_steps(paths)
     resumed, step, what = resume_after_damage(paths, env=slurm_env)
     check_ok(resumed)
+    assert "submitted job" in resumed.stdout and "resumed from checkpoint" in resumed.stdout, resumed.stdout
     assert (
         f"checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, resuming "
         f"from step {steps[-2]}" in resumed.stdout
     )
     again = final_params(paths)
     assert all(np.array_equal(uninterrupted[k], again[k]) for k in uninterrupted)
+    check_ok(dali_launch("--resume", str(paths.root), "--platform", "cpu", "--dry-run", env=slurm_env))
 
 
-def test_an_srun_task_run_resumes_with_resume_from_a_login_node(slurm_env, small_lmdb, tmp_path):
-    """A user's own script, `srun dali-launch task` with no --platform (auto: cpu on these nodes), then
-    `dali-launch --resume RUN --epochs 2` from here: submitted as a job of its own, the recorded auto kept,
-    the run finished; --platform cpu beside --resume is the run's own value, not a change."""
-    script = tmp_path / "job.sh"
-    script.write_text(
-        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=10\n"
-        f"srun --kill-on-bad-exit=1 {sys.executable} -m dali_launch.launcher.cli task --epochs 1 "
-        f"--data-dir {small_lmdb} --run-root {tmp_path / 'runs'}\n"
-    )
-    job_id, proc = _sbatch(script, slurm_env, wait=True)
-    paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
-    assert proc.returncode == 0 and paths.result.exists(), (tmp_path / f"slurm-{job_id}.out").read_text()
-    again = dali_launch("--resume", str(paths.root), "--epochs", "2", env=slurm_env)
-    check_ok(again)
-    assert "submitted job" in again.stdout and "resumed from checkpoint" in again.stdout, again.stdout
-    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
-    assert json.loads(paths.config.read_text())["distributed"]["platform"] == "cpu"  # its auto, as resolved
-    with_cpu = dali_launch("--resume", str(paths.root), "--platform", "cpu", "--dry-run", env=slurm_env)
-    check_ok(with_cpu)  # the run's auto was cpu: saying so changes nothing
-
-
-def test_ctrl_c_while_following_says_the_job_goes_on(slurm_env, mnist_lmdb, tmp_path):
-    proc = start(*JOB, "--epochs", "20", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path), env=slurm_env)
+def test_ctrl_c_while_following_says_the_job_goes_on(slurm_env, small_lmdb, tmp_path):
+    """SIGINT to the launcher following a job: it says the job goes on and how to follow or stop it (exit
+    130), and the job does go on."""
+    proc = start(*JOB, "--epochs", "100", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path), env=slurm_env)
     try:
         wait_for(lambda: any(tmp_path.glob("*/ranks/rank-1.json")), timeout_s=180)
         proc.send_signal(signal.SIGINT)
