@@ -1,7 +1,7 @@
 """Checkpoints that fail: a damaged newest checkpoint is found before anything loads it, kept under another
 name, and the run resumes from the newest whole one to the parameters of the run as it was; a checkpoint
 that cannot be written (a full disk) stops the job with one line, and the run resumes once there is room.
-Real local jobs (2 processes × 1 CPU device), real files; the SLURM side is in test_slurm_cluster.py."""
+Real local jobs (2 processes × 1 CPU device), real files; the SLURM side is in test_slurm_failures.py."""
 
 from __future__ import annotations
 
