@@ -71,13 +71,14 @@ def set_up(
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
-    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints, spec.how_to_resume())
     listing = _listed(spec)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
     first = rest or data  # what the first epoch reads
     data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
+    _warn_padding(reporter, data, auto, len(all_devices))
     example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
@@ -166,8 +167,15 @@ def _listed(spec: TaskSpec) -> Future | None:
     if spec.data.sample_order != "shards" or jax.process_index() != 0:
         return None
     return ThreadPoolExecutor(1, "dali-launch-listing").submit(
-        records.fingerprint_of, Path(split_dir(spec, "training"))
+        start_point.fingerprint_read, spec, Path(split_dir(spec, "training")), records
     )
+
+
+def _warn_padding(reporter: Reporter, data, auto: Resolved, devices: int) -> None:
+    """A line when padding leaves a large share of each epoch's rows empty (shards.padding_warning)."""
+    padding = shards.padding_warning(data.num_samples, data.steps, auto.call_batch, devices, auto.steps_per_call)
+    if padding:
+        reporter.say(padding)
 
 
 def _check_data_set(spec: TaskSpec, start: StartPoint, data, listing: Future | None) -> None:
@@ -231,6 +239,7 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
         accumulate_steps=t.accumulate_steps,
         ema_decay=t.ema_decay,
         label_smoothing=t.label_smoothing,
+        skip_nonfinite=t.on_nan == "skip-step",
         mixing=Mixing(t.mixup, t.cutmix),
         num_classes=spec.data.num_classes,
     )

@@ -15,7 +15,7 @@ from nvidia.dali import backend, pipeline_def
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment
+from dali_launch.trainer.data import augment, bad_samples
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
@@ -99,6 +99,7 @@ class DeviceBatches:
             None  # the data set (global_order.fingerprint): build sets a global order's, set_up a shard order's
         )
         self.sample = None  # training's one sample: {name: {"shape", "dtype"}} (set_up: sample_spec), for checkpoints
+        self.split = ""  # the folder the pipelines read, set by build
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.peeked = None
@@ -141,7 +142,10 @@ class DeviceBatches:
         return list(range(first, first + len(self.pipes)))
 
     def _read(self) -> dict:
-        outputs = [pipe.run() for pipe in self.pipes]
+        try:
+            outputs = [pipe.run() for pipe in self.pipes]
+        except RuntimeError as e:  # an image the header check let through, undecodable: one line
+            raise bad_samples.decode_failure(e, self.split) or e from None
         batch = {name: self._join(self._rows(outputs, i)) for i, name in enumerate(self.names)}
         if self.start:  # training: which rows are real, for the step's sums
             batch["valid"] = self.put(self._valid())
@@ -228,6 +232,7 @@ def build(
         for pipe, shard_id, feed in zip(pipes, sharding.shard_ids, feeds)
     }
     batches = DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch, start)
+    batches.split = path
     if feeds[0]:
         batches.fingerprint = fingerprint(feeds[0].source.keys())
     return batches
@@ -277,6 +282,8 @@ def pipeline_args(
         hw_decoder_load=config.hw_decoder_load,
         output_dtype=config.output_dtype,
         feed=feed,
+        bad_samples=config.bad_samples,
+        max_bad_samples=config.max_bad_samples,
         augment=config.augment,
         randaugment=config.randaugment_nm() if config.augment == "randaugment" else (2, 9),
     )
