@@ -72,9 +72,9 @@ def set_up(
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints, spec.how_to_resume())
-    listing = _listed(spec)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
+    listing = _listed(spec)  # after the builds: their bad-sample screens open the LMDB too (once a process)
     first = rest or data  # what the first epoch reads
     data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
@@ -163,7 +163,8 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
 
 def _listed(spec: TaskSpec) -> Future | None:
     """Shard order: the training set's fingerprint, listed in a thread on process 0 (whose checkpoints are the
-    ones written) while the pipelines build and the model initialises: ImageNet's 1.28 M files take seconds."""
+    ones written) while the model initialises and the first call compiles: ImageNet's 1.28 M files take
+    seconds. Not beside the pipelines' builds: py-lmdb opens a path once per process at a time."""
     if spec.data.sample_order != "shards" or jax.process_index() != 0:
         return None
     return ThreadPoolExecutor(1, "dali-launch-listing").submit(
