@@ -32,7 +32,7 @@ from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved, parallel
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim
-from dali_launch.trainer.step.evaluate import Evaluator, split_dir
+from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
 from dali_launch.trainer.step.parallel import call_tally, create, finished
 from dali_launch.trainer.step.state import Recipe, TrainState
 from dali_launch.trainer.topology import job_devices
@@ -48,7 +48,7 @@ class Training:
     data: dali.DeviceBatches  # training's pipelines, starting at the start point
     mode: object  # step/parallel.py's Pmap or Sharded: how device calls run
     checkpointer: Checkpointer
-    evaluator: Evaluator | None  # process 0's; None elsewhere
+    evaluator: Evaluator | None  # this process's part (--eval-on all), or process 0's alone; else None
     state: TrainState  # placed on the devices: the checkpoint's, or a fresh one
     tally: dict  # the first epoch's, on the host: the checkpoint's, or a zero one
     schedule: object  # the learning rate of each optimizer update (a host function)
@@ -82,7 +82,7 @@ def set_up(
         dali=auto.dali_phrase(spec.data),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
-    evaluator = Evaluator(spec, devices, readers, data_config) if process == 0 else None
+    evaluator = Evaluator(spec, devices, readers, data_config) if evaluates(spec, process) else None
     done_before = start.epoch * data.steps + start.calls_done  # device calls
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()

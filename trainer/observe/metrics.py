@@ -44,6 +44,7 @@ class EpochMetrics:
     test_accuracy: float | None = None
     test_count: int | None = None
     eval_time_s: float | None = None
+    eval_devices: int | None = None  # the devices that evaluated (--eval-on): every device of the job, or process 0's
     learning_rate: float | None = None  # the rate of the epoch's last optimizer update
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
     step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
@@ -161,7 +162,7 @@ class Reporter:
             f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
             f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data; "
             f"the host waited {m.host_wait_fraction:.0%})  "
-            f"eval {m.eval_time_s:.2f} s{extra}"
+            f"eval {m.eval_time_s:.2f} s on {m.eval_devices} device{'s' if m.eval_devices != 1 else ''}{extra}"
         )
         if m.startup:
             self.say(
