@@ -25,7 +25,8 @@ class RunPaths:
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
-    endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
+    endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
+                      cause.json: the job's first failure or verdict (what watchdogs and launchers poll)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
     tensorboard/      TensorBoard event files (process 0); rank-N/plugins/profile/: --profile-steps traces
@@ -52,6 +53,7 @@ class RunPaths:
     checkpoints = property(lambda self: self.root / "checkpoints")
     heartbeats = property(lambda self: self.root / "heartbeats")
     endings = property(lambda self: self.root / "endings")
+    cause = property(lambda self: self.root / "endings" / "cause.json")
     locks = property(lambda self: self.root / "locks")
     tensorboard = property(lambda self: self.root / "tensorboard")
     wandb_run = property(lambda self: self.root / "wandb.json")

@@ -214,12 +214,13 @@ class LocalRanks:
             t.join(timeout=DRAIN_S)
 
     def _failed(self) -> bool:
-        """A rank exited badly, or recorded a failure DRAIN_S ago and is still there (it leaves at once
-        once its traceback is printed; killing it sooner would cut that short)."""
+        """A rank exited badly, or the job's cause (a failure or a verdict) was recorded DRAIN_S ago and
+        its rank is still there (it leaves at once once its traceback is printed; killing it sooner would
+        cut that short). One file per poll, whatever the job's size: every ending is read only at the end."""
         if any(code != 0 for code, _ in self.exited.values()):
             return True
-        causes = self._causes()
-        return bool(causes) and time.time() - causes[0][0] > DRAIN_S
+        cause = ending.cause(self.paths, since=self.started)
+        return cause is not None and time.time() - cause["at"] > DRAIN_S
 
     def _causes(self) -> list[tuple[float, int, str]]:
         """(when, culprit rank, what) of everything that ends the job, earliest first: failures the
