@@ -24,6 +24,7 @@ class RunPaths:
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
+    listings/         a split's records as process 0 listed them, read by the other ranks (records/shared.py)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
                       cause.json: the job's first failure or verdict (what watchdogs and launchers poll)
@@ -65,6 +66,9 @@ class RunPaths:
 
     def rank_report(self, rank: int) -> Path:
         return self.ranks / f"rank-{rank}.json"
+
+    def listing(self, name: str) -> Path:
+        return self.root / "listings" / name
 
     def heartbeat(self, rank: int) -> Path:
         return self.heartbeats / f"rank-{rank}"

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.data import dali, records, shards
 from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.contract import width_error
 from dali_launch.trainer.model.forward import Forward, train_kwarg
@@ -63,6 +63,7 @@ def set_up(
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    records.shared.join(spec.run_dir, process, jax.process_count(), spec.distributed.barrier_timeout_s)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     startup.mark("pipelines built")
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch

@@ -97,7 +97,8 @@ def read(args, reader: str, kwargs: dict):
     """What `args.read(reader, **kwargs)` returns: (encoded, labels) DataNodes from this device's shard
     (DALI's `fn.readers.<reader>`) or from the global order (`args.feed`)."""
     if args.feed is None:
-        return records.native(reader, getattr(fn.readers, reader)(**kwargs, **args.reader_args()))
+        native = records.native_arguments(reader, kwargs)  # class folders: process 0's listing, if shared
+        return records.native(reader, getattr(fn.readers, reader)(**native, **args.reader_args()))
     try:
         args.feed.source = records.open_source(reader, kwargs)
     except KeyError:
