@@ -1,6 +1,7 @@
 """What a run reports: the rank map at start, one line and one JSON object per epoch, progress bars.
 
-Process 0 speaks for the job; every process writes its own rank report, merged after a barrier.
+Process 0 speaks for the job; every process writes its own rank report, merged after a barrier (through
+the coordination service: process 0 opens no file per rank).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from dali_launch.trainer import coordination
 from dali_launch.trainer.observe.profile import Profile
 from dali_launch.trainer.observe.trackers import Trackers
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
@@ -80,7 +82,8 @@ class Reporter:
             self.console.print(text, markup=False)
 
     def rank_report(self, sharding, devices: list, batch_size: int, resolved: dict, dali: str = "") -> None:
-        """Every process writes and prints what it is; process 0 merges the reports into rank_map.json."""
+        """Every process writes and prints what it is; process 0 merges the reports into rank_map.json from
+        the coordination service, not from N files (each rank's own file is for the launcher's `cancel`)."""
         t = self.topology
         report = {
             "process_id": t.process_id,
@@ -98,6 +101,8 @@ class Reporter:
             "resolved": resolved,
         }
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
+        if t.num_processes > 1:
+            coordination.publish(f"rank-report/{t.process_id}", json.dumps(report))
         # Each rank says its own line, so it lands in its own log under its own prefix.
         readers = f" ({sharding.readers} readers per device)" if sharding.readers > 1 else ""
         self.console.print(
@@ -110,7 +115,8 @@ class Reporter:
         )
         barrier("rank-reports-written", self.barrier_timeout_s)
         if self.lead:
-            ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
+            reports = coordination.collect("rank-report") if t.num_processes > 1 else {"0": json.dumps(report)}
+            ranks = [json.loads(reports[str(i)]) for i in range(t.num_processes)]
             write_atomic(self.paths.rank_map, json.dumps(ranks, indent=2))
 
     def resumed(self, epoch: int, calls_done: int, step: int) -> None:
