@@ -3,6 +3,11 @@ output until it ends, then how it ended (slurm_queue.py asks SLURM itself).
 
 Never blocks without a bound: the queue is read with squeue (which works without accounting),
 results are read only once their files exist, and the whole wait has a deadline.
+
+O(1) files per poll, whatever the job's size (on a shared file system each open is a metadata
+operation): rank 0's logs and FOLLOWED_PER_POLL other ranks' in turn (every rank's lines come, a
+large job's a few seconds late), the job's cause (trainer/resilience/ending.py) and the result of the
+rank it names. Every rank's logs and results are read once, when the job has left the queue.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.job import started_tasks
 from dali_launch.launcher.backends.slurm_queue import cancel, queue_state
+from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
+FOLLOWED_PER_POLL = 8  # ranks' logs read per poll besides rank 0's: a job of up to 9 ranks is read whole each time
 SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 CANCELLED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT (\S+) \*\*\*")  # slurmstepd's line for a scancel
 
@@ -52,12 +59,13 @@ def task_error(job, rank: int) -> str | None:
 
 def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
     """Prints every rank's output as it comes; returns the exit code the command should end with."""
-    ranks = range(job.num_tasks)
-    tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in ranks]
-    deadline = time.monotonic() + timeout_s
+    tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in range(job.num_tasks)]
+    deadline, polls = time.monotonic() + timeout_s, 0
     while True:
-        _print_new(tails, echo)
-        failed = next(((r, e) for r in ranks if (e := task_error(job, r))), None)
+        _print_new(_due(tails, polls), echo)
+        polls += 1
+        gone = queue_state(job.job_id) is None
+        failed = _failure(job, paths, every_rank=gone)
         if failed:
             # Read before our own scancel: a rank that failed because the job was cancelled (its peer
             # killed first) is not the cause.
@@ -71,7 +79,7 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             )
             print("\n".join([*_said(job), *why]), file=sys.stderr, flush=True)
             return 1
-        if queue_state(job.job_id) is None:
+        if gone:
             break
         if time.monotonic() > deadline:
             cancel(job.job_id)
@@ -84,6 +92,26 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
         time.sleep(POLL_S)
     _print_new(tails, echo)
     return _ending(job, paths)
+
+
+def _due(tails: list, polls: int) -> list:
+    """The logs this poll reads: rank 0's, and the next FOLLOWED_PER_POLL ranks' in turn."""
+    others = tails[1:]
+    if len(others) <= FOLLOWED_PER_POLL:
+        return tails
+    first = polls * FOLLOWED_PER_POLL % len(others)
+    return [tails[0], *(others[(first + i) % len(others)] for i in range(FOLLOWED_PER_POLL))]
+
+
+def _failure(job, paths: RunPaths, every_rank: bool) -> tuple[int, str] | None:
+    """(rank, traceback) of a task that failed: while the job runs, the rank the job's cause names (if its
+    result is written yet); once it has left the queue, any rank's."""
+    if every_rank:
+        ranks = range(job.num_tasks)
+    else:
+        cause = ending.cause(paths)
+        ranks = [cause["rank"]] if cause and cause["rank"] < job.num_tasks else []
+    return next(((r, e) for r in ranks if (e := task_error(job, r))), None)
 
 
 def _print_new(tails, echo) -> None:
