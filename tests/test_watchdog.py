@@ -1,5 +1,6 @@
 """The watchdog's per-interval work, on a real run directory: O(1) files per rank whatever the job's
-size, the ring of watched peers, the job's one cause (resilience/watchdog.py, resilience/ending.py)."""
+size, the ring of watched peers, the job's one cause (resilience/watchdog.py, resilience/ending.py),
+and which rank the local launcher names first (backends/local.py)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,17 @@ def test_the_first_cause_wins_and_every_rank_sees_it_in_one_file(tmp_path):
     assert sorted(p.name for p in paths.endings.iterdir()) == ["cause.json", "rank-0.json", "rank-2.json"]
     ending.clear(paths, 0)  # process 0, before the rendezvous of a resumed run
     assert ending.cause(paths) is None
+
+
+def test_the_local_launcher_names_a_killed_rank_before_the_peers_it_took_down(tmp_path):
+    """Rank 3 is SIGKILLed; rank 2's collective fails on the lost connection and records that 40 ms before
+    the launcher reaps rank 3 (as seen with 4 processes on 2 cores): rank 3 comes first."""
+    from dali_launch.launcher.backends.local import LocalRanks
+
+    paths = RunPaths(tmp_path)
+    ranks = LocalRanks(None, paths)
+    ranks.started = time.time() - 10
+    ending.record(paths, 2, ending.FAILED, "rank 2 failed: JaxRuntimeError: Gloo ... Connection reset by peer")
+    ranks.exited = {3: (-9, time.time() + 0.04)}
+    assert [culprit for _, culprit, _ in ranks._causes()] == [3, 2]
+    assert ranks._causes()[0][2] == "rank 3 was killed by SIGKILL"

@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Issue 33: what grows with the number of ranks N. The MLP on CPU devices, 1 process per device, N = 1 ... 32,
+in local mode and on the local SLURM cluster (several slurmd on this host, several tasks each).
+
+Per mode and N, two runs through the CLI, each with benchmarks/fs_probe on PYTHONPATH (Python's audit
+hooks and wrapped os.stat/os.lstat count every process's file-system operations under the run root
+and the data; fs_probe/sitecustomize.py says what it sees and what not):
+
+  steady  --epochs E (default 3), --eval-on all: launch -> first step (rank 0's first step, from the
+          moment the CLI started); steady step time (rank 0, after its first step); file-system operations
+          per rank per step and per second while the ranks train (the most of any rank, and rank 0's), at
+          start-up and per checkpoint; a checkpoint's save time (the slowest rank's); evaluation time
+          on N processes (the first, which builds the pipelines, and a later, cached one);
+  kill    --eval-on process-0, killed with SIGKILL (the last rank) once two epochs are evaluated:
+          evaluation on 1 process (first and cached), and the time until every rank is gone and the
+          launcher has ended, and whether the launcher named the killed rank first.
+
+    dali-launch data prepare --from "$(python -c 'from dali_launch.launcher.data import datasets; \
+        print(datasets.EMBEDDED_IDX)')" --to /tmp/mnist
+    bash slurm/cluster.sh up --nodes 4 --cpus-per-node 8 --dir /tmp/slurm-scale
+    python benchmarks/scale.py --data /tmp/mnist --processes 1,2,4,8,16,32 --modes local,slurm \
+        --slurm-dir /tmp/slurm-scale --out benchmarks/results/scale.json --plot benchmarks/results/scale.png
+
+A run that fails or times out is recorded with its last stderr lines and the sweep goes on; exit 1 then.
+On a 2-core machine every number past N = 2 is dominated by N processes sharing 2 cores: read the file
+operation counts as the result, the times as upper bounds (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from report import listed  # the same folder: run as a script
+from scale_probe import analyse, pss_mb
+
+PROBE = Path(__file__).resolve().parent / "fs_probe"
+MODES = ("local", "slurm")
+TAIL_LINES = 20
+KILL_WAIT_S = 120  # after SIGKILL: past this the run is recorded as not stopping
+POLL_S = 0.05
+
+
+def slurm_env(folder: Path | None) -> dict:
+    if folder is None:
+        return {}
+    return {"SLURM_CONF": str(folder / "slurm.conf"), "PATH": f"{folder / 'bin'}:{os.environ['PATH']}"}
+
+
+def slurm_nodes(env: dict) -> list[int]:
+    """The CPUs of each node of the cluster SLURM_CONF names."""
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %c"], env={**os.environ, **env}, capture_output=True, text=True, timeout=30
+    )
+    nodes = dict(line.split() for line in out.stdout.splitlines() if line.strip())
+    return [int(cpus) for cpus in nodes.values()]
+
+
+def layout(mode: str, n: int, nodes: list[int]) -> tuple[int, int] | None:
+    """(nodes, tasks per node) for N processes: local mode one host; SLURM as many nodes as divide N
+    (several tasks each once N exceeds them), each holding its tasks on its CPUs (one each); None when
+    the cluster cannot."""
+    if mode == "local":
+        return 1, n
+    for count in range(len(nodes), 0, -1):
+        if n % count == 0 and n // count <= min(sorted(nodes, reverse=True)[:count]):
+            return count, n // count
+    return None
+
+
+def cli_args(args, mode: str, where: tuple[int, int], root: Path, kind: str) -> list[str]:
+    nodes, tasks = where
+    place = ["--local", "--local-timeout-s", str(args.timeout_s)] if mode == "local" else ["--time-min", "60"]
+    epochs = args.epochs if kind == "steady" else 50  # a killed run ends long before
+    return [
+        *place,
+        *(["--nodes", str(nodes)] if mode == "slurm" else []),
+        "--tasks-per-node",
+        str(tasks),
+        "--gpus-per-node",
+        str(tasks),
+        "--platform",
+        "cpu",
+        "--data-dir",
+        str(args.data.absolute()),
+        "--epochs",
+        str(epochs),
+        "--global-batch-size",
+        str(args.global_batch_size),
+        "--eval-on",
+        "all" if kind == "steady" else "process-0",
+        "--checkpoint-every-min",
+        "0",  # checkpoints at epoch ends only: the steady windows hold none
+        "--init-timeout-s",
+        str(args.timeout_s),
+        "--run-root",
+        str(root),
+        "--name",
+        f"{mode}-{tasks * nodes}-{kind}",
+    ]
+
+
+def start(args, mode: str, n: int, where, work: Path, kind: str) -> tuple[subprocess.Popen, Path, Path, float]:
+    """The CLI in the background with the probe on: (process, run root, probe folder, launch time)."""
+    name = f"{mode}-{n}-{kind}"
+    root, probe = work / name / "runs", work / name / "probe"
+    probe.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        **slurm_env(args.slurm_dir if mode == "slurm" else None),
+        "PYTHONPATH": os.pathsep.join([str(PROBE), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "DALI_LAUNCH_FS_PROBE": str(probe),
+        "DALI_LAUNCH_FS_PROBE_ROOTS": os.pathsep.join([str(root), str(args.data.absolute())]),
+    }
+    command = [sys.executable, "-m", "dali_launch.launcher.cli", *cli_args(args, mode, where, root, kind)]
+    print(f"{name}: dali-launch {' '.join(command[3:])}", flush=True)
+    launched = time.time()
+    proc = subprocess.Popen(
+        command, env=env, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    return proc, root, probe, launched
+
+
+def run_dir(root: Path) -> Path | None:
+    runs = [p for p in root.glob("*") if p.is_dir()] if root.is_dir() else []
+    return runs[0] if runs else None
+
+
+def epochs_of(folder: Path | None) -> list[dict]:
+    path = folder / "metrics.jsonl" if folder else None
+    return [json.loads(line) for line in path.read_text().splitlines()] if path and path.exists() else []
+
+
+def steady(args, mode: str, n: int, where, work: Path) -> dict:
+    proc, root, probe, launched = start(args, mode, n, where, work, "steady")
+    try:
+        _, err = proc.communicate(timeout=args.timeout_s + 120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        return {"failed": True, "error": f"timed out after {args.timeout_s} s", "stderr_tail": tail(err)}
+    folder = run_dir(root)
+    if proc.returncode != 0 or folder is None:
+        return {"failed": True, "error": f"exit {proc.returncode}", "stderr_tail": tail(err)}
+    epochs = epochs_of(folder)
+    found = analyse(probe, folder, launched, n)
+    found.update(
+        eval_n_first_s=epochs[0]["eval_time_s"],
+        eval_n_cached_s=epochs[-1]["eval_time_s"],
+        eval_devices=epochs[-1]["eval_devices"],
+        test_accuracy=epochs[-1]["test_accuracy"],
+        run_dir=str(folder),
+    )
+    return found
+
+
+def killed(args, mode: str, n: int, where, work: Path) -> dict:
+    """Two epochs evaluated on process 0 alone, then SIGKILL to the last rank: who is named, how fast all end."""
+    proc, root, _, _ = start(args, mode, n, where, work, "kill")
+    pids = []
+    try:
+        end = time.monotonic() + args.timeout_s
+        while len(epochs_of(run_dir(root))) < 2 and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.5)
+        folder = run_dir(root)
+        epochs = epochs_of(folder)
+        if len(epochs) < 2:
+            return {"kill_failed": f"no two evaluated epochs ({proc.poll()=})", "stderr_tail": tail(_drain(proc))}
+        pids = [json.loads((folder / "ranks" / f"rank-{r}.json").read_text())["pid"] for r in range(n)]
+        found = {"pss_mb_ranks": round(sum(pss_mb(pid) for pid in pids)), "killed_rank": n - 1}
+        os.kill(pids[-1], signal.SIGKILL)
+        return {**found, **_stopping(proc, pids, n - 1), **_evals(epochs)}
+    finally:
+        for pid in [p for p in pids if alive(p)]:
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _stopping(proc: subprocess.Popen, pids: list[int], victim: int) -> dict:
+    hit, gone_s = time.monotonic(), None
+    while time.monotonic() - hit < KILL_WAIT_S:
+        if gone_s is None and not any(alive(pid) for pid in pids):
+            gone_s = time.monotonic() - hit
+        if gone_s is not None and proc.poll() is not None:
+            break
+        time.sleep(POLL_S)
+    ended_s = time.monotonic() - hit if proc.poll() is not None else None
+    err = _drain(proc)
+    named = next((int(m.group(1)) for m in map(RANK.search, err.splitlines()) if m), None)
+    return {
+        "ranks_gone_s": gone_s,
+        "launcher_done_s": ended_s,
+        "named_first": named == victim,
+        "kill_stderr": tail(err),
+    }
+
+
+RANK = re.compile(r"\brank (\d+)\b")
+
+
+def _evals(epochs: list[dict]) -> dict:
+    return {"eval_1_first_s": epochs[0]["eval_time_s"], "eval_1_cached_s": epochs[1]["eval_time_s"]}
+
+
+def _drain(proc: subprocess.Popen) -> str:
+    try:
+        return proc.communicate(timeout=30)[1] or ""
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1] or ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def tail(text: str | None) -> list[str]:
+    return (text or "").strip().splitlines()[-TAIL_LINES:]
+
+
+def measure(args, mode: str, n: int, nodes: list[int], work: Path) -> dict:
+    where = layout(mode, n, nodes)
+    row = {"mode": mode, "processes": n}
+    if where is None:
+        return {**row, "failed": True, "error": f"the cluster's nodes ({nodes} CPUs) cannot hold {n} tasks"}
+    row.update(nodes=where[0], tasks_per_node=where[1])
+    row.update(steady(args, mode, n, where, work))
+    if not args.no_kill:
+        row.update(killed(args, mode, n, where, work))
+    print("  " + json.dumps({k: v for k, v in row.items() if not isinstance(v, (list, dict))}), flush=True)
+    return row
+
+
+def cell(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+COLUMNS = (  # header, key, format, width
+    ("N", "processes", "d", 3),
+    ("mode", "mode", "s", 6),
+    ("nodes", "layout", "s", 6),
+    ("first step s", "first_step_s", ".1f", 12),
+    ("step ms", "step_ms", ".1f", 8),
+    ("ops/rank/step", "ops_per_rank_step", ".3f", 13),
+    ("ops/rank/s", "ops_per_rank_s", ".2f", 10),
+    ("start ops r0", "startup_ops_rank0", "d", 12),
+    ("start ops/rank", "startup_ops_rank", "d", 14),
+    ("ckpt ops/rank", "save_ops_rank", ".0f", 13),
+    ("ckpt s", "save_s", ".2f", 7),
+    ("eval N s", "eval_n_cached_s", ".2f", 8),
+    ("eval 1 s", "eval_1_cached_s", ".2f", 8),
+    ("kill->gone s", "ranks_gone_s", ".2f", 12),
+    ("named", "named_first", "", 5),
+    ("PSS GB", "pss_gb", ".1f", 6),
+)
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["  ".join(f"{h:>{w}}" for h, _, _, w in COLUMNS)]
+    lines.append("-" * len(lines[0]))
+    for r in rows:
+        if r.get("failed"):
+            lines.append(
+                f"{r['processes']:>3}  {r['mode']:>6}  FAILED: {r['error']} {(r.get('stderr_tail') or [''])[-1][:80]}"
+            )
+            continue
+        values = {**r, "layout": f"{r['nodes']}x{r['tasks_per_node']}", "pss_gb": (r.get("pss_mb_ranks") or 0) / 1024}
+        values["named_first"] = {True: "yes", False: "NO"}.get(r.get("named_first"))
+        lines.append("  ".join(f"{cell(values.get(k), f):>{w}}" for _, k, f, w in COLUMNS))
+    return "\n".join(lines)
+
+
+FOOTER = """first step s: CLI start -> rank 0's first SGD step done (submission, scheduling, start-up, compiling)
+step ms: rank 0's steady step, --global-batch-size over all N devices (strong scaling)
+ops/rank/step, ops/rank/s: file-system operations of the busiest rank while it trains, from its first step to
+  its last (evaluations and epoch-end checkpoints apart; counted by Python audit hooks + os.stat/os.lstat)
+start ops r0, start ops/rank: before the first step, rank 0 and the busiest other rank
+ckpt ops/rank, ckpt s: per epoch-end checkpoint, the busiest rank's operations and the slowest rank's save
+eval N s, eval 1 s: a cached evaluation on every process (--eval-on all) and on process 0 alone
+kill->gone s: SIGKILL of the last rank -> every rank gone; named: the launcher's first rank named is it
+PSS GB: the ranks' memory together (proportional set size: shared libraries counted once), before the kill"""
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (
+        ("first_step_s", "launch -> first step, s"),
+        ("step_ms", "steady step, ms"),
+        ("ops_per_rank_s", "fs ops per rank per s (busiest)"),
+        ("startup_ops_rank", "start-up fs ops per rank (busiest non-0)"),
+        ("save_s", "checkpoint save, s"),
+        ("ranks_gone_s", "SIGKILL -> all ranks gone, s"),
+    )
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    for ax, (key, title) in zip(axes.flat, panels):
+        for mode in MODES:
+            points = [(r["processes"], r.get(key)) for r in rows if r["mode"] == mode and r.get(key) is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=mode)
+        ax.set_xscale("log", base=2)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("processes N")
+        ax.legend(fontsize=8)
+    fig.suptitle("dali-launch at N processes (MLP, CPU devices, 2-core machine): benchmarks/scale.py")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="Folder with training/ and testing/ Caffe2 LMDBs.")
+    parser.add_argument("--processes", type=listed(int), default="1,2,4,8,16,32", help="N values (default 1..32).")
+    parser.add_argument("--modes", type=listed(choices=MODES), default="local,slurm", help="local, slurm or both.")
+    parser.add_argument("--slurm-dir", type=Path, help="A cluster.sh cluster's folder (slurm mode).")
+    parser.add_argument("--epochs", type=int, default=3, help="Epochs of the steady run (default 3; at least 2).")
+    parser.add_argument(
+        "--global-batch-size",
+        type=int,
+        default=256,
+        help="Samples per step over all devices (default 256: 32 steps an epoch of 8,000, 8 per device at N=32).",
+    )
+    parser.add_argument("--timeout-s", type=int, default=1200, help="Seconds one run may take (default 1200).")
+    parser.add_argument("--no-kill", action="store_true", help="Skip the kill runs.")
+    parser.add_argument("--work-dir", type=Path, help="Where runs and probe files go (default: a new temp dir).")
+    parser.add_argument("--out", type=Path, help="Write the table and every row as JSON.")
+    parser.add_argument("--plot", type=Path, help="Write the figure (PNG).")
+    args = parser.parse_args(argv)
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2: the kill run's process-0 evaluation is timed on its second")
+    uneven = [n for n in args.processes if args.global_batch_size % n]
+    if uneven:
+        parser.error(f"--global-batch-size {args.global_batch_size} does not divide by {uneven} processes")
+    if "slurm" in args.modes and not (args.slurm_dir and (args.slurm_dir / "slurm.conf").is_file()):
+        parser.error("--modes slurm needs --slurm-dir of a running cluster (bash slurm/cluster.sh up --dir DIR)")
+    if not (args.data / "training" / "data.mdb").is_file():
+        parser.error(f"no training LMDB in {args.data}; make it with `dali-launch data prepare --to {args.data}`")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = (args.work_dir or Path(tempfile.mkdtemp(prefix="scale-"))).absolute()
+    print(f"runs and probe files under {work}", flush=True)
+    nodes = slurm_nodes(slurm_env(args.slurm_dir)) if "slurm" in args.modes else []
+    rows = [measure(args, mode, n, nodes, work) for mode in args.modes for n in sorted(set(args.processes))]
+    text = table(rows)
+    print("\n" + text + "\n" + FOOTER, flush=True)
+    if args.out:
+        doc = {"argv": sys.argv[1:] if argv is None else argv, "table": text, "footer": FOOTER, "rows": rows}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2))
+        print(f"wrote {args.out}")
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"wrote {args.plot}")
+    bad = [r for r in rows if r.get("failed") or r.get("kill_failed") or r.get("named_first") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
