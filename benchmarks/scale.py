@@ -200,7 +200,7 @@ def _stopping(proc: subprocess.Popen, pids: list[int], victim: int) -> dict:
         "ranks_gone_s": gone_s,
         "launcher_done_s": ended_s,
         "named_first": named == victim,
-        "kill_stderr": tail(err),
+        "kill_stderr_head": err.splitlines()[:TAIL_LINES],  # the first lines: what the launcher names first
     }
 
 
