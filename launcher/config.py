@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from dali_launch.trainer.config import (
     DataConfig,
@@ -200,6 +201,8 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
         local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
     )
     train = replace(run.train, compile_cache=run.train.compile_cache or str(cache_root() / "xla"))
+    if train.init_from:  # as --data-dir: from where dali-launch runs, whatever the tasks' folder
+        train = replace(train, init_from=str(Path(train.init_from).absolute()))
     return TaskSpec(
         run_dir=run_dir,
         data=replace(run.data, data_dir=data_dir),

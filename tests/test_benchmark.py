@@ -194,6 +194,30 @@ def test_nnx_step_smoke_times_linen_and_both_nnx_adapters(tmp_path):
     assert doc["environment"]["jax"] and doc["table"] in proc.stdout
 
 
+def test_imagenet_smoke_of_a_vit_with_augmentation_and_mixing(tmp_path):
+    """Issue 31's workload through benchmarks/imagenet.py (vit-ti16 stands in for vit-s16 on CPU): the step
+    with mixing and without, DALI alone with RandAugment; the table says the flags and the resolved attention."""
+    out = tmp_path / "vit.json"
+    proc = bench(
+        *("--data", str(tmp_path / "synth"), "--synth", "32", "--classes", "4", "--gpus", "1", "--calls", "2"),
+        *("--model", "vit-s16", "--augment", "randaugment", "--mixup", "0.8", "--cutmix", "1.0"),
+        *("--parts", "step,step-unmixed,data", "--smoke-cpu", "--out", str(out)),
+        timeout=600,
+        script=REPO / "benchmarks" / "imagenet.py",
+    )
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    rows = {r["part"]: r for r in doc["rows"]}
+    assert sorted(rows) == ["data", "step", "step-unmixed"] and all(
+        r["images_per_s_per_gpu"] > 0 for r in rows.values()
+    )
+    assert doc["workload"] | {"model": "vit-ti16", "augment": "randaugment", "mixup": 0.8} == doc["workload"]
+    assert rows["step"]["resolved"]["attention"] == "xla"
+    first = doc["table"].splitlines()[0]
+    assert first.startswith("--model vit-ti16") and "--cutmix 1.0" in first and "attention xla" in first, first
+    assert "unmixed" in doc["table"].splitlines()[1]
+
+
 def test_scale_smoke_counts_file_operations_and_names_the_killed_rank(small_lmdb, tmp_path):
     """benchmarks/scale.py at N = 2, local mode: while the ranks train, the only file work is the
     watchdog's (its heartbeat, the job's cause, one peer's heartbeat every 2 s); the evaluation ran on

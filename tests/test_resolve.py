@@ -64,8 +64,11 @@ def test_resolve_records_every_auto_value():
         "sample_order": "shards",
         "lr_scale": 1.0,
         "elastic": None,
+        "attention": "",  # the MLP has none; a ViT's: below
     }
     assert auto.call_batch == 50
+    vit = TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32), train=TrainConfig(model="vit-s16"))
+    assert resolve(vit, place(vit, "cpu"), 1, 1, 1).attention == "xla"  # CPUs: XLA's; GPUs in bf16 probe cuDNN's
     assert (auto.data_config(spec.data).reader_threads, auto.data_config(spec.data).decoder) == (2, "cpu")
 
 

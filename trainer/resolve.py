@@ -32,6 +32,8 @@ parallel         how steps run (step/parallel.py): pmap for a model with mutable
                  every BatchNorm layer all-reduces its moments inside the step (99 all-reduces in a
                  ResNet-50 step: 5,870 against 6,300 images/s per H200 on two, README). Else sharded:
                  one program, fewer host dispatches (README's MNIST tables)
+attention        the built-in ViTs' attention implementation (model/attention.py), stage 2: on GPUs in bf16
+                 the first cuDNN form that compiles for the model's shapes, else xla ("" for other models)
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-from dali_launch.trainer.data import shards
+from dali_launch.trainer.data import augment, shards
 from dali_launch.trainer.data.placement import Placement
+from dali_launch.trainer.model import attention, vit
 from dali_launch.trainer.resilience.start_point import StartPoint
 
 CALL_SAMPLES = 1200
@@ -67,6 +70,7 @@ class Resolved:
     feed_workers: int = 0
     lr_scale: float = 1.0
     elastic: dict | None = None
+    attention: str = ""
 
     @property
     def call_batch(self) -> int:
@@ -87,7 +91,13 @@ class Resolved:
         return (
             f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
             f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}"
+            f"{augment.phrase(config)}"
         )
+
+    def startup_phrase(self, spec: TaskSpec) -> str:
+        """How DALI runs and the model's resolved choices (if it has any), for the task's start-up line."""
+        model = attention.phrase(self.attention, vit.tokens(spec.data.image_size, spec.train.vit_pool))
+        return "; ".join(p for p in (self.dali_phrase(spec.data), model) if p)
 
     def data_config(self, config: DataConfig) -> DataConfig:
         """`config` with its auto values replaced by these: what the pipelines are built from."""
@@ -96,8 +106,11 @@ class Resolved:
         )
 
     def train_config(self, config: TrainConfig) -> TrainConfig:
-        """`config` with the learning rate elastic.py's rescale rule sets: what the optimizer is built from."""
-        return dataclasses.replace(config, learning_rate=config.learning_rate * self.lr_scale)
+        """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
+        --attention resolved (what the model is built from: models.model_options)."""
+        return dataclasses.replace(
+            config, learning_rate=config.learning_rate * self.lr_scale, attention=self.attention or config.attention
+        )
 
 
 def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
@@ -161,6 +174,12 @@ def resolve(
         feed_workers=feed_workers(spec.data.feed_workers, spec.data.sample_order, cores, readers, threads),
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
+        attention=attention.choose(
+            spec.train.attention,
+            where.platform,
+            spec.train.precision,
+            vit.attention_shape(spec.train.model, spec.data.image_size, spec.train.vit_pool),
+        ),
     )
 
 

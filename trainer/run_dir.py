@@ -24,6 +24,7 @@ class RunPaths:
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
+    init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
     listings/         a split's records as process 0 listed them, read by the other ranks (records/shared.py)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
@@ -60,6 +61,7 @@ class RunPaths:
     wandb_run = property(lambda self: self.root / "wandb.json")
     step = property(lambda self: self.root / "step.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
+    init_from = property(lambda self: self.root / "init_from.json")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

@@ -21,7 +21,8 @@ import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, records, shards
-from dali_launch.trainer.entry_points import create_model
+from dali_launch.trainer.entry_points import run_model
+from dali_launch.trainer.model import init_from
 from dali_launch.trainer.model.contract import width_error
 from dali_launch.trainer.model.forward import Forward, train_kwarg
 from dali_launch.trainer.observe.metrics import Reporter
@@ -33,6 +34,7 @@ from dali_launch.trainer.resolve import Resolved, parallel
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
+from dali_launch.trainer.step.mixing import Mixing
 from dali_launch.trainer.step.parallel import call_tally, create, finished
 from dali_launch.trainer.step.state import Recipe, TrainState
 from dali_launch.trainer.topology import job_devices
@@ -72,6 +74,8 @@ def set_up(
     mode = create(mode_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers)
     compiling = _compile_ahead(spec, mode, data, shapes)
     fresh = create_train_state(spec, example, slots)
+    if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
+        fresh = init_from.apply(spec, fresh, reporter.say, RunPaths(spec.run_dir).init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
     state = _continued(state, start, slots, reporter, spec)
     startup.mark("model initialised")
@@ -80,7 +84,7 @@ def set_up(
         devices=devices,
         batch_size=auto.batch_per_device_step,
         resolved=auto.as_dict(mode_name),
-        dali=auto.dali_phrase(spec.data),
+        dali=auto.startup_phrase(spec),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
     evaluator = Evaluator(spec, devices, readers, data_config) if evaluates(spec, process) else None
@@ -142,7 +146,7 @@ def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, repor
 def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
     """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
     with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
-    model = create_model(spec.train.model, spec.data.num_classes)
+    model = run_model(spec)
     forward = Forward(model, spec.train.precision)
     params_key = jax.random.PRNGKey(spec.train.seed)  # as before dropout existed: the same initial parameters
     dropout_key = jax.random.fold_in(params_key, 1)
@@ -155,7 +159,13 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
     if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
         raise width_error(spec.train.model, jnp.shape(logits), spec.data.num_classes)
     t = spec.train
-    recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
+    recipe = Recipe(
+        accumulate_steps=t.accumulate_steps,
+        ema_decay=t.ema_decay,
+        label_smoothing=t.label_smoothing,
+        mixing=Mixing(t.mixup, t.cutmix),
+        num_classes=spec.data.num_classes,
+    )
     return TrainState.create(
         dict(variables),
         jax.random.fold_in(dropout_key, 2),

@@ -19,7 +19,7 @@ from jax.experimental import multihost_utils
 
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
-from dali_launch.trainer.entry_points import create_model
+from dali_launch.trainer.entry_points import run_model
 from dali_launch.trainer.model.forward import Forward
 
 
@@ -61,7 +61,7 @@ class Evaluator:
         self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
-        forward = Forward(create_model(spec.train.model, spec.data.num_classes), spec.train.precision)
+        forward = Forward(run_model(spec), spec.train.precision)
         mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.eval = jax.jit(partial(eval_call, forward), donate_argnums=(1,))
