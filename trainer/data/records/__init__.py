@@ -45,7 +45,8 @@ def native_arguments(reader: str, kwargs: dict) -> dict:
     process 0's listing of its folders instead of walking them (shared.py)."""
     if not shared.lists_folders(reader, kwargs):
         return kwargs
-    open_source(reader, kwargs)  # process 0 lists and writes; the others wait for it
+    if shared.lists_here():
+        open_source(reader, kwargs)  # lists the folders once and writes the file list (shared.opened)
     return {**kwargs, "file_list": shared.file_list(source_key(reader, kwargs))}
 
 

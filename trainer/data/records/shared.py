@@ -6,8 +6,9 @@ walks the class folders once per pipeline. On a shared file system that is N tim
 metadata work. Once a job of several processes has `join`ed (set_up.py), process 0 opens each source,
 writes it to RUN_DIR/listings/ (a pickle; for class folders also the DALI file list that readers then
 take instead of walking the folders) and publishes its name through the coordination service; the
-others wait for that (bounded) and read one file. So: process 0 lists a split once (O(split) file
-operations), every other rank opens one or two files (O(1)), and each reads O(split) bytes.
+others wait for that (bounded) and read one file: the pickle (a global order's source) or, for DALI's
+file readers, only the file list. So: process 0 lists a split once (O(split) file operations), every
+other rank opens one file per split (O(1)), and reads O(split) bytes from it.
 """
 
 from __future__ import annotations
@@ -53,9 +54,18 @@ def lists_folders(reader: str, kwargs: dict) -> bool:
     return reader == FILE_READER and _JOB.get("num_processes", 1) > 1 and set(kwargs) <= WALKED
 
 
+def lists_here() -> bool:
+    """Whether this process is the one that lists (process 0; or a process alone)."""
+    return _JOB.get("process_id", 0) == 0
+
+
 def file_list(key: str) -> str:
-    """The DALI file list process 0 wrote beside its listing of the source `key` (opened first)."""
-    return str(_listing(key).with_suffix(".txt"))
+    """The DALI file list beside process 0's listing of the source `key`: process 0 opened the source
+    first; another process waits for its listing, without reading the listing's pickle."""
+    path = _listing(key)
+    if not lists_here():
+        coordination.wait_for(f"listing/{path.stem}", _JOB["timeout_s"])
+    return str(path.with_suffix(".txt"))
 
 
 def _listing(key: str) -> Path:
