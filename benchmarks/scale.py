@@ -155,6 +155,7 @@ def steady(args, mode: str, n: int, where, work: Path) -> dict:
     epochs = epochs_of(folder)
     found = analyse(probe, folder, launched, n)
     found.update(
+        launched_at=launched,
         eval_n_first_s=epochs[0]["eval_time_s"],
         eval_n_cached_s=epochs[-1]["eval_time_s"],
         eval_devices=epochs[-1]["eval_devices"],
@@ -283,8 +284,8 @@ COLUMNS = (  # header, key, format, width
     ("nodes", "layout", "s", 6),
     ("first step s", "first_step_s", ".1f", 12),
     ("step ms", "step_ms", ".1f", 8),
-    ("ops/rank/step", "ops_per_rank_step", ".3f", 13),
-    ("ops/rank/s", "ops_per_rank_s", ".2f", 10),
+    ("step ops/rank", "step_ops_rank", ".3f", 13),
+    ("watchdog ops/rank/s", "watchdog_ops_rank_s", ".2f", 19),
     ("start ops r0", "startup_ops_rank0", "d", 12),
     ("start ops/rank", "startup_ops_rank", "d", 14),
     ("ckpt ops/rank", "save_ops_rank", ".0f", 13),
@@ -313,11 +314,14 @@ def table(rows: list[dict]) -> str:
 
 
 FOOTER = """first step s: CLI start -> rank 0's first SGD step done (submission, scheduling, start-up, compiling)
-step ms: rank 0's steady step, --global-batch-size over all N devices (strong scaling)
-ops/rank/step, ops/rank/s: file-system operations of the busiest rank while it trains, from its first step to
-  its last (evaluations and epoch-end checkpoints apart; counted by Python audit hooks + os.stat/os.lstat)
-start ops r0, start ops/rank: before the first step, rank 0 and the busiest other rank
-ckpt ops/rank, ckpt s: per epoch-end checkpoint, the busiest rank's operations and the slowest rank's save
+step ms: rank 0's steady step, --global-batch-size over all N devices (strong scaling on 2 cores)
+file-system operations (Python audit hooks + os.stat/os.lstat, under the run root and the data), per rank,
+the busiest rank's; the watchdog's periodic ones (its heartbeat, one peer's, the job's cause) apart, as a rate:
+  step ops/rank: per SGD step while training, besides the watchdog's
+  watchdog ops/rank/s: the watchdog's while training (3 per 2 s interval)
+  start ops r0, start ops/rank: before the first step, besides the watchdog's: rank 0, the busiest other
+  ckpt ops/rank: per epoch-end checkpoint, besides the watchdog's (rank 0 writes it)
+ckpt s: the slowest rank's save, mean over the epoch-end checkpoints
 eval N s, eval 1 s: a cached evaluation on every process (--eval-on all) and on process 0 alone
 kill->gone s: SIGKILL of the last rank -> every rank gone; named: the launcher's first rank named is it
 PSS GB: the ranks' memory together (proportional set size: shared libraries counted once), before the kill"""
@@ -329,20 +333,23 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (
-        ("first_step_s", "launch -> first step, s"),
-        ("step_ms", "steady step, ms"),
-        ("ops_per_rank_s", "fs ops per rank per s (busiest)"),
-        ("startup_ops_rank", "start-up fs ops per rank (busiest non-0)"),
-        ("save_s", "checkpoint save, s"),
-        ("ranks_gone_s", "SIGKILL -> all ranks gone, s"),
+    panels = (  # title, (key, label) of each line
+        ("launch -> first step, s", (("first_step_s", ""),)),
+        ("steady step, ms", (("step_ms", ""),)),
+        ("fs ops per rank per step (besides the watchdog)", (("step_ops_rank", ""),)),
+        ("watchdog fs ops per rank per s", (("watchdog_ops_rank_s", ""),)),
+        ("start-up fs ops per rank (busiest non-0)", (("startup_ops_rank", ""),)),
+        ("checkpoint save, s", (("save_s", ""),)),
+        ("cached evaluation, s", (("eval_n_cached_s", " N processes"), ("eval_1_cached_s", " process 0"))),
+        ("SIGKILL -> all ranks gone, s", (("ranks_gone_s", ""),)),
     )
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
-    for ax, (key, title) in zip(axes.flat, panels):
+    fig, axes = plt.subplots(2, 4, figsize=(17, 7))
+    for ax, (title, lines) in zip(axes.flat, panels):
         for mode in MODES:
-            points = [(r["processes"], r.get(key)) for r in rows if r["mode"] == mode and r.get(key) is not None]
-            if points:
-                ax.plot(*zip(*points), marker="o", label=mode)
+            for key, label in lines:
+                points = [(r["processes"], r.get(key)) for r in rows if r["mode"] == mode and r.get(key) is not None]
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=mode + label)
         ax.set_xscale("log", base=2)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("processes N")
@@ -381,6 +388,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="An earlier --out: its rows are kept, those of the (mode, N) measured again replaced.",
     )
+    parser.add_argument(
+        "--reanalyse",
+        action="store_true",
+        help="With --add-to: count its rows' file operations again from their probes.",
+    )
     parser.add_argument("--plot", type=Path, help="Write the figure (PNG).")
     args = parser.parse_args(argv)
     if args.epochs < 2:
@@ -393,6 +405,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not (args.data / "training" / "data.mdb").is_file():
         parser.error(f"no training LMDB in {args.data}; make it with `dali-launch data prepare --to {args.data}`")
     return args
+
+
+def reanalysed(row: dict) -> dict:
+    """An earlier row with its file-system counts read again from its probe files (scale_probe.py as it is
+    now); its times, its kill and its first step (without a recorded launch time) kept."""
+    if not row.get("run_dir"):
+        return row
+    folder = Path(row["run_dir"])
+    found = analyse(folder.parents[1] / "probe", folder, row.get("launched_at"), row["processes"])
+    return {**row, **{k: v for k, v in found.items() if v is not None}}
 
 
 def merged(earlier: list[dict], rows: list[dict]) -> list[dict]:
@@ -408,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"runs and probe files under {work}", flush=True)
     nodes = slurm_nodes(slurm_env(args.slurm_dir)) if "slurm" in args.modes else []
     earlier = json.loads(args.add_to.read_text())["rows"] if args.add_to else []
+    if args.reanalyse:
+        earlier = [reanalysed(row) for row in earlier]
     rows = []
     for mode in args.modes:
         for n in sorted(set(args.processes)):

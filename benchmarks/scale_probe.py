@@ -50,29 +50,43 @@ def steady_spans(doc: dict) -> list[tuple[float, float, dict]]:
     return spans
 
 
+def watchdog(event) -> bool:
+    """One of the watchdog's periodic operations (resilience/watchdog.py): touching its heartbeat, reading
+    a peer's, opening the job's cause. They come every 2 s from its thread, so their count in any stretch
+    of time is its length times their rate, whatever the stretch holds (start-up, steps, a checkpoint)."""
+    _, operation, path = event
+    beat = operation in ("os.utime", "os.stat") and "/heartbeats/" in path
+    return beat or (operation == "open" and path.endswith("/endings/cause.json"))
+
+
 def per_rank(doc: dict) -> dict:
-    """One rank's counts: its steady training, before its first step, per checkpoint and evaluation."""
+    """One rank's counts: its steady training, before its first step, per checkpoint and evaluation;
+    the watchdog's periodic operations apart (`watchdog`), as a rate."""
     epochs = windows(doc, "epoch")
     steady = steady_spans(doc)
     saves, evals = windows(doc, "save"), windows(doc, "evaluate")
     seconds = sum(end - start for start, end, _ in steady)
     calls = sum(detail["calls"] for _, _, detail in steady)
-    counted = len(within(doc["events"], steady))
+    trained = within(doc["events"], steady)
+    own = [e for e in doc["events"] if not watchdog(e)]  # what the rank does besides its watchdog
     first = min((start for start, _, _ in epochs), default=float("inf"))
     return {
         "steady_s": seconds,
         "steady_calls": calls,
-        "steady_ops": counted,
-        "ops_per_step": counted / calls if calls else None,
-        "ops_per_s": counted / seconds if seconds else None,
-        "startup_ops": sum(1 for e in doc["events"] if e[0] < first),
-        "save_ops": len(within(doc["events"], saves)) / len(saves) if saves else None,
+        "steady_ops": len(trained),
+        "ops_per_step": len(trained) / calls if calls else None,
+        "ops_per_s": len(trained) / seconds if seconds else None,
+        "step_ops": len(within(own, steady)) / calls if calls else None,
+        "watchdog_ops_per_s": sum(map(watchdog, trained)) / seconds if seconds else None,
+        "startup_ops": sum(1 for e in own if e[0] < first),
+        "startup_watchdog_ops": sum(1 for e in doc["events"] if e[0] < first and watchdog(e)),
+        "save_ops": len(within(own, saves)) / len(saves) if saves else None,
         "save_s": [end - start for start, end, _ in saves],
-        "eval_ops": len(within(doc["events"], evals)) / len(evals) if evals else None,
+        "eval_ops": len(within(own, evals)) / len(evals) if evals else None,
     }
 
 
-def analyse(probe: Path, run_dir: Path, launched: float, n: int) -> dict:
+def analyse(probe: Path, run_dir: Path, launched: float | None, n: int) -> dict:
     """What scale.py's table shows of one steady run (see its docstring), and the detail behind it."""
     ranks, launchers = processes(probe)
     if sorted(ranks) != list(range(n)):
@@ -87,11 +101,14 @@ def analyse(probe: Path, run_dir: Path, launched: float, n: int) -> dict:
     )
     others = [c for r, c in counts.items() if r != 0] or [zero]
     return {
-        "first_step_s": done - launched if done else None,
+        "first_step_s": done - launched if done and launched else None,
         "step_ms": 1000 * zero["steady_s"] / zero["steady_calls"] if zero["steady_calls"] else None,
         "ops_per_rank_step": max(c["ops_per_step"] or 0 for c in counts.values()),
         "ops_per_rank_s": max(c["ops_per_s"] or 0 for c in counts.values()),
         "ops_rank0_s": zero["ops_per_s"],
+        "step_ops_rank": max(c["step_ops"] or 0 for c in counts.values()),
+        "watchdog_ops_rank_s": max(c["watchdog_ops_per_s"] or 0 for c in counts.values()),
+        "startup_watchdog_ops_rank": max(c["startup_watchdog_ops"] for c in counts.values()),
         "startup_ops_rank0": zero["startup_ops"],
         "startup_ops_rank": max(c["startup_ops"] for c in others),
         "save_ops_rank": max(c["save_ops"] or 0 for c in counts.values()),
