@@ -1,6 +1,8 @@
 """What the job's processes tell each other through jax.distributed's coordination service (process 0
 runs it): small values in its key-value store. No file system, and no device collective (which would
 compile a program and, on CPU, queue a gloo call beside the steps').
+What stays O(N) is process 0's: it hosts the service, so it answers every rank's registration,
+barrier arrival and published value (`collect` returns N values in one call); each rank's cost is O(1).
 
 Keys live under one prefix and are the job's own: the service starts afresh with every start of the
 job (a requeue, a resume), so nothing published by an earlier start can be read by a later one.
