@@ -77,3 +77,14 @@ def test_while_the_job_runs_only_the_rank_its_cause_names_is_read(tmp_path, caps
     monkeypatch.setattr(follow, "queue_state", lambda job_id: "RUNNING")
     assert follow.follow(job, RunPaths(tmp_path), timeout_s=10, echo=lambda line: None) == 1
     assert read == [1] and "dali-launch: rank 1 of job 77 failed:" in capsys.readouterr().err
+
+
+def test_srun_s_word_on_dead_tasks_names_ranks_as_we_count_them(tmp_path):
+    """One task of two digits is one rank ("rank 15", as scale.py's kill of rank 15 of 16 printed it
+    "ranks 15" before); a range stays plural."""
+    stderr = "srun: error: node4: task 15: Killed\nsrun: error: node2: tasks 2-3: Aborted\n"
+    job = fake_job(tmp_path, {0: stderr, 1: ""}, {})
+    assert follow._said(job) == [
+        "dali-launch: rank 15 on node4: Killed (srun)",
+        "dali-launch: ranks 2-3 on node2: Aborted (srun)",
+    ]

@@ -143,7 +143,8 @@ def _said(job) -> list[str]:
             died = SRUN_TASK.match(line)
             if died:  # srun counts tasks as we count ranks
                 node, tasks, what = died.groups()
-                lines.append(f"dali-launch: rank{'s' if tasks[1:] else ''} {tasks} on {node}: {what} (srun)")
+                several = "," in tasks or "-" in tasks  # "tasks 2-3", not "task 15"
+                lines.append(f"dali-launch: rank{'s' if several else ''} {tasks} on {node}: {what} (srun)")
             elif line.startswith("dali-launch: "):
                 lines.append(line)
     return list(dict.fromkeys(lines))
