@@ -1,4 +1,4 @@
-"""launcher/images.py: image sizes from headers agree with Pillow's decode; what DALI cannot read is named."""
+"""trainer/data/images.py: image sizes from headers agree with Pillow's decode; what DALI cannot read is named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dali_launch.launcher.data.images import image_size
+from dali_launch.trainer.data.images import image_size
 
 
 def _encode(fmt: str, height: int = 28, width: int = 20, mode: str = "L", **save) -> bytes:

@@ -24,11 +24,13 @@ class RunPaths:
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
+    bad_samples.jsonl the samples --bad-samples skip leaves out, one line each (split, sample, what is wrong)
     init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
     listings/         a split's records as process 0 listed them, read by the other ranks (records/shared.py)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
                       cause.json: the job's first failure or verdict (what watchdogs and launchers poll)
+                      rank-N.fault: the stacks of a rank a fatal signal ended (SIGSEGV, SIGABRT)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
     tensorboard/      TensorBoard event files (process 0); rank-N/plugins/profile/: --profile-steps traces
@@ -61,6 +63,7 @@ class RunPaths:
     wandb_run = property(lambda self: self.root / "wandb.json")
     step = property(lambda self: self.root / "step.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
+    bad_samples = property(lambda self: self.root / "bad_samples.jsonl")
     init_from = property(lambda self: self.root / "init_from.json")
 
     def log(self, rank: int) -> Path:
@@ -77,6 +80,10 @@ class RunPaths:
 
     def ending(self, rank: int) -> Path:
         return self.endings / f"rank-{rank}.json"
+
+    def fault(self, rank: int) -> Path:
+        """Where a rank that a fatal signal ends leaves its stacks (ending.record_faults)."""
+        return self.endings / f"rank-{rank}.fault"
 
     def lock(self, holder: str) -> Path:
         """`launcher` (local mode's launcher) or `task` (process 0 of the task, every backend)."""

@@ -64,10 +64,15 @@ def set_up(
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
-    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints, spec.how_to_resume())
     records.shared.join(spec.run_dir, process, jax.process_count(), spec.distributed.barrier_timeout_s)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     startup.mark("pipelines built")
+    padding = shards.padding_warning(
+        data.num_samples, data.steps, auto.call_batch, len(all_devices), auto.steps_per_call
+    )
+    if padding:
+        reporter.say(padding)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
@@ -163,6 +168,7 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
         accumulate_steps=t.accumulate_steps,
         ema_decay=t.ema_decay,
         label_smoothing=t.label_smoothing,
+        skip_nonfinite=t.on_nan == "skip-step",
         mixing=Mixing(t.mixup, t.cutmix),
         num_classes=spec.data.num_classes,
     )

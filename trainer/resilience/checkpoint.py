@@ -23,6 +23,7 @@ from flax import serialization
 from jax.experimental import multihost_utils
 
 from dali_launch.trainer.data.dali import first_row
+from dali_launch.trainer.resilience import disk, saved
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -64,7 +65,8 @@ def _gather(local: list[bytes]) -> list[list[str]]:
 
 
 class Checkpointer:
-    def __init__(self, paths: RunPaths, keep: int):
+    def __init__(self, paths: RunPaths, keep: int, resume: str = "resume the run"):
+        """`resume`: the command that continues the run, for the line a refused write ends with."""
         # Naming every process makes Orbax sync through jax.distributed's barrier, not by running a
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax
         # then leaves the folder to us; every process may make it.
@@ -73,6 +75,7 @@ class Checkpointer:
             max_to_keep=keep, create=False, enable_async_checkpointing=False, multiprocessing_options=processes
         )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.paths, self.resume = paths, resume
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
 
     def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None) -> None:
@@ -93,8 +96,16 @@ class Checkpointer:
             tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))),
             meta=ocp.args.JsonSave(meta),
         )
-        self.manager.save(step, args=args, force=True)
-        self.manager.wait_until_finished()
+        try:
+            self.manager.save(step, args=args, force=True)
+            self.manager.wait_until_finished()
+        except Exception as e:
+            why = disk.refusal(e)
+            if why is None:
+                raise
+            raise disk.checkpoint_refused(self.paths, step, why, self.resume) from None
+        if jax.process_index() == 0:  # every process's part is committed: its files' sizes and CRCs (saved.py)
+            saved.record_files(self.paths.checkpoints / str(step))
 
     def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
         """The train state (one replica, on the host) and the epoch's tally of checkpoint `step`, restored
