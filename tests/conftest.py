@@ -52,13 +52,13 @@ def small_lmdb(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def synth_sets(tmp_path_factory) -> dict[str, Path]:
     """`data synth` sets of 4 classes, 210 training / 40 test images of ~50×37 (--image-scale 0.1),
-    shards of 32: {format: data dir} for tfrecord and webdataset, the same images in both."""
+    shards of 32: {format: data dir} for tfrecord, webdataset and folders, the same images in each."""
     from dali_launch.launcher.data.synth import SynthSpec, synth
 
     root = tmp_path_factory.mktemp("synth")
-    for fmt in ("tfrecord", "webdataset"):
+    for fmt in ("tfrecord", "webdataset", "folders"):
         synth(SynthSpec(root / fmt, fmt, classes=4, train=210, test=40, image_scale=0.1, shard_size=32, workers=1))
-    return {fmt: root / fmt for fmt in ("tfrecord", "webdataset")}
+    return {fmt: root / fmt for fmt in ("tfrecord", "webdataset", "folders")}
 
 
 @pytest.fixture(scope="session")

@@ -224,6 +224,14 @@ class TrainConfig:
         on_resume="elastic",
     )
     eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
+    eval_on: str = opt(
+        "all",
+        "Which devices evaluate: all (every device of every process reads its shard of the test set; the "
+        "counts are summed once and process 0 reports) or process-0 (process 0's devices alone, the others "
+        "wait: with one task per GPU that is 1 of N GPUs).",
+        choices=("all", "process-0"),
+        on_resume="may change",
+    )
     eval_cache_mb: int = opt(
         1024,
         "Keep the decoded test set on the devices after the first evaluation when it takes at most this "
@@ -326,7 +334,9 @@ class DistributedConfig:
         100, "Seconds without a heartbeat before JAX declares a process dead.", on_resume="may change"
     )
     barrier_timeout_s: int = opt(
-        900, "Seconds processes wait for process 0 to finish evaluating.", on_resume="may change"
+        900,
+        "Seconds a process waits at a barrier for the others (the slowest one's evaluation, start-up steps).",
+        on_resume="may change",
     )
 
 

@@ -38,7 +38,7 @@ from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved, parallel
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim
-from dali_launch.trainer.step.evaluate import Evaluator, split_dir
+from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
 from dali_launch.trainer.step.mixing import Mixing
 from dali_launch.trainer.step.parallel import call_tally, create, finished
 from dali_launch.trainer.step.state import Recipe, TrainState
@@ -55,7 +55,7 @@ class Training:
     data: dali.DeviceBatches  # training's pipelines, starting at the start point
     mode: object  # step/parallel.py's Pmap or Sharded: how device calls run
     checkpointer: Checkpointer
-    evaluator: Evaluator | None  # process 0's; None elsewhere
+    evaluator: Evaluator | None  # this process's part (--eval-on all), or process 0's alone; else None
     state: TrainState  # placed on the devices: the checkpoint's, or a fresh one
     tally: dict  # the first epoch's, on the host: the checkpoint's, or a zero one
     schedule: object  # the learning rate of each optimizer update (a host function)
@@ -72,6 +72,7 @@ def set_up(
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints, spec.how_to_resume())
+    records.shared.join(spec.run_dir, process, jax.process_count(), spec.distributed.barrier_timeout_s)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
     listing = _listed(spec)  # after the builds: their bad-sample screens open the LMDB too (once a process)
@@ -102,7 +103,7 @@ def set_up(
         dali=auto.startup_phrase(spec),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
-    evaluator = Evaluator(spec, devices, readers, data_config) if process == 0 else None
+    evaluator = Evaluator(spec, devices, readers, data_config) if evaluates(spec, process) else None
     done_before = start.epoch * data.steps + start.calls_done  # device calls
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()

@@ -53,6 +53,7 @@ def train_and_evaluate(
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(
                 run.mode.replica(state.variables(ema=spec.train.eval_ema))
             )
+            metrics.eval_devices = run.evaluator.eval_devices
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
         last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps
         metrics.learning_rate = float(run.schedule(last_update))

@@ -175,7 +175,7 @@ class DeviceBatches:
 
     def _join(self, arrays: list) -> jax.Array:
         shards = [a[None] for a in arrays]
-        shape = (self.sharding.global_devices, *shards[0].shape[1:])
+        shape = (self.sharding_spec.mesh.devices.size, *shards[0].shape[1:])  # the mesh: the job, or one process
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
 
 
@@ -204,7 +204,8 @@ def build(
     checkpoints: list[bytes] | None = None,
     start: Start | None = None,
 ) -> DeviceBatches:
-    """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
+    """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` are the devices the
+    batches' arrays span: the job's (training), or this process's own (evaluation sums its shards locally).
 
     `call_batch` is the samples per device and device call (--steps-per-call steps of the per-device
     batch); each of a device's readers reads an equal part of it, its `reader_batch`. `config` holds

@@ -75,7 +75,8 @@ def shard_record(data, calls_done: int) -> dict | None:
 
 
 def _gather(local: list[bytes]) -> list[list[str]]:
-    """Every process's DALI states (base64), indexed by process; all processes call this."""
+    """Every process's DALI states (base64), indexed by process; all processes call this. O(N) bytes per
+    rank at every save (one all-gather of ~300 bytes a pipeline), written in one file by process 0."""
     mine = [base64.b64encode(b).decode() for b in local]
     if jax.process_count() == 1:
         return [mine]
