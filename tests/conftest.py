@@ -227,13 +227,14 @@ def seen_prints(paths: RunPaths, epoch: int) -> collections.Counter:
     return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
 
 
-def final_params(paths: RunPaths) -> dict:
-    """The parameters of a run's newest checkpoint (one replica), as numpy arrays by path."""
+def final_params(paths: RunPaths, step: int | None = None) -> dict:
+    """The parameters of a run's newest checkpoint (or of checkpoint `step`; one replica), as numpy arrays by path."""
     import orbax.checkpoint as ocp
     from flax.traverse_util import flatten_dict
 
     manager = ocp.CheckpointManager(paths.checkpoints.absolute())
-    state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
+    step = manager.latest_step() if step is None else step
+    state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
     return flatten_dict(state["params"], sep="/")
 
 
@@ -268,10 +269,13 @@ def start_point_without_jax(root: Path, processes: int, devices: int) -> dict:
 PARAMS_RTOL, PARAMS_ATOL = 1e-4, 1e-5
 
 
-def assert_same_params(a: RunPaths, b: RunPaths) -> None:
+def assert_same_params(a: RunPaths, b: RunPaths, steps: tuple[int, int] | None = None) -> None:
+    """Their newest checkpoints' parameters (or those of checkpoints `steps`, a's and b's), within the bound."""
     import numpy as np
 
-    pa, pb = final_params(a), final_params(b)
+    pa, pb = (
+        (final_params(a), final_params(b)) if steps is None else (final_params(a, steps[0]), final_params(b, steps[1]))
+    )
     assert pa.keys() == pb.keys()
     for name in pa:
         np.testing.assert_allclose(pa[name], pb[name], rtol=PARAMS_RTOL, atol=PARAMS_ATOL, err_msg=name)

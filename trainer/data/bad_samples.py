@@ -243,16 +243,14 @@ def _webdataset(kwargs: dict) -> Listing:
 
 
 def _caffe2(kwargs: dict) -> Listing:
-    """An LMDB, read through one handle that is closed again: py-lmdb opens a path once per process, and
-    the launcher's own checks open it after this."""
-    import lmdb
-
+    """An LMDB, read through one handle that is closed again (or the process's own, caffe2.opened): py-lmdb
+    opens a path once per process, and the launcher's own checks open it after this."""
     path, held = kwargs["path"], {}
     keys = caffe2.keys(path)
 
     @contextlib.contextmanager
     def opened():
-        with lmdb.open(path, readonly=True, lock=False, subdir=True) as env, env.begin(buffers=False) as txn:
+        with caffe2.opened(path) as env, env.begin(buffers=False) as txn:
             held["txn"] = txn
             yield
         held.clear()

@@ -19,6 +19,7 @@ from dali_launch.trainer.data import augment, bad_samples
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
+from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.data.rows import AXIS, first_row  # noqa: F401 - first_row: dali.first_row for its users
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
 from dali_launch.trainer.errors import UsageError
@@ -94,7 +95,10 @@ class DeviceBatches:
             else steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
         )
         self.call, self.offset = (start.call, start.offset) if start else (0, 0)  # of the next batch read
-        self.fingerprint = None  # a global order's data set (global_order.fingerprint), set by build
+        self.fingerprint = (
+            None  # the data set (global_order.fingerprint): build sets a global order's, set_up a shard order's
+        )
+        self.sample = None  # training's one sample: {name: {"shape", "dtype"}} (set_up: sample_spec), for checkpoints
         self.split = ""  # the folder the pipelines read, set by build
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
@@ -121,25 +125,37 @@ class DeviceBatches:
         batch, self.peeked = self.peeked or self._read(), None
         return batch
 
+    def sample_spec(self) -> dict:
+        """One sample of each output, as a checkpoint records it: its shape and dtype."""
+        batch = self.peek()
+        return {name: {"shape": list(batch[name].shape[2:]), "dtype": batch[name].dtype.name} for name in self.names}
+
+    @property
+    def reading(self) -> ShardLayout:
+        """The shard layout training's pipelines read (checkpoint.shard_record)."""
+        return ShardLayout(self.sharding.global_devices, self.sharding.readers, self.start.batch, self.start.steps)
+
+    def pipeline_shards(self, process: int, processes: int) -> list[int]:
+        """The shards process `process` of `processes` reads, in its pipelines' order (every process has as
+        many devices as this one)."""
+        first = process * len(self.devices) * self.sharding.readers
+        return list(range(first, first + len(self.pipes)))
+
     def _read(self) -> dict:
         try:
             outputs = [pipe.run() for pipe in self.pipes]
         except RuntimeError as e:  # an image the header check let through, undecodable: one line
             raise bad_samples.decode_failure(e, self.split) or e from None
-        r = self.sharding.readers
-        batch = {
-            name: self._join(
-                [
-                    _device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], device)
-                    for k, device in enumerate(self.devices)
-                ]
-            )
-            for i, name in enumerate(self.names)
-        }
+        batch = {name: self._join(self._rows(outputs, i)) for i, name in enumerate(self.names)}
         if self.start:  # training: which rows are real, for the step's sums
             batch["valid"] = self.put(self._valid())
             self.call, self.offset = (self.call + 1, self.offset) if self.call + 1 < self.steps else (0, 0)
         return batch
+
+    def _rows(self, outputs: list, i: int) -> list[jax.Array]:
+        """Output `i` of every local device: its readers' batches end to end."""
+        r = self.sharding.readers
+        return [device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], d) for k, d in enumerate(self.devices)]
 
     def _valid(self) -> list[np.ndarray]:
         """The masks of the call about to be made, one per local device."""
@@ -163,7 +179,7 @@ class DeviceBatches:
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
 
 
-def _device_batch(outputs: list, device) -> jax.Array:
+def device_batch(outputs: list, device) -> jax.Array:
     """One device's readers' outputs, end to end, in a buffer of JAX's own (DALI reuses its buffers).
 
     GPU outputs stay on their GPU: DLPack views, then one device copy (or concatenation).
@@ -209,7 +225,7 @@ def build(
         feed = start.feed(sharding.first_device + local, reader, sharding.readers, checkpoint) if start else None
         args = pipeline_args(path, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed)
         feeds.append(feed)
-        pipes.append(_pipeline(function, args, config, devices[local], checkpoint, feed))
+        pipes.append(make_pipeline(function, args, config, devices[local], checkpoint, feed))
     for pipe in pipes:
         pipe.build()
     sizes = {
@@ -223,7 +239,9 @@ def build(
     return batches
 
 
-def _pipeline(function, args: PipelineArgs, config: DataConfig, device, checkpoint: bytes | None, feed: Feed | None):
+def make_pipeline(
+    function, args: PipelineArgs, config: DataConfig, device, checkpoint: bytes | None, feed: Feed | None
+):
     """One reader's pipeline, not built yet: on its device's GPU where it decodes there."""
     return (augmented_graph if args.training and args.augment != "none" else graph)(
         function,
