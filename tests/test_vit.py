@@ -68,6 +68,7 @@ def test_the_attention_choice():
     assert shape == (197, 12, 64) and vit.attention_shape("resnet50", 224, "gap") is None
     assert attention.choose("auto", "cpu", "bf16", shape) == "xla"  # no probe on CPUs
     assert attention.choose("auto", "gpu", "fp32", shape) == "xla"  # cuDNN's kernels are 16-bit only
+    assert attention.choose("auto", "gpu", "bf16", shape) == "xla"  # the form measured on an H200
     assert attention.choose("xla", "gpu", "bf16", shape) == "xla"  # given: taken as it is
     assert attention.choose("auto", "cpu", "bf16", None) == ""  # not one of our ViTs
     assert attention.phrase("cudnn-padded", 197) == "attention cudnn (197 tokens padded to 256)"
@@ -80,7 +81,19 @@ def test_the_attention_choice():
     with pytest.raises(UsageError) as e:  # given on a GPU, it is probed: here, where XLA:CPU cannot lower it
         attention.choose("cudnn-padded", "gpu", "bf16", shape)
     assert str(e.value).startswith("--attention cudnn-padded does not compile for 197 tokens of 12 heads here (")
-    assert str(e.value).endswith("); use --attention auto, which falls back")
+    assert str(e.value).endswith("); use --attention xla (what auto takes)")
+
+
+def test_a_cudnn_form_traced_in_float32_takes_xla_kernel():
+    # The model's init traces in float32 on the CPU backend (set_up.create_train_state): cuDNN's kernels
+    # take 16 bits only, so a ViT built with a cuDNN form must still initialise there (it failed on a GPU).
+    q, k, v = jax.random.normal(jax.random.PRNGKey(0), (3, 2, 5, 2, 8))
+    want = jax.nn.dot_product_attention(q, k, v, implementation="xla")
+    for form in ("cudnn", "cudnn-padded"):
+        np.testing.assert_array_equal(attention.attend(q, k, v, form), want)
+    model = create_model("vit-ti16", 4, attention="cudnn")
+    variables = jax.jit(lambda x: model.init(KEYS, x), backend="cpu")(jnp.zeros((1, 32, 32, 3), jnp.float16))
+    assert variables["params"]["head"]["kernel"].shape == (192, 4)
 
 
 def test_drop_path_drops_per_sample_while_training_only():

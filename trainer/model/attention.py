@@ -6,9 +6,11 @@
                   `key_value_seq_lengths`, its query rows dropped after): on one H200 cuDNN refused ViT-B/16's
                   197 tokens (FIELD-NOTES); a flash kernel works in tiles of 64 rows anyway
 
-`auto` resolves once per task (resolve.py, recorded in rank_map.json): on GPUs in bf16 the first of cudnn and
-cudnn-padded whose forward and backward pass compile for the model's own shapes (a probe of a few hundred
-milliseconds), else xla, so a cuDNN or JAX build that refuses a shape costs a fallback, not a failed run.
+`auto` resolves once per task (resolve.py, recorded in rank_map.json) to xla: the form measured on one H200
+(ViT-S/16 and ViT-B/16 met issue 31's targets with it, docs/performance.md); the cuDNN forms are taken when
+given, after a probe that their forward and backward pass compile for the model's own shapes here.
+A cuDNN form computes in 16 bits only: a pass in float32 (the model's init, traced on the CPU backend with
+float32 parameters) takes XLA's kernel, whose result is the same attention.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dali_launch.trainer.errors import UsageError
 
 IMPLEMENTATIONS = ("xla", "cudnn", "cudnn-padded")
 PAD = 64
+SIXTEEN_BITS = (jnp.bfloat16, jnp.float16)  # what cuDNN's fused kernels take
 
 
 def padded_length(length: int, implementation: str) -> int:
@@ -29,8 +32,9 @@ def padded_length(length: int, implementation: str) -> int:
 def attend(query, key, value, implementation: str = "xla"):
     """Attention over (batch, tokens, heads, head_dim) inputs; Flax's MultiHeadDotProductAttention calls
     it as its `attention_fn` (which passes only the arguments a function names)."""
-    kernel = "xla" if implementation == "xla" else "cudnn"
-    return padded(query, key, value, padded_length(query.shape[1], implementation), kernel)
+    if implementation == "xla" or query.dtype not in SIXTEEN_BITS:
+        return jax.nn.dot_product_attention(query, key, value, implementation="xla")
+    return padded(query, key, value, padded_length(query.shape[1], implementation), "cudnn")
 
 
 def padded(query, key, value, length: int, kernel: str):
@@ -52,10 +56,8 @@ def choose(setting: str, platform: str, precision: str, shape: tuple[int, int, i
     attention of ours (then ""). A cuDNN form, given or probed, must compile for that shape here."""
     if shape is None:
         return ""
-    if setting == "xla" or (setting == "auto" and (platform != "gpu" or precision != "bf16")):
+    if setting in ("xla", "auto"):
         return "xla"
-    if setting == "auto":
-        return next((kind for kind in ("cudnn", "cudnn-padded") if refusal(kind, shape) is None), "xla")
     if platform != "gpu" or precision != "bf16":
         raise UsageError(
             f"--attention {setting} runs cuDNN's 16-bit kernels on GPUs, but this task has {platform} devices "
@@ -65,7 +67,7 @@ def choose(setting: str, platform: str, precision: str, shape: tuple[int, int, i
     if why:
         raise UsageError(
             f"--attention {setting} does not compile for {shape[0]} tokens of {shape[1]} heads here ({why}); "
-            f"use --attention auto, which falls back"
+            f"use --attention xla (what auto takes)"
         )
     return setting
 
