@@ -91,7 +91,13 @@ class Contender:
         self.images = put(rng.random((rows, 784), np.float32))
         self.labels = put(np.eye(10, dtype=np.float32)[rng.integers(0, 10, rows)])  # mnist's one-hot
         self.valid = put(np.ones(rows, np.float32))
-        zero = {"position": np.int32(0), "loss": np.float32(0), "count": np.float32(0), "skipped": np.float32(0), "labels": label_check.none()}
+        zero = {
+            "position": np.int32(0),
+            "loss": np.float32(0),
+            "count": np.float32(0),
+            "skipped": np.float32(0),
+            "labels": label_check.none(),
+        }
         self.tally = jax.tree.map(lambda x: put(np.asarray(x)), zero)
         self.epochs_s: list[float] = []
 
