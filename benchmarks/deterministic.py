@@ -117,7 +117,8 @@ def code_of(tree: Path, root: Path) -> dict:
     (package / "__init__.py").write_text("")
     for part in ("launcher", "trainer"):
         (package / part).symlink_to(tree.absolute() / part, target_is_directory=True)
-    return {"PYTHONPATH": str(package.parent)}
+    # ahead of, not instead of, the caller's path: the GPU machine's site folder holds DALI and its deps
+    return {"PYTHONPATH": os.pathsep.join(filter(None, (str(package.parent), os.environ.get("PYTHONPATH"))))}
 
 
 def before_runs(args, root: Path) -> dict:
