@@ -270,6 +270,13 @@ class ResilienceConfig:
     keep_checkpoints: int = opt(
         3, "Checkpoints kept; older ones are deleted once a newer one is complete.", on_resume="may change"
     )
+    checkpoint_async: bool = opt(
+        True,
+        "Write checkpoints in the background (Orbax's asynchronous checkpointing): the step waits only while "
+        "the state is copied to host memory (and for the previous checkpoint, if it is still being written). "
+        "Each is still atomic: a rank killed mid-write leaves the newest complete one to resume from.",
+        on_resume="may change",
+    )
     max_requeues: int = opt(
         3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.", on_resume="may change"
     )

@@ -62,7 +62,10 @@ def set_up(
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
-    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints)
+    r = spec.resilience
+    checkpointer = Checkpointer(
+        RunPaths(spec.run_dir), r.keep_checkpoints, r.checkpoint_async, spec.distributed.barrier_timeout_s
+    )
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     startup.mark("pipelines built")
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch

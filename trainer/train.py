@@ -51,10 +51,12 @@ def train_and_evaluate(
         last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps
         metrics.learning_rate = float(run.schedule(last_update))
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
+        metrics.checkpoint_wait_s = run.checkpointer.take_wait_s()  # the last epoch's end checkpoint and this one's
         reporter.epoch(metrics)
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * len(devices)))
         if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
             loop.stop_if_asked(epoch + 1)
+    run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     checked = {"params": state.params, "collections": state.collections, "ema": state.ema}
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
@@ -158,12 +160,14 @@ class Loop:
             if recorder:
                 recorder.save(calls_done)
         if asked:
+            self.checkpointer.wait()  # "checkpoint written" means on disk
             end(asked, signum, epoch * self.data.steps + calls_done, self.spec)
 
     def stop_if_asked(self, epoch: int) -> None:
         """At an epoch's start, its checkpoint just written: a signal that came after the last check point."""
         asked, signum = self.preemption.agreed()
         if asked:
+            self.checkpointer.wait()
             end(asked, signum, epoch * self.data.steps, self.spec)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:

@@ -9,12 +9,20 @@ topology (bit-identical resumes) and dropped on another. The DALI states are gat
 processes and written by the primary one; Orbax marks a step complete only once all of it is on
 disk. What a task starts from is read without Orbax (saved.py, start_point.py); Orbax restores the
 arrays alone (`restore`).
+
+Asynchronous by default (--checkpoint-async): `save` returns once the state is in host memory
+(copied before the next step donates its buffers) and Orbax writes it from a thread, into
+`STEP.orbax-checkpoint-tmp` renamed to `STEP` once complete, so a rank killed mid-write leaves the
+previous complete checkpoint; the next `save` first waits for the write before it. A checkpoint that
+ends a task (a stop signal, the run's end) is waited for: `wait`. `take_wait_s` is the time callers
+spent blocked here, what metrics.jsonl reports per epoch (`checkpoint_wait_s`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 
 import jax
 import numpy as np
@@ -63,37 +71,57 @@ def _gather(local: list[bytes]) -> list[list[str]]:
 
 
 class Checkpointer:
-    def __init__(self, paths: RunPaths, keep: int):
+    def __init__(self, paths: RunPaths, keep: int, asynchronous: bool = True, timeout_s: int = 900):
         # Naming every process makes Orbax sync through jax.distributed's barrier, not by running a
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax
         # then leaves the folder to us; every process may make it.
         processes = ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=False, enable_async_checkpointing=False, multiprocessing_options=processes
+            max_to_keep=keep,
+            create=False,
+            enable_async_checkpointing=asynchronous,
+            multiprocessing_options=processes,
+            async_options=ocp.AsyncOptions(timeout_secs=timeout_s),  # a write (and its barriers) never hangs
         )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
+        self.asynchronous, self.waited_s = asynchronous, 0.0
 
     def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None) -> None:
         """All processes call this at the same `step` (a count that grows: device calls, or under a global
         order samples; there, checkpoints in an epoch's trailing padding calls all count its N samples).
 
         `state` is one replica (as --parallel lays it out); `tally` is per device, as the batches.
+        Returns once the checkpoint is in host memory; `wait` for it to be on disk.
         """
+        began = time.perf_counter()
         # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
         latest = self.manager.latest_step()
         step = step if latest is None else max(step, latest + 1)
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
         if order:
             meta["order"] = order
-        host_state = jax.tree.map(np.asarray, state)
+        host_state = jax.tree.map(np.asarray, state)  # a copy: the next step donates the device buffers
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
             tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))),
             meta=ocp.args.JsonSave(meta),
         )
-        self.manager.save(step, args=args, force=True)
+        self.manager.save(step, args=args, force=True)  # asynchronous: waits for the write before this one
+        if not self.asynchronous:
+            self.manager.wait_until_finished()
+        self.waited_s += time.perf_counter() - began
+
+    def wait(self) -> None:
+        """Until every checkpoint saved is complete on disk (at most the async timeout)."""
+        began = time.perf_counter()
         self.manager.wait_until_finished()
+        self.waited_s += time.perf_counter() - began
+
+    def take_wait_s(self) -> float:
+        """Seconds spent blocked in `save` and `wait` since the last call."""
+        waited, self.waited_s = self.waited_s, 0.0
+        return waited
 
     def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
         """The train state (one replica, on the host) and the epoch's tally of checkpoint `step`, restored
