@@ -33,6 +33,16 @@ CONFIG = [
         id="hw-decoder-load-range",
     ),
     pytest.param(
+        ["--decoded-cache", "12X"],
+        "--decoded-cache 12X is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G",
+        id="decoded-cache-no-size",
+    ),
+    pytest.param(
+        ["--decoded-cache", "0"],
+        "--decoded-cache 0 is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G",
+        id="decoded-cache-zero",
+    ),
+    pytest.param(
         ["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a value in (0, 100)", id="lr-zero"
     ),
     pytest.param(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dali_launch.launcher.data.images import image_size
+from dali_launch.trainer.data.images import image_size
 
 
 def _encode(fmt: str, height: int = 28, width: int = 20, mode: str = "L", **save) -> bytes:

@@ -64,6 +64,9 @@ def test_resolve_records_every_auto_value():
         "sample_order": "shards",
         "lr_scale": 1.0,
         "elastic": None,
+        "decoded_cache": "off",  # no memory measured: nothing to keep it in
+        "decoded_cache_mb": 0,
+        "decoded_cache_note": "off (the decoded size of the data set is unknown: a format records/ does not read)",
     }
     assert auto.call_batch == 50
     assert (auto.data_config(spec.data).reader_threads, auto.data_config(spec.data).decoder) == (2, "cpu")

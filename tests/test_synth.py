@@ -12,9 +12,9 @@ from nvidia.dali import fn, pipeline_def
 
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import synth, synth_images, tfrecord, webdataset
-from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.data import pipelines
 from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.records import tfrecord as tfrecord_source
 from dali_launch.trainer.data.records import webdataset as webdataset_source
 from dali_launch.trainer.data.records.webdataset import ascii_class_id

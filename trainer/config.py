@@ -97,6 +97,26 @@ class DataConfig:
         "bfloat16), or auto: float16 with --precision bf16, which computes in bf16 anyway, else float32.",
         choices=("auto", "float32", "float16"),
     )
+    decoded_cache: str = opt(
+        "auto",
+        "Decode each training sample once and keep it decoded (before augmentation): with nvJPEG in DALI's decoder "
+        "cache on the GPU (SIZE: MiB per device; cached until full), on the CPU in host memory (SIZE: MiB this "
+        "process may fill; on only when the decoded shards fit). auto: on where the decoded split fits in what "
+        "that memory leaves (GPU: outside XLA's pool; host: a quarter of what is available), else off; off; or "
+        "SIZE (4096, 512M, 12G). The same samples in the same order; needs a pipeline that decodes through "
+        "args.decode (the built-in ones do); not under --sample-order global. The start-up line says what it chose.",
+    )
+
+    def decoded_cache_mb(self) -> int | None:
+        """--decoded-cache as MiB: None for auto, 0 for off; ValueError for anything else than SIZE."""
+        value = self.decoded_cache.strip().upper()
+        if value in ("AUTO", "OFF"):
+            return None if value == "AUTO" else 0
+        scale = {"M": 1, "G": 1024}.get(value[-1:], None)
+        mb = int(value[:-1] if scale else value) * (scale or 1)
+        if mb <= 0:
+            raise ValueError(self.decoded_cache)
+        return mb
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,13 @@ feed_workers     --sample-order global: DALI worker processes per pipeline readi
                  per device its pipelines' threads leave, at most MAX_FEED_WORKERS (0: in-process)
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
                  the model casts on the device), else float32
+decoded_cache    --decoded-cache (data/decoded_cache.py): auto keeps each training sample decoded where the
+                 decoded split (memory.py's estimate) fits: the CPU decoder's in host memory (this
+                 process's shards within a quarter of the available memory, shared by the host's
+                 processes), nvJPEG's in DALI's decoder cache (a device's shard, with a quarter to spare,
+                 within the GPU memory XLA's pool leaves less 8 GiB); off under --sample-order global and
+                 for pipelines that do not decode through args.decode; a resumed run keeps its
+                 checkpoint's kind (another kind is another DALI graph, which its states do not fit)
 elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
                  call and learning-rate scale elastic.py plans for this device count (else None)
 parallel         how steps run (step/parallel.py): pmap for a model with mutable collections (BatchNorm
@@ -40,13 +47,17 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass
 
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-from dali_launch.trainer.data import shards
+from dali_launch.trainer.data import contract, shards
+from dali_launch.trainer.data.memory import Room
 from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.resilience.start_point import StartPoint
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
+OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
+DECODER_SLACK = 1.25  # DALI's decoder cache sized a quarter above the estimate: no image left out by its error
 MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader (README); more ride out slow reads
 
 
@@ -67,6 +78,9 @@ class Resolved:
     feed_workers: int = 0
     lr_scale: float = 1.0
     elastic: dict | None = None
+    decoded_cache: str = "off"  # off, host (this process's decoded shards in host memory) or decoder (DALI's)
+    decoded_cache_mb: int = 0  # host: the estimated decoded shards; decoder: its size per device
+    decoded_cache_note: str = ""  # why, for the start-up line
 
     @property
     def call_batch(self) -> int:
@@ -86,13 +100,18 @@ class Resolved:
             feed = f", records read in {where}"
         return (
             f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
-            f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}"
+            f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}, "
+            f"decoded cache {self.decoded_cache_note}"
         )
 
     def data_config(self, config: DataConfig) -> DataConfig:
         """`config` with its auto values replaced by these: what the pipelines are built from."""
         return dataclasses.replace(
-            config, decoder=self.decoder, reader_threads=self.reader_threads, output_dtype=self.output_dtype
+            config,
+            decoder=self.decoder,
+            reader_threads=self.reader_threads,
+            output_dtype=self.output_dtype,
+            decoded_cache=str(self.decoded_cache_mb) if self.decoded_cache != OFF else "off",
         )
 
     def train_config(self, config: TrainConfig) -> TrainConfig:
@@ -126,6 +145,32 @@ def feed_workers(setting: int, order: str, cores_per_device: int, readers: int, 
     return max(0, min(MAX_FEED_WORKERS, (cores_per_device - readers * threads) // readers))
 
 
+def decoded_cache(
+    data: DataConfig, decoder: str, cacheable: bool, room: Room, share: float, kept: str | None = None
+) -> tuple[str, int, str]:
+    """--decoded-cache as (kind, MiB, what the start-up line says), by the rule above. `share`: this process's
+    part of the split (host) or a device's (decoder); `kept`: a resumed checkpoint's kind (None: afresh)."""
+    setting, kind = data.decoded_cache_mb(), HOST if decoder == "cpu" else DECODER
+    if data.sample_order == "global" or kept == OFF or (kept is None and setting == 0):
+        why = "--sample-order global" if data.sample_order == "global" else "--decoded-cache off"
+        return OFF, 0, f"off ({'the checkpoint resumed was written without one' if kept == OFF else why})"
+    if not cacheable:
+        return OFF, 0, "off (the pipeline does not decode through args.decode)"
+    need = None if room.split_mb is None else room.split_mb * share
+    may = setting or (room.host_mb if kind == HOST else room.device_mb)
+    partial = kind == DECODER and setting  # DALI's cache holds what fits; a host table must hold every sample
+    if kept is None and not partial and need is None:
+        return OFF, 0, "off (the decoded size of the data set is unknown: a format records/ does not read)"
+    if kept is None and not partial and need > may:
+        return OFF, 0, f"off (~{need:,.0f} MiB decoded would not fit in the {may:,} MiB it may use)"
+    if kind == HOST:
+        mb, where = math.ceil(need if need is not None else may), "in host memory"
+    else:
+        mb, where = may if need is None else min(may, math.ceil(need * DECODER_SLACK)), "in DALI's decoder cache"
+    mb = max(1, mb)
+    return kind, mb, f"{where}: {mb:,} MiB" + (" (as the checkpoint resumed)" if kept else "")
+
+
 def resolve(
     spec: TaskSpec,
     where: Placement,
@@ -133,8 +178,10 @@ def resolve(
     global_devices: int,
     processes_here: int,
     start: StartPoint = StartPoint(),
+    room: Room = Room(),
 ) -> Resolved:
-    """Stage 2. `start`: where the task starts; a global order's checkpoint brings elastic.py's plan."""
+    """Stage 2. `start`: where the task starts; a global order's checkpoint brings elastic.py's plan.
+    `room`: the decoded split and the memory it may take (memory.measure; not measured: no cache)."""
     plan = start.plan
     batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
     k = (
@@ -147,6 +194,10 @@ def resolve(
     data = dataclasses.replace(spec.data, reader_threads=threads)
     readers = shards.readers_per_device(data, where.platform, where.decoder, batch * k, cores)
     eval_readers = shards.readers_per_device(data, where.platform, where.decoder, spec.train.eval_batch_size, cores)
+    share = local_devices / global_devices if where.decoder == "cpu" else 1 / global_devices
+    name = spec.data.pipeline
+    cacheable = contract.cacheable(entry_points.load("pipeline", name), name, spec.data.decoded_cache)
+    kept = decoded_cache(spec.data, where.decoder, cacheable, room, share, start.decoded_cache)
     return Resolved(
         platform=where.platform,
         decoder=where.decoder,
@@ -161,6 +212,9 @@ def resolve(
         feed_workers=feed_workers(spec.data.feed_workers, spec.data.sample_order, cores, readers, threads),
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
+        decoded_cache=kept[0],
+        decoded_cache_mb=kept[1],
+        decoded_cache_note=kept[2],
     )
 
 

@@ -63,8 +63,9 @@ def set_up(
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     r = spec.resilience
+    timeout_s = spec.distributed.barrier_timeout_s
     checkpointer = Checkpointer(
-        RunPaths(spec.run_dir), r.keep_checkpoints, r.checkpoint_async, spec.distributed.barrier_timeout_s
+        RunPaths(spec.run_dir), r.keep_checkpoints, r.checkpoint_async, timeout_s, auto.decoded_cache
     )
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     startup.mark("pipelines built")

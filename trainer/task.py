@@ -57,6 +57,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     placement = place(spec, topology.platform)  # resolve.py's stage 1: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
+    from dali_launch.trainer.data import memory
     from dali_launch.trainer.observe.metrics import Reporter
     from dali_launch.trainer.resilience import preemption
     from dali_launch.trainer.resolve import resolve
@@ -76,8 +77,9 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     job_devices = len(devices) * topology.num_processes
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, job_devices)  # read once
     startup.mark("checkpoints read")
+    room = memory.measure(spec, devices, topology.processes_on_host)  # for --decoded-cache
     # Stage 2: a global order's checkpoint may set the batch (elastic.py's plan, in `start`).
-    auto = resolve(spec, placement, len(devices), job_devices, topology.processes_on_host, start)
+    auto = resolve(spec, placement, len(devices), job_devices, topology.processes_on_host, start, room)
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:
         result = train_and_evaluate(spec, devices, reporter, startup, auto, start)

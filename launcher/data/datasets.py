@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher.data import idx, shard_checks
-from dali_launch.launcher.data.images import image_size
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.records import folders
 from dali_launch.trainer.errors import UsageError
 

@@ -46,8 +46,8 @@ def first_image_size(lmdb_dir: Path) -> tuple[int, int]:
     """(height, width) of the LMDB's first image: datasets.py checked that all of them share it."""
     import lmdb
 
-    from dali_launch.launcher.data.images import image_size
     from dali_launch.launcher.data.idx import check_caffe2_record
+    from dali_launch.trainer.data.images import image_size
 
     with lmdb.open(str(lmdb_dir), readonly=True, lock=False, subdir=True) as env, env.begin() as txn:
         _, record = next(iter(txn.cursor()))

@@ -18,6 +18,7 @@ from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import entry_points, flavours
+from dali_launch.trainer.data import contract
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -47,6 +48,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.train.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
+    contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
     if backend is not None:
         backend.check(run)
     if not run.launch.resume:

@@ -71,7 +71,10 @@ def _gather(local: list[bytes]) -> list[list[str]]:
 
 
 class Checkpointer:
-    def __init__(self, paths: RunPaths, keep: int, asynchronous: bool = True, timeout_s: int = 900):
+    def __init__(
+        self, paths: RunPaths, keep: int, asynchronous: bool = True, timeout_s: int = 900, decoded_cache: str = "off"
+    ):
+        """`decoded_cache`: resolve.py's kind, recorded with the DALI states (their graph depends on it)."""
         # Naming every process makes Orbax sync through jax.distributed's barrier, not by running a
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax
         # then leaves the folder to us; every process may make it.
@@ -85,7 +88,7 @@ class Checkpointer:
         )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
-        self.asynchronous, self.waited_s = asynchronous, 0.0
+        self.asynchronous, self.waited_s, self.decoded_cache = asynchronous, 0.0, decoded_cache
 
     def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None) -> None:
         """All processes call this at the same `step` (a count that grows: device calls, or under a global
@@ -98,7 +101,8 @@ class Checkpointer:
         # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
         latest = self.manager.latest_step()
         step = step if latest is None else max(step, latest + 1)
-        meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
+        dali = _gather([p.checkpoint() for p in pipes])
+        meta = {"epoch": epoch, "calls_done": calls_done, "dali": dali, "decoded_cache": self.decoded_cache}
         if order:
             meta["order"] = order
         host_state = jax.tree.map(np.asarray, state)  # a copy: the next step donates the device buffers

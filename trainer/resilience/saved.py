@@ -1,7 +1,8 @@
 """A run directory's checkpoints as files, read without JAX or Orbax: the launcher and every task agree.
 
 Orbax writes each checkpoint as `checkpoints/STEP/` with the items `state`, `tally` and `meta` (meta is
-plain JSON: the epoch, device calls done, every process's DALI states, a global order's record). A step
+plain JSON: the epoch, device calls done, every process's DALI states, a global order's record, the
+--decoded-cache kind its DALI graph had). A step
 is complete once Orbax committed it (`commit_success.txt`; an unfinished one is `STEP.orbax-checkpoint-tmp-*`
 and never a bare number). `--resume`, `status`, `runs` and the tasks all find the newest one here.
 """
@@ -27,6 +28,7 @@ class Saved:
     calls_done: int  # device calls done in `epoch` (the job's size when it was written)
     dali: tuple[tuple[str, ...], ...]  # per process that wrote it: its pipelines' states, base64
     order: dict | None  # --sample-order global: the position in the epoch's order (checkpoint.order_record)
+    decoded_cache: str = "off"  # --decoded-cache's kind when written (resolve.py): its DALI graph's
 
     @property
     def processes(self) -> int:
@@ -52,6 +54,7 @@ def read(paths: RunPaths, step: int) -> Saved:
         calls_done=meta["calls_done"],
         dali=tuple(tuple(states) for states in meta["dali"]),
         order=meta.get("order"),
+        decoded_cache=meta.get("decoded_cache", "off"),  # checkpoints from before it: no cache
     )
 
 

@@ -37,6 +37,7 @@ class StartPoint:
     order: dict | None = None  # --sample-order global: the checkpoint's record (checkpoint.order_record)
     plan: elastic.Plan | None = None  # global order: how the checkpoint continues on this job's devices
     offset: int = 0  # global order: positions of the first call's epoch done before its calls (another batch)
+    decoded_cache: str | None = None  # the kind the DALI states were written with (resolve.py keeps it); None: afresh
 
     @classmethod
     def fresh(cls) -> StartPoint:
@@ -79,13 +80,15 @@ def read(paths: RunPaths, spec: TaskSpec, process_id: int, processes: int, devic
         return StartPoint.fresh()
     if newest.order is None:
         _check_processes(newest, processes)
-        return StartPoint(newest.step, newest.epoch, newest.calls_done, _states(newest, process_id))
+        states = _states(newest, process_id)
+        return StartPoint(newest.step, newest.epoch, newest.calls_done, states, decoded_cache=newest.decoded_cache)
     plan = elastic.plan(newest.order, devices, spec.train.elastic_batch, spec.train.accumulate_steps)
     # The position is in samples: the calls of this job's size before it are done, and what is left of
     # one (another global batch) is the offset the feeds start from.
     calls, offset = divmod(newest.order["position"], plan.global_batch * plan.steps_per_call)
     states = _states(newest, process_id) if newest.processes == processes else None
-    return StartPoint(newest.step, newest.epoch, calls, states, newest.order, plan, offset)
+    kept = newest.decoded_cache if states else None
+    return StartPoint(newest.step, newest.epoch, calls, states, newest.order, plan, offset, kept)
 
 
 def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], processes: list[int]) -> str:

@@ -1,4 +1,5 @@
-"""What an encoded image in a data set is, read from its header: checked before a job, not inside DALI.
+"""What an encoded image in a data set is, read from its header: checked before a job (the launcher's data
+checks), not inside DALI; and how large it is decoded (decoded_cache.py's estimate).
 
 DALI's `fn.decoders.image` reads JPEG, PNG, BMP, TIFF, WebP, PNM and JPEG 2000 -- not GIF -- and
 fails the whole pipeline on one undecodable or truncated image (measured with DALI 2.4: a JPEG cut
