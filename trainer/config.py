@@ -225,6 +225,20 @@ class TrainConfig:
         choices=("auto", "on", "off"),
         on_resume="may change",
     )
+    xla_options: str = opt(
+        "auto",
+        "XLA's own settings for every program of the task, as XLA_FLAGS names them without dashes: space-separated "
+        "NAME=VALUE, e.g. 'xla_gpu_autotune_level=2 xla_gpu_enable_latency_hiding_scheduler=true'. auto: the ones "
+        "measured fastest on an H200 (trainer/step/xla_options.py) on GPUs, none on CPUs; none: XLA's defaults.",
+        on_resume="may change",
+    )
+    batchnorm_stats: str = opt(
+        "auto",
+        "Precision of BatchNorm's batch statistics (mean, variance) in a model with a `float32_stats` field (the "
+        "built-in resnet50): float32 (Flax's default, stable in bf16 training), compute (the --precision dtype: "
+        "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
+        choices=("auto", "float32", "compute"),
+    )
     compile_cache: str = opt(
         "",
         "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "

@@ -70,13 +70,17 @@ def check(kind: str, name: str, num_classes: int = 10) -> None:
         load(kind, name)
 
 
-def create_model(name: str, num_classes: int, adapter: str | None = None):
+def create_model(name: str, num_classes: int, adapter: str | None = None, batchnorm_stats: str = "auto"):
     """`--model NAME`, made as model/contract.py says: a flax.linen.Module, or an NNX module presented
-    as the trainer calls a Linen one (`adapter`: contract.ADAPTER unless a benchmark names another)."""
+    as the trainer calls a Linen one (`adapter`: contract.ADAPTER unless a benchmark names another).
+    A Linen model with a `float32_stats` field (resnet50's) is given --batchnorm-stats (compute: False)."""
     from dali_launch.trainer.model import contract  # Flax and JAX: only where a model is made
 
     factory = load("model", name)
-    return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER)
+    model = contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER)
+    if hasattr(model, "float32_stats") and hasattr(model, "clone"):
+        model = model.clone(float32_stats=batchnorm_stats != "compute")
+    return model
 
 
 _CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}

@@ -24,6 +24,9 @@ feed_workers     --sample-order global: DALI worker processes per pipeline readi
                  per device its pipelines' threads leave, at most MAX_FEED_WORKERS (0: in-process)
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
                  the model casts on the device), else float32
+xla_options      XLA's own settings (step/xla_options.py, stage 1 with the placement): GPU_DEFAULTS on GPUs
+batchnorm_stats  the precision of BatchNorm's batch statistics in models that take it (resnet50):
+                 BATCHNORM_STATS by platform (float32, Flax's default, until measured otherwise)
 decoded_cache    --decoded-cache (data/decoded_cache.py): auto keeps each training sample decoded where the
                  decoded split (memory.py's estimate) fits: the CPU decoder's in host memory (this
                  process's shards within a quarter of the available memory, shared by the host's
@@ -56,6 +59,7 @@ from dali_launch.trainer.resilience.start_point import StartPoint
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
+BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers.py's batchnorm-compute lever
 OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
 DECODER_SLACK = 1.25  # DALI's decoder cache sized a quarter above the estimate: no image left out by its error
 MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader (README); more ride out slow reads
@@ -78,6 +82,8 @@ class Resolved:
     feed_workers: int = 0
     lr_scale: float = 1.0
     elastic: dict | None = None
+    xla_options: dict = dataclasses.field(default_factory=dict)  # stage 1's (placement.Placement)
+    batchnorm_stats: str = "float32"  # float32 or compute
     decoded_cache: str = "off"  # off, host (this process's decoded shards in host memory) or decoder (DALI's)
     decoded_cache_mb: int = 0  # host: the estimated decoded shards; decoder: its size per device
     decoded_cache_note: str = ""  # why, for the start-up line
@@ -115,8 +121,10 @@ class Resolved:
         )
 
     def train_config(self, config: TrainConfig) -> TrainConfig:
-        """`config` with the learning rate elastic.py's rescale rule sets: what the optimizer is built from."""
-        return dataclasses.replace(config, learning_rate=config.learning_rate * self.lr_scale)
+        """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
+        the BatchNorm statistics' precision resolved (what the model is made with)."""
+        lr = config.learning_rate * self.lr_scale
+        return dataclasses.replace(config, learning_rate=lr, batchnorm_stats=self.batchnorm_stats)
 
 
 def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
@@ -143,6 +151,11 @@ def feed_workers(setting: int, order: str, cores_per_device: int, readers: int, 
     if setting >= 0:
         return setting
     return max(0, min(MAX_FEED_WORKERS, (cores_per_device - readers * threads) // readers))
+
+
+def batchnorm_stats(setting: str, platform: str) -> str:
+    """--batchnorm-stats, where auto follows BATCHNORM_STATS."""
+    return BATCHNORM_STATS[platform] if setting == "auto" else setting
 
 
 def decoded_cache(
@@ -212,6 +225,8 @@ def resolve(
         feed_workers=feed_workers(spec.data.feed_workers, spec.data.sample_order, cores, readers, threads),
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
+        xla_options=where.xla_options,
+        batchnorm_stats=batchnorm_stats(spec.train.batchnorm_stats, where.platform),
         decoded_cache=kept[0],
         decoded_cache_mb=kept[1],
         decoded_cache_note=kept[2],

@@ -145,7 +145,7 @@ def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, repor
 def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
     """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
     with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
-    model = create_model(spec.train.model, spec.data.num_classes)
+    model = create_model(spec.train.model, spec.data.num_classes, batchnorm_stats=spec.train.batchnorm_stats)
     forward = Forward(model, spec.train.precision)
     params_key = jax.random.PRNGKey(spec.train.seed)  # as before dropout existed: the same initial parameters
     dropout_key = jax.random.fold_in(params_key, 1)

@@ -50,7 +50,8 @@ class Evaluator:
         self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.cache_bytes = spec.train.eval_cache_mb << 20
-        forward = Forward(create_model(spec.train.model, spec.data.num_classes), spec.train.precision)
+        model = create_model(spec.train.model, spec.data.num_classes, batchnorm_stats=spec.train.batchnorm_stats)
+        forward = Forward(model, spec.train.precision)
         mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.eval = jax.jit(partial(eval_call, forward), donate_argnums=(1,))
