@@ -241,8 +241,10 @@ class TrainConfig:
     )
     compile_cache: str = opt(
         "",
-        "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
-        "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.",
+        "Folder where the runs share XLA's compiled programs (the persistent compilation cache): requeued, "
+        "resumed and repeated runs skip compiling. Default: RUN_ROOT/.compile-cache, shared by every run of the "
+        "run root; each run compiles into RUN_DIR/compile-cache and publishes there whole files only, so runs "
+        "that write at once do no harm. off: no cache.",
         on_resume="may change",
     )
     record_samples: bool = opt(

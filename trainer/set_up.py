@@ -86,7 +86,8 @@ def set_up(
         dali=auto.dali_phrase(spec.data),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
-    evaluator = Evaluator(spec, devices, readers, data_config) if process == 0 else None
+    evaluated = shapes.variables(ema=spec.train.eval_ema)  # what `prepare` compiles the evaluation for
+    evaluator = Evaluator(spec, devices, readers, data_config, evaluated) if process == 0 else None
     done_before = start.epoch * data.steps + start.calls_done  # device calls
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()
@@ -145,35 +146,34 @@ def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, repor
 def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
     """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
     with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
-    model = create_model(spec.train.model, spec.data.num_classes, batchnorm_stats=spec.train.batchnorm_stats)
-    forward = Forward(model, spec.train.precision)
-    params_key = jax.random.PRNGKey(spec.train.seed)  # as before dropout existed: the same initial parameters
-    dropout_key = jax.random.fold_in(params_key, 1)
-    train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
-
-    def init(example):
-        return model.init_with_output({"params": params_key, "dropout": dropout_key}, example, **train_kwargs)
-
-    logits, variables = jax.jit(init, backend="cpu")(example)  # eager init is seconds on a small CPU; jit is not
-    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
-        raise width_error(spec.train.model, jnp.shape(logits), spec.data.num_classes)
     t = spec.train
+    model = create_model(t.model, spec.data.num_classes, batchnorm_stats=t.batchnorm_stats)
+    forward = Forward(model, t.precision)
+    train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
     recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
-    return TrainState.create(
-        dict(variables),
-        jax.random.fold_in(dropout_key, 2),
-        forward,
-        optim.optimizer(t),
-        optim.schedule(t, slots_per_epoch),
-        recipe,
-    )
+    tx, schedule = optim.optimizer(t), optim.schedule(t, slots_per_epoch)
+
+    def fresh(example):
+        params_key = jax.random.PRNGKey(t.seed)  # as before dropout existed: the same initial parameters
+        dropout_key = jax.random.fold_in(params_key, 1)
+        rngs = {"params": params_key, "dropout": dropout_key}
+        logits, variables = model.init_with_output(rngs, example, **train_kwargs)
+        rng = jax.random.fold_in(dropout_key, 2)
+        return logits, TrainState.create(dict(variables), rng, forward, tx, schedule, recipe)
+
+    # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
+    # Eager, each of their operations would compile on its own for the device, seconds of a start-up.
+    logits, state = jax.jit(fresh, backend="cpu")(example)
+    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
+        raise width_error(t.model, jnp.shape(logits), spec.data.num_classes)
+    return state
 
 
 def _compile_ahead(spec: TaskSpec, mode, data, shapes) -> threading.Thread:
     """Compiles the first device call for a state of `shapes` in a thread while the model is initialised
     (both take seconds on a cold start); the call then finds the program in XLA's persistent cache.
     Without that cache, or where the runner cannot, it does nothing."""
-    if spec.train.compile_cache in ("", "off"):
+    if spec.train.compile_cache == "off":
         return finished()
     batch = data.peek()
     tally = data.put([call_tally(zero_tally())] * len(data.devices))

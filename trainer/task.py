@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from dali_launch.trainer import flavours
+from dali_launch.trainer import compile_cache, flavours
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
@@ -63,7 +63,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.train import train_and_evaluate
 
-    use_compile_cache(spec.train.compile_cache)
+    compile_cache.use(spec)  # before anything compiles
     startup.mark("imports")
     initialize(topology, spec.distributed)
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
@@ -89,13 +89,3 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     if topology.process_id == 0:
         write_atomic(paths.result, json.dumps(result, indent=2))
     return result
-
-
-def use_compile_cache(folder: str) -> None:
-    """XLA's persistent compilation cache: a requeued or repeated run skips compiling its steps."""
-    if folder in ("", "off"):
-        return
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)  # JAX's default (1 s) skips ours on GPU

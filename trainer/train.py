@@ -12,6 +12,7 @@ import time
 
 import jax
 
+from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import label_check
 from dali_launch.trainer.observe import replicas
@@ -39,6 +40,7 @@ def train_and_evaluate(
     run = set_up(spec, devices, reporter, startup, auto, start)
     spec, data, k = run.spec, run.data, auto.steps_per_call
     loop = Loop(spec, data, run.checkpointer, reporter, run.mode, startup, k)
+    loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0
     state, calls_done, tally = run.state, start.calls_done, run.tally
     for epoch in range(start.epoch, spec.train.epochs):
         state, metrics = loop.epoch(state, epoch, calls_done, tally)
@@ -54,9 +56,11 @@ def train_and_evaluate(
         metrics.checkpoint_wait_s = run.checkpointer.take_wait_s()  # the last epoch's end checkpoint and this one's
         reporter.epoch(metrics)
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * len(devices)))
+        compile_cache.publish(spec)  # this epoch's programs, for the run root's next runs
         if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
             loop.stop_if_asked(epoch + 1)
     run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
+    compile_cache.publish(spec, settled_s=0)
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     checked = {"params": state.params, "collections": state.collections, "ema": state.ema}
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
@@ -76,7 +80,7 @@ class Loop:
         self.check_every = max(1, (spec.train.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
         every = spec.resilience.checkpoint_every_steps
         self.checkpoint_every = max(1, every // k) if every else None
-        self.first_call = True
+        self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
 
@@ -132,6 +136,8 @@ class Loop:
         jax.block_until_ready(tally)
         self.first_call = False
         self.startup.mark("first step")
+        if self.after_first_step:
+            self.after_first_step()
         return time.perf_counter() - started
 
     def _startup(self, first: bool) -> dict:

@@ -6,6 +6,8 @@ evaluation is one jit program over a mesh of process 0's own devices (no pmap).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from functools import partial
 
@@ -17,6 +19,9 @@ from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
 from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.forward import Forward
+from dali_launch.trainer.step.parallel import finished
+
+PREPARE_WAIT_S = 600  # the evaluation's own build and compile take over past this
 
 
 def eval_call(forward, variables, tally, images, labels, shard_sizes):
@@ -39,16 +44,18 @@ def eval_call(forward, variables, tally, images, labels, shard_sizes):
 class Evaluator:
     """Process 0 alone, over its local devices: exact accuracy over the whole test set.
 
-    Its pipelines, built at the first evaluation, end every evaluation exactly at the end of their
-    shards. The test split is read without randomness, so when its decoded batches fit in
-    --eval-cache-mb per device they are kept on the devices after the first evaluation, and DALI
-    is done with.
+    Its pipelines, built during the first epoch (`prepare`) or at the first evaluation, end every
+    evaluation exactly at the end of their shards. The test split is read without randomness, so when
+    its decoded batches fit in --eval-cache-mb per device they are kept on the devices after the first
+    evaluation, and DALI is done with.
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig):
-        """`data_config`: the spec's, its auto values resolved (resolve.py)."""
+    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig, variables=None):
+        """`data_config`: the spec's, its auto values resolved (resolve.py); `variables`: the abstract shapes
+        of what it will evaluate (jax.eval_shape's), for `prepare`."""
         self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
+        self.variables, self.compiled, self.ready = variables, None, finished()
         self.cache_bytes = spec.train.eval_cache_mb << 20
         model = create_model(spec.train.model, spec.data.num_classes, batchnorm_stats=spec.train.batchnorm_stats)
         forward = Forward(model, spec.train.precision)
@@ -61,13 +68,12 @@ class Evaluator:
         (copied to the others)."""
         start = time.perf_counter()
         variables = jax.device_put(variables, self.replicated)
+        self.ready.join(timeout=PREPARE_WAIT_S)
         if self.data is None:
             self._build()
-        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
-        tally = self.data.put([zero] * len(self.data.devices))
-        kept = []
+        tally, kept, call = self._zero(), [], self.compiled or self.eval
         for batch in self.cached or self.data.epoch():
-            tally = self.eval(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
+            tally = call(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
         label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "testing")
@@ -75,6 +81,29 @@ class Evaluator:
             self.cached, self.data.pipes = kept, []  # DALI's threads and buffers go with the pipelines
         total = int(first(tally["count"]))
         return first(tally["correct"]) / total, total, time.perf_counter() - start
+
+    def prepare(self) -> None:
+        """In a thread, during the first epoch: the pipelines built and the evaluation compiled for the shapes
+        given (a ResNet-50's takes seconds), so the first evaluation only evaluates. A failure here is the
+        evaluation's to meet: it then builds and compiles as it would have."""
+
+        def work() -> None:
+            with contextlib.suppress(Exception):
+                if self.data is None:
+                    self._build()
+                batch = self.data.peek()
+                spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.replicated)
+                shapes = jax.tree.map(spec, self.variables)
+                lowered = self.eval.lower(shapes, self._zero(), batch["images"], batch["labels"], self.shard_sizes)
+                self.compiled = lowered.compile()
+
+        if self.variables is not None:
+            self.ready = threading.Thread(target=work, name="dali-launch-eval-ahead", daemon=True)
+            self.ready.start()
+
+    def _zero(self):
+        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
+        return self.data.put([zero] * len(self.data.devices))
 
     def _build(self) -> None:
         """Not at start-up: the job's first step waits for process 0's start-up, and a pipeline that
