@@ -12,7 +12,9 @@
               the first (which compiles), the share of them spent waiting for DALI, test accuracy
               after the last epoch (the synthetic classes are learnable: chance is 1/classes)
 
-Each GPU count in --gpus runs all three; with 2 GPUs `train` runs in both layouts (node: one process
+`--decoded-cache auto,off` runs `train` once per value (the cache's effect, in one run; the table says what
+each resolved to); `--extra '--checkpoint-every-steps 100'` adds flags to every `train` run (the table's
+ckpt wait: the share of the epochs the step waited for checkpoints). Each GPU count in --gpus runs all three; with 2 GPUs `train` runs in both layouts (node: one process
 drives both, `dali-launch train --gpus-per-node 2`; process: `dali-launch --local --gpus-per-node 2
 --processes 2`), and the scaling efficiency is its images/s over twice the 1-GPU run's.
 Every part runs in a child process of its own: JAX in this one would hold the GPUs.
@@ -139,19 +141,20 @@ def child_part(args, name: str, gpus: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def train_flags(args, workload: dict) -> list[str]:
+def train_flags(args, workload: dict, cache: str = "auto") -> list[str]:
     flags = ["--pipeline", "folders", "--data-dir", str(args.data), "--num-classes", str(args.classes)]
-    flags += ["--epochs", str(args.epochs)]
+    flags += ["--epochs", str(args.epochs), "--decoded-cache", cache, *args.extra.split()]
     for key, value in workload.items():
         flags += [f"--{key.replace('_', '-')}", str(value)]
     return flags + (["--platform", "cpu"] if args.smoke_cpu else ["--platform", "gpu"])
 
 
-def train(args, workload: dict, gpus: int, layout: str, root: Path) -> dict:
+def train(args, workload: dict, gpus: int, layout: str, root: Path, cache: str = "auto") -> dict:
     """`dali-launch` end to end, in a fresh process; the figures from its metrics.jsonl."""
     where = ["train"] if layout == "node" else ["--local", "--processes", str(gpus)]
-    run_root = root / f"{gpus}-{layout}"
-    argv = [*CLI, *where, "--gpus-per-node", str(gpus), *train_flags(args, workload), "--run-root", str(run_root)]
+    run_root = root / f"{gpus}-{layout}-cache-{cache}"
+    flags = train_flags(args, workload, cache)
+    argv = [*CLI, *where, "--gpus-per-node", str(gpus), *flags, "--run-root", str(run_root)]
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     row = {
@@ -170,6 +173,11 @@ def train(args, workload: dict, gpus: int, layout: str, root: Path) -> dict:
     mean = lambda key: sum(e[key] for e in steady) / len(steady)
     return {
         **row,
+        "cache": cache,
+        "decoded_cache": ranks[0]["resolved"]["decoded_cache_note"],  # what --decoded-cache resolved to
+        "checkpoint_wait_fraction": sum(e["checkpoint_wait_s"] or 0 for e in steady)
+        / sum(e["epoch_time_s"] for e in steady),
+        "first_eval_s": epochs[0]["eval_time_s"],
         "parallel": ranks[0]["resolved"]["parallel"],  # what the defaults resolved to
         "images_per_s_per_gpu": mean("images_per_s_per_device"),
         "data_wait_fraction": mean("data_wait_fraction"),
@@ -203,6 +211,7 @@ def add_scaling(rows: list[dict]) -> None:
 def table(rows: list[dict]) -> str:
     head = f"{'GPUs':>4}  {'layout':<8}{'train img/s/GPU':>16}{'step only':>11}{'data only':>11}{'global':>9}"
     head += f"{'train/step':>11}{'data wait':>10}{'host wait':>10}{'scaling':>9}{'accuracy':>10}"
+    head += f"{'ckpt wait':>10}{'eval 0 s':>9}  decoded cache"
     lines = [head, "-" * len(head)]
     fig = lambda v, f: "-" if v is None else format(v, f)
     for gpus in sorted({r["gpus"] for r in rows}):
@@ -217,6 +226,8 @@ def table(rows: list[dict]) -> str:
                 f"{fig(r.get('data_wait_fraction'), '.1%'):>10}{fig(r.get('host_wait_fraction'), '.1%'):>10}"
                 f"{fig(r.get('scaling'), '.2f'):>9}"
                 f"{fig(r.get('test_accuracy'), '.3f'):>10}"
+                f"{fig(r.get('checkpoint_wait_fraction'), '.1%'):>10}{fig(r.get('first_eval_s'), '.1f'):>9}"
+                f"  {r.get('decoded_cache', '-')}"
             )
     errors = [f"{r['part']} {r['gpus']} GPU(s) {r.get('layout', '')}: {r['error']}" for r in rows if "error" in r]
     notes = [
@@ -259,6 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", type=listed(choices=(*PARTS, "train")), default="step,data,data-global,train")
     parser.add_argument("--epochs", type=int, default=3, help="Epochs of each `train` run (the first compiles).")
     parser.add_argument("--calls", type=int, default=30, help="Device calls timed in the step and data parts.")
+    parser.add_argument(
+        "--decoded-cache",
+        type=listed(),
+        default="auto",
+        help="--decoded-cache of each `train` run, e.g. auto,off (its effect in one run) or 20G.",
+    )
+    parser.add_argument(
+        "--extra", default="", help="More flags for every `train` run, e.g. '--checkpoint-every-steps 100'."
+    )
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # a child's one part
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path)
@@ -288,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         for gpus in args.gpus:
             rows += [child_part(args, name, gpus) for name in PARTS if name in args.parts]
             for layout in ("node", "process") if gpus > 1 else ("node",):
-                rows += [train(args, workload, gpus, layout, Path(root))] if "train" in args.parts else []
-                print(table(rows), flush=True)
+                for cache in args.decoded_cache if "train" in args.parts else []:
+                    rows.append(train(args, workload, gpus, layout, Path(root), cache))
+                    print(table(rows), flush=True)
     add_scaling(rows)
     text = table(rows)
     print(text)

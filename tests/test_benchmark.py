@@ -220,3 +220,21 @@ def test_step_levers_smoke_times_each_kind_of_lever_against_the_baseline(tmp_pat
     assert rows["autotune-0"]["options"] == {"xla_gpu_enable_command_buffer": "", "xla_gpu_autotune_level": "0"}
     assert rows["batch-384"]["batch"] == 6 and rows["no-donation"]["donate"] is False
     assert "x baseline" in doc["table"] and doc["table"] in proc.stdout
+
+
+def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
+    """benchmarks/startup.py: two `dali-launch --local` runs in one run root, launch -> first step and the
+    start-up phases of each; the second finds every program in the run root's cache."""
+    out = tmp_path / "startup.json"
+    argv = ["--smoke-cpu", "--data", str(small_lmdb), "--out", str(out)]
+    check_ok(bench(*argv, timeout=300, script=REPO / "benchmarks" / "startup.py"))
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 and all(r["first_step_s"] > 0 and r["first_eval_s"] > 0 for r in rows), rows
+    assert list(rows[0]["startup"]) == [
+        "imports",
+        "jax initialized",
+        "checkpoints read",
+        "pipelines built",
+        "model initialised",
+        "first step",
+    ], rows[0]["startup"]
