@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from dali_launch.trainer.config import (
     DataConfig,
@@ -197,10 +198,13 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
         num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
         local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
     )
+    train = run.train  # --compile-cache "": the run root's (trainer/compile_cache.py)
+    if train.init_from:  # as --data-dir: from where dali-launch runs, whatever the tasks' folder
+        train = replace(train, init_from=str(Path(train.init_from).absolute()))
     return TaskSpec(
         run_dir=run_dir,
         data=replace(run.data, data_dir=data_dir),
-        train=run.train,  # --compile-cache "": the run root's (trainer/compile_cache.py)
+        train=train,
         distributed=run.distributed,
         resilience=run.resilience,
         observe=run.observe,

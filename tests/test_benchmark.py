@@ -238,3 +238,27 @@ def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
         "model initialised",
         "first step",
     ], rows[0]["startup"]
+
+
+def test_imagenet_smoke_of_a_vit_with_augmentation_and_mixing(tmp_path):
+    """Issue 31's workload through benchmarks/imagenet.py (vit-ti16 stands in for vit-s16 on CPU): the step
+    with mixing and without, DALI alone with RandAugment; the table says the flags and the resolved attention."""
+    out = tmp_path / "vit.json"
+    proc = bench(
+        *("--data", str(tmp_path / "synth"), "--synth", "32", "--classes", "4", "--gpus", "1", "--calls", "2"),
+        *("--model", "vit-s16", "--augment", "randaugment", "--mixup", "0.8", "--cutmix", "1.0"),
+        *("--parts", "step,step-unmixed,data", "--smoke-cpu", "--out", str(out)),
+        timeout=600,
+        script=REPO / "benchmarks" / "imagenet.py",
+    )
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    rows = {r["part"]: r for r in doc["rows"]}
+    assert sorted(rows) == ["data", "step", "step-unmixed"] and all(
+        r["images_per_s_per_gpu"] > 0 for r in rows.values()
+    )
+    assert doc["workload"] | {"model": "vit-ti16", "augment": "randaugment", "mixup": 0.8} == doc["workload"]
+    assert rows["step"]["resolved"]["attention"] == "xla"
+    first = doc["table"].splitlines()[0]
+    assert first.startswith("--model vit-ti16") and "--cutmix 1.0" in first and "attention xla" in first, first
+    assert "unmixed" in doc["table"].splitlines()[1]

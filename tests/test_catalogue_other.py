@@ -10,6 +10,7 @@ from catalogue import SUBMIT, check_entry
 from test_catalogue_config import CONFIG
 from test_catalogue_data import DATA
 from test_catalogue_jobs import LAYOUT, NODE_RANGE, SCRIPT
+from test_catalogue_recipes import RECIPES
 
 from dali_launch.trainer import flavours
 
@@ -165,5 +166,5 @@ def test_flavours(capsys, place, nothing_starts, monkeypatch, command, extra, me
 
 
 def test_the_catalogue_is_long_enough():
-    entries = DATA + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER
+    entries = DATA + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER + RECIPES
     assert len(entries) >= 20 and len({e.id for e in entries}) == len(entries)

@@ -146,7 +146,8 @@ def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, 
         (
             "--model",
             "transformer",
-            "unknown --model transformer; use one of mlp, cnn, cnn-nnx, resnet18, resnet50, or package.module:factory",
+            "unknown --model transformer; use one of mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16, vit-s16, "
+            "vit-b16, or package.module:factory",
         ),
         (
             "--pipeline",
@@ -247,6 +248,13 @@ def test_broken_contracts_are_refused_before_anything_is_written(
             "the pipeline gave float labels (one-hot "
             "or soft targets) 12 wide but --num-classes is 10; make them 10 wide, or give class ids",
             id="one-hot-width",
+        ),
+        pytest.param(
+            ["--pipeline", "mypkg.pipe:one_hot_wide", "--mixup", "0.2"],
+            list(range(8)),
+            "--mixup/--cutmix mix targets 10 wide (--num-classes 10), but the pipeline gave float labels (one-hot "
+            "or soft targets) 12 wide; make them 10 wide, or give class ids",
+            id="one-hot-width-mixup",
         ),
     ],
 )

@@ -44,10 +44,15 @@ def test_preempted_run_resumes_to_the_same_parameters(mnist_lmdb, tmp_path, mode
     _preempt_and_resume(tmp_path, common, lambda: rank_report(tmp_path / "cut", 0), after_s=2)  # well into epoch 0
 
 
-@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
-def test_preempted_run_of_each_format_resumes_to_the_same_parameters(synth_sets, tmp_path, fmt):
+# issue 31's augmentation in DALI (its random choices through DALI's conditionals) and mixing in the step
+AUGMENTED = ["--augment", "randaugment", "--mixup", "0.2", "--cutmix", "1.0", "--label-smoothing", "0.1"]
+
+
+@pytest.mark.parametrize("fmt, extra", [("tfrecord", AUGMENTED), ("webdataset", [])], ids=["tfrecord", "webdataset"])
+def test_preempted_run_of_each_format_resumes_to_the_same_parameters(synth_sets, tmp_path, fmt, extra):
     """The same for the sharded formats, random crops and flips included: DALI's checkpoints hold
-    readers.tfrecord's and readers.webdataset's positions and shuffling, and the augmentation's RNG.
+    readers.tfrecord's and readers.webdataset's positions and shuffling, and the augmentation's RNG
+    (tfrecord's run also with RandAugment, mixup and cutmix: their states are DALI's and the step's).
     Their epochs are short (210 samples): the signal follows the first step checkpoint."""
     common = [
         "--data-dir",
@@ -55,7 +60,7 @@ def test_preempted_run_of_each_format_resumes_to_the_same_parameters(synth_sets,
         "--pipeline",
         fmt,
         *["--model", "cnn", "--image-size", "32", "--num-classes", "4", "--batch-size", "4"],
-        *["--learning-rate", "0.01", "--checkpoint-every-steps", "5"],
+        *["--learning-rate", "0.01", "--checkpoint-every-steps", "5", *extra],
     ]
     _preempt_and_resume(tmp_path, common, lambda: has_checkpoint(tmp_path / "cut"))
 

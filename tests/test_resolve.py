@@ -69,8 +69,11 @@ def test_resolve_records_every_auto_value():
         "decoded_cache": "off",  # no memory measured: nothing to keep it in
         "decoded_cache_mb": 0,
         "decoded_cache_note": "off (the decoded size of the data set is unknown: a format records/ does not read)",
+        "attention": "",  # the MLP has none; a ViT's: below
     }
     assert auto.call_batch == 50
+    vit = TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32), train=TrainConfig(model="vit-s16"))
+    assert resolve(vit, place(vit, "cpu"), 1, 1, 1).attention == "xla"  # CPUs: XLA's; GPUs in bf16 probe cuDNN's
     assert (auto.data_config(spec.data).reader_threads, auto.data_config(spec.data).decoder) == (2, "cpu")
 
 

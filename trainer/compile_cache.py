@@ -46,15 +46,20 @@ def use(spec: TaskSpec) -> Path | None:
         return None
     mine = RunPaths(spec.run_dir).compile_cache
     link_all(shared, mine)
+    point_jax_at(mine)
+    return mine
+
+
+def point_jax_at(folder: Path) -> None:
+    """JAX's persistent cache in `folder`, its entries' keys independent of the folder's path."""
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", str(mine))
+    jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
     # JAX would also point XLA's autotuning cache into this folder, and that path is part of every entry's
     # key: each run's keys would differ and no run would find another's programs.
     with contextlib.suppress(AttributeError):
         jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
-    return mine
 
 
 def link_all(shared: Path, mine: Path) -> None:

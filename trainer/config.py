@@ -97,6 +97,24 @@ class DataConfig:
         "bfloat16), or auto: float16 with --precision bf16, which computes in bf16 anyway, else float32.",
         choices=("auto", "float32", "float16"),
     )
+    # Today's vision recipes (issue 31): augmentation on the DALI side (data/augment.py).
+    augment: str = opt(
+        "none",
+        "Training augmentation after the crop and flip, in DALI (on the GPU with --decoder mixed), from "
+        "nvidia.dali.auto_aug: randaugment (--randaugment N,M), trivialaugment (TrivialAugment Wide), "
+        "autoaugment (AutoAugment's ImageNet policy), or none. Image pipelines only; evaluation is never augmented.",
+        choices=("none", "randaugment", "trivialaugment", "autoaugment"),
+    )
+    randaugment: str = opt(
+        "2,9",
+        "--augment randaugment: N,M: N operations per image at magnitude M (0..30), as timm's rand-m9-n2.",
+    )
+
+    def randaugment_nm(self) -> tuple[int, int]:
+        """--randaugment as (N, M); ValueError when it is not two integers."""
+        n, m = (int(part) for part in self.randaugment.replace(" ", "").split(","))
+        return n, m
+
     decoded_cache: str = opt(
         "auto",
         "Decode each training sample once and keep it decoded (before augmentation): with nvJPEG in DALI's decoder "
@@ -124,8 +142,8 @@ class TrainConfig:
     model: str = opt(
         "mlp",
         "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
-        "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), or package.module:factory of "
-        "your own, Linen or NNX (see docs/models.md).",
+        "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 "
+        "(big_vision's ViTs, 16x16 patches), or package.module:factory of your own, Linen or NNX (see docs/models.md).",
     )
     epochs: int = opt(5, "Training epochs.", on_resume="may change")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
@@ -234,7 +252,7 @@ class TrainConfig:
     )
     batchnorm_stats: str = opt(
         "auto",
-        "Precision of BatchNorm's batch statistics (mean, variance) in a model with a `float32_stats` field (the "
+        "Precision of BatchNorm's batch statistics (mean, variance) in a model whose factory takes `batchnorm_stats` (the "
         "built-in resnet50): float32 (Flax's default, stable in bf16 training), compute (the --precision dtype: "
         "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
         choices=("auto", "float32", "compute"),
@@ -249,6 +267,47 @@ class TrainConfig:
     )
     record_samples: bool = opt(
         False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.", on_resume="may change"
+    )
+    # Today's vision recipes (issue 31): ViTs (model/vit.py), mixing (step/mixing.py), fine-tuning (model/init_from.py).
+    mixup: float = opt(
+        0.0,
+        "Mixup's alpha: each device's batch is mixed with itself reversed, by a weight from Beta(alpha, alpha) "
+        "per batch, targets too (timm's Mixup; 0: off). With --cutmix, each batch takes one of the two at even odds.",
+    )
+    cutmix: float = opt(
+        0.0,
+        "CutMix's alpha: a box of each device's batch is pasted from the batch reversed, its area from "
+        "Beta(alpha, alpha) per batch; the targets' weights are the areas (0: off).",
+    )
+    drop_path: float = opt(
+        0.0,
+        "Stochastic depth of the ViTs: the largest rate a block's residual branches are dropped at (rising "
+        "linearly from 0 at the first block, as DeiT), per sample while training.",
+    )
+    vit_pool: str = opt(
+        "gap",
+        "How the ViTs pool their tokens for the head: gap (global average, big_vision's ImageNet recipe) or cls "
+        "(a class token).",
+        choices=("gap", "cls"),
+    )
+    attention: str = opt(
+        "auto",
+        "The ViTs' attention (jax.nn.dot_product_attention): xla, cudnn (cuDNN's fused kernel), cudnn-padded "
+        "(the sequence padded to a multiple of 64 for it, the padding masked), or auto: on GPUs in bf16 the first "
+        "cuDNN form that compiles for the model's shapes, else xla. The choice is in rank_map.json and the rank line.",
+        choices=("auto", "xla", "cudnn", "cudnn-padded"),
+    )
+    init_from: str | None = opt(
+        None,
+        "Fine-tune: start from the parameters (and BatchNorm statistics) of a run directory's newest "
+        "checkpoint, one of its checkpoints/STEP folders or an Orbax checkpoint of a compatible model; not its "
+        "optimizer, step or data position. A head of another --num-classes is re-initialised.",
+        path=True,
+    )
+    layer_decay: float = opt(
+        1.0,
+        "ViTs: layer-wise learning-rate decay (BEiT, DeiT III): block i of D gets the rate × decay^(D - i), the "
+        "embeddings decay^(D + 1), the head and final norm the rate itself (1: off).",
     )
 
     def decay_epoch_list(self) -> list[int]:

@@ -24,6 +24,9 @@ BUILTIN = {
         "cnn-nnx": "dali_launch.trainer.model.cnn_nnx:CNN",
         "resnet18": "dali_launch.trainer.model.models:ResNet18",
         "resnet50": "dali_launch.trainer.model.resnet:resnet50",
+        "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
+        "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
+        "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
     },
     "pipeline": {
         "mnist": "dali_launch.trainer.data.pipelines:mnist",
@@ -70,17 +73,30 @@ def check(kind: str, name: str, num_classes: int = 10) -> None:
         load(kind, name)
 
 
-def create_model(name: str, num_classes: int, adapter: str | None = None, batchnorm_stats: str = "auto"):
+def create_model(name: str, num_classes: int, adapter: str | None = None, **options):
     """`--model NAME`, made as model/contract.py says: a flax.linen.Module, or an NNX module presented
     as the trainer calls a Linen one (`adapter`: contract.ADAPTER unless a benchmark names another).
-    A Linen model with a `float32_stats` field (resnet50's) is given --batchnorm-stats (compute: False)."""
+    `options` (model_options) go to a Linen factory that names them as parameters."""
     from dali_launch.trainer.model import contract  # Flax and JAX: only where a model is made
 
     factory = load("model", name)
-    model = contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER)
-    if hasattr(model, "float32_stats") and hasattr(model, "clone"):
-        model = model.clone(float32_stats=batchnorm_stats != "compute")
-    return model
+    named = (signature_of(factory) or inspect.Signature()).parameters
+    options = {k: v for k, v in options.items() if k in named}
+    return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER, options)
+
+
+MODEL_OPTIONS = ("drop_path", "vit_pool", "attention", "batchnorm_stats")  # TrainConfig fields a model factory may name
+
+
+def model_options(train) -> dict:
+    """The flags a model factory may take beside num_classes, from a TrainConfig (its `attention` resolved
+    by the task: resolve.py)."""
+    return {name: getattr(train, name) for name in MODEL_OPTIONS}
+
+
+def run_model(spec):
+    """The run's model: --model with --num-classes and the model options."""
+    return create_model(spec.train.model, spec.data.num_classes, **model_options(spec.train))
 
 
 _CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}

@@ -42,6 +42,8 @@ parallel         how steps run (step/parallel.py): pmap for a model with mutable
                  every BatchNorm layer all-reduces its moments inside the step (99 all-reduces in a
                  ResNet-50 step: 5,870 against 6,300 images/s per H200 on two, README). Else sharded:
                  one program, fewer host dispatches (README's MNIST tables)
+attention        the built-in ViTs' attention implementation (model/attention.py), stage 2: on GPUs in bf16
+                 the first cuDNN form that compiles for the model's shapes, else xla ("" for other models)
 """
 
 from __future__ import annotations
@@ -52,9 +54,10 @@ from dataclasses import asdict, dataclass
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-from dali_launch.trainer.data import contract, shards
+from dali_launch.trainer.data import augment, contract, shards
 from dali_launch.trainer.data.memory import Room
 from dali_launch.trainer.data.placement import Placement
+from dali_launch.trainer.model import attention, vit
 from dali_launch.trainer.resilience.start_point import StartPoint
 
 CALL_SAMPLES = 1200
@@ -87,6 +90,7 @@ class Resolved:
     decoded_cache: str = "off"  # off, host (this process's decoded shards in host memory) or decoder (DALI's)
     decoded_cache_mb: int = 0  # host: the estimated decoded shards; decoder: its size per device
     decoded_cache_note: str = ""  # why, for the start-up line
+    attention: str = ""
 
     @property
     def call_batch(self) -> int:
@@ -106,9 +110,14 @@ class Resolved:
             feed = f", records read in {where}"
         return (
             f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
-            f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}, "
-            f"decoded cache {self.decoded_cache_note}"
+            f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}"
+            f"{augment.phrase(config)}, decoded cache {self.decoded_cache_note}"
         )
+
+    def startup_phrase(self, spec: TaskSpec) -> str:
+        """How DALI runs and the model's resolved choices (if it has any), for the task's start-up line."""
+        model = attention.phrase(self.attention, vit.tokens(spec.data.image_size, spec.train.vit_pool))
+        return "; ".join(p for p in (self.dali_phrase(spec.data), model) if p)
 
     def data_config(self, config: DataConfig) -> DataConfig:
         """`config` with its auto values replaced by these: what the pipelines are built from."""
@@ -122,9 +131,10 @@ class Resolved:
 
     def train_config(self, config: TrainConfig) -> TrainConfig:
         """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
-        the BatchNorm statistics' precision resolved (what the model is made with)."""
-        lr = config.learning_rate * self.lr_scale
-        return dataclasses.replace(config, learning_rate=lr, batchnorm_stats=self.batchnorm_stats)
+        the BatchNorm statistics' precision and --attention resolved (what the model is built from:
+        entry_points.model_options)."""
+        lr, chosen = config.learning_rate * self.lr_scale, self.attention or config.attention
+        return dataclasses.replace(config, learning_rate=lr, attention=chosen, batchnorm_stats=self.batchnorm_stats)
 
 
 def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
@@ -230,6 +240,12 @@ def resolve(
         decoded_cache=kept[0],
         decoded_cache_mb=kept[1],
         decoded_cache_note=kept[2],
+        attention=attention.choose(
+            spec.train.attention,
+            where.platform,
+            spec.train.precision,
+            vit.attention_shape(spec.train.model, spec.data.image_size, spec.train.vit_pool),
+        ),
     )
 
 

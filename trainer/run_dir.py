@@ -24,6 +24,7 @@ class RunPaths:
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
+    init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
@@ -59,6 +60,7 @@ class RunPaths:
     step = property(lambda self: self.root / "step.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
     compile_cache = property(lambda self: self.root / "compile-cache")
+    init_from = property(lambda self: self.root / "init_from.json")
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

@@ -21,7 +21,8 @@ import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, shards
-from dali_launch.trainer.entry_points import create_model
+from dali_launch.trainer.entry_points import run_model
+from dali_launch.trainer.model import init_from
 from dali_launch.trainer.model.contract import width_error
 from dali_launch.trainer.model.forward import Forward, train_kwarg
 from dali_launch.trainer.observe.metrics import Reporter
@@ -33,6 +34,7 @@ from dali_launch.trainer.resolve import Resolved, parallel
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim
 from dali_launch.trainer.step.evaluate import Evaluator, split_dir
+from dali_launch.trainer.step.mixing import Mixing
 from dali_launch.trainer.step.parallel import call_tally, create, finished
 from dali_launch.trainer.step.state import Recipe, TrainState
 from dali_launch.trainer.topology import job_devices
@@ -75,6 +77,8 @@ def set_up(
     mode = create(mode_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers)
     compiling = _compile_ahead(spec, mode, data, shapes)
     fresh = create_train_state(spec, example, slots)
+    if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
+        fresh = init_from.apply(spec, fresh, reporter.say, RunPaths(spec.run_dir).init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
     state = _continued(state, start, slots, reporter, spec)
     startup.mark("model initialised")
@@ -83,7 +87,7 @@ def set_up(
         devices=devices,
         batch_size=auto.batch_per_device_step,
         resolved=auto.as_dict(mode_name),
-        dali=auto.dali_phrase(spec.data),
+        dali=auto.startup_phrase(spec),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
     evaluated = shapes.variables(ema=spec.train.eval_ema)  # what `prepare` compiles the evaluation for
@@ -147,10 +151,11 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
     """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
     with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
     t = spec.train
-    model = create_model(t.model, spec.data.num_classes, batchnorm_stats=t.batchnorm_stats)
+    model = run_model(spec)
     forward = Forward(model, t.precision)
     train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
-    recipe = Recipe(accumulate_steps=t.accumulate_steps, ema_decay=t.ema_decay, label_smoothing=t.label_smoothing)
+    mixing = Mixing(t.mixup, t.cutmix)
+    recipe = Recipe(t.accumulate_steps, t.ema_decay, t.label_smoothing, mixing, spec.data.num_classes)
     tx, schedule = optim.optimizer(t), optim.schedule(t, slots_per_epoch)
 
     def fresh(example):

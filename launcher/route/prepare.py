@@ -2,7 +2,7 @@
 
 Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
 contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
-it (model_check.py). Then each run's
+it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py). Then each run's
 directory is created, or reopened for --resume (route/resume.py made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
@@ -15,7 +15,7 @@ from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.route import directory, model_check, rank_map
+from dali_launch.launcher.route import directory, init_check, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import entry_points, flavours
 from dali_launch.trainer.data import contract
@@ -57,6 +57,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
         directory.check_root(run.launch.run_root)
     data_dir = data_of(run)
     model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
+    init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
     return data_dir
 
 

@@ -23,6 +23,8 @@ reader (--readers-per-device per device) and split, and returns two DALI DataNod
   nvJPEG's memory hints), or `args.decode(encoded, **kwargs)` decodes: then --decoded-cache may keep each
   training sample decoded (`args.keeps_decoded`: crop after decoding, not in the decoder); image
   pipelines output `args.dtype()` (float16 under --precision bf16);
+- `images` of training: `args.auto_augment(images)` on the uint8 HWC crops, before normalising, applies
+  --augment (a no-op without it, and in evaluation);
 - `labels`: integer class ids (shape () or (1,)) in 0..num_classes-1 (checked while training:
   label_check.py), or float one-hot/soft targets (num_classes,).
 Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
@@ -33,7 +35,7 @@ that it decodes through `args.decode` (`cacheable=True`: --decoded-cache auto ma
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # nvJPEG's buffers sized as in DALI's ResNet-50 examples for the largest ImageNet image (5980x6430): with
 # DALI's defaults (16 and 8 MiB, no hardware-decoder preallocation) they are regrown during the first epoch.
@@ -63,6 +65,9 @@ class PipelineArgs:
     output_dtype: str = "float32"  # --output-dtype resolved: float32 or float16
     feed: object = None  # --sample-order global: the reader's feed.Feed (training only); None: DALI's shards
     decoded_cache: object = None  # decoded_cache.py's role for args.decode (training only); None: decode each time
+    augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
+    randaugment: tuple[int, int] = (2, 9)  # --randaugment N,M
+    applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called
 
     def reader_args(self) -> dict:
         """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
@@ -73,6 +78,14 @@ class PipelineArgs:
             "pad_last_batch": True,
             "stick_to_shard": True,
         }
+
+    def auto_augment(self, images):
+        """--augment's policy (RandAugment, TrivialAugment Wide, AutoAugment: data/augment.py) on a batch of
+        uint8 HWC training crops of --image-size; `images` as they are in evaluation or with --augment none.
+        A pipeline of one's own calls it after its crop (the built-ins do); --augment is refused if not."""
+        from dali_launch.trainer.data import augment
+
+        return augment.apply(images, self)
 
     def read(self, reader: str, **kwargs):
         """(encoded, labels) of the pipeline's one reader, `fn.readers.<reader>(**kwargs)`, in the run's sample

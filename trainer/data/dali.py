@@ -16,7 +16,7 @@ from nvidia.dali import backend, pipeline_def
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import decoded_cache
+from dali_launch.trainer.data import augment, decoded_cache
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
@@ -52,13 +52,18 @@ class Start:
         return Feed(self.seed, self.devices, self.batch, self.steps, readers, device, reader, *where)
 
 
-@pipeline_def(enable_conditionals=False)
-def graph(function, args: PipelineArgs, name: str):
+def _graph(function, args: PipelineArgs, name: str):
     """The user's (or a built-in) pipeline function inside a DALI pipeline; `name` is its --pipeline."""
     outputs = function(args)
     if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
         raise UsageError(f"--pipeline {name} returned {type(outputs).__name__}; return two DataNodes: images, labels")
+    augment.check_applied(args, name)
     return tuple(outputs)
+
+
+graph = pipeline_def(enable_conditionals=False)(_graph)
+# --augment: auto_aug picks each sample's operations with DALI's `if` on data (conditionals)
+augmented_graph = pipeline_def(enable_conditionals=True)(_graph)
 
 
 class DeviceBatches:
@@ -223,14 +228,15 @@ def _decoded_cache(function, path: str, sharding: Sharding, training: bool, conf
     mb = config.decoded_cache_mb() if training else 0
     if not mb or config.decoder != "cpu":
         return decoded_cache.role(mb, config.decoder, None), None
-    base = pipeline_args(path, 0, 1, 1, True, config, seed)
+    # The fill keeps what is decoded, before any augmentation: none in its graph (no conditionals there).
+    base = dataclasses.replace(pipeline_args(path, 0, 1, 1, True, config, seed), augment="none")
     table = decoded_cache.fill(function, base, sharding, config.reader_threads * sharding.readers)
     return decoded_cache.role(mb, config.decoder, table), table
 
 
 def _pipeline(function, args: PipelineArgs, config: DataConfig, device, checkpoint: bytes | None, feed: Feed | None):
     """One reader's pipeline, not built yet: on its device's GPU where it decodes there."""
-    return graph(
+    return (augmented_graph if args.training and args.augment != "none" else graph)(
         function,
         args,
         config.pipeline,
@@ -270,6 +276,8 @@ def pipeline_args(
         hw_decoder_load=config.hw_decoder_load,
         output_dtype=config.output_dtype,
         feed=feed,
+        augment=config.augment,
+        randaugment=config.randaugment_nm() if config.augment == "randaugment" else (2, 9),
     )
 
 

@@ -4,7 +4,7 @@ mnist    the DALI + Flax example's: Caffe2 LMDB -> grey JPEG decode -> /255 -> f
          one-hot labels for training, class ids for evaluation (DALI_extra's db/MNIST layout)
 folders  JPEG class folders (SPLIT/<class>/<file>.jpg, classes numbered in sorted order, as
          `dali-launch data prepare --format folders` writes them) for real image sets:
-         training: random resized crop + flip; evaluation: resize + center crop;
+         training: random resized crop + flip (+ --augment: augment.py); evaluation: resize + center crop;
          both: ImageNet mean/std normalisation, --image-size square RGB crops, HWC floats
 tfrecord   the same images and augmentation from TFRecord shards of tf.Examples (image/encoded,
            image/class/label), SPLIT/*.tfrecord each with DALI's index SPLIT/*.idx
@@ -84,11 +84,12 @@ def imagenet_augment(jpegs, labels, args: PipelineArgs):
     crop = {"random_area": [0.08, 1.0], "random_aspect_ratio": [3 / 4, 4 / 3]}
     if args.training and args.keeps_decoded:  # whole images, decoded once (--decoded-cache), cropped every epoch
         images = fn.random_resized_crop(args.decode(jpegs, output_type=types.RGB), size=[size, size], **crop)
+        images = args.auto_augment(images)  # --augment (augment.py)
         mirror = fn.random.coin_flip(probability=0.5)
     elif args.training:
         # Decoding only the random crop's region: cheaper than decoding whole images, on either device.
         images = fn.decoders.image_random_crop(jpegs, **decoder, output_type=types.RGB, **crop)
-        images = fn.resize(images, size=[size, size])
+        images = args.auto_augment(fn.resize(images, size=[size, size]))  # --augment (augment.py)
         mirror = fn.random.coin_flip(probability=0.5)
     else:
         images = args.decode(jpegs, output_type=types.RGB)

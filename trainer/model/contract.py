@@ -21,10 +21,21 @@ from dali_launch.trainer.model.forward import train_kwarg
 ADAPTER = "split"
 
 
-def make(name: str, factory: Callable, num_classes: int, takes_rngs: bool, adapter: str = ADAPTER):
+def make(
+    name: str,
+    factory: Callable,
+    num_classes: int,
+    takes_rngs: bool,
+    adapter: str = ADAPTER,
+    options: dict | None = None,
+):
     """The module `factory` makes: a flax.linen.Module, or for an nnx.Module its adapter;
-    `takes_rngs`: the factory names an `rngs` parameter (entry_points.takes_rngs)."""
-    model = nnx_model.build(name, factory, num_classes) if takes_rngs else _linen(name, factory, num_classes)
+    `takes_rngs`: the factory names an `rngs` parameter (entry_points.takes_rngs); `options`: the
+    model flags a Linen factory names (entry_points.model_options)."""
+    if takes_rngs:
+        model = nnx_model.build(name, factory, num_classes)
+    else:
+        model = _linen(name, factory, num_classes, options or {})
     if isinstance(model, nnx_model.NnxModel):
         if adapter == "bridge":
             from dali_launch.trainer.model.nnx_bridge import Bridged
@@ -44,12 +55,12 @@ def make(name: str, factory: Callable, num_classes: int, takes_rngs: bool, adapt
     return model
 
 
-def _linen(name: str, factory: Callable, num_classes: int):
+def _linen(name: str, factory: Callable, num_classes: int, options: dict):
     """factory(num_classes=N), evaluated abstractly: a Linen module is a dataclass and computes nothing;
     an NNX module built without rngs must not compute its parameters here either."""
     found = []
     try:
-        jax.eval_shape(lambda: found.append(factory(num_classes=num_classes)))
+        jax.eval_shape(lambda: found.append(factory(num_classes=num_classes, **options)))
     except Exception as e:
         raise UsageError(
             f"--model {name}: factory(num_classes={num_classes}) raised {type(e).__name__}: {e}; fix the factory"

@@ -25,6 +25,10 @@ draws dropout from the same per-step, per-device stream. entry_points.create_mod
     resnet18  ResNet-18 with GroupNorm, for the folders pipeline's HWC crops (any square size)
     resnet50  ResNet-50 v1.5 with BatchNorm, the standard ImageNet model (resnet.py)
     cnn-nnx   the CNN's twin in Flax NNX, layer for layer, for 28x28 grey images (cnn_nnx.py)
+    vit-ti16, vit-s16, vit-b16  Vision Transformers as big_vision's (vit.py)
+
+A Linen factory that also names `drop_path`, `vit_pool` or `attention` as parameters is given those
+flags' values (entry_points.model_options); other factories never see them.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class ResNet(nn.Module):
     num_classes: int = 1000
     stages: tuple[int, ...] = (3, 4, 6, 3)
     width: int = 64
-    float32_stats: bool = True  # --batchnorm-stats (entry_points.create_model sets it)
+    float32_stats: bool = True  # --batchnorm-stats (resnet50's factory sets it)
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -69,5 +69,6 @@ class ResNet(nn.Module):
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
-def resnet50(num_classes: int) -> ResNet:
-    return ResNet(num_classes=num_classes)
+def resnet50(num_classes: int, batchnorm_stats: str = "float32") -> ResNet:
+    """`batchnorm_stats` (--batchnorm-stats resolved: float32 or compute) sets the statistics' precision."""
+    return ResNet(num_classes=num_classes, float32_stats=batchnorm_stats != "compute")

@@ -17,7 +17,7 @@ import numpy as np
 
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
-from dali_launch.trainer.entry_points import create_model
+from dali_launch.trainer.entry_points import run_model
 from dali_launch.trainer.model.forward import Forward
 from dali_launch.trainer.step.parallel import finished
 
@@ -57,8 +57,7 @@ class Evaluator:
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.variables, self.compiled, self.ready = variables, None, finished()
         self.cache_bytes = spec.train.eval_cache_mb << 20
-        model = create_model(spec.train.model, spec.data.num_classes, batchnorm_stats=spec.train.batchnorm_stats)
-        forward = Forward(model, spec.train.precision)
+        forward = Forward(run_model(spec), spec.train.precision)
         mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.eval = jax.jit(partial(eval_call, forward), donate_argnums=(1,))

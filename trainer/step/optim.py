@@ -14,6 +14,7 @@ import jax
 import optax
 
 from dali_launch.trainer.config import TrainConfig
+from dali_launch.trainer.step import layer_decay
 
 
 def decay_mask(params):
@@ -23,7 +24,7 @@ def decay_mask(params):
 
 
 def optimizer(train: TrainConfig) -> optax.GradientTransformation:
-    """--optimizer with --momentum, --weight-decay and --clip-norm, at a learning rate of 1."""
+    """--optimizer with --momentum, --weight-decay, --clip-norm and --layer-decay, at a learning rate of 1."""
     wd, name = train.weight_decay, train.optimizer
     if name in ("sgd", "nesterov"):
         tx = optax.sgd(1.0, momentum=train.momentum or None, nesterov=name == "nesterov")
@@ -39,6 +40,8 @@ def optimizer(train: TrainConfig) -> optax.GradientTransformation:
         )
     if train.clip_norm:
         tx = optax.chain(optax.clip_by_global_norm(train.clip_norm), tx)
+    if train.layer_decay != 1.0:
+        tx = optax.chain(tx, layer_decay.scale_by_layer(train.layer_decay))
     return tx
 
 

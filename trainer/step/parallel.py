@@ -8,7 +8,8 @@
 Both take the same device call (DALI batch (devices, rows, ...), rows = --steps-per-call steps of
 --batch-size, and its `valid` mask, which the data side computes for either --sample-order) and make the same SGD steps: step j is rows [j*B, (j+1)*B) of every device, the loss
 is summed over the step's real samples of the whole job and divided by their count, so padding
-never counts and every replica applies the same update (state.py: the optimizer, accumulation, EMA).
+never counts and every replica applies the same update (state.py: the optimizer, accumulation, EMA;
+mixing.py: --mixup and --cutmix, on each device's batch of a step).
 A model's mutable collections (BatchNorm statistics) are averaged over the job after every step:
 under pmap each device computed its own; under jit the batch is one job-wide array, so they are
 the job's already and the average is the identity.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import jax
@@ -31,16 +32,18 @@ from flax import jax_utils
 from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.step import mixing
 
 
 @dataclass(frozen=True)
 class Job:
     """How a step's program sees the job: `sum` over every device (psum under pmap; nothing under jit,
     whose arrays are already job-wide) and `index`, this device's global index (0 under jit: one
-    program sees every row)."""
+    program sees every row); `devices`: the devices' batches its rows hold (jit: the job's, end to end)."""
 
     sum: Callable
     index: Callable
+    devices: int = 1
 
     def mean(self, x):
         return self.sum(x) / self.sum(jnp.ones((), x.dtype))
@@ -52,14 +55,15 @@ JIT_JOB = Job(lambda x: x, lambda: 0)
 
 def sgd_step(state, images, labels, valid, job: Job):
     """One SGD step on one batch (state.py applies it); the loss is the job's sum over real samples."""
-    key = state.dropout_key(job.index())
+    key, recipe, goal = state.dropout_key(job.index()), state.recipe, None
+    if recipe.mixing.on:  # the images change before the forward pass, the targets with them
+        goal = smoothed(recipe, targets(labels, recipe.num_classes, mixes=True))
+        images, goal = mixed(state, images, goal, job)
 
     def loss_sum(params):
         logits, collections = state.forward({"params": params, **state.collections}, images, True, key)
-        goal = targets(labels, logits.shape[-1])
-        if state.recipe.label_smoothing:
-            goal = optax.smooth_labels(goal, state.recipe.label_smoothing)
-        return jnp.sum(optax.softmax_cross_entropy(logits, goal) * valid), collections
+        goal_ = goal if goal is not None else smoothed(recipe, targets(labels, logits.shape[-1]))
+        return jnp.sum(optax.softmax_cross_entropy(logits, goal_) * valid), collections
 
     (loss, collections), grads = jax.value_and_grad(loss_sum, has_aux=True)(state.params)
     count = job.sum(jnp.sum(valid))
@@ -68,16 +72,36 @@ def sgd_step(state, images, labels, valid, job: Job):
     return state.learn(jax.tree.map(job.sum, grads), count, collections), job.sum(loss), count
 
 
-def targets(labels, num_classes: int):
+def targets(labels, num_classes: int, mixes: bool = False):
     """One-hot targets: float labels are used as they are, integer class ids are one-hot encoded here."""
     if labels.dtype.kind == "f":
         if labels.shape[-1] != num_classes:  # found while tracing: shapes are static
-            raise UsageError(
-                f"the pipeline gave float labels (one-hot or soft targets) {labels.shape[-1]} wide but "
-                f"--num-classes is {num_classes}; make them {num_classes} wide, or give class ids"
+            given, fix = (
+                f"float labels (one-hot or soft targets) {labels.shape[-1]} wide",
+                f"make them {num_classes} wide",
             )
+            if mixes:  # mixing comes first, before the model could say so
+                raise UsageError(
+                    f"--mixup/--cutmix mix targets {num_classes} wide (--num-classes {num_classes}), but the pipeline "
+                    f"gave {given}; {fix}, or give class ids"
+                )
+            raise UsageError(f"the pipeline gave {given} but --num-classes is {num_classes}; {fix}, or give class ids")
         return labels
     return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
+
+
+def smoothed(recipe, goal):
+    """--label-smoothing, before any mixing (timm's order)."""
+    return optax.smooth_labels(goal, recipe.label_smoothing) if recipe.label_smoothing else goal
+
+
+def mixed(state, images, goal, job: Job):
+    """--mixup/--cutmix on each device's batch, keyed by that device's dropout key of the step (mixing.py)."""
+    key = lambda device: jax.random.fold_in(state.dropout_key(device), mixing.STREAM)
+    if job.devices == 1:
+        return mixing.mix(key(job.index()), images, goal, state.recipe.mixing)
+    keys = jax.vmap(key)(jnp.arange(job.devices))
+    return mixing.mix_devices(keys, images, goal, state.recipe.mixing)
 
 
 def sgd_steps(state, images, labels, valid, job: Job):
@@ -133,7 +157,8 @@ def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: 
         per_step = x.reshape(x.shape[0], -1, batch_size, *x.shape[2:]).swapaxes(0, 1)
         return per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
 
-    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), JIT_JOB)
+    job = replace(JIT_JOB, devices=images.shape[0])  # each device's rows mix among themselves
+    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), job)
     seen = jax.vmap(label_check.fold)(tally["labels"], labels)  # per device, as the tally: no collective
     return state, advance(tally, rows, loss, count, seen)
 

@@ -20,6 +20,7 @@ import optax
 from flax import struct
 
 from dali_launch.trainer.model.forward import Forward
+from dali_launch.trainer.step.mixing import Mixing
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Recipe:
     accumulate_steps: int = 1
     ema_decay: float = 0.0
     label_smoothing: float = 0.0
+    mixing: Mixing = Mixing()  # --mixup, --cutmix (mixing.py)
+    num_classes: int = 0  # the targets' width, which mixing needs before the forward pass
 
 
 class TrainState(struct.PyTreeNode):

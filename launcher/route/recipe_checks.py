@@ -1,0 +1,95 @@
+"""The pure checks of the vision recipe's flags (issue 31): augmentation, mixing, the ViTs, fine-tuning.
+
+Run by checks.validate before anything is written. Nothing heavy is imported: the ViTs are known by
+their entry points, DALI's operation count and magnitude bins are constants here (tests/test_augment.py
+holds them to DALI's and to model/vit.py's).
+"""
+
+from __future__ import annotations
+
+from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.route.model_check import CROPS as IMAGE_PIPELINES  # HWC crops; mnist's are flat
+from dali_launch.trainer.config import DataConfig, TrainConfig
+from dali_launch.trainer.entry_points import BUILTIN
+from dali_launch.trainer.errors import UsageError
+
+RANDAUGMENT_OPS = 14  # DALI's RandAugment suite (augment.suite)
+MAGNITUDE_BINS = 31  # augment.MAGNITUDE_BINS
+PATCH = 16  # vit.PATCH
+
+
+def is_vit(model: str) -> bool:
+    return BUILTIN["model"].get(model, "").startswith("dali_launch.trainer.model.vit:")
+
+
+def validate(run: RunConfig) -> None:
+    _augment(run.data)
+    _mixing(run.train, run.data)
+    _vit(run.train, run.data)
+    if run.train.init_from is not None and not run.launch.resume:  # a resumed run starts from its checkpoint
+        from dali_launch.trainer.model import init_from  # light: the checkpoint's files, without JAX
+
+        init_from.locate(run.train.init_from)
+
+
+def _augment(data: DataConfig) -> None:
+    try:
+        n, m = data.randaugment_nm()
+    except ValueError:
+        raise UsageError(
+            f"--randaugment {data.randaugment} is not N,M (two integers); e.g. --randaugment 2,9"
+        ) from None
+    if not (1 <= n <= RANDAUGMENT_OPS and 0 <= m < MAGNITUDE_BINS):
+        raise UsageError(
+            f"--randaugment {data.randaugment} is out of range: N (operations per image) must be 1 to "
+            f"{RANDAUGMENT_OPS} and M (their magnitude) 0 to {MAGNITUDE_BINS - 1}; e.g. --randaugment 2,9"
+        )
+    if data.augment != "none" and data.pipeline == "mnist":
+        raise UsageError(
+            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(IMAGE_PIPELINES)} or your own); "
+            f"--pipeline mnist gives flat grey digits; use --augment none"
+        )
+
+
+def _mixing(train: TrainConfig, data: DataConfig) -> None:
+    for name in ("mixup", "cutmix"):
+        if not getattr(train, name) >= 0:
+            raise UsageError(
+                f"--{name} {getattr(train, name)} must be 0 (off) or more: it is Beta's alpha (0.2 to 1 are usual)"
+            )
+    if train.cutmix and data.pipeline == "mnist":
+        raise UsageError(
+            "--cutmix pastes boxes of HWC images, but --pipeline mnist gives flat vectors; use --mixup, or an "
+            "image pipeline"
+        )
+
+
+def _vit(train: TrainConfig, data: DataConfig) -> None:
+    if not 0 <= train.drop_path < 1:
+        raise UsageError(f"--drop-path {train.drop_path} is out of range; use a value in [0, 1)")
+    if not 0 < train.layer_decay <= 1:
+        raise UsageError(f"--layer-decay {train.layer_decay} is out of range; use a value in (0, 1] (1: off)")
+    builtin, vit = train.model in BUILTIN["model"], is_vit(train.model)
+    for name, value, off in (("drop_path", train.drop_path, 0.0), ("layer_decay", train.layer_decay, 1.0)):
+        if builtin and not vit and value != off:
+            flag = f"--{name.replace('_', '-')}"
+            raise UsageError(
+                f"{flag} is for the ViTs' blocks (--model {', '.join(m for m in BUILTIN['model'] if is_vit(m))}); "
+                f"--model {train.model} has none: leave {flag} out"
+            )
+    if train.attention.startswith("cudnn") and train.precision != "bf16":
+        raise UsageError(
+            f"--attention {train.attention} runs cuDNN's 16-bit kernels, but --precision is {train.precision}; add "
+            f"--precision bf16, or use --attention auto"
+        )
+    if vit and data.pipeline == "mnist":
+        raise UsageError(
+            f"--model {train.model} cuts images into {PATCH}×{PATCH} patches, but --pipeline mnist gives 28×28 "
+            f"digits; use an image pipeline (--pipeline folders, ...) with an --image-size divisible by {PATCH}"
+        )
+    if vit and data.pipeline in IMAGE_PIPELINES and data.image_size % PATCH:
+        fit = max(PATCH, data.image_size // PATCH * PATCH)
+        raise UsageError(
+            f"--image-size {data.image_size} is not divisible by {train.model}'s {PATCH}-pixel patches; use a "
+            f"multiple of {PATCH}, e.g. {fit}"
+        )

@@ -1,0 +1,122 @@
+"""The ViTs (model/vit.py), their attention (model/attention.py) and layer decay (step/layer_decay.py):
+shapes and parameter counts without computing, the padded attention against the plain one, drop path,
+the BEiT layer factors, and the launcher's constants held to the trainer's."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dali_launch.launcher.route import recipe_checks
+from dali_launch.trainer.data import augment
+from dali_launch.trainer.entry_points import BUILTIN, create_model
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model import attention, vit
+from dali_launch.trainer.step import layer_decay
+
+KEYS = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
+
+
+def shapes(name: str, classes: int = 1000, side: int = 224, **options):
+    model = create_model(name, classes, **options)
+    return jax.eval_shape(lambda x: model.init(KEYS, x), jax.ShapeDtypeStruct((1, side, side, 3), jnp.float32))
+
+
+@pytest.mark.parametrize(
+    "name, millions", [("vit-ti16", 5.72), ("vit-s16", 22.05), ("vit-b16", 86.57)]
+)  # timm's vit_{tiny,small,base}_patch16_224
+def test_parameter_counts_are_the_published_ones(name, millions):
+    count = sum(np.prod(x.shape) for x in jax.tree.leaves(shapes(name)))
+    assert count / 1e6 == pytest.approx(millions, abs=0.01)
+
+
+def test_gap_and_cls_pooling_and_the_block_layout():
+    gap, cls = shapes("vit-s16", side=32)["params"], shapes("vit-s16", side=32, vit_pool="cls")["params"]
+    assert "cls" in cls and "cls" not in gap and cls["cls"].shape == (1, 1, 384)
+    assert gap["pos_embedding"].shape == (1, 4, 384)  # 32×32: 2×2 patches; the class token is not embedded
+    block = gap["Transformer"]["encoderblock"]  # big_vision's scan layout: every block parameter stacked
+    assert block["MlpBlock_0"]["Dense_0"]["kernel"].shape == (12, 384, 1536)
+    assert block["MultiHeadDotProductAttention_0"]["query"]["kernel"].shape == (12, 384, 6, 64)
+    assert gap["head"]["kernel"].shape == (384, 1000)
+
+
+def test_an_image_side_not_divisible_by_the_patch_is_one_line():
+    with pytest.raises(UsageError) as e:
+        shapes("vit-ti16", side=40)
+    assert str(e.value) == (
+        "the ViTs cut images into 16×16 patches, but the pipeline gives 40×40; use an --image-size divisible by 16, "
+        "e.g. 32"
+    )
+
+
+def test_the_padded_attention_is_the_plain_one_forward_and_backward():
+    """cudnn-padded's padding and mask, run with XLA's kernel (the only one on CPU)."""
+    q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 5, 3, 8)) for i in range(3))
+    attend = jax.jit(attention.padded, static_argnums=(3, 4))
+    np.testing.assert_allclose(attend(q, k, v, 64, "xla"), attend(q, k, v, 5, "xla"), atol=1e-5)
+    loss = lambda q, k, v, n: (attention.padded(q, k, v, n, "xla") ** 2).sum()
+    grads = lambda n: jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)(q, k, v, n)
+    for a, b in zip(grads(64), grads(5)):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+    assert attention.padded_length(197, "cudnn-padded") == 256 and attention.padded_length(197, "cudnn") == 197
+
+
+def test_the_attention_choice():
+    shape = vit.attention_shape("vit-b16", 224, "cls")
+    assert shape == (197, 12, 64) and vit.attention_shape("resnet50", 224, "gap") is None
+    assert attention.choose("auto", "cpu", "bf16", shape) == "xla"  # no probe on CPUs
+    assert attention.choose("auto", "gpu", "fp32", shape) == "xla"  # cuDNN's kernels are 16-bit only
+    assert attention.choose("xla", "gpu", "bf16", shape) == "xla"  # given: taken as it is
+    assert attention.choose("auto", "cpu", "bf16", None) == ""  # not one of our ViTs
+    assert attention.phrase("cudnn-padded", 197) == "attention cudnn (197 tokens padded to 256)"
+    with pytest.raises(UsageError) as e:  # a task on CPU devices (--platform auto without GPUs) given cuDNN
+        attention.choose("cudnn", "cpu", "bf16", shape)
+    assert str(e.value) == (
+        "--attention cudnn runs cuDNN's 16-bit kernels on GPUs, but this task has cpu devices and --precision bf16; "
+        "use --attention xla or auto"
+    )
+    with pytest.raises(UsageError) as e:  # given on a GPU, it is probed: here, where XLA:CPU cannot lower it
+        attention.choose("cudnn-padded", "gpu", "bf16", shape)
+    assert str(e.value).startswith("--attention cudnn-padded does not compile for 197 tokens of 12 heads here (")
+    assert str(e.value).endswith("); use --attention auto, which falls back")
+
+
+def test_drop_path_drops_per_sample_while_training_only():
+    model = create_model("vit-ti16", 4, drop_path=0.5)
+    x = jax.random.normal(jax.random.PRNGKey(2), (8, 32, 32, 3))
+    variables = jax.jit(lambda x: model.init(KEYS, x))(x[:1])
+    variables = jax.tree.map(lambda p: p + 0.01, variables)  # a head of zeros would hide everything
+    run = jax.jit(lambda key, train: model.apply(variables, x, train=train, rngs={"dropout": key}), static_argnums=1)
+    apply = lambda key, train: run(jax.random.PRNGKey(key), train)
+    np.testing.assert_array_equal(apply(0, False), apply(1, False))  # evaluation: deterministic
+    assert not np.allclose(apply(0, True), apply(1, True))  # training: another key drops other branches
+    np.testing.assert_array_equal(apply(0, True), apply(0, True))  # the same key, the same drops
+    plain = jax.jit(
+        lambda train: create_model("vit-ti16", 4).apply(variables, x, train=train, rngs=KEYS), static_argnums=0
+    )
+    np.testing.assert_array_equal(plain(True), plain(False))  # --drop-path 0: training computes what evaluation does
+
+
+def test_layer_decay_factors_are_beits():
+    params = shapes("vit-ti16", side=32)["params"]
+    factors = layer_decay.scales(params, 0.5)
+    assert float(factors["embedding"]["kernel"].reshape(-1)[0]) == 0.5**13  # layer 0 of 13
+    assert float(factors["pos_embedding"].reshape(-1)[0]) == 0.5**13
+    blocks = np.asarray(factors["Transformer"]["encoderblock"]["MlpBlock_0"]["Dense_0"]["kernel"]).reshape(-1)
+    np.testing.assert_array_equal(blocks, 0.5 ** np.arange(12, 0, -1))  # block i is layer i + 1
+    assert factors["Transformer"]["encoderblock"]["LayerNorm_0"]["scale"].shape == (12, 1)  # broadcasts per block
+    assert (
+        float(factors["head"]["kernel"].reshape(-1)[0])
+        == float(factors["Transformer"]["encoder_norm"]["scale"][0])
+        == 1
+    )
+
+
+def test_the_launchers_constants_are_the_trainers():
+    """The launcher checks without importing flax or DALI; its copies of their numbers must hold."""
+    assert recipe_checks.PATCH == vit.PATCH
+    assert recipe_checks.RANDAUGMENT_OPS == len(augment.suite("randaugment"))
+    assert recipe_checks.MAGNITUDE_BINS == augment.MAGNITUDE_BINS
+    assert [m for m in BUILTIN["model"] if recipe_checks.is_vit(m)] == list(vit.VARIANTS)
