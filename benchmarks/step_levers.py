@@ -12,7 +12,8 @@ XLA_FLAGS from), run twice untimed, then timed for --seconds; the baseline runs 
 last (the drift of the run). The table gives images/s, the ratio to the first baseline, the compile
 time, and what the lever decides if it wins (docs/performance.md, "The step's levers").
 
-On the GPU machine (about 4 minutes on one H200: most of it compiling):
+On the GPU machine (about 4 minutes on one H200: most of it compiling; --out is rewritten after each
+lever, so a run cut short keeps the levers it measured):
 
     python benchmarks/step_levers.py --out benchmarks/results/step_levers.json
 
@@ -189,15 +190,20 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # another lever may still run: XLA may refuse an option this version lacks
             rows.append({**lever.__dict__, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
         print(table(rows).splitlines()[-1], flush=True)
-    text = table(rows)
-    print("\n" + text)
+        write(args, rows)  # after each lever: a run cut short by a time limit keeps what it measured
+    print("\n" + table(rows))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"argv": sys.argv, "environment": environment(), "model": args.model, "precision": args.precision}
-        doc |= {"image_size": args.image_size, "table": text, "rows": rows}
-        args.out.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 1 if any("error" in r for r in rows) else 0
+
+
+def write(args, rows: list[dict]) -> None:
+    if not args.out:
+        return
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"argv": sys.argv, "environment": environment(), "model": args.model, "precision": args.precision}
+    doc |= {"image_size": args.image_size, "table": table(rows), "rows": rows}
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":
