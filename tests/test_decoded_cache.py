@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from dali_launch.trainer import resolve as resolve_module
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, memory, shards
 from dali_launch.trainer.data.memory import Room
@@ -29,6 +30,14 @@ def test_auto_keeps_the_decoded_shards_where_they_fit():
     assert _rule(decoder="mixed", share=0.25)[:2] == ("decoder", 313)  # a device's 250 MiB, a quarter to spare
     assert _rule(decoder="mixed", share=1, room=Room(1000, 600, 900))[0] == "off"
     assert _rule(room=Room())[2] == "off (the decoded size of the data set is unknown: a format records/ does not read)"
+
+
+def test_auto_turns_on_only_the_kinds_the_measurements_chose(monkeypatch):
+    """resolve.AUTO_KINDS is the one line a GPU measurement changes: a kind left out is off under auto, not
+    under a SIZE."""
+    monkeypatch.setattr(resolve_module, "AUTO_KINDS", (resolve_module.DECODER,))
+    assert _rule() == ("off", 0, "off (auto keeps no host cache; --decoded-cache SIZE does)")
+    assert _rule("512")[:2] == ("host", 500) and _rule(decoder="mixed", share=0.25)[0] == "decoder"
 
 
 def test_off_global_order_and_pipelines_that_do_not_say_so_keep_nothing():

@@ -64,6 +64,7 @@ CALL_SAMPLES = 1200
 MAX_STEPS = 64
 BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers.py's batchnorm-compute lever
 OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
+AUTO_KINDS = (HOST, DECODER)  # what auto turns on where it fits; epoch_time.py and imagenet.py time each against off
 DECODER_SLACK = 1.25  # DALI's decoder cache sized a quarter above the estimate: no image left out by its error
 MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader (README); more ride out slow reads
 
@@ -179,6 +180,8 @@ def decoded_cache(
         return OFF, 0, f"off ({'the checkpoint resumed was written without one' if kept == OFF else why})"
     if not cacheable:
         return OFF, 0, "off (the pipeline does not decode through args.decode)"
+    if kept is None and setting is None and kind not in AUTO_KINDS:
+        return OFF, 0, f"off (auto keeps no {kind} cache; --decoded-cache SIZE does)"
     need = None if room.split_mb is None else room.split_mb * share
     may = setting or (room.host_mb if kind == HOST else room.device_mb)
     partial = kind == DECODER and setting  # DALI's cache holds what fits; a host table must hold every sample
