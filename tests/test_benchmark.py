@@ -207,7 +207,7 @@ def test_step_levers_smoke_times_each_kind_of_lever_against_the_baseline(tmp_pat
         capture_output=True,
         cwd=REPO,
         text=True,
-        timeout=300,
+        timeout=600,
         stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
     )
@@ -227,7 +227,7 @@ def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
     start-up phases of each; the second finds every program in the run root's cache."""
     out = tmp_path / "startup.json"
     argv = ["--smoke-cpu", "--data", str(small_lmdb), "--out", str(out)]
-    check_ok(bench(*argv, timeout=300, script=REPO / "benchmarks" / "startup.py"))
+    check_ok(bench(*argv, timeout=600, script=REPO / "benchmarks" / "startup.py"))
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 2 and all(r["first_step_s"] > 0 and r["first_eval_s"] > 0 for r in rows), rows
     assert list(rows[0]["startup"]) == [
