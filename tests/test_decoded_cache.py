@@ -3,6 +3,8 @@ same samples in the same order as without it (data/decoded_cache.py); its kind k
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -100,6 +102,33 @@ def test_the_host_cache_gives_the_same_samples_in_the_same_order(small_lmdb):
     for a, b in zip(plain, cached):
         assert all(np.array_equal(a[k], b[k]) for k in ("images", "labels", "valid"))
     assert not np.array_equal(plain[0]["labels"], plain[data.steps]["labels"])  # epoch 1 is another shuffle
+
+
+def test_a_folders_shard_fills_with_the_files_its_shuffling_reader_reads(tmp_path):
+    """readers.file shuffles its whole file list before sharding when it shuffles: the fill of device 1 of 2
+    (a process of its own, as under --processes 2) holds exactly the files a training reader of that shard reads."""
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+    from dali_launch.trainer.data import decoded_cache
+    from dali_launch.trainer.data.pipelines import _folders
+
+    synth(SynthSpec(tmp_path, "folders", classes=4, train=24, test=4, image_scale=0.1, workers=1))
+    config = DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, output_dtype="float32", image_size=16)
+    base = dali.pipeline_args(str(tmp_path / "training"), 0, 1, 4, True, config, 0)
+    table = decoded_cache.fill(_folders, base, shards.Sharding(1, 1, 2, 1), 1).table
+
+    @pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=0)
+    def reader():
+        files, _ = fn.readers.file(
+            file_root=str(tmp_path / "training"), **dataclasses.replace(base, shard_id=1, num_shards=2).reader_args()
+        )
+        return fn.get_property(files, key="source_info")
+
+    pipe = reader()
+    pipe.build()
+    read = {np.asarray(info).tobytes() for _ in range(3) for info in pipe.run()[0]}  # 12 samples: 3 batches
+    assert set(table) == read and len(read) == 12
 
 
 @pytest.mark.parametrize("samples", [800, 801, 7, 60_000])

@@ -74,7 +74,7 @@ class PipelineArgs:
         return {
             "shard_id": self.shard_id,
             "num_shards": self.num_shards,
-            "random_shuffle": self.training and getattr(self.decoded_cache, "shuffles", True),  # a fill reads in order
+            "random_shuffle": self.training,
             "pad_last_batch": True,
             "stick_to_shard": True,
         }

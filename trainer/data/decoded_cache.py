@@ -7,9 +7,10 @@ What `args.decode(encoded, **kwargs)` becomes in a training pipeline (resolve.py
            `decoders.image` has it: the built-in pipelines then decode whole images and crop after
            (`fn.random_resized_crop`), as MLPerf's ResNet-50 does, instead of decoding the crop alone.
   host     CPU pipelines: a table of this process's decoded samples in host memory, keyed the same way.
-           `fill` decodes the process's shards once at start-up, in order, through the same
-           `args.decode` call of the same pipeline function; the training pipelines then look every
-           sample up (`fn.python_function` on its source_info) where they would decode it.
+           `fill` decodes the process's shards once at start-up, through the same `args.decode`
+           call of the same pipeline function and the same reader arguments (shuffled too:
+           readers.file shuffles its whole file list before it shards it, so unshuffled shards hold
+           other files); the training pipelines then look every sample up (`fn.python_function` on its source_info) where they would decode it.
 Either way the readers are the same operators with the same arguments and seeds: the same samples
 in the same order, every epoch exactly once, their positions in DALI's checkpoints as before. The
 graph is another one (DALI's checkpoints name their operators), so a resumed run keeps the cache
@@ -57,7 +58,6 @@ class Decoder:
     """DALI's decoder cache, `mb` MiB per pipeline (GPU pipelines)."""
 
     mb: int
-    shuffles: bool = True
 
     def decode(self, args: PipelineArgs, encoded, kwargs: dict):
         cache = {"cache_size": self.mb, "cache_type": "threshold", "cache_threshold": 0}
@@ -69,7 +69,6 @@ class Lookup:
     """The host table, where the pipeline would decode."""
 
     cache: HostCache
-    shuffles: bool = True
 
     def decode(self, args: PipelineArgs, encoded, kwargs: dict):
         info = fn.get_property(encoded, key="source_info")
@@ -78,10 +77,9 @@ class Lookup:
 
 @dataclass
 class Fill:
-    """The pipeline that fills the table: its reader in order (no shuffling), its decoder's output kept."""
+    """The pipeline that fills the table: its reader as the training's (the same shard), its decoder's output kept."""
 
     cache: HostCache
-    shuffles: bool = False
     nodes: list = field(default_factory=list)
 
     def decode(self, args: PipelineArgs, encoded, kwargs: dict):
@@ -107,7 +105,7 @@ def _fill_graph(function, args: PipelineArgs):
 
 def fill(function, base: PipelineArgs, sharding: Sharding, threads: int) -> HostCache:
     """The decoded samples of every device's shard of this process, one pipeline per device reading it
-    in order. `base`: the training pipelines' arguments, whose shard is replaced by the device's (the
+    once. `base`: the training pipelines' arguments, whose shard is replaced by the device's (the
     union of its readers' shards: shard d of the devices holds shards d*R .. d*R+R-1 of the readers)."""
     cache = HostCache()
     for device in sharding.device_ids:
