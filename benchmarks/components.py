@@ -158,7 +158,7 @@ def steps(count: int) -> list[dict]:
     valid = jnp.ones((PER_CALL, BATCH), jnp.float32)
 
     def call(state, images, labels):
-        state, loss, _ = parallel.sgd_steps(state, images, labels, valid, parallel.JIT_JOB)
+        state, loss, *_ = parallel.sgd_steps(state, images, labels, valid, parallel.JIT_JOB)
         return state, loss
 
     rows = []

@@ -1,9 +1,24 @@
-"""What the launcher prints: a closed console (`dali-launch ... | head`) is no failure of the job."""
+"""What the launcher prints: a closed console (`dali-launch ... | head`) is no failure of the job, and
+third-party chatter (gloo's connection lines, C++ libraries' glog lines, tensorboardX's NaN warnings) is
+left to the rank logs, which keep everything."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+
+CHATTER = re.compile(
+    r"(\[Gloo\] "  # gloo, once per collective's connection
+    r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]]+\] "  # glog's info and warnings (XLA, TensorFlow); errors stay
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|(Warning: )?NaN or Inf found in input tensor)"  # tensorboardX, for a diverged loss (--on-nan says it once)
+)
+
+
+def is_chatter(line: str | bytes) -> bool:
+    """A line of someone else's library that the console does without (the logs keep it)."""
+    return bool(CHATTER.match(line.decode(errors="replace") if isinstance(line, bytes) else line))
 
 
 def echo(text: str) -> None:

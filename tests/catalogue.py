@@ -139,6 +139,35 @@ def synth_set(fmt: str, breaks=None, classes: int = 3):
     return make
 
 
+NOT_AN_IMAGE = b"this is not an image\n"
+
+
+def broken_sample(fmt: str, kind: str, sample: int = 1, split: str = "training"):
+    """A small `data synth` set of `fmt` (folders, tfrecord, webdataset) whose sample `sample` (data synth's
+    numbering: its file 0000000N.jpg, or record/sample N of shard 0) is a text file named .jpg (`kind`
+    "text") or its JPEG cut short by 200 bytes ("truncated")."""
+    spoil = (lambda jpeg: NOT_AN_IMAGE) if kind == "text" else (lambda jpeg: jpeg[:-200])
+    return synth_set(fmt, lambda root: replace_image(root / split, fmt, sample, spoil))
+
+
+def replace_image(split: Path, fmt: str, sample: int, spoil) -> None:
+    """Sample `sample` of a `data synth` split's JPEG replaced by `spoil(jpeg)`; its shard and index rewritten."""
+    from dali_launch.launcher.data import tfrecord, webdataset
+    from dali_launch.trainer.data.records.tfrecord import parse_example
+
+    if fmt == "folders":
+        path = next(split.glob(f"*/{sample:08d}.jpg"))
+        path.write_bytes(spoil(path.read_bytes()))
+        return
+    shard = split / f"shard-00000.{'tfrecord' if fmt == 'tfrecord' else 'tar'}"
+    if fmt == "tfrecord":
+        pairs = [parse_example(payload) for _, payload in tfrecord.records(shard)]
+        tfrecord.write(shard, [(spoil(j) if i == sample else j, label) for i, (j, label) in enumerate(pairs)])
+        return
+    found = webdataset.read_samples(shard)
+    webdataset.write(shard, [(int(b), spoil(j) if int(b) == sample else j, int(c)) for b, j, c in found])
+
+
 # What a --sample-order global checkpoint records (train.Loop._order); test_elastic checks a real one's.
 ORDER_KEYS = ("position", "global_batch", "first_global_batch", "devices", "steps_per_call", "dataset")
 
@@ -175,6 +204,22 @@ def a_file(tmp: Path) -> dict:
 def empty_folder(tmp: Path) -> dict:
     (tmp / "data").mkdir()
     return {"data": tmp / "data"}
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A 4 MiB tmpfs at tmp_path/full-fs: less free space than a run needs (root only; unmounted after)."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "full-fs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True, timeout=30)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
 
 
 # --- running an entry ---------------------------------------------------------------------------

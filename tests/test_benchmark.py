@@ -240,6 +240,25 @@ def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
     ], rows[0]["startup"]
 
 
+def test_sample_check_times_the_pre_flight_check(tmp_path):
+    """benchmarks/sample_check.py --smoke-cpu: 300 files checked, then from the cache, extrapolated to ImageNet's."""
+    out = tmp_path / "check.json"
+    check_ok(bench("--smoke-cpu", "--out", str(out), timeout=120, script=REPO / "benchmarks" / "sample_check.py"))
+    result = json.loads(out.read_text())
+    assert result["files"] == 300 and 0 < result["cached_s"] and 0 < result["check_s"]
+    assert result["imagenet_check_s"] == pytest.approx(result["check_us"] * 1.281167, rel=0.01, abs=0.2)
+
+
+def test_bad_samples_gpu_script_smoke(tmp_path):
+    """benchmarks/bad_samples_gpu.py --smoke-cpu: the pre-flight cases end in one line naming the file."""
+    out = tmp_path / "bad.json"
+    proc = bench("--smoke-cpu", "--out", str(out), timeout=300, script=REPO / "benchmarks" / "bad_samples_gpu.py")
+    check_ok(proc)
+    result = json.loads(out.read_text())
+    assert result["ok"] and [c["case"] for c in result["cases"]] == ["text", "truncated"]
+    assert all(c["exit"] == 2 and "00000001.jpg" in result["cases"][0]["line"] for c in result["cases"])
+
+
 def test_imagenet_smoke_of_a_vit_with_augmentation_and_mixing(tmp_path):
     """Issue 31's workload through benchmarks/imagenet.py (vit-ti16 stands in for vit-s16 on CPU): the step
     with mixing and without, DALI alone with RandAugment; the table says the flags and the resolved attention."""

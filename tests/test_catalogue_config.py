@@ -55,16 +55,18 @@ CONFIG = [
         id="decoded-cache-zero",
     ),
     pytest.param(
-        ["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a value in (0, 100)", id="lr-zero"
+        ["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a finite value above 0", id="lr-zero"
     ),
     pytest.param(
-        ["--learning-rate", "-0.1"], "--learning-rate -0.1 is out of range; use a value in (0, 100)", id="lr-negative"
+        ["--learning-rate", "-0.1"],
+        "--learning-rate -0.1 is out of range; use a finite value above 0",
+        id="lr-negative",
     ),
     pytest.param(
-        ["--learning-rate", "1e3"], "--learning-rate 1000.0 is out of range; use a value in (0, 100)", id="lr-too-large"
+        ["--learning-rate", "inf"], "--learning-rate inf is out of range; use a finite value above 0", id="lr-infinite"
     ),
     pytest.param(
-        ["--learning-rate", "nan"], "--learning-rate nan is out of range; use a value in (0, 100)", id="lr-nan"
+        ["--learning-rate", "nan"], "--learning-rate nan is out of range; use a finite value above 0", id="lr-nan"
     ),
     pytest.param(["--momentum", "1.5"], "--momentum 1.5 is out of range; use a value in [0, 1)", id="momentum"),
     pytest.param(["--seed", "-1"], "--seed -1 must be 0 or more", id="seed-negative"),

@@ -15,6 +15,7 @@ import pytest
 from catalogue import (
     ERROR,
     a_file,
+    broken_sample,
     check_entry,
     class_folders,
     dataset,
@@ -257,6 +258,18 @@ DATA = [
         id="webdataset-label-out-of-range",
     ),
     pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "webdataset", "--num-classes", "2"],
+        "--num-classes 2 but sample 000003 of {data}/training/shard-00000.tar has label 3; use --num-classes 4 or more",
+        synth_set("webdataset", classes=4),
+        id="webdataset-num-classes-names-the-largest-label",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "tfrecord", "--num-classes", "2"],
+        "--num-classes 2 but record 3 of {data}/training/shard-00000.tfrecord has label 3; use --num-classes 4 or more",
+        synth_set("tfrecord", classes=4),
+        id="tfrecord-num-classes-names-the-largest-label",
+    ),
+    pytest.param(
         ["--data-dir", "{data}", "--pipeline", "tfrecord", "--num-classes", "2"],
         "--num-classes 2 but record 2 of {data}/training/shard-00000.tfrecord has label 2; use --num-classes 3 or more",
         synth_set("tfrecord"),
@@ -280,7 +293,7 @@ def test_data(capsys, place, nothing_starts, args, message, make):
     check_entry(capsys, place, ["train", *args, "--run-root", "{root}"], message, make)
 
 
-def _without_dac(args: list[str]) -> subprocess.CompletedProcess:
+def _without_dac(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI as root minus the capabilities that bypass file permissions: the kernel checks them."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv (util-linux)")
@@ -299,6 +312,7 @@ def _without_dac(args: list[str]) -> subprocess.CompletedProcess:
         timeout=120,
         cwd=REPO,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -358,3 +372,68 @@ def test_png_records_are_fine(tmp_path):
         pipe.build()
         (images,) = pipe.run()
         assert images.as_tensor().shape() == [4, 28, 28, 1]
+
+
+# --- images DALI cannot decode: found before the job from headers and last bytes ------------------------
+
+SKIP = "replace or remove it, or pass --bad-samples skip to train without it"
+NOT_DECODED = "is not an image DALI decodes (JPEG, PNG, BMP, TIFF, WebP, PNM, JPEG 2000)"
+CUT = "is a truncated JPEG (it does not end with the end-of-image marker)"
+BAD_SAMPLES = [
+    pytest.param(
+        ["--pipeline", "folders", "--num-classes", "3"],
+        f"{{data}}/training/1/00000001.jpg {NOT_DECODED}; {SKIP}",
+        broken_sample("folders", "text"),
+        id="folders-text-file-named-jpg",
+    ),
+    pytest.param(
+        ["--pipeline", "folders", "--num-classes", "3"],
+        f"{{data}}/testing/2/00000002.jpg {CUT}; {SKIP}",
+        broken_sample("folders", "truncated", sample=2, split="testing"),
+        id="folders-truncated-jpeg",
+    ),
+    pytest.param(
+        ["--pipeline", "tfrecord", "--num-classes", "3"],
+        f"record 1 of {{data}}/training/shard-00000.tfrecord {NOT_DECODED}; {SKIP}",
+        broken_sample("tfrecord", "text"),
+        id="tfrecord-text-file-named-jpg",
+    ),
+    pytest.param(
+        ["--pipeline", "tfrecord", "--num-classes", "3"],
+        f"record 2 of {{data}}/training/shard-00000.tfrecord {CUT}; {SKIP}",
+        broken_sample("tfrecord", "truncated", sample=2),
+        id="tfrecord-truncated-jpeg",
+    ),
+    pytest.param(
+        ["--pipeline", "webdataset", "--num-classes", "3"],
+        f"sample 000001 of {{data}}/training/shard-00000.tar {NOT_DECODED}; {SKIP}",
+        broken_sample("webdataset", "text"),
+        id="webdataset-text-file-named-jpg",
+    ),
+    pytest.param(
+        ["--pipeline", "webdataset", "--num-classes", "3"],
+        f"sample 000002 of {{data}}/training/shard-00000.tar {CUT}; {SKIP}",
+        broken_sample("webdataset", "truncated", sample=2),
+        id="webdataset-truncated-jpeg",
+    ),
+    pytest.param(
+        ["--pipeline", "folders", "--num-classes", "3", "--bad-samples", "skip", "--max-bad-samples", "0"],
+        f"1 of the 6 samples of {{data}}/training are bad (the first: {{data}}/training/1/00000001.jpg "
+        f"{NOT_DECODED}), more than --max-bad-samples 0 allows; replace them, or raise --max-bad-samples",
+        broken_sample("folders", "text"),
+        id="skip-past-max-bad-samples",
+    ),
+    pytest.param(
+        ["--pipeline", "webdataset", "--num-classes", "3", "--bad-samples", "skip", "--max-bad-samples", "1.5"],
+        "--max-bad-samples 1.5 is neither a fraction of the split (0 to 1) nor a count; write e.g. 0.001 or 10",
+        broken_sample("webdataset", "text"),
+        id="max-bad-samples-not-a-count",
+    ),
+]
+
+
+@pytest.mark.parametrize("command", [["train"], ["--local", "--gpus-per-node", "2", "--processes", "2"]])
+@pytest.mark.parametrize("args, message, make", BAD_SAMPLES)
+def test_bad_samples(capsys, place, nothing_starts, command, args, message, make):
+    """Under `train` and a 2-process --local job alike: one line naming the sample, before anything starts."""
+    check_entry(capsys, place, [*command, *args, "--data-dir", "{data}", "--run-root", "{root}"], message, make)

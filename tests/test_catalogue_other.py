@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from catalogue import SUBMIT, check_entry
+from catalogue import ERROR, SUBMIT, check_entry, run_entry, snapshot
 from test_catalogue_config import CONFIG
-from test_catalogue_data import DATA
+from test_catalogue_data import DATA, _without_dac
 from test_catalogue_jobs import LAYOUT, NODE_RANGE, SCRIPT
 from test_catalogue_recipes import RECIPES
 
@@ -35,6 +35,28 @@ OTHER = [
         "--nodes 1-2 is a range, but the template's srun step reopens its run only with the shape it started "
         "with; give one count, e.g. --nodes 1, or submit the range with `dali-launch --nodes 1-2`",
         id="slurm-template-node-range",
+    ),
+    pytest.param(
+        ["train", "--sweep", "learning-rate=0.1,0.2"],
+        "no such option for `dali-launch train`: --sweep; it is a flag of `dali-launch` (with no command): "
+        "dali-launch --sweep ...",
+        id="flag-of-another-command",
+    ),
+    pytest.param(
+        ["train", "--sed", "1"],
+        "no such option for `dali-launch train`: --sed; did you mean `dali-launch train --seed`?",
+        id="flag-misspelt",
+    ),
+    pytest.param(
+        ["status", "x", "--folow"],
+        "no such option for `dali-launch status`: --folow; did you mean `dali-launch logs --follow`?",
+        id="flag-misspelt-of-another-command",
+    ),
+    pytest.param(
+        ["ci", "--local"],
+        "`dali-launch ci` runs the tests and a training job on a SLURM cluster, so it has no --local; here, "
+        "run the tests with `python -m pytest` and a local job with `dali-launch --local ...`",
+        id="ci-local",
     ),
     pytest.param(
         ["status", "123", "--run-root", "{root}"],
@@ -166,5 +188,152 @@ def test_flavours(capsys, place, nothing_starts, monkeypatch, command, extra, me
 
 
 def test_the_catalogue_is_long_enough():
-    entries = DATA + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER + RECIPES
+    entries = DATA + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER + MACHINE + RECIPES
     assert len(entries) >= 20 and len({e.id for e in entries}) == len(entries)
+
+
+# --- the machine a run starts from: GPUs, folders that cannot be written, too little data ------------
+
+NO_GPU = "this machine has no NVIDIA GPU (no /dev/nvidia*)"
+MACHINE = [
+    pytest.param(
+        ["train", "--platform", "gpu", "--data-dir", "{data}"],
+        f"--platform gpu, but {NO_GPU}; run on a GPU machine, or use --platform cpu",
+        id="platform-gpu-without-gpu",
+    ),
+    pytest.param(
+        ["--local", "--gpus-per-node", "2", "--processes", "2", "--platform", "gpu", "--data-dir", "{data}"],
+        f"--platform gpu, but {NO_GPU}; run on a GPU machine, or use --platform cpu",
+        id="platform-gpu-without-gpu-local",
+    ),
+    pytest.param(
+        ["train", "--decoder", "mixed", "--data-dir", "{data}"],
+        f"--decoder mixed, but {NO_GPU}; run on a GPU machine, or use --decoder cpu",
+        id="decoder-mixed-without-gpu",
+    ),
+    pytest.param(
+        ["--local", "--gpus-per-node", "2", "--processes", "2", "--pipeline", "folders", "--data-dir", "{data}"],
+        "{data}/training holds 1 training samples, fewer than the job's 2 devices: each needs at least one; use "
+        "fewer devices (--nodes, --gpus-per-node) or a larger data set",
+        id="fewer-samples-than-devices",
+    ),
+    pytest.param(
+        ["train", "--pipeline", "folders", "--data-dir", "{data}"],
+        "--data-dir {data} holds neither training/ nor testing/; a data set needs both training/ and testing/ "
+        "folders of class folders of images (as `dali-launch data synth --format folders` makes them)",
+        id="folders-layout-advice",
+    ),
+    pytest.param(
+        ["train", "--pipeline", "webdataset", "--data-dir", "{data}"],
+        "--data-dir {data} has no testing/; a data set needs both training/ and testing/ folders of *.tar shards "
+        "with their DALI indexes (as `dali-launch data synth --format webdataset` makes them)",
+        id="webdataset-layout-advice",
+    ),
+]
+MAKERS = {
+    "fewer-samples-than-devices": lambda tmp: _folders_of_one(tmp),
+    "folders-layout-advice": lambda tmp: _empty(tmp),
+    "webdataset-layout-advice": lambda tmp: _training_only(tmp),
+}
+
+
+def _folders_of_one(tmp: Path) -> dict:
+    from catalogue import class_folders
+
+    return class_folders(1)(tmp)
+
+
+def _empty(tmp: Path) -> dict:
+    (tmp / "data").mkdir()
+    return {"data": tmp / "data"}
+
+
+def _training_only(tmp: Path) -> dict:
+    (tmp / "data" / "training").mkdir(parents=True)
+    return {"data": tmp / "data"}
+
+
+@pytest.mark.parametrize("args, message", MACHINE)
+def test_machine(capsys, place, nothing_starts, request, args, message):
+    if not list(Path("/dev").glob("nvidia[0-9]*")) or "gpu" not in request.node.callspec.id:
+        check_entry(capsys, place, [*args, "--run-root", "{root}"], message, MAKERS.get(request.node.callspec.id))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        pytest.param(
+            ["train", "--data-dir", "{data}", "--run-root", "{fs}/runs"],
+            "--run-root {fs}/runs is on a full file system (3 MB free); free space there, or choose another --run-root",
+            id="run-root-full",
+        ),
+        pytest.param(
+            ["train", "--data-dir", "{data}", "--run-root", "{root}", "--compile-cache", "{fs}/xla"],
+            "cannot write in --compile-cache {fs}/xla: its file system has 3 MB free; choose another, or off",
+            id="compile-cache-full",
+        ),
+        pytest.param(
+            ["data", "synth", "{fs}/out"],
+            "cannot write OUT {fs}/out: its file system has 3 MB free; choose another directory",
+            id="synth-target-full",
+        ),
+    ],
+)
+def test_full_file_system(capsys, place, nothing_starts, full_fs, args, message):
+    """A file system with less free space than a run needs (a 4 MiB tmpfs, 1 MiB of it taken)."""
+    (full_fs / "ballast").write_bytes(bytes(1 << 20))
+    folder, fill = place
+    args, message = fill([a.replace("{fs}", str(full_fs)) for a in args], message.replace("{fs}", str(full_fs)), None)
+    run_entry(capsys, folder, args, message)
+
+
+def test_full_cache(capsys, place, nothing_starts, full_fs, monkeypatch):
+    (full_fs / "ballast").write_bytes(bytes(1 << 20))
+    monkeypatch.setenv("DALI_LAUNCH_CACHE", str(full_fs / "cache"))
+    check_entry(
+        capsys,
+        place,
+        ["train", "--data-dir", "{data}", "--run-root", "{root}"],
+        f"cannot write in the cache folder {full_fs}/cache ($DALI_LAUNCH_CACHE): its file system has 3 MB free; "
+        "point DALI_LAUNCH_CACHE at a writable folder with space",
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message, env",
+    [
+        pytest.param(
+            ["data", "synth", "{tmp}/locked/out"],
+            "cannot write OUT {tmp}/locked/out: {tmp}/locked is not writable for this user; choose another directory",
+            {},
+            id="synth-target-read-only",
+        ),
+        pytest.param(
+            ["data", "prepare", "--from", "{idx}", "--to", "{tmp}/locked/out"],
+            "cannot write --to {tmp}/locked/out: {tmp}/locked is not writable for this user; choose another directory",
+            {},
+            id="prepare-target-read-only",
+        ),
+        pytest.param(
+            ["train", "--data-dir", "{data}", "--run-root", "{root}"],
+            "cannot write in the cache folder {tmp}/locked/cache ($DALI_LAUNCH_CACHE): {tmp}/locked is not writable "
+            "for this user; point DALI_LAUNCH_CACHE at a writable folder with space",
+            {"DALI_LAUNCH_CACHE": "{tmp}/locked/cache"},
+            id="cache-read-only",
+        ),
+    ],
+)
+def test_read_only_targets(place, args, message, env):
+    """The kernel refuses the write (root without CAP_DAC_OVERRIDE): one line, nothing written."""
+    folder, fill = place
+    args, message = fill(args, message, None)
+    env = {k: v.format(tmp=folder) for k, v in env.items()}
+    (folder / "locked").mkdir()
+    (folder / "locked").chmod(0o555)
+    try:
+        before = snapshot(folder)
+        proc = _without_dac(args, env)
+        assert (proc.returncode, proc.stderr) == (2, f"{ERROR}{message}\n")
+        assert snapshot(folder) == before and not (folder / "runs").exists()
+    finally:
+        (folder / "locked").chmod(0o755)

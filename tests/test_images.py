@@ -1,4 +1,4 @@
-"""launcher/images.py: image sizes from headers agree with Pillow's decode; what DALI cannot read is named."""
+"""trainer/data/images.py: image sizes from headers agree with Pillow's decode; what DALI cannot read is named."""
 
 from __future__ import annotations
 

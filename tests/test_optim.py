@@ -121,12 +121,12 @@ def test_accumulating_4_steps_is_one_step_of_4x_the_batch(optimizer):
     valid[7, :] = 0  # a padding-only step
     small = _state(4, optimizer)
     for group in (slice(0, 4), slice(4, 8)):
-        small, _, _ = jax.jit(parallel.sgd_steps, static_argnums=4)(
+        small, *_ = jax.jit(parallel.sgd_steps, static_argnums=4)(
             small, images[group], labels[group], valid[group], parallel.JIT_JOB
         )
     big = _state(1, optimizer)
     for group in (slice(0, 4), slice(4, 8)):
-        big, _, _ = jax.jit(parallel.sgd_steps, static_argnums=4)(
+        big, *_ = jax.jit(parallel.sgd_steps, static_argnums=4)(
             big,
             images[group].reshape(1, 24, 5),
             labels[group].reshape(1, 24),

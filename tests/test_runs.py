@@ -57,3 +57,37 @@ def test_a_held_lock_makes_the_run_live(tmp_path):
         resume.refuse_live(paths)
     lock.close()
     resume.refuse_live(paths)
+
+
+def test_runs_lists_sweeps_with_their_points_and_says_why_a_run_failed(tmp_path, capsys):
+    """A sweep of two points (made, not run) is one row followed by its points'; a run whose rank recorded
+    a failure says it in its row and in `status`."""
+    from dali_launch.launcher.commands import runs
+    from dali_launch.launcher.commands.jobs import find, status_line
+    from dali_launch.launcher.options import Values
+    from dali_launch.launcher.route.sweep import sweep_runs
+    from dali_launch.trainer.resilience import ending
+
+    values = Values(
+        {**{f.name: f.default for f in dataclasses.fields(LaunchConfig)}, "run_root": str(tmp_path / "runs")},
+        sweep=["learning-rate=0.05,0.1"],
+        max_parallel=None,
+    )
+    sweep, point_runs = sweep_runs(values)
+    point_paths = [directory.create(r, tmp_path / "data", "local") for r in point_runs]
+    sweep.write("local", point_paths)
+    failed = directory.create(_run(tmp_path), tmp_path / "data", "local")
+    ending.record(failed, 0, ending.FAILED, "rank 0 failed: the training loss became nan (injected)")
+    rows = runs.collect(tmp_path / "runs")
+    assert [row["kind"] for row in rows] == ["run", "sweep", "point", "point"]  # folders in name order
+    sweep_row = next(row for row in rows if row["kind"] == "sweep")
+    assert sweep_row["state"] == "2 not started" and sweep_row["axes"] == {"learning_rate": [0.05, 0.1]}
+    points = [row for row in rows if row["kind"] == "point"]
+    assert [row["run"] for row in points] == [f"{sweep.folder.name}/{p.root.name}" for p in point_paths]
+    (broken,) = [row for row in rows if row["path"] == str(failed.root)]
+    assert broken["state"] == "failed" and broken["why"] == "rank 0 failed: the training loss became nan (injected)"
+    assert "(rank 0 failed: the training loss became nan (injected))" in status_line(find(str(failed.root), "runs"))
+    runs.runs(str(tmp_path / "runs"))
+    table = capsys.readouterr().out
+    assert f"{sweep.folder.name}/ (sweep, 2 points)" in table and "learning-rate=0.05,0.1" in table
+    assert "the training loss became nan" in table

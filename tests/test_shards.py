@@ -69,3 +69,20 @@ def test_readers_per_device(setting, threads, platform, decoder, call_batch, cor
 )
 def test_reader_threads(setting, decoder, cores, expected):
     assert reader_threads(setting, decoder, cores) == expected
+
+
+def test_a_batch_too_large_for_the_data_set_is_warned_of():
+    """More than 10 % of an epoch's rows padding: one warning line with the fix; none below that."""
+    from dali_launch.trainer.data.shards import padding_warning
+
+    assert padding_warning(8000, 1, 100_000, 1, 1) == (
+        "warning: 92% of each epoch is padding: 8,000 training samples fill 1 device call of 100,000 samples on "
+        "each of 1 device; use a --batch-size of at most 8,000"
+    )
+    assert padding_warning(210, 4, 32, 2, 1).endswith(
+        "use a --batch-size that divides the 105 samples each device reads"
+    )
+    assert padding_warning(8000, 1, 1200, 8, 24).endswith(
+        "use a --batch-size × --steps-per-call (50 × 24) of at most 1,000"
+    )
+    assert padding_warning(8000, 160, 50, 1, 1) == "" == padding_warning(210, 7, 8, 4, 1)  # 0 % and 6 %

@@ -91,6 +91,18 @@ class DataConfig:
         "H200), the rest to nvJPEG's CUDA decoder. 0.35 trained ResNet-50 fastest on an H200 (0.9: 8 % slower, "
         "README); DALI's own default is 0.65.",
     )
+    bad_samples: str = opt(
+        "stop",
+        "An image DALI cannot decode (not an image, truncated: found from headers before training, once per data "
+        "set): stop (one line naming it) or skip (left out of the reader, listed in RUN/bad_samples.jsonl; every "
+        "other sample still once an epoch). Folders, TFRecord, WebDataset, and pipelines of your own that read "
+        "through args.read; a Caffe2 LMDB only stops.",
+        choices=("stop", "skip"),
+    )
+    max_bad_samples: str = opt(
+        "0.001",
+        "--bad-samples skip: stop anyway past this many bad samples in a split: a fraction of it (below 1) or a count.",
+    )
     output_dtype: str = opt(
         "auto",
         "What the built-in image pipelines hand the model: float32, float16 (half the bytes; DALI has no "
@@ -208,6 +220,14 @@ class TrainConfig:
         "with this decay per optimizer update, e.g. 0.999 (0: none).",
     )
     eval_ema: bool = opt(False, "Evaluate the --ema-decay average instead of the trained parameters.")
+    on_nan: str = opt(
+        "stop",
+        "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's check points with no "
+        "extra device sync: stop (every rank, one line naming the steps and the last good checkpoint, which "
+        "is kept) or skip-step (drop each such update and count it).",
+        choices=("stop", "skip-step"),
+        on_resume="may change",
+    )
     precision: str = opt(
         "fp32",
         "Compute precision: fp32, or bf16 (the model's forward and backward pass in bfloat16; parameters, "

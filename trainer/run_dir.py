@@ -24,9 +24,11 @@ class RunPaths:
     samples/          --record-samples fingerprints, epoch-E-rank-N-from-CALL.npy
     checkpoints/      Orbax steps: train state, epoch tally, epoch and DALI reader positions (or the global order's)
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
+    bad_samples.jsonl the samples --bad-samples skip leaves out, one line each (split, sample, what is wrong)
     init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
-    endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer)
+    endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
+                      rank-N.fault: the stacks of a rank a fatal signal ended (SIGSEGV, SIGABRT)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
     tensorboard/      TensorBoard event files (process 0); rank-N/plugins/profile/: --profile-steps traces
@@ -60,6 +62,7 @@ class RunPaths:
     step = property(lambda self: self.root / "step.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
     compile_cache = property(lambda self: self.root / "compile-cache")
+    bad_samples = property(lambda self: self.root / "bad_samples.jsonl")
     init_from = property(lambda self: self.root / "init_from.json")
 
     def log(self, rank: int) -> Path:
@@ -73,6 +76,10 @@ class RunPaths:
 
     def ending(self, rank: int) -> Path:
         return self.endings / f"rank-{rank}.json"
+
+    def fault(self, rank: int) -> Path:
+        """Where a rank that a fatal signal ends leaves its stacks (ending.record_faults)."""
+        return self.endings / f"rank-{rank}.fault"
 
     def lock(self, holder: str) -> Path:
         """`launcher` (local mode's launcher) or `task` (process 0 of the task, every backend)."""

@@ -67,10 +67,20 @@ def set_up(
     r = spec.resilience
     timeout_s = spec.distributed.barrier_timeout_s
     checkpointer = Checkpointer(
-        RunPaths(spec.run_dir), r.keep_checkpoints, r.checkpoint_async, timeout_s, auto.decoded_cache
+        RunPaths(spec.run_dir),
+        r.keep_checkpoints,
+        r.checkpoint_async,
+        timeout_s,
+        auto.decoded_cache,
+        spec.how_to_resume(),
     )
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     startup.mark("pipelines built")
+    padding = shards.padding_warning(
+        data.num_samples, data.steps, auto.call_batch, len(all_devices), auto.steps_per_call
+    )
+    if padding:
+        reporter.say(padding)
     example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
@@ -155,7 +165,14 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
     forward = Forward(model, t.precision)
     train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
     mixing = Mixing(t.mixup, t.cutmix)
-    recipe = Recipe(t.accumulate_steps, t.ema_decay, t.label_smoothing, mixing, spec.data.num_classes)
+    recipe = Recipe(
+        accumulate_steps=t.accumulate_steps,
+        ema_decay=t.ema_decay,
+        label_smoothing=t.label_smoothing,
+        skip_nonfinite=t.on_nan == "skip-step",
+        mixing=mixing,
+        num_classes=spec.data.num_classes,
+    )
     tx, schedule = optim.optimizer(t), optim.schedule(t, slots_per_epoch)
 
     def fresh(example):

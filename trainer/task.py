@@ -7,6 +7,7 @@ Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from dali_launch.trainer import compile_cache, flavours
 from dali_launch.trainer.config import TaskSpec
@@ -14,28 +15,36 @@ from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.manifest import write_manifest
 from dali_launch.trainer.observe.startup import Startup
-from dali_launch.trainer.resilience import ending, start_point
+from dali_launch.trainer.resilience import disk, ending, start_point
 from dali_launch.trainer.resilience.watchdog import Watchdog
 from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
 from dali_launch.trainer.topology import (
     Topology,
+    barrier,
     configure_process_env,
     from_environment,
     initialize,
     local_devices,
+    missing_gpu,
 )
 
 
-def run_task(run_dir: str) -> dict:
+def run_task(run_dir: str, log: str | None = None) -> dict:
+    """`log`: the file this process's output also goes to, where the caller writes it itself (`train`)."""
     startup = Startup()
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
     ending.clear(paths, topology.process_id)
+    ending.record_faults(paths, topology.process_id, Path(log) if log else None)
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
         lock = _lock(paths) if topology.process_id == 0 else None
         try:
             result = _train(spec, topology, paths, startup)
+        except OSError as e:  # a write the file system refused: one line, how to go on
+            if disk.refusal(e) is None:
+                raise
+            raise disk.write_refused(paths, e, spec.how_to_resume()) from None
         finally:
             if lock:
                 lock.close()
@@ -54,6 +63,8 @@ def _lock(paths: RunPaths):
 
 
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
+    if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
+        raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
     placement = place(spec, topology.platform)  # resolve.py's stage 1: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
@@ -75,6 +86,10 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
         watchdog.start()
     startup.mark("jax initialized")
     job_devices = len(devices) * topology.num_processes
+    if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
+        for line in start_point.repair(paths):
+            print(f"dali-launch: {line}", flush=True)
+    barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, job_devices)  # read once
     startup.mark("checkpoints read")
     room = memory.measure(spec, devices, topology.processes_on_host)  # for --decoded-cache

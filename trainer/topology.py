@@ -140,6 +140,18 @@ def _num_nodes(env: dict[str, str]) -> int | None:
     return int(count) if count else None
 
 
+def missing_gpu() -> str | None:
+    """Why this host cannot train on GPUs (for --platform gpu), or None: an NVIDIA device and JAX's CUDA
+    plugin are both needed. Asked without starting JAX (any JAX device query starts its backend)."""
+    from dali_launch.trainer.flavours import JAX_CUDA, installed
+
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        return "this machine has no NVIDIA GPU (no /dev/nvidia*)"
+    if not installed(JAX_CUDA):
+        return "JAX has no CUDA plugin here (pip install 'dali-launch[cuda12]' or [cuda13])"
+    return None
+
+
 def resolve_platform(platform: str) -> str:
     """`auto` means GPUs when this host has NVIDIA devices and JAX has a CUDA plugin.
 
@@ -148,9 +160,7 @@ def resolve_platform(platform: str) -> str:
     """
     if platform != "auto":
         return platform
-    from dali_launch.trainer.flavours import JAX_CUDA, installed
-
-    return "gpu" if glob.glob("/dev/nvidia[0-9]*") and installed(JAX_CUDA) else "cpu"
+    return "cpu" if missing_gpu() else "gpu"
 
 
 def _gpu_ids(platform: str, local_rank: int, count: int | None, env: dict[str, str]) -> tuple[int, ...] | None:

@@ -14,18 +14,19 @@ import jax
 
 from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import label_check
+from dali_launch.trainer.data import bad_samples, label_check
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, order_record, zero_tally
+from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved
 from dali_launch.trainer.set_up import set_up
-from dali_launch.trainer.step.evaluate import first
+from dali_launch.trainer.step.evaluate import first, split_dir
 from dali_launch.trainer.step.parallel import call_tally
 from dali_launch.trainer.topology import barrier
 
@@ -83,6 +84,7 @@ class Loop:
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
+        self.nan_guard = NanGuard(spec, k)
 
     def epoch(self, state, epoch: int, done: int, saved: dict):
         """Epoch `epoch` from device call `done` on, its tally so far `saved` (a checkpoint's, or a zero one)."""
@@ -95,6 +97,7 @@ class Loop:
         compile_s = None
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, saved)
+        self.nan_guard.begin(before + done)
         with self.reporter.progress(epoch, self.data.steps, done) as advance, InputWait() as wait:
             for call in range(done, self.data.steps):
                 self.reporter.profile.before(before + call)
@@ -112,6 +115,7 @@ class Loop:
                     self._check_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
         self._check_labels(tally)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
+        self.nan_guard.check(loss, before + self.data.steps, epoch)  # before the epoch's checkpoint
         self.step_log.point(before + self.data.steps, tally, wait.idle_s)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:
@@ -128,6 +132,8 @@ class Loop:
             compile_s=compile_s,
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
+            bad_samples=bad_samples.left_out(split_dir(self.spec, "training")),
+            skipped_steps=int(first(tally["skipped"])),
             **self._startup(compile_s is not None),
         )
 
@@ -158,6 +164,7 @@ class Loop:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
         self._check_labels(tally)
+        self.nan_guard.check(first(tally["loss"]), epoch * self.data.steps + calls_done, epoch)  # before any save
         self.step_log.point(epoch * self.data.steps + calls_done, tally, data_wait_s)  # before a preemption ends it
         minutes = self.spec.resilience.checkpoint_every_min
         asked, signum, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)

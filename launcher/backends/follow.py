@@ -14,6 +14,8 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.job import started_tasks
 from dali_launch.launcher.backends.slurm_queue import cancel, queue_state
+from dali_launch.launcher.console import is_chatter
+from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
@@ -57,19 +59,18 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
     deadline = time.monotonic() + timeout_s
     while True:
         _print_new(tails, echo)
-        failed = next(((r, e) for r in ranks if (e := task_error(job, r))), None)
+        failed = {r: e for r in ranks if (e := task_error(job, r))}
         if failed:
             # Read before our own scancel: a rank that failed because the job was cancelled (its peer
             # killed first) is not the cause.
             cancelled = cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
             _print_new(tails, echo)
-            why = (
-                [f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled}"]
-                if cancelled
-                else [f"dali-launch: rank {failed[0]} of job {job.job_id} failed:", failed[1].rstrip()]
-            )
-            print("\n".join([*_said(job), *why]), file=sys.stderr, flush=True)
+            if cancelled:
+                story = [*_said(job), f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled}"]
+            else:
+                story = _first_story(job, paths, failed)
+            print("\n".join(story), file=sys.stderr, flush=True)
             return 1
         if queue_state(job.job_id) is None:
             break
@@ -90,7 +91,8 @@ def _print_new(tails, echo) -> None:
     for rank, *files in tails:
         for tail in files:
             for line in tail.lines():
-                echo(f"[rank {rank}] {line}")
+                if not is_chatter(line):  # `dali-launch logs` shows it all
+                    echo(f"[rank {rank}] {line}")
 
 
 def _stderr(job, rank: int) -> str:
@@ -121,9 +123,34 @@ def _said(job) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+def _first_story(job, paths: RunPaths, failed: dict[int, str]) -> list[str]:
+    """What ended the job, the earliest failure first (endings/: the rank that raised, died or was given
+    up on, by time), with its traceback; then srun's and the others' words, and the other tracebacks
+    (a rank that failed because its peer died: a network error, after the cause)."""
+    causes = [e for e in ending.read(paths) if e["how"] in ending.CAUSES]
+    culprit = causes[0].get("culprit", causes[0]["rank"]) if causes else min(failed)
+    head = [f"dali-launch: {causes[0]['line']}"] if causes else []
+    first = failed.get(culprit)
+    story = [*head, *([f"dali-launch: rank {culprit} of job {job.job_id} failed:", first.rstrip()] if first else [])]
+    if not first:  # it died without a result (a signal): its own stderr's last lines
+        story += [f"dali-launch: the last lines rank {culprit} wrote:", *_stderr(job, culprit).splitlines()[-20:]]
+    story += _said(job)
+    for rank, error in sorted(failed.items()):
+        if rank != culprit:
+            said = [
+                line for line in error.splitlines() if line.strip() and not line.startswith(("For simplicity", "---"))
+            ]
+            story.append(f"dali-launch: then rank {rank} of job {job.job_id} failed too: {said[-1] if said else ''}")
+    return story
+
+
 def _ending(job, paths: RunPaths) -> int:
     tasks = started_tasks(paths) if paths.config.exists() else job.num_tasks
     missing = [r for r in range(tasks) if not job.task(r).paths.result_pickle.exists()]
+    stopped = [e for e in ending.read(paths) if e["how"] == ending.STOPPED] if paths.config.exists() else []
+    if missing and len(stopped) == tasks and not paths.cancel.exists():  # SLURM's time limit: each checkpointed
+        print(f"dali-launch: job {job.job_id} {stopped[0]['line']}", file=sys.stderr, flush=True)
+        return 1
     if missing:
         print(
             "\n".join(

@@ -81,6 +81,18 @@ def started_tasks(paths: RunPaths) -> int:
         return 1
 
 
+def why_ended(paths: RunPaths, state: RunState) -> str:
+    """What ended a run that failed or was stopped, as its ranks recorded it (endings/): the earliest cause
+    (a raise, a fault, a watchdog's verdict, a refusal of the task's own), or the stop; '' otherwise."""
+    endings = ending.read(paths)
+    if state is RunState.FAILED:
+        causes = [e["line"] for e in endings if e["how"] in ending.CAUSES]
+        return causes[0] if causes else "no rank said why (see `dali-launch logs`)"
+    if state is RunState.INTERRUPTED:
+        return next((e["line"].split("; ")[0] for e in endings if e["how"] == ending.STOPPED), "")
+    return ""
+
+
 def resume_hint(paths: RunPaths) -> str:
     """Where an unfinished run would go on from, and the command; '' without a checkpoint."""
     newest = saved.newest(paths)

@@ -26,7 +26,8 @@ import time
 from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
 from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.console import echo
+from dali_launch.launcher.console import echo, is_chatter
+from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import ending, saved
@@ -38,10 +39,10 @@ from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
 # step to compile. SLURM gives 30 s (KillWait); we allow a slow start-up too.
 STOP_GRACE_S = 60
 DRAIN_S = 5  # how long the pumps get to copy what dead ranks wrote last
+DEATH_LINES = 20  # of a rank's log, kept in the ending of a rank that died without a word
 POLL_S = 0.1
 # What stops the job politely; any other fatal signal ends the launcher, and with it the ranks.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
-CONSOLE_SKIPS = (b"[Gloo] ",)  # gloo's per-call connection lines: in the rank's log, not the console
 
 
 def free_port() -> int:
@@ -71,6 +72,7 @@ class Local(Backend):
 
     def check(self, run: RunConfig) -> None:
         refuse_node_range(run, "--local")
+        check_gpus(run)
 
     def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
         ranks = LocalRanks(run, paths, echo=echo)
@@ -88,6 +90,7 @@ class LocalRanks:
         self.exited: dict[int, tuple[int, float]] = {}  # rank -> (exit code, time.time() it ended)
         self.killed: set[int] = set()  # ranks we killed
         self.signals: list[int] = []  # stop signals received, in order
+        self.timed_out, self.timeout_s = False, 0.0  # --local-timeout-s passed: the ranks were asked to stop
         self.lock = threading.Lock()
         self.run_lock = None
         self.started = 0.0
@@ -126,9 +129,12 @@ class LocalRanks:
             if resumed:
                 log.write(f"--- resumed {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if not line.startswith(CONSOLE_SKIPS):
+                try:
+                    log.write(line)
+                    log.flush()
+                except OSError:  # a full disk: the rank's own error says so; its output must still drain
+                    pass
+                if not is_chatter(line):
                     self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
 
     def _say(self, text: str) -> None:
@@ -141,29 +147,25 @@ class LocalRanks:
         self.exited[rank] = (code, time.time())
 
     def wait(self, timeout_s: float) -> Outcome:
+        """Until every rank ended. At --local-timeout-s the ranks are asked to checkpoint and stop, as
+        after Ctrl-C, so the time limit loses nothing and the run resumes."""
+        self.timeout_s = timeout_s
         deadline, stop_by = time.monotonic() + timeout_s, None
         with self._stop_signals():
             while len(self.exited) < len(self.procs):
+                self.timed_out = self.timed_out or time.monotonic() > deadline
                 # `dali-launch cancel` records itself before it signals the ranks: their stop is no failure
-                stopping = bool(self.signals) or self._cancelled()
+                stopping = bool(self.signals) or self.timed_out or self._cancelled()
                 if not stopping and self._failed():
                     self._kill()
                     break
                 if stopping and stop_by is None:
-                    if self.signals:  # a cancel signalled the ranks itself; a second SIGTERM would skip the checkpoint
+                    if self.signals or self.timed_out:  # a cancel signalled the ranks itself: not twice
                         self._ask_to_stop()
                     stop_by = time.monotonic() + STOP_GRACE_S
                 if len(self.signals) > 1 or (stop_by and time.monotonic() > stop_by):
                     self._kill()
                     break
-                if time.monotonic() > deadline:
-                    self._kill()
-                    self._drain()
-                    return Outcome(
-                        RunState.FAILED,
-                        f"the job did not finish within --local-timeout-s {timeout_s:g}; stopped every rank",
-                        1,
-                    )
                 time.sleep(POLL_S)
         self._drain()
         return self._outcome()
@@ -183,10 +185,10 @@ class LocalRanks:
 
     def _ask_to_stop(self) -> None:
         """SIGTERM means "checkpoint and stop" to a rank (trainer/resilience/preemption.py)."""
-        name = signal.Signals(self.signals[0]).name
+        why = signal.Signals(self.signals[0]).name if self.signals else f"--local-timeout-s {self.timeout_s:g} passed"
+        kill = "again to kill them now" if self.signals else "Ctrl-C twice kills them now"
         print(
-            f"dali-launch: {name}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; "
-            f"again to kill them now)",
+            f"dali-launch: {why}: asking every rank to checkpoint and stop (within {STOP_GRACE_S} s; {kill})",
             file=sys.stderr,
             flush=True,
         )
@@ -236,8 +238,9 @@ class LocalRanks:
         codes = {rank: code for rank, (code, _) in self.exited.items()}
         if len(codes) == len(self.procs) and not any(codes.values()):
             return Outcome(RunState.FINISHED, "all ranks finished", 0)
-        if self.signals or self._cancelled():
+        if self.signals or self.timed_out or self._cancelled():
             return self._stopped()
+        self._record_deaths()
         causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed")]
         _, culprit, what = causes[0]
         ends = ", ".join(
@@ -247,15 +250,30 @@ class LocalRanks:
         log = self.paths.log(culprit).read_text(errors="replace") if self.paths.log(culprit).exists() else ""
         return Outcome(RunState.FAILED, f"{what}\nhow each rank ended: {ends}\n{traceback_of(log)}", 1)
 
+    def _record_deaths(self) -> None:
+        """A rank that died without a word (SIGKILL: the OOM killer, say) gets its ending from us: how it
+        died and the last lines of its log, where `status` and its peers look."""
+        explained = {e["rank"] for e in ending.read(self.paths, since=self.started)}
+        for rank, (code, at) in self.exited.items():
+            if code != 0 and rank not in explained and rank not in self.killed:
+                log = self.paths.log(rank)
+                tail = log.read_text(errors="replace").splitlines()[-DEATH_LINES:] if log.exists() else []
+                ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=at, last_lines=tail)
+
     def _stopped(self) -> Outcome:
         """After a stop signal or a cancel: the step the ranks checkpointed at, and how to go on from it.
         A cancel is what was asked for (exit 0); a signal ends the launcher as it would any program."""
         if self.signals:
             name = signal.Signals(self.signals[0]).name
             state, head, code = RunState.INTERRUPTED, f"interrupted ({name})", 128 + self.signals[0]
+        elif self.timed_out:
+            state, code = RunState.INTERRUPTED, 1
+            head = f"the job did not finish within --local-timeout-s {self.timeout_s:g}"
         else:
             state, head, code = RunState.CANCELLED, "cancelled (`dali-launch cancel`)", 0
         resume = TaskSpec.load(self.paths.root).how_to_resume()
+        if self.timed_out:
+            resume += " (give it a larger --local-timeout-s to finish)"
         stopped = [e for e in ending.read(self.paths, since=self.started) if e["how"] == ending.STOPPED]
         if len(stopped) == len(self.procs):
             return Outcome(

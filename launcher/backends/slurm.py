@@ -50,7 +50,7 @@ class Slurm(Backend):
 
     def check(self, run: RunConfig) -> None:
         validate_slurm(run)
-        check_cluster(run)
+        check_cluster(run, local_hint=not self.beside)  # cluster CI has no local form
 
     def dry_run(self, runs: list[RunConfig], run_dirs: list[Path], specs: list[str]) -> str:
         """The exact batch script submitit would hand to sbatch: the job's, or the array's."""
@@ -68,7 +68,16 @@ class Slurm(Backend):
         if run.slurm.detach:
             return Outcome(RunState.PENDING, report=False)
         deadline = time.monotonic() + follow_timeout_s(run)
-        code = follow.follow(job, paths, timeout_s=follow_timeout_s(run), echo=echo)
+        try:
+            code = follow.follow(job, paths, timeout_s=follow_timeout_s(run), echo=echo)
+        except KeyboardInterrupt:  # the job is SLURM's: it goes on, and the user should know it and how to reach it
+            return Outcome(
+                RunState.RUNNING,
+                f"interrupted: job {job.job_id} goes on running; follow it again with `dali-launch logs "
+                f"{paths.root} --follow`, or stop it with `dali-launch cancel {paths.root}`",
+                130,
+                report=False,
+            )
         for side in self.beside:
             side.wait(max(0.0, deadline - time.monotonic()))
         if code == 0:
@@ -89,7 +98,16 @@ class Slurm(Backend):
         if runs[0].slurm.detach:
             return [Outcome(RunState.PENDING, report=False) for _ in runs]
         waves = -(-len(runs) // self._parallel(len(runs)))
-        return self._wait_array(paths, watch, follow_timeout_s(runs[0]) * waves)
+        try:
+            return self._wait_array(paths, watch, follow_timeout_s(runs[0]) * waves)
+        except KeyboardInterrupt:
+            print(
+                f"dali-launch: interrupted: the sweep's job array {jobs[0].job_id.split('_')[0]} goes on running; "
+                f"see `dali-launch sweep status {paths[0].root.parent}`, stop an element with `dali-launch cancel RUN`",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(130) from None
 
     def _wait_array(self, paths: list[RunPaths], watch: Watch, timeout_s: float) -> list[Outcome]:
         """Until every element has left the queue (or the deadline: the rest are cancelled), saying each end."""

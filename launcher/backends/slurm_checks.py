@@ -86,15 +86,14 @@ def _check_script_values(run: RunConfig) -> None:
                 raise UsageError(f"{flag} {value!r} contains {char!r}: {why}; choose a value without it")
 
 
-def check_cluster(run: RunConfig) -> None:
-    """What SLURM itself says, asked before anything is written: its commands answer, the partition fits."""
+def check_cluster(run: RunConfig, local_hint: bool = True) -> None:
+    """What SLURM itself says, asked before anything is written: its commands answer, the partition fits.
+    `local_hint`: the fix may be --local (not for `dali-launch ci`, which is SLURM's only)."""
+    here = ", or run here with --local" if local_hint else ""
     if shutil.which("sbatch") is None:
         if run.launch.dry_run:  # showing the script needs no cluster
             return
-        raise UsageError(
-            "sbatch is not on PATH; submit from a machine with SLURM's commands (a login node), "
-            "or run here with --local"
-        )
+        raise UsageError(f"sbatch is not on PATH; submit from a machine with SLURM's commands (a login node){here}")
     if shutil.which("sinfo") is None:
         return
     args = ["sinfo", "-h", "-o", "%P|%D|%c|%G"] + (["-p", run.slurm.partition] if run.slurm.partition else [])
@@ -106,9 +105,7 @@ def check_cluster(run: RunConfig) -> None:
         if run.launch.dry_run:
             return
         last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1].removeprefix("sinfo: ")
-        raise UsageError(
-            f"SLURM does not answer (sinfo: {last}); check SLURM_CONF and that slurmctld runs, or run here with --local"
-        )
+        raise UsageError(f"SLURM does not answer (sinfo: {last}); check SLURM_CONF and that slurmctld runs{here}")
     rows = [line.split("|") for line in proc.stdout.splitlines() if line.count("|") == 3]
     if run.slurm.partition is None:
         rows = [r for r in rows if r[0].endswith("*")] or rows

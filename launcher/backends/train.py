@@ -11,6 +11,8 @@ from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_ran
 from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.backends.srun_step import refuse_one_of_several
 from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.console import is_chatter
+from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import saved
@@ -25,6 +27,7 @@ class Train(Backend):
     def check(self, run: RunConfig) -> None:
         refuse_one_of_several()  # `srun dali-launch train` would train N times, each alone as "rank 0"
         refuse_node_range(run, "`train`")
+        check_gpus(run)
         if run.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
             raise UsageError(
                 "`train` runs one process here; for several use "
@@ -39,8 +42,9 @@ class Train(Backend):
 
         started = time.time()
         try:
-            with _also_to(paths.log(self.process_id)):  # `dali-launch logs RUN` reads a `train` run like a local one
-                run_task(str(paths.root))
+            log = paths.log(self.process_id)
+            with _also_to(log):  # `dali-launch logs RUN` reads a `train` run like a local one
+                run_task(str(paths.root), str(log))
         except SystemExit:
             if not cancel_requested(paths, since=started):
                 raise
@@ -74,6 +78,8 @@ class _Tee:
     def write(self, text: str) -> int:
         if not self.file.closed:  # a logging handler made during the run may outlive it
             self.file.write(text)
+        if is_chatter(text):  # a library's warning: in the log, not on the console
+            return len(text)
         return self.stream.write(text)
 
     def flush(self) -> None:

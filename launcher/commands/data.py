@@ -1,4 +1,5 @@
-"""`dali-launch data prepare / synth`: data sets made for DALI (data/idx.py, data/synth.py do the work)."""
+"""`dali-launch data prepare / synth / check`: data sets made for DALI (data/idx.py, data/synth.py do the
+work), and checked (data/data_check.py)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,17 @@ def synth(
 
     spec = synthesis.SynthSpec(out, layout.value, classes, train, test, seed, image_scale, shard_size, workers)
     typer.echo(synthesis.synth(spec).line(spec))
+
+
+def check(
+    data_dir: Annotated[
+        Path, typer.Argument(help="Folder holding training/ and testing/, in any format dali-launch reads.")
+    ],
+    decode: Annotated[
+        bool, typer.Option("--decode", help="Also decode every image (Pillow): slower, finds what headers hide.")
+    ] = False,
+):
+    """Name every sample DALI could not decode (headers and last bytes, as a run checks them); exit 1 if any."""
+    from dali_launch.launcher.data import data_check
+
+    raise typer.Exit(data_check.check(data_dir, decode, typer.echo))

@@ -73,7 +73,7 @@ def find(job: str, run_root: str):
 
 def status_line(job) -> str:
     """One line: its state, the last epoch's accuracy, where it would resume, where it lives."""
-    from dali_launch.launcher.backends.job import RunState, resume_hint
+    from dali_launch.launcher.backends.job import RunState, resume_hint, why_ended
 
     metrics = job.paths.metrics
     lines = metrics.read_text().splitlines() if metrics.exists() else []
@@ -81,7 +81,8 @@ def status_line(job) -> str:
     progress = f"; epoch {last['epoch']} test accuracy {last['test_accuracy']:.4f}" if last else ""
     state = job.state()
     hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
-    return f"{job.name}: {state}{progress}{f'; {hint}' if hint else ''}; run directory {job.paths.root}"
+    why = why_ended(job.paths, state)
+    return f"{job.name}: {state}{f' ({why})' if why else ''}{progress}{f'; {hint}' if hint else ''}; run directory {job.paths.root}"
 
 
 def print_logs(job, rank: int | None, follow_s: float | None, echo=print) -> None:

@@ -4,19 +4,28 @@ user's own srun step). Each builds the run's configuration and hands it to the r
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
 from dali_launch.launcher.config import RUN_OPTIONS, RunConfig
 from dali_launch.launcher.options import build, config_options
 from dali_launch.launcher.route.sweep import SweepConfig
+from dali_launch.launcher.usage import show_version
 from dali_launch.trainer.errors import UsageError
 
 NOT_SLURM = [group for group in RUN_OPTIONS if group[0] != "SLURM"]
 
 
 @config_options(*RUN_OPTIONS, ("Sweeps", (SweepConfig,)))
-def submit(values: dict, ctx: typer.Context):
+def submit(
+    values: dict,
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=show_version, help="Print the version and exit."),
+    ] = False,
+):
     """With no command: run a job, on SLURM (default) or with --local on this machine."""
     if ctx.invoked_subcommand is not None:
         given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name).name != "DEFAULT"]

@@ -1,12 +1,15 @@
-"""`dali-launch runs [ROOT]`: every run directory under ROOT, one row each, from its files and its job.
+"""`dali-launch runs [ROOT]`: every run directory under ROOT, one row each, from its files and its job;
+every sweep under ROOT, one row, followed by its points.
 
 The state is the run's job handle's (backends/job.py), the one vocabulary of `status` and `sweep status`:
 pending, running, finished, interrupted (a signal stopped it after a checkpoint: --resume continues it),
-cancelled, failed (a rank raised, a watchdog gave up, or it died without a word), not started.
+cancelled, failed (a rank raised, a watchdog gave up, or it died without a word), not started; a failed
+or interrupted run's row says why (its ranks' endings: backends/job.why_ended).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import time
 from pathlib import Path
@@ -14,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+WHY_WIDTH = 70  # of the table's why column; --json has it whole
 COLOURS = {
     "pending": "cyan",
     "running": "cyan",
@@ -44,16 +48,49 @@ def runs(
 
 
 def collect(root: Path) -> list[dict]:
-    """Rows of every run directory (a folder holding config.json) right under `root`, oldest first."""
+    """Rows of every run directory (a folder holding config.json) right under `root`, oldest first, and of
+    every sweep there (a folder holding sweep.json): its own row, then one per point (kind "point")."""
     from dali_launch.trainer.run_dir import RunPaths
 
-    found = sorted(p for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
-    return [describe(RunPaths(p)) for p in found]
+    folders = sorted(root.iterdir()) if root.is_dir() else []
+    rows = []
+    for folder in folders:
+        if (folder / "config.json").is_file():
+            rows.append(describe(RunPaths(folder)))
+        elif (folder / "sweep.json").is_file():
+            rows += sweep_rows(folder)
+    return rows
+
+
+def sweep_rows(folder: Path) -> list[dict]:
+    """A sweep's row (its points' states counted) and its points' rows, named SWEEP/POINT."""
+    from dali_launch.launcher.route import sweep
+    from dali_launch.trainer.run_dir import RunPaths
+
+    record = sweep.load(folder)
+    points = [
+        {**describe(RunPaths(p["run_dir"])), "kind": "point", "run": f"{folder.name}/{Path(p['run_dir']).name}"}
+        for p in record["points"]
+        if (Path(p["run_dir"]) / "config.json").is_file()
+    ]
+    states = collections.Counter(p["state"] for p in points)
+    return [
+        {
+            "kind": "sweep",
+            "run": folder.name,
+            "path": str(folder),
+            "state": ", ".join(f"{n} {s}" for s, n in sorted(states.items())),
+            "points": len(record["points"]),
+            "axes": record["axes"],
+        },
+        *points,
+    ]
 
 
 def describe(paths) -> dict:
     """One run's row: what it is, how far it got, how well and how fast."""
     from dali_launch.launcher.backends import registry
+    from dali_launch.launcher.backends.job import why_ended
     from dali_launch.trainer.config import TaskSpec
 
     job, spec = registry.attach(paths), TaskSpec.load(paths.root)
@@ -64,9 +101,11 @@ def describe(paths) -> dict:
     started = paths.launch.stat().st_mtime if paths.launch.exists() else paths.config.stat().st_mtime
     ended = time.time() if state.live else _last_write(paths)
     return {
+        "kind": "run",
         "run": paths.root.name,
         "path": str(paths.root),
         "state": str(state),
+        "why": why_ended(paths, state),
         "mode": spec.layout.backend,
         "nodes": _nodes(paths, launch.get("nodes", 1)),
         "processes": job.num_tasks,
@@ -103,13 +142,18 @@ def _last_write(paths) -> float:
 
 
 def table(rows: list[dict]):
+    from rich.markup import escape
     from rich.table import Table
 
-    out = Table("run", "state", "mode", "topology", "epochs", "best acc", "last acc", "images/s", "wall time")
+    out = Table("run", "state", "mode", "topology", "epochs", "best acc", "last acc", "images/s", "wall time", "why")
     for r in rows:
+        if r["kind"] == "sweep":
+            axes = " ".join(f"{k.replace('_', '-')}={','.join(map(str, v))}" for k, v in r["axes"].items())
+            out.add_row(f"{r['run']}/ (sweep, {r['points']} points)", r["state"], "", axes)
+            continue
         per = f" × {r['devices_per_process']} dev" if r["devices_per_process"] else ""
         out.add_row(
-            r["run"],
+            f"  {r['run'].split('/')[-1]}" if r["kind"] == "point" else r["run"],
             f"[{COLOURS[r['state']]}]{r['state']}[/]",
             r["mode"],
             f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
@@ -118,6 +162,7 @@ def table(rows: list[dict]):
             _num(r["last_accuracy"], ".4f"),
             _num(r["images_per_s"], ",.0f"),
             _duration(r["wall_time_s"]),
+            escape(r["why"][:WHY_WIDTH] + ("…" if len(r["why"]) > WHY_WIDTH else "")),
         )
     return out
 

@@ -9,12 +9,20 @@ from pathlib import Path
 from dali_launch.launcher.data import idx, shard_checks
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.records import folders
 from dali_launch.trainer.errors import UsageError
 
 EMBEDDED_IDX = Path(__file__).parent / "embedded"  # the real MNIST test set (10,000 digits), shipped with us
 SPLITS = ("training", "testing")
+LAYOUTS = {  # what --pipeline P reads in each split, and what makes it
+    "mnist": "LMDBs (as `dali-launch data prepare` makes them)",
+    "folders": "folders of class folders of images (as `dali-launch data synth --format folders` makes them)",
+    "tfrecord": "folders of *.tfrecord shards with their DALI indexes (as `dali-launch data synth --format tfrecord` makes them)",
+    "webdataset": "folders of *.tar shards with their DALI indexes (as `dali-launch data synth --format webdataset` makes them)",
+}
+OWN = "folders, in the format your --pipeline reads"
 
 
 def embedded_lmdb() -> Path:
@@ -70,6 +78,26 @@ def check_resumed(data: DataConfig, run_dir: str) -> Path:
     return path
 
 
+def check_samples(path: Path, data: DataConfig, devices: int = 1) -> None:
+    """A built-in pipeline's splits screened for images DALI cannot decode (trainer/data/bad_samples.py),
+    as the trainer's readers will screen them: under --bad-samples stop the first is refused here, before
+    any job (a Caffe2 LMDB's records were each checked already, scan_lmdb). And enough training samples
+    for the job's `devices`: each device needs one of its own."""
+    for split in SPLITS:
+        found = bad_samples.builtin_reader(data.pipeline, path / split)
+        if found is None:
+            return
+        if data.pipeline != "mnist":
+            bad_samples.screen(*found, data.bad_samples, data.max_bad_samples)
+        scan = bad_samples.scan_split(*found)  # cached by the screen (or made now, for an LMDB: once)
+        count = scan.count - (len(scan.bad) if data.bad_samples == "skip" else 0)
+        if split == "training" and count < devices:
+            raise UsageError(
+                f"{path / split} holds {count} training samples, fewer than the job's {devices} devices: each "
+                f"needs at least one; use fewer devices (--nodes, --gpus-per-node) or a larger data set"
+            )
+
+
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:
     if not path.exists():
         how = " --format folders" if pipeline == "folders" else ""
@@ -87,8 +115,7 @@ def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 1
     if missing:
         what = f"has no {missing[0]}/" if len(missing) == 1 else "holds neither training/ nor testing/"
         raise UsageError(
-            f"{origin} {path} {what}; a data set needs both training/ and testing/ LMDBs "
-            f"(as `dali-launch data prepare` makes them)"
+            f"{origin} {path} {what}; a data set needs both training/ and testing/ {LAYOUTS.get(pipeline, OWN)}"
         )
     if pipeline == "folders":
         check_folders(path, num_classes)

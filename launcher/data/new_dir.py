@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dali_launch.launcher.route.machine_checks import check_target
 from dali_launch.trainer.errors import UsageError
 
 
@@ -17,6 +18,7 @@ def check_free(to_dir: Path, flag: str) -> None:
         raise UsageError(f"{flag} {to_dir} exists and is not empty; remove it or choose another directory")
     if any(parent.exists() and not parent.is_dir() for parent in to_dir.parents):
         raise UsageError(f"{flag} {to_dir} is under a file; choose another directory")
+    check_target(to_dir, flag)
 
 
 @contextmanager

@@ -20,7 +20,10 @@ SUFFIXES = {"tfrecord": tfrecord.SUFFIX, "webdataset": webdataset.SUFFIX}
 
 
 def check_shards(path: Path, pipeline: str, num_classes: int) -> None:
+    """Every shard of both splits; a label out of range is named after all are read: the largest one, so
+    one --num-classes fixes it (a 4-class set took two tries when the first bad label was named)."""
     fix = f"re-create the data set with `dali-launch data synth OUT --format {pipeline}`"
+    found = []
     for split in ("training", "testing"):
         shards, indexes = shard_files(str(path / split), SUFFIXES[pipeline])
         if not shards:
@@ -33,7 +36,8 @@ def check_shards(path: Path, pipeline: str, num_classes: int) -> None:
                 labels = read(shard, index)
             except ValueError as e:
                 raise UsageError(f"{shard} is corrupt or does not match {index.name} ({e}); {fix}") from None
-            _check_range(shard, labels, num_classes)
+            found += [(label, where, shard) for where, label in labels]
+    _check_range(found, num_classes)
 
 
 def _tfrecord_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
@@ -63,8 +67,18 @@ def _webdataset_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
     return out
 
 
-def _check_range(shard: Path, labels: list, num_classes: int) -> None:
-    for where, label in labels:
-        if not 0 <= label < num_classes:
-            fix = f"use --num-classes {label + 1} or more" if label >= 0 else "labels are class ids from 0"
-            raise UsageError(f"--num-classes {num_classes} but {where} of {shard} has label {label}; {fix}")
+def _check_range(labels: list[tuple[int, str, Path]], num_classes: int) -> None:
+    """(label, which sample, shard) of every sample: a negative label first, else the largest (its first)."""
+    if not labels:
+        return
+    low = min(labels, key=lambda x: x[0])
+    high = max(labels, key=lambda x: x[0])  # max keeps the first of equal labels
+    if low[0] < 0:
+        raise UsageError(
+            f"--num-classes {num_classes} but {low[1]} of {low[2]} has label {low[0]}; labels are class ids from 0"
+        )
+    if high[0] >= num_classes:
+        raise UsageError(
+            f"--num-classes {num_classes} but {high[1]} of {high[2]} has label {high[0]}; "
+            f"use --num-classes {high[0] + 1} or more"
+        )

@@ -7,6 +7,7 @@ import math
 from dali_launch.launcher.config import RunConfig, counted, node_range
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConfig, TrainConfig
+from dali_launch.trainer.data.bad_samples import check_limit
 from dali_launch.trainer.errors import UsageError
 
 
@@ -64,12 +65,13 @@ def validate(run: RunConfig) -> None:
     _readers(run)
     if train.eval_cache_mb < 0:
         raise UsageError(f"--eval-cache-mb {train.eval_cache_mb} must be 0 (no cache) or more")
-    if not 0 < train.learning_rate < 100:
-        raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a value in (0, 100)")
+    if not 0 < train.learning_rate < math.inf:  # a rate that diverges is found while training (--on-nan)
+        raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a finite value above 0")
     if not 0 <= train.momentum < 1:
         raise UsageError(f"--momentum {train.momentum} is out of range; use a value in [0, 1)")
     if train.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
         raise UsageError(f"--seed {train.seed} must be 0 or more")
+    check_limit(run.data.max_bad_samples)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dali_launch.launcher import config_file
 from dali_launch.launcher.config import RunConfig, task_spec
+from dali_launch.launcher.route.machine_checks import MIN_FREE_MB
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
@@ -31,6 +32,12 @@ def check_root(run_root: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(
             f"cannot write in --run-root {root}: {existing} is not writable for this user; choose a writable folder"
+        )
+    free_mb = shutil.disk_usage(existing).free >> 20
+    if free_mb < MIN_FREE_MB:
+        raise UsageError(
+            f"--run-root {root} is on a full file system ({free_mb} MB free); free space there, or choose "
+            f"another --run-root"
         )
 
 

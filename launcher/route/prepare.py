@@ -15,7 +15,7 @@ from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.route import directory, init_check, model_check, rank_map
+from dali_launch.launcher.route import directory, init_check, machine_checks, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import entry_points, flavours
 from dali_launch.trainer.data import contract
@@ -55,6 +55,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
         backend.check(run)
     if not run.launch.resume:
         directory.check_root(run.launch.run_root)
+    machine_checks.check_cache(run)
     data_dir = data_of(run)
     model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
@@ -62,10 +63,14 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
 
 
 def data_of(run: RunConfig) -> Path:
-    """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming."""
+    """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming;
+    its samples screened (--bad-samples)."""
     if run.launch.resume:
-        return datasets.check_resumed(run.data, run.launch.resume)
-    return datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+        path = datasets.check_resumed(run.data, run.launch.resume)
+    else:
+        path = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+    datasets.check_samples(path, run.data, run.device_counts[0] if run.launch.gpus_per_node else 1)
+    return path
 
 
 def dry_run(runs: list[RunConfig], backend: Backend, data_dirs: list[Path], heading: str) -> str:

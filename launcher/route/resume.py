@@ -13,12 +13,14 @@ trainer's rule, asked of start_point.check_resume, before anything is written.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from dali_launch.launcher import config_file
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.job import lock_holder
 from dali_launch.launcher.config import RunConfig, marked, task_spec
+from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values, build
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
@@ -49,14 +51,30 @@ def read(values: Values, entry: str) -> Resume:
     refuse_live(paths)
     mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
     _check_entry(values, entry, paths, mode)
-    recorded = config_file.load(str(paths.config_toml))
+    recorded = _as_resolved(paths, config_file.load(str(paths.config_toml)))
     changes = _changes(values, recorded, paths.root)
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
+    if not run.launch.dry_run:  # the newest checkpoint whole before anything loads it; a dry run renames nothing
+        for line in start_point.repair(paths):
+            echo(line)
     low, high = run.node_range  # a --nodes range: SLURM picks the count when the job starts; each must go on
     processes = [nodes * run.tasks_per_node for nodes in range(low, high + 1)]
     elastic = start_point.check_resume(paths, spec, run.device_counts, processes)
     return Resume(run, mode.name, changes, elastic)
+
+
+def _as_resolved(paths: RunPaths, recorded: dict) -> dict:
+    """The run's own values where it said auto and its tasks resolved them (rank_map.json): --platform, which
+    the launcher's checks would otherwise guess again here (a run of `srun dali-launch task` on CPU nodes
+    was refused for a partition without GPUs, and --platform cpu as another run)."""
+    try:
+        resolved = json.loads(paths.rank_map.read_text())[0]["resolved"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return recorded
+    if recorded.get("platform", "auto") == "auto" and resolved.get("platform") in ("cpu", "gpu"):
+        return {**recorded, "platform": resolved["platform"]}
+    return recorded
 
 
 def _check_is_run_dir(paths: RunPaths) -> None:

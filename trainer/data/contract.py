@@ -15,8 +15,8 @@ It imports neither JAX nor DALI, so a user's pipeline module can import it at no
 reader (--readers-per-device per device) and split, and returns two DALI DataNodes:
 - exactly one reader reading `args.path` (DATA_DIR/training or DATA_DIR/testing): `args.read(name, **kwargs)`
   for the formats records/ knows (caffe2, file, tfrecord, webdataset), which also works under
-  --sample-order global, or any `fn.readers.*` given `**args.reader_args()` (shard, padding,
-  shuffling: the masks rely on it);
+  --sample-order global and screens the split for images DALI cannot decode first (--bad-samples), or
+  any `fn.readers.*` given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it);
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
   decoders are given `**args.decoder_args()` (device and, on the GPU, the hardware decoder's share and
@@ -65,6 +65,8 @@ class PipelineArgs:
     output_dtype: str = "float32"  # --output-dtype resolved: float32 or float16
     feed: object = None  # --sample-order global: the reader's feed.Feed (training only); None: DALI's shards
     decoded_cache: object = None  # decoded_cache.py's role for args.decode (training only); None: decode each time
+    bad_samples: str = "stop"  # --bad-samples: what `read` does with the split's bad samples (bad_samples.py)
+    max_bad_samples: str = "0.001"  # --max-bad-samples
     augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
     randaugment: tuple[int, int] = (2, 9)  # --randaugment N,M
     applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called

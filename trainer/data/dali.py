@@ -16,7 +16,7 @@ from nvidia.dali import backend, pipeline_def
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment, decoded_cache
+from dali_launch.trainer.data import augment, bad_samples, decoded_cache
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
@@ -96,6 +96,7 @@ class DeviceBatches:
         )
         self.call, self.offset = (start.call, start.offset) if start else (0, 0)  # of the next batch read
         self.fingerprint = None  # a global order's data set (global_order.fingerprint), set by build
+        self.split = ""  # the folder the pipelines read, set by build
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.peeked = None
@@ -123,7 +124,10 @@ class DeviceBatches:
         return batch
 
     def _read(self) -> dict:
-        outputs = [pipe.run() for pipe in self.pipes]
+        try:
+            outputs = [pipe.run() for pipe in self.pipes]
+        except RuntimeError as e:  # an image the header check let through, undecodable: one line
+            raise bad_samples.decode_failure(e, self.split) or e from None
         r = self.sharding.readers
         batch = {
             name: self._join(
@@ -217,6 +221,7 @@ def build(
     }
     batches = DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch, start)
     batches.host_cache = kept
+    batches.split = path
     if feeds[0]:
         batches.fingerprint = fingerprint(feeds[0].source.keys())
     return batches
@@ -276,6 +281,8 @@ def pipeline_args(
         hw_decoder_load=config.hw_decoder_load,
         output_dtype=config.output_dtype,
         feed=feed,
+        bad_samples=config.bad_samples,
+        max_bad_samples=config.max_bad_samples,
         augment=config.augment,
         randaugment=config.randaugment_nm() if config.augment == "randaugment" else (2, 9),
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from nvidia.dali import fn, types
 
-from dali_launch.trainer.data import protobuf, records
+from dali_launch.trainer.data import bad_samples, protobuf, records
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience.ending import die_with_parent
@@ -95,7 +95,9 @@ def restored_iteration(checkpoint: bytes | None) -> int:
 
 def read(args, reader: str, kwargs: dict):
     """What `args.read(reader, **kwargs)` returns: (encoded, labels) DataNodes from this device's shard
-    (DALI's `fn.readers.<reader>`) or from the global order (`args.feed`)."""
+    (DALI's `fn.readers.<reader>`) or from the global order (`args.feed`); the split's bad samples left out
+    (--bad-samples skip) or refused (stop) first."""
+    kwargs = bad_samples.screen(reader, kwargs, args.bad_samples, args.max_bad_samples)
     if args.feed is None:
         return records.native(reader, getattr(fn.readers, reader)(**kwargs, **args.reader_args()))
     try:

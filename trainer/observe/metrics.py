@@ -21,6 +21,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.observe.profile import Profile
 from dali_launch.trainer.observe.trackers import Trackers
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
@@ -48,6 +49,8 @@ class EpochMetrics:
     learning_rate: float | None = None  # the rate of the epoch's last optimizer update
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
     step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
+    bad_samples: int = 0  # training samples left out by --bad-samples skip (RUN/bad_samples.jsonl)
+    skipped_steps: int = 0  # SGD steps --on-nan skip-step dropped (of this task's part of the epoch)
 
 
 class Reporter:
@@ -124,12 +127,16 @@ class Reporter:
 
     @contextlib.contextmanager
     def progress(self, epoch: int, steps: int, done: int = 0):
-        """Yields `advance()`; a live bar only for process 0 on a terminal (logs get epoch lines)."""
-        if not (self.lead and self.console.is_terminal):
+        """Yields `advance()`; a live bar only for process 0 on a terminal, drawn on the process's own
+        terminal: never into a log (`train` copies its output into logs/rank-0.log, whose readers, `logs
+        --follow`, would get every frame of it: ANSI codes and carriage returns)."""
+        terminal = sys.__stdout__
+        if not (self.lead and terminal is not None and terminal.isatty()):
             yield lambda: None
             return
         columns = (TextColumn(f"epoch {epoch}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=True) as bar:
+        console = Console(file=terminal, highlight=False, soft_wrap=True)
+        with Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
             task = bar.add_task("train", total=steps, completed=done)
             yield lambda: bar.advance(task)
 
@@ -139,6 +146,8 @@ class Reporter:
             return
         with self.paths.metrics.open("a") as f:
             f.write(json.dumps(self.last) + "\n")
+        if bad_samples.SKIPPED:
+            write_atomic(self.paths.bad_samples, bad_samples.jsonl())
         m = metrics
         self.trackers.scalars(
             m.step,
@@ -158,6 +167,8 @@ class Reporter:
         extra = f"  compile {m.compile_s:.1f} s" if m.compile_s is not None else ""
         extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
         resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""
+        extra += f"  {m.bad_samples} bad samples left out ({self.paths.bad_samples.name})" if m.bad_samples else ""
+        extra += f"  {m.skipped_steps} steps skipped (loss not finite)" if m.skipped_steps else ""
         self.say(
             f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
             f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "

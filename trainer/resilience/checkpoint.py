@@ -31,6 +31,7 @@ from flax import serialization
 from jax.experimental import multihost_utils
 
 from dali_launch.trainer.data.dali import first_row
+from dali_launch.trainer.resilience import disk, saved
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -72,9 +73,16 @@ def _gather(local: list[bytes]) -> list[list[str]]:
 
 class Checkpointer:
     def __init__(
-        self, paths: RunPaths, keep: int, asynchronous: bool = True, timeout_s: int = 900, decoded_cache: str = "off"
+        self,
+        paths: RunPaths,
+        keep: int,
+        asynchronous: bool = True,
+        timeout_s: int = 900,
+        decoded_cache: str = "off",
+        resume: str = "resume the run",
     ):
-        """`decoded_cache`: resolve.py's kind, recorded with the DALI states (their graph depends on it)."""
+        """`decoded_cache`: resolve.py's kind, recorded with the DALI states (their graph depends on it);
+        `resume`: the command that continues the run, for the line a refused write ends with."""
         # Naming every process makes Orbax sync through jax.distributed's barrier, not by running a
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax
         # then leaves the folder to us; every process may make it.
@@ -87,8 +95,10 @@ class Checkpointer:
             async_options=ocp.AsyncOptions(timeout_secs=timeout_s),  # a write (and its barriers) never hangs
         )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.paths, self.resume = paths, resume
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
         self.asynchronous, self.waited_s, self.decoded_cache = asynchronous, 0.0, decoded_cache
+        self.unrecorded: list[int] = []  # saved, their FILES not written yet (written once committed)
 
     def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None) -> None:
         """All processes call this at the same `step` (a count that grows: device calls, or under a global
@@ -111,21 +121,47 @@ class Checkpointer:
             tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))),
             meta=ocp.args.JsonSave(meta),
         )
-        self.manager.save(step, args=args, force=True)  # asynchronous: waits for the write before this one
+        # Orbax first waits for the previous write: a refusal there is that checkpoint's.
+        self._guarded(
+            self.unrecorded[-1] if self.unrecorded else step, lambda: self.manager.save(step, args=args, force=True)
+        )
+        self._record_written()  # the previous checkpoint is committed now
+        self.unrecorded.append(step)
         if not self.asynchronous:
-            self.manager.wait_until_finished()
+            self._guarded(step, self.manager.wait_until_finished)
+            self._record_written()
         self.waited_s += time.perf_counter() - began
 
     def wait(self) -> None:
         """Until every checkpoint saved is complete on disk (at most the async timeout)."""
         began = time.perf_counter()
-        self.manager.wait_until_finished()
+        self._guarded(self.unrecorded[-1] if self.unrecorded else 0, self.manager.wait_until_finished)
+        self._record_written()
         self.waited_s += time.perf_counter() - began
 
     def take_wait_s(self) -> float:
         """Seconds spent blocked in `save` and `wait` since the last call."""
         waited, self.waited_s = self.waited_s, 0.0
         return waited
+
+    def _guarded(self, step: int, write) -> None:
+        """`write()`; a disk that refuses it (full, read-only, over quota) ends in one line (disk.py)."""
+        try:
+            write()
+        except Exception as e:
+            why = disk.refusal(e)
+            if why is None:
+                raise
+            raise disk.checkpoint_refused(self.paths, step, why, self.resume) from None
+
+    def _record_written(self) -> None:
+        """Each committed checkpoint's files' sizes and CRCs (saved.py), by process 0; one deleted since
+        (--keep-checkpoints) is skipped. A checkpoint killed before this is checked by its metadata alone."""
+        if jax.process_index() == 0:
+            for step in self.unrecorded:
+                if (self.paths.checkpoints / str(step)).is_dir():
+                    saved.record_files(self.paths.checkpoints / str(step))
+        self.unrecorded = []
 
     def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
         """The train state (one replica, on the host) and the epoch's tally of checkpoint `step`, restored

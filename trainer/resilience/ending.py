@@ -5,6 +5,11 @@
     stopped   a signal stopped it after an agreed checkpoint (`step`)
     verdict   its watchdog gave up on a peer (`culprit`): "rank M made no progress for ..."
 
+A rank that a fatal signal ends (SIGSEGV in a native library, SIGABRT, SIGBUS, SIGFPE) cannot write its
+ending; Python's faulthandler dumps its threads' stacks instead, into a pipe to a small copier process that
+outlives it by a moment: `endings/rank-N.fault`, the rank's stderr (its log) and, for `train`, its log
+file. `read` takes a non-empty fault file for a `failed` ending, with the signal and the top frame.
+
 Peers' watchdogs act on `failed` and `verdict` within seconds; the local launcher names the
 earliest of them first. A rank that raises in a job of several processes also leaves without
 JAX's shutdown barrier, which would keep it (and so the job) alive for up to 300 s while its
@@ -16,12 +21,17 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import faulthandler
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 DONE, FAILED, STOPPED, VERDICT = "done", "failed", "stopped", "verdict"
@@ -45,6 +55,66 @@ def clear(paths: RunPaths, rank: int) -> None:
     jax.distributed.initialize, a rendezvous: no peer's watchdog runs before every rank did this."""
     paths.ending(rank).unlink(missing_ok=True)
     paths.heartbeat(rank).unlink(missing_ok=True)
+    paths.fault(rank).unlink(missing_ok=True)
+
+
+# The copier: what the dying rank writes into its stdin goes to each file (made only then) and to
+# stderr, until EOF; then, if told (`train`: no launcher outlives the process to say it), one last line.
+_COPIER = (
+    "import os,re,signal,sys\n"
+    "signal.signal(signal.SIGINT,signal.SIG_IGN)\n"
+    "say,files,out,seen=sys.argv[1]=='say',sys.argv[2:],None,b''\n"
+    "while (chunk:=os.read(0,65536)):\n"
+    " out,seen=out or [open(p,'ab') for p in files],seen+chunk\n"
+    " [(f.write(chunk),f.flush()) for f in out]\n"
+    " os.write(2,chunk)\n"
+    "m=re.search(rb'Fatal Python error: (.+)',seen)\n"
+    "if say and m:os.write(2,b'dali-launch: error: the run died: '+m.group(1).strip()+b'; its stacks are in '+files[0].encode()+b'\\n')\n"
+)
+
+
+def record_faults(paths: RunPaths, rank: int, log: Path | None = None) -> None:
+    """From now on a fatal signal leaves this rank's stacks in endings/rank-N.fault, its stderr and `log`.
+    The copier runs in its own session (a local launcher's kill of the rank's group spares it) and ends at
+    EOF: when this process ends, however it ends."""
+    paths.endings.mkdir(parents=True, exist_ok=True)
+    files = [str(paths.fault(rank)), *([str(log)] if log else [])]
+    while _COPIERS:  # an earlier task of this process (benchmarks run several): its copier sees EOF and ends
+        _COPIERS.pop().stdin.close()
+    try:
+        copier = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _COPIER, "say" if log else "quiet", *files],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        faulthandler.enable(all_threads=True)  # stderr alone is better than nothing
+        return
+    faulthandler.enable(file=copier.stdin, all_threads=True)
+    _COPIERS.append(copier)  # kept: its pipe must stay open as long as this process lives
+
+
+_COPIERS: list = []
+_FATAL = re.compile(r"Fatal Python error: (.+)")
+_FRAME = re.compile(r'\s+File "(.+)", line (\d+) in (\S+)')
+
+
+def fault_ending(paths: RunPaths, rank: int) -> dict | None:
+    """The `failed` ending a fault dump stands for: what killed the rank, and where it was."""
+    path = paths.fault(rank)
+    try:
+        text, at = path.read_text(errors="replace"), path.stat().st_mtime
+    except OSError:
+        return None
+    fatal = _FATAL.search(text)
+    if not fatal:
+        return None
+    current = text.find("Current thread", fatal.end())  # the thread that took the signal
+    frame = _FRAME.search(text[current if current >= 0 else fatal.end() :])
+    where = f" in {Path(frame.group(1)).name}:{frame.group(2)} ({frame.group(3)})" if frame else ""
+    line = f"rank {rank} died: {fatal.group(1).strip()}{where}; its stacks are in {path}"
+    return {"rank": rank, "how": FAILED, "line": line, "at": at, "fault": True}
 
 
 def read(paths: RunPaths, since: float = 0.0) -> list[dict]:
@@ -57,12 +127,20 @@ def read(paths: RunPaths, since: float = 0.0) -> list[dict]:
             continue
         if ending["at"] >= since:
             found.append(ending)
+    ended = {e["rank"] for e in found}
+    for path in paths.endings.glob("rank-*.fault") if paths.endings.is_dir() else []:
+        rank = int(path.stem.split("-")[1])
+        fault = None if rank in ended else fault_ending(paths, rank)
+        if fault and fault["at"] >= since:
+            found.append(fault)
     return sorted(found, key=lambda e: e["at"])
 
 
 def last_line(error: BaseException) -> str:
     """`Type: last line of the message`: JAX wraps a callback's error in pages of text, whose last
-    line is the one that says what happened."""
+    line is the one that says what happened. Our own one-line errors (UsageError) are said as they are."""
+    if isinstance(error, UsageError):
+        return str(error)
     lines = [line for line in str(error).splitlines() if line.strip() and not line.startswith("---")]
     lines = [line for line in lines if not line.startswith("For simplicity, JAX has removed")]
     return f"{type(error).__name__}: {lines[-1].strip()}" if lines else type(error).__name__

@@ -5,17 +5,26 @@ plain JSON: the epoch, device calls done, every process's DALI states, a global 
 --decoded-cache kind its DALI graph had). A step
 is complete once Orbax committed it (`commit_success.txt`; an unfinished one is `STEP.orbax-checkpoint-tmp-*`
 and never a bare number). `--resume`, `status`, `runs` and the tasks all find the newest one here.
+
+Complete is not whole: a file truncated or removed later (a full disk, a careless copy) made `--resume`
+fail with Orbax's and TensorStore's internals (once literally `Exception: })>.`). So each checkpoint
+also holds FILES, every file's size and CRC32, written once Orbax committed it; `newest_whole` checks
+the newest against it before anything loads it and goes back to the newest whole one, renaming each
+damaged one STEP.damaged (kept for a look, never deleted; Orbax sees no step in that name).
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 COMMITTED = "commit_success.txt"
+FILES = "dali_launch_files.json"  # {"files": {relative path: [size, crc32]}}
+CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,85 @@ def read(paths: RunPaths, step: int) -> Saved:
 
 
 def newest(paths: RunPaths) -> Saved | None:
-    """The newest complete checkpoint, or None."""
+    """The newest complete checkpoint, or None (not checked for damage: `status` and `runs` ask it)."""
     steps = complete_steps(paths)
     return read(paths, steps[-1]) if steps else None
+
+
+def _crc(path: Path) -> int:
+    crc = 0
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def record_files(path: Path) -> None:
+    """Writes FILES for the committed checkpoint at `path` (process 0, once Orbax is done with it)."""
+    files = {
+        str(f.relative_to(path)): [f.stat().st_size, _crc(f)]
+        for f in sorted(path.rglob("*"))
+        if f.is_file() and f.name != FILES
+    }
+    write_atomic(path / FILES, json.dumps({"files": files}))
+
+
+def damage(path: Path, crc: bool = True) -> str | None:
+    """What is wrong with the complete checkpoint at `path`, or None: its files' sizes, and with `crc` their
+    bytes. One written before FILES existed is checked only for its metadata."""
+    try:
+        json.loads((path / "meta" / "metadata").read_text())
+        listed = json.loads((path / FILES).read_text())["files"] if (path / FILES).exists() else {}
+    except (OSError, ValueError, KeyError):
+        return "its metadata is unreadable" if path.is_dir() else "it is gone"
+    check = crc
+    for name, (size, crc) in listed.items():
+        f = path / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} is {f.stat().st_size:,} of its {size:,} bytes"
+        if check and _crc(f) != crc:
+            return f"{name} fails its CRC"
+    return None
+
+
+@dataclass(frozen=True)
+class Damaged:
+    step: int
+    what: str
+    kept_as: Path  # where it is now: STEP.damaged, or still STEP when not renamed
+
+    def line(self, then: Saved | None) -> str:
+        goes_on = f"resuming from step {then.step}" if then else "no whole checkpoint is left: starting afresh"
+        return f"checkpoint step {self.step} is damaged ({self.what}); kept it as {self.kept_as}, {goes_on}"
+
+
+def newest_whole(paths: RunPaths, rename: bool, crc: bool = True) -> tuple[Saved | None, list[Damaged]]:
+    """The newest complete checkpoint that is whole, and the damaged ones newer than it, renamed to
+    STEP.damaged when `rename` (one process does: the launcher at --resume, process 0 of a task; the
+    others then check sizes alone, `crc` False: what is left after the rename is whole)."""
+    damaged = []
+    for step in reversed(complete_steps(paths)):
+        path = paths.checkpoints / str(step)
+        what = damage(path, crc)
+        if what is None:
+            try:
+                return read(paths, step), damaged
+            except (OSError, ValueError, KeyError):
+                what = "its metadata is unreadable"
+        kept = _renamed(path) if rename and path.exists() else path
+        damaged.append(Damaged(step, what, kept))
+    return None, damaged
+
+
+def _renamed(path: Path) -> Path:
+    for n in range(100):
+        target = path.with_name(f"{path.name}.damaged{f'-{n}' if n else ''}")
+        if not target.exists():
+            try:
+                path.rename(target)
+            except FileNotFoundError:  # another process was first: the same decision
+                return target
+            return target
+    return path

@@ -72,10 +72,18 @@ class StartPoint:
         return self.epoch * slots_per_epoch + math.ceil(self.order["position"] / self.plan.global_batch)
 
 
+def repair(paths: RunPaths) -> list[str]:
+    """Process 0, before any process reads its start point: damaged checkpoints newer than the newest whole
+    one renamed out of the way (saved.newest_whole); a line for each."""
+    newest, damaged = saved.newest_whole(paths, rename=True)
+    return [d.line(newest) for d in damaged]
+
+
 def read(paths: RunPaths, spec: TaskSpec, process_id: int, processes: int, devices: int) -> StartPoint:
-    """This task's start point: the newest complete checkpoint, continued on `processes` processes and
-    `devices` devices of the job, or a fresh start. Raises the UsageError of a layout it cannot go on on."""
-    newest = saved.newest(paths)
+    """This task's start point: the newest whole checkpoint (after `repair`: sizes checked), continued on
+    `processes` processes and `devices` devices of the job, or a fresh start. Raises the UsageError of a
+    layout it cannot go on on."""
+    newest, _ = saved.newest_whole(paths, rename=False, crc=False)
     if newest is None:
         return StartPoint.fresh()
     if newest.order is None:
@@ -95,8 +103,8 @@ def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], proc
     """What `--resume` asks before anything is written or submitted: can the newest complete checkpoint go
     on with `spec` on every device count and process count the job may start with? A UsageError if not;
     else how a global order continues (elastic.Plan.describe; '' when nothing changes, when SLURM picks
-    the count, or without a checkpoint)."""
-    newest = saved.newest(paths)
+    the count, or without a checkpoint). Damaged checkpoints are passed over (the launcher renamed them)."""
+    newest, _ = saved.newest_whole(paths, rename=False, crc=False)
     if newest is None:
         return ""
     if newest.order is None:
@@ -107,10 +115,23 @@ def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], proc
     plans = [elastic.plan(newest.order, d, train.elastic_batch, train.accumulate_steps) for d in device_counts]
     from dali_launch.trainer.data import records  # numpy and the formats' readers: only where they are needed
 
-    now = records.fingerprint_of(Path(spec.data.data_dir) / "training")
+    now = _fingerprint_read(spec, Path(spec.data.data_dir) / "training", records)
     if now is not None:
         check_data_set(paths, spec, newest.order, now)
     return plans[0].describe() if len(plans) == 1 else ""
+
+
+def _fingerprint_read(spec: TaskSpec, split: Path, records) -> dict | None:
+    """The fingerprint of what the run's readers read of `split`: under --bad-samples skip, without the
+    samples they leave out (the order numbered those alone), else the folder's."""
+    from dali_launch.trainer.data import bad_samples
+    from dali_launch.trainer.data.global_order import fingerprint
+
+    found = bad_samples.builtin_reader(spec.data.pipeline, split) if spec.data.bad_samples == "skip" else None
+    if found is None:
+        return records.fingerprint_of(split)
+    kwargs = bad_samples.screen(*found, "skip", spec.data.max_bad_samples)
+    return fingerprint(records.open_source(found[0], kwargs).keys())
 
 
 def check_data_set(paths: RunPaths, spec: TaskSpec, order: dict, now: dict) -> None:

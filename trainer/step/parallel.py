@@ -66,10 +66,16 @@ def sgd_step(state, images, labels, valid, job: Job):
         return jnp.sum(optax.softmax_cross_entropy(logits, goal_) * valid), collections
 
     (loss, collections), grads = jax.value_and_grad(loss_sum, has_aux=True)(state.params)
-    count = job.sum(jnp.sum(valid))
+    count, loss, grads = job.sum(jnp.sum(valid)), job.sum(loss), jax.tree.map(job.sum, grads)
     # BatchNorm statistics (any mutable collection) averaged over every device: replicas stay identical.
     collections = jax.tree.map(job.mean, collections)
-    return state.learn(jax.tree.map(job.sum, grads), count, collections), job.sum(loss), count
+    skipped = jnp.zeros((), jnp.float32)
+    if state.recipe.skip_nonfinite:  # --on-nan skip-step: the job-wide sums decide, alike on every device
+        finite = jnp.isfinite(loss) & jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+        grads = jax.tree.map(lambda g: jnp.where(finite, g, 0), grads)
+        # A step of no samples is no step (state.learn): no update, no statistics, no momentum
+        loss, count, skipped = jnp.where(finite, loss, 0), jnp.where(finite, count, 0), 1 - finite.astype(jnp.float32)
+    return state.learn(grads, count, collections), loss, count, skipped
 
 
 def targets(labels, num_classes: int, mixes: bool = False):
@@ -106,27 +112,28 @@ def mixed(state, images, goal, job: Job):
 
 def sgd_steps(state, images, labels, valid, job: Job):
     """Steps over a leading `steps` axis, fused by `lax.scan`: the host dispatches once per DALI batch.
-    Returns the state and the loss and sample sums of all of them."""
+    Returns the state and the loss, sample and skipped-step sums of all of them."""
     if images.shape[0] == 1:  # XLA:CPU runs convolutions inside a scan ~15x slower (a CNN: 60 vs 1,250 images/s)
         return sgd_step(state, images[0], labels[0], valid[0], job)
 
     def one(carry, batch):
-        state, loss, count = carry
-        state, step_loss, step_count = sgd_step(state, *batch, job)
-        return (state, loss + step_loss, count + step_count), None
+        state, *sums = carry
+        state, *step = sgd_step(state, *batch, job)
+        return (state, *(a + b for a, b in zip(sums, step))), None
 
     zero = jnp.zeros((), jnp.float32)
-    (state, loss, count), _ = jax.lax.scan(one, (state, zero, zero), (images, labels, valid))
-    return state, loss, count
+    (state, loss, count, skipped), _ = jax.lax.scan(one, (state, zero, zero, zero), (images, labels, valid))
+    return state, loss, count, skipped
 
 
-def advance(tally, rows_per_reader: int, loss, count, labels) -> dict:
+def advance(tally, rows_per_reader: int, loss, count, skipped, labels) -> dict:
     """The epoch's running tally after a call: each reader's position in its shard, loss and sample sums,
-    and the range of class ids seen (label_check.py)."""
+    the steps --on-nan skip-step dropped, and the range of class ids seen (label_check.py)."""
     return {
         "position": tally["position"] + rows_per_reader,
         "loss": tally["loss"] + loss,
         "count": tally["count"] + count,
+        "skipped": tally["skipped"] + skipped,
         "labels": labels,
     }
 
@@ -144,8 +151,8 @@ def pmap_call(state, tally, images, labels, valid, batch_size: int, readers: int
     """One device's view of a call (pmap): images (rows, ...), valid (rows,): 1 for real samples, 0 for padding."""
     rows = images.shape[0] // readers
     steps = lambda x: sample_order(x, readers).reshape(-1, batch_size, *x.shape[1:])
-    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), PMAP_JOB)
-    return state, advance(tally, rows, loss, count, label_check.fold(tally["labels"], labels))
+    state, loss, count, skipped = sgd_steps(state, steps(images), steps(labels), steps(valid), PMAP_JOB)
+    return state, advance(tally, rows, loss, count, skipped, label_check.fold(tally["labels"], labels))
 
 
 def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: int):
@@ -158,9 +165,9 @@ def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: 
         return per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
 
     job = replace(JIT_JOB, devices=images.shape[0])  # each device's rows mix among themselves
-    state, loss, count = sgd_steps(state, steps(images), steps(labels), steps(valid), job)
+    state, loss, count, skipped = sgd_steps(state, steps(images), steps(labels), steps(valid), job)
     seen = jax.vmap(label_check.fold)(tally["labels"], labels)  # per device, as the tally: no collective
-    return state, advance(tally, rows, loss, count, seen)
+    return state, advance(tally, rows, loss, count, skipped, seen)
 
 
 class Pmap:
@@ -226,9 +233,9 @@ class Sharded:
 
 def call_tally(tally: dict) -> dict:
     """What device calls carry: an epoch's `tally` as a checkpoint holds it (checkpoint.zero_tally at the
-    epoch's start) and the labels' range, which is checked before every checkpoint and so need not be in
-    one (checkpoints keep their old format)."""
-    return {**tally, "labels": label_check.none()}
+    epoch's start), the steps --on-nan skip-step dropped since the task started the epoch, and the labels'
+    range, which is checked before every checkpoint; neither is in one (checkpoints keep their old format)."""
+    return {**tally, "skipped": np.zeros((), np.float32), "labels": label_check.none()}
 
 
 def finished() -> threading.Thread:

@@ -30,6 +30,7 @@ class Recipe:
     accumulate_steps: int = 1
     ema_decay: float = 0.0
     label_smoothing: float = 0.0
+    skip_nonfinite: bool = False  # --on-nan skip-step: a step whose loss or gradients are not finite is dropped
     mixing: Mixing = Mixing()  # --mixup, --cutmix (mixing.py)
     num_classes: int = 0  # the targets' width, which mixing needs before the forward pass
 

@@ -13,8 +13,13 @@ EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", 
 
 
 class ClassFolders:
-    def __init__(self, root: str):
+    """`files`/`labels`: the reader's own list (bad_samples.py leaves bad files out of it), else the folders'."""
+
+    def __init__(self, root: str, files: list[str] | None = None, labels: list[int] | None = None):
         self.root = root
+        if files:
+            self.files = list(zip(files, labels or range(len(files))))
+            return
         classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
         self.files = [
             (os.path.join(name, file), label)
@@ -35,4 +40,4 @@ class ClassFolders:
 
 
 def source(kwargs: dict) -> ClassFolders:
-    return ClassFolders(kwargs["file_root"])
+    return ClassFolders(kwargs["file_root"], kwargs.get("files"), kwargs.get("labels"))

@@ -1,0 +1,109 @@
+"""Checkpoints that fail: a damaged newest checkpoint is found before anything loads it, kept under another
+name, and the run resumes from the newest whole one to the parameters of the run as it was; a checkpoint
+that cannot be written (a full disk) stops the job with one line, and the run resumes once there is room.
+Real local jobs (2 processes × 1 CPU device), real files; the SLURM side is in test_slurm_failures.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import check_ok, dali_launch, final_params, only_run
+
+from dali_launch.trainer.resilience import saved
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "60"]
+
+
+def biggest_file(step_dir):
+    return max((f for f in step_dir.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+
+
+def truncate_newest(paths) -> tuple[int, str]:
+    """The newest checkpoint's biggest file cut to half: (its step, the file relative to the step)."""
+    step = saved.complete_steps(paths)[-1]
+    victim = biggest_file(paths.checkpoints / str(step))
+    size = victim.stat().st_size
+    with victim.open("r+b") as f:
+        f.truncate(size // 2)
+    return step, f"{victim.relative_to(paths.checkpoints / str(step))} is {size // 2:,} of its {size:,} bytes"
+
+
+def resume_after_damage(paths, env=None) -> tuple[subprocess.CompletedProcess, int, str]:
+    step, what = truncate_newest(paths)
+    resumed = dali_launch("--resume", str(paths.root), env=env)
+    return resumed, step, what
+
+
+def test_a_damaged_newest_checkpoint_is_kept_aside_and_the_run_resumes_from_the_one_before(small_lmdb, tmp_path):
+    """2 epochs (8 calls each; checkpoints at calls 4, 8, 12, 16): the last one's biggest file cut in half;
+    --resume says so in one line, renames it 16.damaged, resumes from 12 and ends bit-identical."""
+    run = [*LOCAL, "--data-dir", str(small_lmdb), "--epochs", "2", "--checkpoint-every-steps", "4"]
+    check_ok(dali_launch(*run, "--run-root", str(tmp_path)))
+    paths = only_run(tmp_path)
+    uninterrupted = final_params(paths)
+    steps = saved.complete_steps(paths)
+    resumed, step, what = resume_after_damage(paths)
+    check_ok(resumed)
+    line = (
+        f"checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, "
+        f"resuming from step {steps[-2]}"
+    )
+    assert line in resumed.stdout.splitlines(), resumed.stdout
+    assert (paths.checkpoints / f"{step}.damaged").is_dir() and saved.complete_steps(paths)[-1] == step
+    again = final_params(paths)  # the step written again by the resumed run
+    assert all(np.array_equal(uninterrupted[k], again[k]) for k in uninterrupted)
+    assert "Traceback" not in resumed.stderr
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 44 MiB tmpfs for a run root: the MLP's checkpoints are ~18 MB, so the third does not fit."""
+    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=44m", "tmpfs", str(mount)], check=True, timeout=30)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
+
+
+def test_a_full_run_root_stops_with_one_line_and_resumes_once_there_is_room(small_lmdb, small_tmpfs):
+    """The run root on a tmpfs that fills at the third checkpoint: one line naming the run root and the fix,
+    the previous checkpoint whole; after a remount with room, --resume finishes the run."""
+    run = [*LOCAL, "--data-dir", str(small_lmdb), "--epochs", "4", "--keep-checkpoints", "3"]
+    failed = dali_launch(*run, "--run-root", str(small_tmpfs))
+    paths = only_run(small_tmpfs)
+    first = failed.stderr.strip().splitlines()[0]
+    assert failed.returncode == 1 and first.startswith("dali-launch: rank 0 failed: cannot write checkpoint "), failed
+    assert f"into {paths.checkpoints}: No space left on device" in first and f"--resume {paths.root}" in first
+    newest, damaged = saved.newest_whole(paths, rename=False)
+    assert newest is not None and not damaged and newest.epoch >= 1
+    assert not any(".orbax-checkpoint-tmp" in p.name for p in paths.checkpoints.iterdir())  # the half-written one went
+    subprocess.run(["mount", "-o", "remount,size=200m", str(small_tmpfs)], check=True, timeout=30)
+    check_ok(dali_launch("--resume", str(paths.root)))
+    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1, 2, 3]
+
+
+def test_local_timeout_checkpoints_before_it_stops_and_says_how_to_resume(mnist_lmdb, tmp_path):
+    """--local-timeout-s passes mid-run: every rank checkpoints at its next check point and stops, as after
+    Ctrl-C; the launcher says where, and how to resume (exit 1); the run is `interrupted`, resumable."""
+    run = [*LOCAL, "--data-dir", str(mnist_lmdb), "--epochs", "50", "--local-timeout-s", "30"]
+    proc = dali_launch(*run, "--run-root", str(tmp_path), timeout=300)
+    paths = only_run(tmp_path)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "dali-launch: --local-timeout-s 30 passed: asking every rank" in proc.stderr
+    assert last.startswith(
+        "dali-launch: the job did not finish within --local-timeout-s 30; checkpoint written at step "
+    )
+    assert last.endswith(
+        f"resume with `dali-launch --resume {paths.root}` (give it a larger --local-timeout-s to finish)"
+    )
+    assert saved.newest(paths) is not None
+    status = dali_launch("status", str(paths.root))
+    assert "interrupted (stopped by SIGTERM)" in status.stdout and "dali-launch --resume" in status.stdout

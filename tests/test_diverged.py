@@ -1,0 +1,66 @@
+"""A loss that is not finite: --on-nan stop ends the run at the check point that sees it, naming the steps
+and the last good checkpoint (kept, loadable); --on-nan skip-step drops the update in the step itself."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import dali_launch, final_params, only_run
+
+from dali_launch.trainer.config import TaskSpec, TrainConfig
+from dali_launch.trainer.set_up import create_train_state
+from dali_launch.trainer.step import parallel
+
+
+@pytest.mark.slow
+def test_a_diverging_run_stops_at_the_check_point_with_its_last_good_checkpoint(small_lmdb, tmp_path):
+    """--learning-rate 1e4: the first steps' losses are finite (checkpointed: a check point after every call),
+    their updates soon make one NaN; the run stops there, one line, exit non-zero, and the checkpoint before
+    it (the newest) loads."""
+    proc = dali_launch(
+        "train", "--data-dir", str(small_lmdb), "--learning-rate", "1e4", "--epochs", "2",
+        "--sync-every-steps", "1", "--checkpoint-every-steps", "1", "--run-root", str(tmp_path),
+    )  # fmt: skip
+    paths = only_run(tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and lines[-1].startswith("dali-launch: error: the training loss became "), proc.stderr
+    found = re.fullmatch(
+        r"dali-launch: error: the training loss became (nan|inf) between SGD steps (\d+) and \2 \(epoch 0\), so the "
+        rf"run stopped; the last good checkpoint is step (\d+) \({paths.checkpoints}/\3\), kept; train again with a "
+        rf"lower --learning-rate \(now 10000\) or normalised images, or `dali-launch --resume {paths.root} --on-nan "
+        r"skip-step` to drop such steps",
+        lines[-1],
+    )
+    assert found and int(found.group(3)) == int(found.group(2)) - 1 >= 1, lines[-1]
+    assert "Traceback" not in proc.stderr and not paths.metrics.exists()
+    assert max(int(p.name) for p in paths.checkpoints.iterdir() if p.name.isdigit()) == int(found.group(3))
+    assert all(np.isfinite(v).all() for v in final_params(paths).values())
+    ending = json.loads(paths.ending(0).read_text())
+    assert ending["how"] == "failed" and "the training loss became" in ending["line"]
+
+
+def test_skip_step_drops_an_update_whose_loss_is_not_finite():
+    """One device call of two steps, the second's images NaN: it counts no samples and changes nothing;
+    the first trains as it would alone. Without skip-step the NaN reaches the parameters."""
+    example = np.zeros((1, 784), np.float32)
+    states = {
+        on_nan: create_train_state(TaskSpec(run_dir="", train=TrainConfig(on_nan=on_nan)), example, 4)
+        for on_nan in ("skip-step", "stop")
+    }
+    rng = np.random.default_rng(0)
+    images = rng.random((2, 8, 784), np.float32)
+    images[1, 3, 5] = np.nan
+    labels = jnp.asarray(rng.integers(0, 10, (2, 8)), jnp.int32)
+    steps = lambda s, x: jax.jit(lambda s: parallel.sgd_steps(s, x, labels, jnp.ones((2, 8)), parallel.JIT_JOB))(s)
+    after, loss, count, skipped = steps(states["skip-step"], jnp.asarray(images))
+    alone, first_loss, first_count, _ = steps(states["skip-step"], jnp.asarray(images[:1]))
+    assert (float(count), float(skipped), int(after.step), int(after.slot)) == (8.0, 1.0, 1, 2)
+    assert float(loss) == float(first_loss) and float(first_count) == 8.0
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(after.params), jax.tree.leaves(alone.params)))
+    poisoned, *_ = steps(states["stop"], jnp.asarray(images))
+    assert not all(np.isfinite(x).all() for x in jax.tree.leaves(poisoned.params))

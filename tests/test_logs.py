@@ -1,0 +1,58 @@
+"""What reaches the console and what the logs keep: the progress bar only on a terminal, never in a rank's
+log; other libraries' chatter (gloo, glog info and warnings, tensorboardX) in the logs, not the console."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import termios
+import time
+
+import pytest
+from conftest import CLI, REPO, only_run
+
+from dali_launch.launcher.console import is_chatter
+
+
+@pytest.mark.parametrize(
+    "line, chatter",
+    [
+        ("[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1", True),
+        ("I1201 23:01:52.123456  1234 gloo_context.cc:61] ready", True),
+        ("W0000 00:00:1733100000.123456   4242 cuda_executor.cc:1040] numa node", True),
+        ("Warning: NaN or Inf found in input tensor.", True),
+        ("E1201 23:01:52.123456  1234 cuda_driver.cc:101] failed to allocate 80.0G", False),  # errors stay
+        ("epoch 0: loss 0.1234  test accuracy 0.9", False),
+        ("dali-launch: error: rank 1 failed: RuntimeError: boom", False),
+    ],
+)
+def test_chatter_is_told_from_what_a_user_reads(line, chatter):
+    assert is_chatter(line) == chatter and is_chatter(line.encode()) == chatter
+
+
+@pytest.mark.slow
+def test_the_progress_bar_is_drawn_on_the_terminal_and_not_in_the_log(small_lmdb, tmp_path):
+    """`dali-launch train` in a pseudo-terminal: Rich draws its bar there (carriage returns, ANSI codes), and
+    logs/rank-0.log, which `logs --follow` reads, holds the same lines without a frame of it."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    args = ["train", "--data-dir", str(small_lmdb), "--epochs", "1", "--batch-size", "10", "--run-root", str(tmp_path)]
+    proc = subprocess.Popen([*CLI, *args], cwd=REPO, stdin=subprocess.DEVNULL, stdout=child, stderr=child)
+    os.close(child)
+    seen, end = b"", time.monotonic() + 600
+    while time.monotonic() < end:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child side closed: the run is over
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=60) == 0, seen.decode(errors="replace")[-3000:]
+    os.close(main)
+    log = only_run(tmp_path).log(0).read_bytes()
+    assert b"\x1b[" in seen and b"epoch 0" in seen  # the bar was there, on the terminal
+    assert b"epoch 0: loss" in log and b"\x1b" not in log and b"\r" not in log, log[-2000:]

@@ -1,0 +1,90 @@
+"""What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
+its peers' follow-on errors; a run of the user's own `srun dali-launch task` continued with `dali-launch
+--resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C while following a job."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import check_ok, dali_launch, final_params, only_run, squeue, start, wait_for
+from test_allocation import _sbatch
+from test_checkpoint_failures import resume_after_damage
+from test_endings import FAILING
+
+from dali_launch.trainer.resilience import saved
+from dali_launch.trainer.run_dir import RunPaths
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
+JOB = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15"]
+
+
+def test_an_exception_in_rank_1_is_told_first(slurm_env, small_lmdb, tmp_path):
+    """Rank 1 raises in its 16th step; rank 0 is left waiting in a collective and fails after it. The first
+    line is rank 1's, with its exception, then its traceback; rank 0's follow-on error comes after."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "failing.py").write_text(textwrap.dedent(FAILING))
+    proc = dali_launch(
+        *JOB, "--model", "failing:mid_epoch", "--parallel", "pmap", "--epochs", "3", "--data-dir", str(small_lmdb),
+        "--run-root", str(tmp_path / "runs"), env={**slurm_env, "PYTHONPATH": str(tmp_path / "code")},
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert lines[0].startswith("dali-launch: rank 1 failed: ") and "rank 1 fails mid-epoch (injected)" in lines[0]
+    assert lines[1].startswith("dali-launch: rank 1 of job ") and "Traceback" in lines[2], proc.stderr
+    # Rank 0's follow-on (srun's word on task 0) is there only when srun saw it before our scancel: a race.
+    if "rank 0 on node1" in proc.stderr:
+        assert proc.stderr.index("rank 1 fails mid-epoch") < proc.stderr.index("rank 0 on node1")  # the cause first
+
+
+def test_an_srun_task_run_resumes_from_a_login_node_past_a_damaged_checkpoint(slurm_env, small_lmdb, tmp_path):
+    """A user's own script, `srun dali-launch task` with no --platform (auto: cpu on these nodes), 2 epochs;
+    its newest checkpoint then cut short. `dali-launch --resume RUN` from here: submitted as a job of its
+    own (the recorded auto kept, not guessed again), it passes over the damaged checkpoint, keeps it aside,
+    goes on from the one before and ends with the parameters the job had; --platform cpu beside --resume
+    is the run's own value, not a change."""
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=10\n"
+        f"srun --kill-on-bad-exit=1 {sys.executable} -m dali_launch.launcher.cli task --epochs 2 "
+        f"--checkpoint-every-steps 4 --data-dir {small_lmdb} --run-root {tmp_path / 'runs'}\n"
+    )
+    job_id, proc = _sbatch(script, slurm_env, wait=True)
+    paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
+    assert proc.returncode == 0 and paths.result.exists(), (tmp_path / f"slurm-{job_id}.out").read_text()
+    uninterrupted, steps = final_params(paths), saved.complete_steps(paths)
+    resumed, step, what = resume_after_damage(paths, env=slurm_env)
+    check_ok(resumed)
+    assert "submitted job" in resumed.stdout and "resumed from checkpoint" in resumed.stdout, resumed.stdout
+    assert (
+        f"checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, resuming "
+        f"from step {steps[-2]}" in resumed.stdout
+    )
+    again = final_params(paths)
+    assert all(np.array_equal(uninterrupted[k], again[k]) for k in uninterrupted)
+    check_ok(dali_launch("--resume", str(paths.root), "--platform", "cpu", "--dry-run", env=slurm_env))
+
+
+def test_ctrl_c_while_following_says_the_job_goes_on(slurm_env, small_lmdb, tmp_path):
+    """SIGINT to the launcher following a job: it says the job goes on and how to follow or stop it (exit
+    130), and the job does go on."""
+    proc = start(*JOB, "--epochs", "100", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path), env=slurm_env)
+    try:
+        wait_for(lambda: any(tmp_path.glob("*/ranks/rank-1.json")), timeout_s=180)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        paths = only_run(tmp_path)
+        job_id = json.loads(paths.job.read_text())["job_id"]
+        assert proc.returncode == 130 and err.strip().splitlines()[-1] == (
+            f"dali-launch: interrupted: job {job_id} goes on running; follow it again with `dali-launch logs "
+            f"{paths.root} --follow`, or stop it with `dali-launch cancel {paths.root}`"
+        ), err
+        assert squeue({**slurm_env}, job_id) == "RUNNING"
+    finally:
+        proc.kill()
+        for record in tmp_path.glob("*/job.json"):
+            dali_launch("cancel", json.loads(record.read_text())["job_id"], "--run-root", str(tmp_path), env=slurm_env)
