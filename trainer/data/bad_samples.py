@@ -252,9 +252,14 @@ def _caffe2(kwargs: dict) -> Listing:
 
     @contextlib.contextmanager
     def opened():
-        with lmdb.open(path, readonly=True, lock=False, subdir=True) as env, env.begin(buffers=False) as txn:
-            held["txn"] = txn
-            yield
+        if path in caffe2._ENVS:  # a source of this process holds it open (the decoded cache's estimate)
+            with caffe2._ENVS[path].begin(buffers=False) as txn:
+                held["txn"] = txn
+                yield
+        else:
+            with lmdb.open(path, readonly=True, lock=False, subdir=True) as env, env.begin(buffers=False) as txn:
+                held["txn"] = txn
+                yield
         held.clear()
 
     name = lambda i: f"record {keys[i].decode(errors='replace')} of {path}"

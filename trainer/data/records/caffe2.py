@@ -42,9 +42,12 @@ def _keys(env) -> list[bytes]:
 
 
 def keys(path: str) -> list[bytes]:
-    """The keys, the LMDB closed again (the launcher's checks open it after this)."""
+    """The keys, the LMDB closed again (the launcher's checks open it after this), or read through this
+    process's shared handle where a source holds it open (py-lmdb refuses to open a path twice)."""
     import lmdb
 
+    if path in _ENVS:
+        return _keys(_ENVS[path])
     with lmdb.open(path, readonly=True, lock=False, subdir=True) as env:
         return _keys(env)
 
