@@ -24,7 +24,7 @@ class LaunchConfig:
     nodes: str = opt(
         "1",
         "Nodes (hosts) for the job: a count, or MIN-MAX for SLURM to choose from at each start, a requeue "
-        "included (--sample-order global only: the batch rule of --elastic-batch applies to the count given).",
+        "included (the batch rule of --elastic-batch applies to the count given).",
         int_ok=True,  # a --config file or an older run's config.toml may write a count as a TOML integer
         on_resume="elastic",
     )

@@ -267,6 +267,10 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 ReturnToService=2
 KillWait=5
+# Job ids start in a window of 128 of their own, from the port slot: a task derives jax.distributed's
+# coordinator port from its job id (trainer/topology.py), and clusters side by side on one host would
+# otherwise number their jobs 1, 2, 3... alike, and a job's tasks register with another's coordinator.
+FirstJobId=$(((((PORT_BASE - 10000) / 64 % 32 + 32) % 32) * 128 + 1))
 # Finished jobs stay visible to squeue (and bin/sacct) this long.
 MinJobAge=3600
 MailProg=/bin/true

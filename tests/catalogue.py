@@ -172,10 +172,11 @@ def replace_image(split: Path, fmt: str, sample: int, spoil) -> None:
 ORDER_KEYS = ("position", "global_batch", "first_global_batch", "devices", "steps_per_call", "dataset")
 
 
-def global_order_run(tmp: Path, data: Path, **train) -> Path:
-    """A --local --sample-order global run on 2 processes × 2 devices (global batch 120) over `data`, stopped
-    mid-epoch at position 360: its run directory, with its checkpoint as the launcher reads one before a
-    resume (Orbax's JSON metadata of a complete step), so elastic resume's refusals need no real run."""
+def global_order_run(tmp: Path, data: Path, order: str = "global", **train) -> Path:
+    """A --local run on 2 processes × 2 devices (global batch 120) over `data`, stopped mid-epoch at position
+    360: its run directory, with its checkpoint as the launcher reads one before a resume (Orbax's JSON
+    metadata of a complete step), so elastic resume's refusals need no real run. `order`: global, or
+    shards (the default order's record, checkpoint.shard_record: 4 pipelines of 30, 3 calls done)."""
     from dali_launch.launcher.config import LaunchConfig, RunConfig
     from dali_launch.launcher.route import directory
     from dali_launch.trainer.config import DataConfig, TrainConfig
@@ -183,12 +184,21 @@ def global_order_run(tmp: Path, data: Path, **train) -> Path:
 
     run = RunConfig(
         launch=LaunchConfig(run_root=str(tmp / "old-runs"), gpus_per_node=4, tasks_per_node=2, local=True),
-        data=DataConfig(sample_order="global"),
+        data=DataConfig(sample_order=order),
         train=TrainConfig(global_batch_size=120, **train),
     )
     paths = directory.create(run, data, "local")
     values = (360, 120, 120, 4, 1, records.fingerprint_of(data / "training"))
     meta = {"epoch": 0, "calls_done": 3, "dali": [[], []], "order": dict(zip(ORDER_KEYS, values))}
+    if order == "shards":
+        reading = {"devices": 4, "readers": 1, "batch": 30, "steps": 1}
+        shards = {"reading": reading, "shard_ids": [[0, 1], [2, 3]], "sample": {}}
+        meta = {
+            **meta,
+            "order": None,
+            "dali": [["AA==", "AQ=="], ["Ag==", "Aw=="]],
+            "shards": {**meta["order"], **shards},
+        }
     step = paths.checkpoints / "360"
     (step / "meta").mkdir(parents=True)
     (step / "meta" / "metadata").write_text(json.dumps(meta))

@@ -52,13 +52,13 @@ def small_lmdb(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def synth_sets(tmp_path_factory) -> dict[str, Path]:
     """`data synth` sets of 4 classes, 210 training / 40 test images of ~50×37 (--image-scale 0.1),
-    shards of 32: {format: data dir} for tfrecord and webdataset, the same images in both."""
+    shards of 32: {format: data dir} for tfrecord, webdataset and folders, the same images in each."""
     from dali_launch.launcher.data.synth import SynthSpec, synth
 
     root = tmp_path_factory.mktemp("synth")
-    for fmt in ("tfrecord", "webdataset"):
+    for fmt in ("tfrecord", "webdataset", "folders"):
         synth(SynthSpec(root / fmt, fmt, classes=4, train=210, test=40, image_scale=0.1, shard_size=32, workers=1))
-    return {fmt: root / fmt for fmt in ("tfrecord", "webdataset")}
+    return {fmt: root / fmt for fmt in ("tfrecord", "webdataset", "folders")}
 
 
 @pytest.fixture(scope="session")
@@ -242,13 +242,14 @@ def seen_prints(paths: RunPaths, epoch: int) -> collections.Counter:
     return collections.Counter(np.concatenate([np.load(p) for p in paths.sample_records(epoch)]).tolist())
 
 
-def final_params(paths: RunPaths) -> dict:
-    """The parameters of a run's newest checkpoint (one replica), as numpy arrays by path."""
+def final_params(paths: RunPaths, step: int | None = None) -> dict:
+    """The parameters of a run's newest checkpoint (or of checkpoint `step`; one replica), as numpy arrays by path."""
     import orbax.checkpoint as ocp
     from flax.traverse_util import flatten_dict
 
     manager = ocp.CheckpointManager(paths.checkpoints.absolute())
-    state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
+    step = manager.latest_step() if step is None else step
+    state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
     return flatten_dict(state["params"], sep="/")
 
 
@@ -283,10 +284,13 @@ def start_point_without_jax(root: Path, processes: int, devices: int) -> dict:
 PARAMS_RTOL, PARAMS_ATOL = 1e-4, 1e-5
 
 
-def assert_same_params(a: RunPaths, b: RunPaths) -> None:
+def assert_same_params(a: RunPaths, b: RunPaths, steps: tuple[int, int] | None = None) -> None:
+    """Their newest checkpoints' parameters (or those of checkpoints `steps`, a's and b's), within the bound."""
     import numpy as np
 
-    pa, pb = final_params(a), final_params(b)
+    pa, pb = (
+        (final_params(a), final_params(b)) if steps is None else (final_params(a, steps[0]), final_params(b, steps[1]))
+    )
     assert pa.keys() == pb.keys()
     for name in pa:
         np.testing.assert_allclose(pa[name], pb[name], rtol=PARAMS_RTOL, atol=PARAMS_ATOL, err_msg=name)

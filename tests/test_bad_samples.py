@@ -155,7 +155,7 @@ def test_a_global_order_run_that_skips_is_resumed_on_the_set_it_read(tmp_path, m
     the bad ones, which is what --resume's check of the data set must fingerprint too."""
     from dali_launch.trainer.config import DataConfig, TaskSpec
     from dali_launch.trainer.data.global_order import fingerprint
-    from dali_launch.trainer.resilience.start_point import _fingerprint_read
+    from dali_launch.trainer.resilience.start_point import fingerprint_read
 
     monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
     data = synth_set("folders", lambda root: replace_image(root / "training", "folders", 1, SPOILS[1]))(tmp_path)[
@@ -165,6 +165,6 @@ def test_a_global_order_run_that_skips_is_resumed_on_the_set_it_read(tmp_path, m
     config = lambda mode: DataConfig(data_dir=str(data), pipeline="folders", bad_samples=mode, max_bad_samples="1")
     spec = lambda mode: TaskSpec(run_dir="", data=config(mode))
     read = records.open_source("file", bad_samples.screen("file", {"file_root": str(split)}, "skip", "1"))
-    assert _fingerprint_read(spec("skip"), split, records) == fingerprint(read.keys()) != records.fingerprint_of(split)
-    assert _fingerprint_read(spec("stop"), split, records) == records.fingerprint_of(split)
+    assert fingerprint_read(spec("skip"), split, records) == fingerprint(read.keys()) != records.fingerprint_of(split)
+    assert fingerprint_read(spec("stop"), split, records) == records.fingerprint_of(split)
     assert fingerprint(read.keys())["samples"] == 5

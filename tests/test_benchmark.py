@@ -1,5 +1,6 @@
 """The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8; imagenet.py: issue
-18; nnx_step.py: issue 32; step_levers.py: issue 30), run end to end with --smoke-cpu."""
+18; nnx_step.py: issue 32; deterministic.py: issue 29; step_levers.py: issue 30), run end to end with --smoke-cpu;
+scale.py (issue 33, CPU by design) at N = 2."""
 
 from __future__ import annotations
 
@@ -281,3 +282,65 @@ def test_imagenet_smoke_of_a_vit_with_augmentation_and_mixing(tmp_path):
     first = doc["table"].splitlines()[0]
     assert first.startswith("--model vit-ti16") and "--cutmix 1.0" in first and "attention xla" in first, first
     assert "unmixed" in doc["table"].splitlines()[1]
+
+
+def test_deterministic_smoke_cuts_resumes_and_passes_on_the_cpu(tmp_path, small_lmdb):
+    """benchmarks/deterministic.py on CPU devices: the baseline, --deterministic twice (the second from the
+    first's compile cache), a run SIGKILLed mid-way through epoch 1 and resumed, DALI's pipelines built twice,
+    and the `before` runs (here the same code, linked as --before: the workload, one MLP run each). On the CPU
+    --deterministic sets nothing, so the baseline's bits are the deterministic runs' too."""
+    out = tmp_path / "deterministic.json"
+    proc = bench(
+        *("--data", str(tmp_path / "synth"), "--synth", "96", "--classes", "4", "--epochs", "2"),
+        *("--checkpoint-every-steps", "2", "--smoke-cpu", "--out", str(out), "--variants", "det,data,before"),
+        *("--before", str(REPO), "--mnist", str(small_lmdb), "--mlp-epochs", "1", "--mlp-runs", "1"),
+        timeout=600,
+        script=REPO / "benchmarks" / "deterministic.py",
+    )
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    result, rows = doc["result"], doc["rows"]
+    assert (result["deterministic"], result["data_same_twice"]) == ("PASS", True), doc["table"]
+    cut = rows["det-cut"]
+    assert cut["killed_at"]["epoch"] == 1 and cut["killed_at"]["calls_done"] > 0 and "resumed from" in cut["resumed"]
+    assert [e["epoch"] for e in cut["epochs"]] == [0, 1] and cut["epochs"][1]["resumed_at_call"]
+    assert rows["baseline"]["checksums"] == rows["det-1"]["checksums"] and rows["det-1"]["xla_flags"] == {}
+    assert "--deterministic: PASS" in proc.stdout
+    assert rows["before"]["checksums"] == rows["baseline"]["checksums"], doc["table"]  # one code, one program
+    assert rows["before"]["env"]["PYTHONPATH"] and not rows["mlp-1"]["env"] and rows["mlp-1"]["images_per_s"] > 0
+    assert {"default_vs_before", "mlp_vs_before", "default_order"} <= result.keys(), result
+
+
+def test_scale_smoke_counts_file_operations_and_names_the_killed_rank(small_lmdb, tmp_path):
+    """benchmarks/scale.py at N = 2, local mode: while the ranks train, the only file work is the
+    watchdog's (its heartbeat, the job's cause, one peer's heartbeat every 2 s); the evaluation ran on
+    both processes; SIGKILL of rank 1 ends every rank within 30 s, and the launcher names it first."""
+    out = tmp_path / "scale.json"
+    proc = bench(
+        "--data",
+        str(small_lmdb),
+        "--processes",
+        "2",
+        "--modes",
+        "local",
+        "--epochs",
+        "2",
+        "--global-batch-size",
+        "32",
+        "--work-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+        "--plot",
+        str(tmp_path / "scale.png"),
+        timeout=300,
+        script=REPO / "benchmarks" / "scale.py",
+    )
+    check_ok(proc)
+    [row] = json.loads(out.read_text())["rows"]
+    assert 0 < row["watchdog_ops_rank_s"] <= 2.0 and row["step_ops_rank"] == 0, row  # 3 per 2 s interval; none per step
+    assert {key.split()[1] for key in row["steady_ops_by_file_per_rank_s"]} == {"heartbeats", "endings"}, row
+    assert row["startup_ops_rank"] < 40, row  # O(1) files per rank besides the watchdog's (18 measured)
+    assert row["eval_devices"] == 2 and row["eval_1_cached_s"] > 0 and row["save_s"] > 0, row
+    assert row["named_first"] and row["ranks_gone_s"] < 30, row
+    assert (tmp_path / "scale.png").read_bytes().startswith(PNG_MAGIC)

@@ -41,19 +41,13 @@ NODE_RANGE = [  # --nodes MIN-MAX: SLURM picks the count at each start
     pytest.param(["--nodes", "2-1"], f"--nodes 2-1 {NOT_NODES}", id="node-range-backwards"),
     pytest.param(["--nodes", "x-2"], f"--nodes x-2 {NOT_NODES}", id="node-range-not-a-number"),
     pytest.param(
-        ["--nodes", "1-2", "--sample-order", "shards", "--global-batch-size", "100"],
-        "--nodes 1-2 lets SLURM pick the node count at each start, but --sample-order shards cannot continue "
-        "on another device count; add --sample-order global",
-        id="node-range-shards",
-    ),
-    pytest.param(
-        ["--nodes", "1-3", *GLOBAL, "--global-batch-size", "100"],
+        ["--nodes", "1-3", "--global-batch-size", "100"],
         "--global-batch-size 100 cannot be split over 3 of the 1-3 devices (1-3 nodes × 1 GPU) SLURM may give; "
         "use a multiple of 6 (divisible by 1, 2, 3 devices), or narrow --nodes",
         id="node-range-global-batch-not-dividing",
     ),
     pytest.param(
-        ["--nodes", "1-2", *GLOBAL],
+        ["--nodes", "1-2", *GLOBAL],  # either order
         "--nodes 1-2 with --elastic-batch keep needs a --global-batch-size, a multiple of 2 so that 1 or 2 devices "
         "split it evenly; give one, or add --elastic-batch rescale (keeps the per-device --batch-size)",
         id="node-range-keep-without-global-batch",

@@ -37,6 +37,12 @@ OTHER = [
         id="slurm-template-node-range",
     ),
     pytest.param(
+        ["train", "--data-dir", "{data}", "--pipeline", "python_pipelines:noisy", "--deterministic"],
+        "--deterministic cannot hold with --pipeline python_pipelines:noisy: its PythonFunction operator runs "
+        "Python that DALI neither seeds nor checkpoints; write it with DALI operators, or leave --deterministic out",
+        id="deterministic-python-operator",
+    ),
+    pytest.param(
         ["train", "--sweep", "learning-rate=0.1,0.2"],
         "no such option for `dali-launch train`: --sweep; it is a flag of `dali-launch` (with no command): "
         "dali-launch --sweep ...",

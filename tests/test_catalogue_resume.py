@@ -1,5 +1,5 @@
 """The catalogue of bad inputs, continued: `--resume` of a run that cannot go on as asked (its data
-gone, or a global order that cannot continue on the devices or data given). Each ends with one exact
+gone, or a checkpoint that cannot continue on the devices or data given, in either sample order). Each ends with one exact
 line on stderr and exit code 2, nothing written, nothing started (see catalogue.py).
 """
 
@@ -61,11 +61,12 @@ def test_elastic_resume_that_cannot_rescale_accumulated_steps(capsys, place, not
     )
 
 
-def test_elastic_resume_on_another_data_set(capsys, place, nothing_starts):
-    """The run's data_dir now holds 5 samples, not the 4 its checkpoint's global order numbered."""
+@pytest.mark.parametrize("order", ["global", "shards"])
+def test_elastic_resume_on_another_data_set(capsys, place, nothing_starts, order):
+    """The run's data_dir now holds 5 samples, not the 4 its checkpoint numbered (either order's record)."""
     folder, _ = place
     data = dataset(folder)["data"]
-    run_dir = global_order_run(folder, data)
+    run_dir = global_order_run(folder, data, order)
     was = records.fingerprint_of(data / "training")["keys_sha256"][:12]
     shutil.rmtree(data / "training")
     (folder / "other").mkdir()

@@ -1,10 +1,15 @@
-"""Elastic resume (--sample-order global): a run cut on 2 processes × 2 devices continues on 1 × 3,
-3 × 1 or 2 × 2, each training sample seen once per epoch, to the uninterrupted run's parameters (or,
-with --elastic-batch rescale, at the rescaled learning rate).
+"""Elastic resume in either sample order, each training sample seen once per epoch.
 
-The arithmetic (global_order.py, elastic.py) is tested directly; the runs are real local jobs on
-small_lmdb (800 samples, 7 calls of a global batch of 120 an epoch, the last one part padding). The
-refusals (a batch that cannot be kept or rescaled, another data set) are in test_catalogue_resume.py.
+The default order (shards, no flag): a run cut mid-epoch on 2 processes × 1 device resumes as 1 × 1 (the
+rest of the epoch read by the old pipelines on one device, the same steps: the uninterrupted run's
+parameters at the epoch's end) or grows to 3 × 1 with --elastic-batch rescale (a process hosting no old
+pipeline, the rate × 1.5). --sample-order global: a run cut on 2 processes × 2 devices continues on
+1 × 3 or 2 × 2 to the uninterrupted run's parameters (or, rescaled, at the rescaled learning rate).
+
+The arithmetic (global_order.py, elastic.py here; hosting.py in test_hosting.py) is tested directly; the
+runs are real local jobs on small_lmdb (800 samples, 7 calls of a global batch of 120 an epoch, the last
+one part padding). The refusals (a batch that cannot be kept or rescaled, another data set) are in
+test_catalogue_resume.py.
 """
 
 from __future__ import annotations
@@ -124,7 +129,7 @@ class Small(nn.Module):
 def small(num_classes):
     return Small(num_classes=num_classes)
 """
-COMMON = ["--epochs", "2", "--global-batch-size", "120", "--sample-order", "global", "--record-samples"]
+COMMON = ["--epochs", "2", "--global-batch-size", "120", "--record-samples"]
 COMMON += [
     "--sync-every-steps",
     "1",
@@ -137,28 +142,47 @@ COMMON += [
 ]
 
 
-@pytest.fixture(scope="module")
-def runs(small_lmdb, tmp_path_factory):
-    """An uninterrupted 2 × 2 run, and one stopped by SIGTERM in epoch 0, on a copy of small_lmdb."""
-    root = tmp_path_factory.mktemp("elastic")
+def _cut_and_whole(root, small_lmdb, layout: list[str], flags: list[str], stop_at: int):
+    """An uninterrupted run and one stopped by SIGTERM in epoch 0 (once rank 0's model ran `stop_at` times),
+    on a copy of small_lmdb: (whole, cut, env)."""
     (root / "pkg").mkdir()
     (root / "pkg" / "stopper.py").write_text(textwrap.dedent(STOPPER))
     data = root / "data"
     shutil.copytree(small_lmdb, data)
     env = {"PYTHONPATH": str(root / "pkg")}
-    args = ["--local", "--gpus-per-node", "4", "--processes", "2", "--data-dir", str(data), *COMMON]
+    args = ["--local", *layout, "--data-dir", str(data), *COMMON]
     check_ok(dali_launch(*args, "--run-root", str(root / "whole"), env=env))
-    # The cut run (and so its resumptions) reads in DALI workers, the whole one in-process: same samples.
-    cut = dali_launch(
-        *args, "--feed-workers", "1", "--run-root", str(root / "cut"), env={**env, "STOP_AT": "6"}
-    )  # 2 devices a process: step 3
+    cut = dali_launch(*args, *flags, "--run-root", str(root / "cut"), env={**env, "STOP_AT": str(stop_at)})
     assert cut.returncode != 0 and "checkpoint written" in cut.stderr, cut.stderr
     paths = only_run(root / "cut")
     assert not paths.result.exists()
     assert json.loads(next(paths.checkpoints.glob("*/meta/metadata")).read_text())["calls_done"] > 0
+    return only_run(root / "whole"), paths, env
+
+
+@pytest.fixture(scope="module")
+def runs(small_lmdb, tmp_path_factory):
+    """--sample-order global on 2 × 2: an uninterrupted run, and one stopped in epoch 0."""
+    root = tmp_path_factory.mktemp("elastic")
+    # The cut run (and so its resumptions) reads in DALI workers, the whole one in-process: same samples.
+    layout, flags = ["--gpus-per-node", "4", "--processes", "2", "--sample-order", "global"], ["--feed-workers", "1"]
+    whole, cut, env = _cut_and_whole(root, small_lmdb, layout, flags, stop_at=6)  # 2 devices a process: step 3
     # The catalogue's elastic refusals (test_catalogue_resume.py) fake a checkpoint with this record.
-    assert sorted(saved.newest(paths).order) == sorted(ORDER_KEYS)
-    return root, only_run(root / "whole"), paths, env
+    assert sorted(saved.newest(cut).order) == sorted(ORDER_KEYS)
+    return root, whole, cut, env
+
+
+@pytest.fixture(scope="module")
+def shard_runs(small_lmdb, tmp_path_factory):
+    """The default order (no --sample-order) on 2 processes × 1 device: an uninterrupted run, one stopped in epoch 0."""
+    root = tmp_path_factory.mktemp("elastic-shards")
+    whole, cut, env = _cut_and_whole(root, small_lmdb, ["--gpus-per-node", "2", "--processes", "2"], [], stop_at=3)
+    record = saved.newest(cut).shards
+    assert (record["reading"], record["shard_ids"]) == (
+        {"devices": 2, "readers": 1, "batch": 60, "steps": 1},
+        [[0], [1]],
+    )
+    return whole, cut, env
 
 
 @pytest.mark.slow
@@ -177,12 +201,19 @@ def test_a_trained_runs_start_point_is_read_without_jax(runs):
     }
 
 
+def _each_sample_once(moved: RunPaths, whole: RunPaths) -> None:
+    for epoch in range(2):
+        prints = seen_prints(moved, epoch)
+        assert sum(prints.values()) == 800 and max(prints.values()) == 1, epoch  # none lost, none repeated
+        assert prints == seen_prints(whole, epoch)
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "processes, per_process, rule",
-    [(2, 2, "keep"), (1, 3, "keep"), (3, 1, "keep"), (1, 3, "rescale")],
-    ids=["2x2", "1x3", "3x1", "1x3-rescale"],
+    [(2, 2, "keep"), (1, 3, "keep"), (1, 3, "rescale")],
+    ids=["2x2", "1x3", "1x3-rescale"],
 )
 def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, processes, per_process, rule):
     _, whole, cut, env = runs
@@ -190,10 +221,7 @@ def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, 
     topology = ["--gpus-per-node", str(processes * per_process), "--processes", str(processes)]
     resumed = dali_launch("--resume", str(moved.root), *topology, "--elastic-batch", rule, env=env)
     check_ok(resumed)
-    for epoch in range(2):
-        prints = seen_prints(moved, epoch)
-        assert sum(prints.values()) == 800 and max(prints.values()) == 1, epoch  # none lost, none repeated
-        assert prints == seen_prints(whole, epoch)
+    _each_sample_once(moved, whole)
     if (processes, per_process) == (2, 2):  # the same program: bit-identical
         assert json.loads(moved.result.read_text())["checksums"] == json.loads(whole.result.read_text())["checksums"]
     elif rule == "keep":
@@ -202,6 +230,48 @@ def test_a_cut_run_resumes_on_another_topology_each_sample_once(runs, tmp_path, 
         assert_same_params(moved, whole)  # 14 steps of another XLA program: conftest's tolerance
     else:
         _check_rescaled(moved, cut, resumed.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_default_order_resumes_on_one_device_each_sample_once(shard_runs, tmp_path):
+    """2 × 1 cut mid-epoch, resumed as 1 × 1 with no sample-order flag: the rest of epoch 0 is the two old
+    pipelines' on one device (120 a step, the old steps), so epoch 0 ends with the uninterrupted run's
+    parameters; epoch 1 reads the one device's own shard."""
+    whole, cut, env = shard_runs
+    moved = RunPaths(shutil.copytree(cut.root, tmp_path / cut.root.name))
+    resumed = dali_launch("--resume", str(moved.root), "--gpus-per-node", "1", "--processes", "1", env=env)
+    check_ok(resumed)
+    assert "2 -> 1 devices, global batch 120 kept (120 per device)" in resumed.stdout, resumed.stdout
+    assert (
+        "the rest of epoch 0 reads its 2 shards' pipelines of 2 devices on 1 (120 per device a step" in resumed.stdout
+    )
+    _each_sample_once(moved, whole)
+    (record,) = [json.loads(line) for line in moved.elastic.read_text().splitlines()]
+    assert (record["remainder"]["slots"], record["batch_per_device_step"]) == (2, 120), record
+    ranks = json.loads(moved.rank_map.read_text())
+    assert [r["resolved"]["remainder"]["calls_done"] for r in ranks] == [
+        saved.read(moved, record["checkpoint"]).calls_done
+    ]
+    assert_same_params(moved, whole, steps=(7, 7))  # epoch 0's end (7 calls): the same steps, another program
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_default_order_grows_to_three_processes_rescaled(shard_runs, tmp_path):
+    """2 × 1 cut mid-epoch, resumed as 3 × 1 with --elastic-batch rescale: the old pipelines on devices 0 and
+    1, device 2 (process 2) hosts none and steps on padding; 60 per device kept, the rate × 180/120."""
+    whole, cut, env = shard_runs
+    moved = RunPaths(shutil.copytree(cut.root, tmp_path / cut.root.name))
+    topology = ["--gpus-per-node", "3", "--processes", "3", "--elastic-batch", "rescale"]
+    resumed = dali_launch("--resume", str(moved.root), *topology, env=env)
+    check_ok(resumed)
+    assert "60 per device kept: global batch 180, learning rate x1.5 (180/120)" in resumed.stdout, resumed.stdout
+    _each_sample_once(moved, whole)
+    rates = [json.loads(line)["learning_rate"] for line in moved.metrics.read_text().splitlines()]
+    assert rates == pytest.approx([0.1 * 1.5] * 2)
+    # the next epoch starts at its own step count: 5 calls of 180 (800 samples), whatever the rest took
+    assert saved.newest(moved).step == 10 and saved.read(moved, 5).calls_done == 0
 
 
 def _check_rescaled(moved: RunPaths, cut: RunPaths, stdout: str) -> None:

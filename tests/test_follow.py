@@ -9,6 +9,7 @@ import pytest
 from submitit.core.utils import cloudpickle_dump
 
 from dali_launch.launcher.backends import follow
+from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths
 
 CANCEL_LINE = "slurmstepd-node1: error: *** JOB 77 ON node1 CANCELLED AT 2026-11-30T06:11:15 ***\n"
@@ -56,3 +57,35 @@ def test_a_rank_that_fails_on_its_own_shows_its_traceback(tmp_path, capsys, canc
     err = capsys.readouterr().err
     assert "dali-launch: rank 1 of job 77 failed:" in err and "Gloo all-reduce failed" in err
     assert "cancelled" not in err and cancels == ["77"]  # the others would wait for the dead rank
+
+
+def test_each_poll_reads_rank_0_and_a_bounded_turn_of_the_others():
+    tails = [(rank, f"tail-{rank}") for rank in range(20)]
+    polls = [follow._due(tails, poll) for poll in range(3)]
+    assert all(len(due) == 1 + follow.FOLLOWED_PER_POLL and due[0] == (0, "tail-0") for due in polls)
+    assert {rank for due in polls for rank, _ in due} == set(range(20))  # every rank within 3 polls
+    assert follow._due(tails[:9], 5) == tails[:9]  # a job of up to 9 ranks: every log, every poll
+
+
+def test_while_the_job_runs_only_the_rank_its_cause_names_is_read(tmp_path, capsys, cancels, monkeypatch):
+    """A 2-rank job still queued: rank 1 recorded the job's cause; its result is read, not every rank's."""
+    job = fake_job(tmp_path, {0: "", 1: ""}, {1: PEER_LOST})
+    ending.record(RunPaths(tmp_path), 1, ending.FAILED, "rank 1 failed: JaxRuntimeError: Gloo")
+    read = []
+    real = follow.task_error
+    monkeypatch.setattr(follow, "task_error", lambda job, rank: read.append(rank) or real(job, rank))
+    monkeypatch.setattr(follow, "queue_state", lambda job_id: "RUNNING")
+    assert follow.follow(job, RunPaths(tmp_path), timeout_s=10, echo=lambda line: None) == 1
+    # The poll reads rank 1's result alone; reporting the failure then reads every rank's, once.
+    assert read == [1, 0, 1] and "dali-launch: rank 1 of job 77 failed:" in capsys.readouterr().err
+
+
+def test_srun_s_word_on_dead_tasks_names_ranks_as_we_count_them(tmp_path):
+    """One task of two digits is one rank ("rank 15", as scale.py's kill of rank 15 of 16 printed it
+    "ranks 15" before); a range stays plural."""
+    stderr = "srun: error: node4: task 15: Killed\nsrun: error: node2: tasks 2-3: Aborted\n"
+    job = fake_job(tmp_path, {0: stderr, 1: ""}, {})
+    assert follow._said(job) == [
+        "dali-launch: rank 15 on node4: Killed (srun)",
+        "dali-launch: ranks 2-3 on node2: Aborted (srun)",
+    ]

@@ -1,6 +1,7 @@
-"""--nodes MIN-MAX on the real SLURM cluster: a global-order job starts on 2 nodes, is preempted mid-epoch
-while one node is drained, comes back on the 1 node left, and finishes with each training sample seen once
-per epoch, the elastic decision printed and in RUN/elastic.jsonl. The refusals are in the catalogue."""
+"""--nodes MIN-MAX on the real SLURM cluster: a job in the default sample order starts on 2 nodes, is
+preempted mid-epoch while one node is drained, comes back on the 1 node left (the rest of the epoch read
+by both old pipelines there), and finishes with each training sample seen once per epoch, the elastic
+decision printed and in RUN/elastic.jsonl. The refusals are in the catalogue."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_a_requeue_with_fewer_nodes_continues_each_sample_once(slurm_env, small_
     (tmp_path / "pkg" / "slow.py").write_text(textwrap.dedent(SLOW))
     env = {**os.environ, **slurm_env, "PYTHONPATH": str(tmp_path / "pkg")}
     args = ["--nodes", "1-2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15", "--epochs", "2"]
-    args += ["--sample-order", "global", "--global-batch-size", "100", "--record-samples", "--model", "slow:small"]
+    args += ["--global-batch-size", "100", "--record-samples", "--model", "slow:small"]
     args += ["--sync-every-steps", "1", "--checkpoint-every-steps", "1"]  # a check point at every call
     args += ["--data-dir", str(small_lmdb), "--run-root", str(tmp_path / "runs")]
     proc, job_id, drained = start(*args, env=env), None, False
@@ -79,7 +80,7 @@ def test_a_requeue_with_fewer_nodes_continues_each_sample_once(slurm_env, small_
     assert [(r["num_processes"], r["num_nodes"]) for r in ranks] == [(1, 1)]
     (record,) = [json.loads(line) for line in paths.elastic.read_text().splitlines()]
     assert (record["devices_before"], record["devices"], record["batch_per_device_step"]) == (2, 1, 100)
-    assert (record["rule"], record["global_batch"]) == ("keep", 100), record
+    assert (record["rule"], record["global_batch"], record["remainder"]["slots"]) == ("keep", 100, 2), record
     assert 0 < record["position"] < 800 and record["position"] % 100 == 0, record  # mid-epoch, whole steps
     assert json.loads(paths.result.read_text())  # the run completed
     for epoch in range(2):

@@ -154,6 +154,23 @@ def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, g
     assert "--xla_dump_to=/tmp/x" in flags and ("--xla_gpu_enable_command_buffer=" in flags) is graphs_off
 
 
+@pytest.mark.parametrize("platform, flags", [("gpu", ["--xla_gpu_deterministic_ops=true"]), ("cpu", [])])
+def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(monkeypatch, platform, flags):
+    """--deterministic: XLA's deterministic GPU kernels in the process environment, resolved once and recorded
+    (resolve.py: rank_map.json); CPUs need none (trainer/determinism.py)."""
+    from dali_launch.trainer.resolve import resolve
+    from dali_launch.trainer.topology import Topology, configure_process_env
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    monkeypatch.setenv("JAX_PLATFORMS", "")
+    spec = TaskSpec(run_dir="x", train=TrainConfig(deterministic=True))
+    where = placement.place(spec, platform)
+    configure_process_env(Topology(0, 1, None, None, None, "host", platform), where)
+    given = [f for f in os.environ["XLA_FLAGS"].split() if "deterministic" in f]
+    assert given == flags and resolve(spec, where, 1, 1, 1).xla_flags == dict(f[2:].split("=") for f in flags)
+    assert placement.place(TaskSpec(run_dir="x"), platform).xla_flags == ()
+
+
 @pytest.mark.parametrize("op", ["decoders__Image", "decoders__ImageRandomCrop"])
 def test_gpu_decoding_settings_are_arguments_dali_takes(op):
     """On a GPU, the built-in image pipelines give nvJPEG the hardware decoder's share and buffer sizes.

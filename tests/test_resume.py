@@ -102,17 +102,31 @@ def test_flags_that_change_the_training_are_refused(capsys, made, small_lmdb, tm
     "given, flag, value, before",
     [("--gpus-per-node", "--gpus-per-node", "1", 2), ("--processes", "--tasks-per-node", "2", "default")],
 )
-def test_a_shard_order_run_keeps_its_topology(capsys, made, tmp_path, given, flag, value, before):
-    """Its checkpoint holds each DALI reader's position (--sample-order global runs may resize: test_elastic.py)."""
+def test_a_shard_order_checkpoint_of_an_earlier_version_keeps_its_topology(
+    capsys, made, tmp_path, given, flag, value, before
+):
+    """Without a shard record, its checkpoint holds each process's own readers (this version's go on anywhere:
+    test_elastic.py, test_start_point.py)."""
     paths = made("local")
+    step = paths.checkpoints / "7"
+    (step / "meta").mkdir(parents=True)
+    (step / "meta" / "metadata").write_text(json.dumps({"epoch": 1, "calls_done": 0, "dali": [["AA=="]]}))
+    (step / "commit_success.txt").write_text("")
     run_entry(
         capsys,
         tmp_path,
         ["--resume", str(paths.root), given, value],
-        f"{flag} {value} differs from the run's own {before}, but --resume {paths.root} reads its data in "
-        f"per-device shards (--sample-order shards), whose checkpoint holds each reader's position; leave "
-        f"{flag} out to continue it (only --sample-order global runs resume on another topology)",
+        f"{flag} {value} differs from the run's own {before}, but the newest checkpoint of --resume {paths.root} "
+        f"was written by an earlier dali-launch, whose shard-order checkpoints hold each process's own readers "
+        f"only; leave {flag} out to continue it",
     )
+
+
+def test_a_shard_order_run_may_resume_on_another_topology(capsys, made):
+    """The default order resizes too (before any checkpoint, the run starts afresh on the new layout)."""
+    paths = made("local")
+    assert main(["--resume", str(paths.root), "--gpus-per-node", "1", "--processes", "1", "--dry-run"]) == 0
+    assert "changed: --gpus-per-node 1, --tasks-per-node 1" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("backend", ["none", "local", "slurm"])

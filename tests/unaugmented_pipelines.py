@@ -1,5 +1,5 @@
 """Pipelines for the tests, found through PYTHONPATH=tests: a built-in format's reader (its sharding,
-shuffling and padding, as --pipeline tfrecord|webdataset read) with the deterministic evaluation path
+shuffling and padding, as --pipeline tfrecord|webdataset|folders read) with the deterministic evaluation path
 of the shared augmentation, so the fingerprints --record-samples writes can be compared with a
 reference read of the whole split."""
 
@@ -16,3 +16,4 @@ def _unaugmented(inputs):
 
 tfrecord = _unaugmented(pipelines.tfrecord_inputs)
 webdataset = _unaugmented(pipelines.webdataset_inputs)
+folders = _unaugmented(pipelines.folders_inputs)

@@ -12,6 +12,7 @@ Three stages, each a function of what is known by then and each giving resolved 
 
 decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word
 cuda_graphs      whether XLA captures CUDA graphs: only while DALI stays off the GPU
+xla_flags        what --deterministic sets in XLA_FLAGS (determinism.py): GPUs' deterministic kernels; none on CPUs
 steps_per_call   SGD steps fused into one device call (the same steps: only the host's dispatch
                  changes). GPUs: about CALL_SAMPLES samples per device and call, at most MAX_STEPS
                  steps (the example's batch of 50: 24 steps; measured best on an H200, README);
@@ -34,8 +35,10 @@ decoded_cache    --decoded-cache (data/decoded_cache.py): auto keeps each traini
                  within the GPU memory XLA's pool leaves less 8 GiB); off under --sample-order global and
                  for pipelines that do not decode through args.decode; a resumed run keeps its
                  checkpoint's kind (another kind is another DALI graph, which its states do not fit)
-elastic          a --sample-order global run resumed from a checkpoint: the per-device batch, steps per
-                 call and learning-rate scale elastic.py plans for this device count (else None)
+elastic          a run resumed from a checkpoint on another device count: the per-device batch, steps per
+                 call and learning-rate scale elastic.py plans for it (else None)
+remainder        shard order, resumed mid-epoch on another layout than the checkpoint's (devices, readers,
+                 batch, steps per call): how the rest of that epoch is read here (data/hosting.py; else None)
 parallel         how steps run (step/parallel.py): pmap for a model with mutable collections (BatchNorm
                  statistics) on more than one device, where each device normalises its own rows and the
                  statistics are averaged once a step; under sharded the batch is one job-wide array and
@@ -55,6 +58,7 @@ from dataclasses import asdict, dataclass
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
 from dali_launch.trainer.data import augment, contract, shards
+from dali_launch.trainer.data.hosting import Remainder, ShardLayout
 from dali_launch.trainer.data.memory import Room
 from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.model import attention, vit
@@ -92,6 +96,8 @@ class Resolved:
     decoded_cache_mb: int = 0  # host: the estimated decoded shards; decoder: its size per device
     decoded_cache_note: str = ""  # why, for the start-up line
     attention: str = ""
+    remainder: Remainder | None = None
+    xla_flags: dict = dataclasses.field(default_factory=dict)  # --deterministic's, as set (stage 1)
 
     @property
     def call_batch(self) -> int:
@@ -206,7 +212,7 @@ def resolve(
     start: StartPoint = StartPoint(),
     room: Room = Room(),
 ) -> Resolved:
-    """Stage 2. `start`: where the task starts; a global order's checkpoint brings elastic.py's plan.
+    """Stage 2. `start`: where the task starts; a checkpoint brings elastic.py's plan.
     `room`: the decoded split and the memory it may take (memory.measure; not measured: no cache)."""
     plan = start.plan
     batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
@@ -249,6 +255,8 @@ def resolve(
             spec.train.precision,
             vit.attention_shape(spec.train.model, spec.data.image_size, spec.train.vit_pool),
         ),
+        remainder=start.remainder(ShardLayout(global_devices, readers, batch, k), spec.train.elastic_batch),
+        xla_flags=dict(where.xla_flags),
     )
 
 

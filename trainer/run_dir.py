@@ -26,8 +26,10 @@ class RunPaths:
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
     bad_samples.jsonl the samples --bad-samples skip leaves out, one line each (split, sample, what is wrong)
     init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
+    listings/         a split's records as process 0 listed them, read by the other ranks (records/shared.py)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
+                      cause.json: the job's first failure or verdict (what watchdogs and launchers poll)
                       rank-N.fault: the stacks of a rank a fatal signal ended (SIGSEGV, SIGABRT)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
@@ -56,6 +58,7 @@ class RunPaths:
     checkpoints = property(lambda self: self.root / "checkpoints")
     heartbeats = property(lambda self: self.root / "heartbeats")
     endings = property(lambda self: self.root / "endings")
+    cause = property(lambda self: self.root / "endings" / "cause.json")
     locks = property(lambda self: self.root / "locks")
     tensorboard = property(lambda self: self.root / "tensorboard")
     wandb_run = property(lambda self: self.root / "wandb.json")
@@ -70,6 +73,9 @@ class RunPaths:
 
     def rank_report(self, rank: int) -> Path:
         return self.ranks / f"rank-{rank}.json"
+
+    def listing(self, name: str) -> Path:
+        return self.root / "listings" / name
 
     def heartbeat(self, rank: int) -> Path:
         return self.heartbeats / f"rank-{rank}"

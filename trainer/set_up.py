@@ -2,7 +2,9 @@
 
 Every process calls `set_up`. A fresh start is a start point like any other (epoch 0, no calls done, a
 zero tally), so what follows from a checkpoint is decided by the start point (start_point.py) and
-restored by the checkpointer, not asked here. The order hides the slow parts of a cold start: the
+restored by the checkpointer, not asked here. A shard-order epoch begun on another layout is finished
+with that layout's pipelines, hosted here (data/remainder.py), before this layout's own take over. The
+order hides the slow parts of a cold start: the
 devices' first transfer (a thread) overlaps the pipelines' build and the model's init, and the first
 device call compiles (a thread) while the model is initialised.
 """
@@ -12,15 +14,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.data import dali, records, remainder, shards
+from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.entry_points import run_model
 from dali_launch.trainer.model import init_from
 from dali_launch.trainer.model.contract import width_error
@@ -33,7 +38,7 @@ from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved, parallel
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim
-from dali_launch.trainer.step.evaluate import Evaluator, split_dir
+from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
 from dali_launch.trainer.step.mixing import Mixing
 from dali_launch.trainer.step.parallel import call_tally, create, finished
 from dali_launch.trainer.step.state import Recipe, TrainState
@@ -50,10 +55,12 @@ class Training:
     data: dali.DeviceBatches  # training's pipelines, starting at the start point
     mode: object  # step/parallel.py's Pmap or Sharded: how device calls run
     checkpointer: Checkpointer
-    evaluator: Evaluator | None  # process 0's; None elsewhere
+    evaluator: Evaluator | None  # this process's part (--eval-on all), or process 0's alone; else None
     state: TrainState  # placed on the devices: the checkpoint's, or a fresh one
     tally: dict  # the first epoch's, on the host: the checkpoint's, or a zero one
     schedule: object  # the learning rate of each optimizer update (a host function)
+    remainder: tuple | None = None  # (data, mode, steps per call) of the rest of an epoch begun on another layout
+    slot_after_remainder: int | None = None  # the step count the next epoch starts at, where the rest ends elsewhere
 
 
 def set_up(
@@ -64,33 +71,33 @@ def set_up(
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
-    r = spec.resilience
-    timeout_s = spec.distributed.barrier_timeout_s
+    r, timeout_s = spec.resilience, spec.distributed.barrier_timeout_s
+    paths = RunPaths(spec.run_dir)
     checkpointer = Checkpointer(
-        RunPaths(spec.run_dir),
-        r.keep_checkpoints,
-        r.checkpoint_async,
-        timeout_s,
-        auto.decoded_cache,
-        spec.how_to_resume(),
+        paths, r.keep_checkpoints, r.checkpoint_async, timeout_s, auto.decoded_cache, spec.how_to_resume()
     )
+    records.shared.join(spec.run_dir, process, jax.process_count(), timeout_s)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
+    rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
+    listing = _listed(spec)  # after the builds: their bad-sample screens open the LMDB too (once a process)
+    first = rest or data  # what the first epoch reads
+    data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
-    padding = shards.padding_warning(
-        data.num_samples, data.steps, auto.call_batch, len(all_devices), auto.steps_per_call
-    )
-    if padding:
-        reporter.say(padding)
-    example, slots = data.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
+    _warn_padding(reporter, data, auto, len(all_devices))
+    example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
     mode = create(mode_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers)
-    compiling = _compile_ahead(spec, mode, data, shapes)
+    rest_mode = (
+        create(mode_name, devices, all_devices, auto.remainder.batch_per_step, data.sharding_spec) if rest else None
+    )
+    compiling = _compile_ahead(spec, rest_mode or mode, first, shapes)
     fresh = create_train_state(spec, example, slots)
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
-        fresh = init_from.apply(spec, fresh, reporter.say, RunPaths(spec.run_dir).init_from if process == 0 else None)
+        fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
-    state = _continued(state, start, slots, reporter, spec)
+    _check_data_set(spec, start, data, listing)  # before the run's files say how it goes on
+    state = _continued(state, start, slots, reporter, spec, auto)
     startup.mark("model initialised")
     reporter.rank_report(
         sharding=sharding,
@@ -101,18 +108,38 @@ def set_up(
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
     evaluated = shapes.variables(ema=spec.train.eval_ema)  # what `prepare` compiles the evaluation for
-    evaluator = Evaluator(spec, devices, readers, data_config, evaluated) if process == 0 else None
+    evaluator = Evaluator(spec, devices, readers, data_config, evaluated) if evaluates(spec, process) else None
     done_before = start.epoch * data.steps + start.calls_done  # device calls
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step)
-    return Training(spec, data, mode, checkpointer, evaluator, mode.place(state), tally, fresh.schedule)
+    training = Training(spec, data, mode, checkpointer, evaluator, mode.place(state), tally, fresh.schedule)
+    return _with_remainder(training, rest, rest_mode, auto, start, int(state.slot), slots) if rest else training
+
+
+def _with_remainder(training: Training, rest, mode, auto: Resolved, start: StartPoint, slot: int, slots: int):
+    """`training` reading first the rest of an epoch begun on another layout (`rest`, stepped by `mode`),
+    and where the step count must go after it when the rest's own steps (from `slot`) end elsewhere."""
+    k, next_epoch = auto.remainder.steps_per_call, slots * (start.epoch + 1)
+    ends_at = slot + (rest.steps - start.calls_done) * k
+    after = next_epoch if ends_at != next_epoch else None
+    return dataclasses.replace(training, remainder=(rest, mode, k), slot_after_remainder=after)
+
+
+def finish_remainder(run: Training, state):
+    """After the rest of an epoch begun on another layout: its pipelines closed, and the step count set to
+    where this layout's next epoch starts (a rescaled rest takes another number of steps)."""
+    run.remainder[0].close()
+    if run.slot_after_remainder is None:
+        return state
+    return state.replace(slot=state.slot - state.slot + run.slot_after_remainder)  # on the devices, as it was
 
 
 def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Resolved, start: StartPoint):
-    """Training's pipelines, at the start point: its epoch and calls, its DALI states where they apply."""
+    """Training's pipelines, at the start point: its epoch and calls, its DALI states where they apply (after
+    the rest of an epoch begun on another layout: at the next epoch's start)."""
     begin = dali.Start(
         spec.data.sample_order,
         spec.train.seed,
@@ -120,7 +147,7 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
         auto.batch_per_device_step,
         auto.steps_per_call,
         epoch=start.epoch,
-        call=start.calls_done,
+        call=0 if auto.remainder else start.calls_done,
         offset=start.offset,
         first_global_batch=start.first_global_batch,
         feed_workers=auto.feed_workers,
@@ -134,26 +161,68 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
         True,
         auto.data_config(spec.data),
         spec.train.seed,
-        checkpoints=start.pipeline_states(len(sharding.shard_ids)),
+        checkpoints=start.pipeline_states(sharding.shard_ids, _layout(sharding, auto)),
         start=begin,
     )
-    if start.order:  # a global order's positions are samples of one data set
-        start_point.check_data_set(RunPaths(spec.run_dir), spec, start.order, data.fingerprint)
     return data
 
 
-def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, reporter: Reporter, spec: TaskSpec):
+def _listed(spec: TaskSpec) -> Future | None:
+    """Shard order: the training set's fingerprint, listed in a thread on process 0 (whose checkpoints are the
+    ones written) while the model initialises and the first call compiles: ImageNet's 1.28 M files take
+    seconds. Not beside the pipelines' builds: py-lmdb opens a path once per process at a time."""
+    if spec.data.sample_order != "shards" or jax.process_index() != 0:
+        return None
+    return ThreadPoolExecutor(1, "dali-launch-listing").submit(
+        start_point.fingerprint_read, spec, Path(split_dir(spec, "training")), records
+    )
+
+
+def _warn_padding(reporter: Reporter, data, auto: Resolved, devices: int) -> None:
+    """A line when padding leaves a large share of each epoch's rows empty (shards.padding_warning)."""
+    padding = shards.padding_warning(data.num_samples, data.steps, auto.call_batch, devices, auto.steps_per_call)
+    if padding:
+        reporter.say(padding)
+
+
+def _check_data_set(spec: TaskSpec, start: StartPoint, data, listing: Future | None) -> None:
+    """A checkpoint's place in the data means samples of one data set: the one its fingerprint names (the
+    launcher's --resume checked it too; a SLURM requeue comes here alone). A global order's is its feeds'."""
+    if listing:
+        data.fingerprint = listing.result()
+    if start.record:
+        start_point.check_data_set(RunPaths(spec.run_dir), spec, start.record, data.fingerprint)
+
+
+def _remainder(spec: TaskSpec, devices: list, auto: Resolved, start: StartPoint, data):
+    """The rest of the start point's epoch, begun on another layout: that layout's pipelines, from their
+    states, hosted on this process's devices (resolve.py decided, data/hosting.py says how)."""
+    config, states, sample = auto.data_config(spec.data), start.states, start.shards["sample"]
+    return remainder.build(
+        split_dir(spec, "training"), devices, auto.remainder, config, spec.train.seed, states, data, sample
+    )
+
+
+def _layout(sharding, auto: Resolved) -> ShardLayout:
+    """The shard layout this job's training pipelines read."""
+    return ShardLayout(sharding.global_devices, sharding.readers, auto.batch_per_device_step, auto.steps_per_call)
+
+
+def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, reporter: Reporter, spec: TaskSpec, auto):
     """The restored state, continued on this job's devices: an elastic resume says and records
     (elastic.jsonl) how it goes on, and under another global batch counts its steps anew (start_point.py)."""
     slot = start.rebased_slot(slots_per_epoch)
     if slot is not None:
         state = state.replace(slot=np.asarray(slot, np.int32))
-    if start.plan and start.plan.changed:
-        reporter.say(start.plan.describe())
+    rest = auto.remainder
+    if (start.plan and start.plan.changed) or rest:
+        said = [start.plan.describe() if start.plan.changed else "", rest.describe(start.epoch) if rest else ""]
+        reporter.say("; ".join(part for part in said if part))
         if jax.process_index() == 0:
-            record = {"checkpoint": start.step, "epoch": start.epoch, "position": start.order["position"]}
+            record = {"checkpoint": start.step, "epoch": start.epoch, "position": start.record["position"]}
+            extra = {"remainder": rest.as_dict()} if rest else {}
             with RunPaths(spec.run_dir).elastic.open("a") as out:
-                out.write(json.dumps({**record, **start.plan.as_dict()}) + "\n")
+                out.write(json.dumps({**record, **start.plan.as_dict(), **extra}) + "\n")
     return state
 
 

@@ -20,12 +20,12 @@ from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
-from dali_launch.trainer.resilience.checkpoint import Checkpointer, order_record, zero_tally
+from dali_launch.trainer.resilience.checkpoint import Checkpointer, order_record, shard_record, zero_tally
 from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved
-from dali_launch.trainer.set_up import set_up
+from dali_launch.trainer.set_up import finish_remainder, set_up
 from dali_launch.trainer.step.evaluate import first, split_dir
 from dali_launch.trainer.step.parallel import call_tally
 from dali_launch.trainer.topology import barrier
@@ -42,14 +42,20 @@ def train_and_evaluate(
     spec, data, k = run.spec, run.data, auto.steps_per_call
     loop = Loop(spec, data, run.checkpointer, reporter, run.mode, startup, k)
     loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0
+    if run.remainder:  # an epoch begun on another layout: its rest is read with that layout's pipelines
+        loop.read_with(*run.remainder)
     state, calls_done, tally = run.state, start.calls_done, run.tally
     for epoch in range(start.epoch, spec.train.epochs):
         state, metrics = loop.epoch(state, epoch, calls_done, tally)
         calls_done, tally = 0, zero_tally()  # every later epoch from its start
+        if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
+            state = finish_remainder(run, state)
+            loop.read_with(data, run.mode, k)
         if run.evaluator:
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(
                 run.mode.replica(state.variables(ema=spec.train.eval_ema))
             )
+            metrics.eval_devices = run.evaluator.eval_devices
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
         last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps
         metrics.learning_rate = float(run.schedule(last_update))
@@ -73,18 +79,25 @@ class Loop:
     def __init__(
         self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup, k: int
     ):
-        self.spec, self.data, self.sharding, self.reporter = spec, data, data.sharding, reporter
-        self.checkpointer, self.mode, self.startup, self.k = checkpointer, mode, startup, k
+        self.spec, self.reporter, self.checkpointer, self.startup = spec, reporter, checkpointer, startup
         self.preemption = Preemption()
-        # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
-        # GPUs a check point costs a host sync, so they come rarely.
-        self.check_every = max(1, (spec.train.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
-        every = spec.resilience.checkpoint_every_steps
-        self.checkpoint_every = max(1, every // k) if every else None
+        self.read_with(data, mode, k)
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
         self.nan_guard = NanGuard(spec, k)
+
+    def read_with(self, data, mode, k: int) -> None:
+        """The epochs from here read `data` and step with `mode`, `k` SGD steps a call (set_up.py: the rest
+        of an epoch begun on another layout is read with that layout's pipelines, then this one's)."""
+        self.data, self.sharding, self.mode, self.k = data, data.sharding, mode, k
+        # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
+        # GPUs a check point costs a host sync, so they come rarely: every 256 steps, or as often
+        # as --checkpoint-every-steps asks (checkpoints are written at check points).
+        self.check_every = max(1, (self.spec.train.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
+        every = self.spec.resilience.checkpoint_every_steps
+        self.checkpoint_every = max(1, every // k) if every else None
+        self.check_every = min(self.check_every, self.checkpoint_every or self.check_every)
 
     def epoch(self, state, epoch: int, done: int, saved: dict):
         """Epoch `epoch` from device call `done` on, its tally so far `saved` (a checkpoint's, or a zero one)."""
@@ -189,4 +202,5 @@ class Loop:
         order, step = order_record(self.data, epoch, calls_done), epoch * self.data.steps + calls_done
         if order:  # samples, not calls: a count that grows whatever the device count (elastic resumes)
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
-        self.checkpointer.save(step, epoch, calls_done, self.mode.replica(state), kept, self.data.pipes, order)
+        shards, replica = shard_record(self.data, calls_done), self.mode.replica(state)
+        self.checkpointer.save(step, epoch, calls_done, replica, kept, self.data.pipes, order, shards)

@@ -3,6 +3,11 @@ output until it ends, then how it ended (slurm_queue.py asks SLURM itself).
 
 Never blocks without a bound: the queue is read with squeue (which works without accounting),
 results are read only once their files exist, and the whole wait has a deadline.
+
+O(1) files per poll, whatever the job's size (on a shared file system each open is a metadata
+operation): rank 0's logs and FOLLOWED_PER_POLL other ranks' in turn (every rank's lines come, a
+large job's a few seconds late), the job's cause (trainer/resilience/ending.py) and the result of the
+rank it names. Every rank's logs and results are read once, when the job has left the queue.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
+FOLLOWED_PER_POLL = 8  # ranks' logs read per poll besides rank 0's: a job of up to 9 ranks is read whole each time
 SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 CANCELLED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT (\S+) \*\*\*")  # slurmstepd's line for a scancel
 
@@ -54,25 +60,27 @@ def task_error(job, rank: int) -> str | None:
 
 def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
     """Prints every rank's output as it comes; returns the exit code the command should end with."""
-    ranks = range(job.num_tasks)
-    tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in ranks]
-    deadline = time.monotonic() + timeout_s
+    tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in range(job.num_tasks)]
+    deadline, polls = time.monotonic() + timeout_s, 0
     while True:
-        _print_new(tails, echo)
-        failed = {r: e for r in ranks if (e := task_error(job, r))}
+        _print_new(_due(tails, polls), echo)
+        polls += 1
+        gone = queue_state(job.job_id) is None
+        failed = _failure(job, paths, every_rank=gone)
         if failed:
             # Read before our own scancel: a rank that failed because the job was cancelled (its peer
             # killed first) is not the cause.
             cancelled = cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
             _print_new(tails, echo)
+            failed = _failure(job, paths, every_rank=True) or failed  # once, at the end: every rank's word
             if cancelled:
                 story = [*_said(job), f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled}"]
             else:
                 story = _first_story(job, paths, failed)
             print("\n".join(story), file=sys.stderr, flush=True)
             return 1
-        if queue_state(job.job_id) is None:
+        if gone:
             break
         if time.monotonic() > deadline:
             cancel(job.job_id)
@@ -85,6 +93,27 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
         time.sleep(POLL_S)
     _print_new(tails, echo)
     return _ending(job, paths)
+
+
+def _due(tails: list, polls: int) -> list:
+    """The logs this poll reads: rank 0's, and the next FOLLOWED_PER_POLL ranks' in turn."""
+    others = tails[1:]
+    if len(others) <= FOLLOWED_PER_POLL:
+        return tails
+    first = polls * FOLLOWED_PER_POLL % len(others)
+    return [tails[0], *(others[(first + i) % len(others)] for i in range(FOLLOWED_PER_POLL))]
+
+
+def _failure(job, paths: RunPaths, every_rank: bool) -> dict[int, str]:
+    """{rank: traceback} of the tasks that failed: while the job runs, only the rank the job's cause names
+    (if its result is written yet: one file per poll); with `every_rank` (the job left the queue, or it is
+    being reported), every rank's."""
+    if every_rank:
+        ranks = range(job.num_tasks)
+    else:
+        cause = ending.cause(paths)
+        ranks = [cause["rank"]] if cause and cause["rank"] < job.num_tasks else []
+    return {r: e for r in ranks if (e := task_error(job, r))}
 
 
 def _print_new(tails, echo) -> None:
@@ -117,7 +146,8 @@ def _said(job) -> list[str]:
             died = SRUN_TASK.match(line)
             if died:  # srun counts tasks as we count ranks
                 node, tasks, what = died.groups()
-                lines.append(f"dali-launch: rank{'s' if tasks[1:] else ''} {tasks} on {node}: {what} (srun)")
+                several = "," in tasks or "-" in tasks  # "tasks 2-3", not "task 15"
+                lines.append(f"dali-launch: rank{'s' if several else ''} {tasks} on {node}: {what} (srun)")
             elif line.startswith("dali-launch: "):
                 lines.append(line)
     return list(dict.fromkeys(lines))

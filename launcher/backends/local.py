@@ -43,6 +43,10 @@ DEATH_LINES = 20  # of a rank's log, kept in the ending of a rank that died with
 POLL_S = 0.1
 # What stops the job politely; any other fatal signal ends the launcher, and with it the ranks.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
+# A rank killed by a signal records nothing; the time we reap it is only an upper bound on its death, and
+# its peers' collectives fail within milliseconds of it ("Connection reset by peer"), often recorded
+# before our reaper thread wakes (4 processes on 2 cores, measured). Its death counts this much earlier.
+REAP_SLACK_S = 1.0
 
 
 def free_port() -> int:
@@ -216,12 +220,13 @@ class LocalRanks:
             t.join(timeout=DRAIN_S)
 
     def _failed(self) -> bool:
-        """A rank exited badly, or recorded a failure DRAIN_S ago and is still there (it leaves at once
-        once its traceback is printed; killing it sooner would cut that short)."""
+        """A rank exited badly, or the job's cause (a failure or a verdict) was recorded DRAIN_S ago and
+        its rank is still there (it leaves at once once its traceback is printed; killing it sooner would
+        cut that short). One file per poll, whatever the job's size: every ending is read only at the end."""
         if any(code != 0 for code, _ in self.exited.values()):
             return True
-        causes = self._causes()
-        return bool(causes) and time.time() - causes[0][0] > DRAIN_S
+        cause = ending.cause(self.paths, since=self.started)
+        return cause is not None and time.time() - cause["at"] > DRAIN_S
 
     def _causes(self) -> list[tuple[float, int, str]]:
         """(when, culprit rank, what) of everything that ends the job, earliest first: failures the
@@ -231,7 +236,7 @@ class LocalRanks:
         explained = {e["rank"] for e in endings}
         for rank, (code, at) in list(self.exited.items()):
             if code != 0 and rank not in explained and rank not in self.killed:
-                found.append((at, rank, f"rank {rank} {_how(code)}"))
+                found.append((at - REAP_SLACK_S, rank, f"rank {rank} {_how(code)}"))
         return sorted(found)
 
     def _outcome(self) -> Outcome:
@@ -258,7 +263,8 @@ class LocalRanks:
             if code != 0 and rank not in explained and rank not in self.killed:
                 log = self.paths.log(rank)
                 tail = log.read_text(errors="replace").splitlines()[-DEATH_LINES:] if log.exists() else []
-                ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=at, last_lines=tail)
+                died = at - REAP_SLACK_S  # before the peers it took down (REAP_SLACK_S)
+                ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=died, last_lines=tail)
 
     def _stopped(self) -> Outcome:
         """After a stop signal or a cancel: the step the ranks checkpointed at, and how to go on from it.

@@ -153,12 +153,7 @@ def _global_batch(run: RunConfig) -> None:
 
 
 def _node_range(run: RunConfig) -> None:
-    """A node range needs an order that continues on any device count, and a batch rule for every count."""
-    if run.data.sample_order != "global":
-        raise UsageError(
-            f"--nodes {run.launch.nodes} lets SLURM pick the node count at each start, but --sample-order "
-            f"{run.data.sample_order} cannot continue on another device count; add --sample-order global"
-        )
+    """A node range needs a batch rule for every count (either sample order continues on any count)."""
     if run.train.global_batch_size is None and run.train.elastic_batch == "keep":
         counts = run.device_counts
         raise UsageError(

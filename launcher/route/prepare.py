@@ -2,7 +2,8 @@
 
 Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
 contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
-it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py). Then each run's
+it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), a pipeline
+of the user's own under --deterministic (trainer/determinism.py). Then each run's
 directory is created, or reopened for --resume (route/resume.py made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
@@ -17,7 +18,7 @@ from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
-from dali_launch.trainer import entry_points, flavours
+from dali_launch.trainer import determinism, entry_points, flavours
 from dali_launch.trainer.data import contract
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import xla_options
@@ -59,7 +60,20 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     data_dir = data_of(run)
     model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
+    if run.train.deterministic and run.data.pipeline not in entry_points.BUILTIN["pipeline"]:
+        determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir))
     return data_dir
+
+
+def _graph_args(run: RunConfig, data_dir: Path):
+    """What a pipeline function is given to define its training graph here: one CPU reader of one shard."""
+    from dali_launch.trainer.data.contract import PipelineArgs
+
+    d = run.data
+    path = str(data_dir / "training")
+    return PipelineArgs(
+        path, 0, 1, 1, True, False, "cpu", run.train.seed, d.num_classes, d.image_size, d.hw_decoder_load
+    )
 
 
 def data_of(run: RunConfig) -> Path:

@@ -3,10 +3,10 @@
 The run directory knows everything: its configuration (config.toml), who started its tasks (config.json:
 `train`, `--local` or SLURM), its checkpoints. Flags given beside `--resume` may change what their
 field's `on_resume` metadata allows (trainer/config.py's `opt`): how long it trains, how it waits,
-checkpoints and is scheduled, how fast it reads; for a --sample-order global run also where it runs
-("elastic"). Any other flag that differs from the run's own value is refused: the checkpoint would then
-continue a different run. Whether the newest checkpoint can go on as asked (the same processes for
-shard order; elastic.py's batch rules and the data set's fingerprint for global order) is the
+checkpoints and is scheduled, how fast it reads, and where it runs ("elastic": either sample order; a
+shard-order checkpoint of an earlier version only on its own topology). Any other flag that differs
+from the run's own value is refused: the checkpoint would then continue a different run. Whether the
+newest checkpoint can go on as asked (elastic.py's batch rules, the data set's fingerprint) is the
 trainer's rule, asked of start_point.check_resume, before anything is written.
 """
 
@@ -52,7 +52,7 @@ def read(values: Values, entry: str) -> Resume:
     mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
     _check_entry(values, entry, paths, mode)
     recorded = _as_resolved(paths, config_file.load(str(paths.config_toml)))
-    changes = _changes(values, recorded, paths.root)
+    changes = _changes(values, recorded, paths)
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
     if not run.launch.dry_run:  # the newest checkpoint whole before anything loads it; a dry run renames nothing
@@ -122,21 +122,21 @@ def _check_entry(values: Values, entry: str, paths: RunPaths, mode) -> None:
         )
 
 
-def _changes(values: Values, recorded: dict, root: Path) -> dict:
+def _changes(values: Values, recorded: dict, run: RunPaths) -> dict:
     """The given flags that differ from the run's own values: allowed ones, or a UsageError."""
-    changes, elastic = {}, recorded.get("sample_order") == "global"
+    changes, root, elastic = {}, run.root, None  # whether its checkpoint may resize: asked once, if need be
     rules, paths = marked("on_resume"), marked("path")
     for name in sorted(values.given):
         value, before, rule = values[name], recorded.get(name), rules.get(name)
         if value == before or name in ("resume", "dry_run") or (name in paths and _same_path(value, before)):
             continue
         flag = "--" + name.replace("_", "-")
+        elastic = start_point.resizable(run) if elastic is None and rule == "elastic" else elastic
         if rule == "elastic" and not elastic:
             raise UsageError(
-                f"{flag} {value} differs from the run's own {'default' if before is None else before}, but "
-                f"--resume {root} reads its data in "
-                f"per-device shards (--sample-order shards), whose checkpoint holds each reader's position; "
-                f"leave {flag} out to continue it (only --sample-order global runs resume on another topology)"
+                f"{flag} {value} differs from the run's own {'default' if before is None else before}, but the "
+                f"newest checkpoint of --resume {root} was written by an earlier dali-launch, whose shard-order "
+                f"checkpoints hold each process's own readers only; leave {flag} out to continue it"
             )
         if rule not in ("may change", "elastic"):
             raise UsageError(

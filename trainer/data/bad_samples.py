@@ -243,23 +243,16 @@ def _webdataset(kwargs: dict) -> Listing:
 
 
 def _caffe2(kwargs: dict) -> Listing:
-    """An LMDB, read through one handle that is closed again: py-lmdb opens a path once per process, and
-    the launcher's own checks open it after this."""
-    import lmdb
-
+    """An LMDB, read through one handle that is closed again (or the process's own, caffe2.opened): py-lmdb
+    opens a path once per process, and the launcher's own checks open it after this."""
     path, held = kwargs["path"], {}
     keys = caffe2.keys(path)
 
     @contextlib.contextmanager
     def opened():
-        if path in caffe2._ENVS:  # a source of this process holds it open (the decoded cache's estimate)
-            with caffe2._ENVS[path].begin(buffers=False) as txn:
-                held["txn"] = txn
-                yield
-        else:
-            with lmdb.open(path, readonly=True, lock=False, subdir=True) as env, env.begin(buffers=False) as txn:
-                held["txn"] = txn
-                yield
+        with caffe2.opened(path) as env, env.begin(buffers=False) as txn:
+            held["txn"] = txn
+            yield
         held.clear()
 
     name = lambda i: f"record {keys[i].decode(errors='replace')} of {path}"

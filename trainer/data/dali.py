@@ -20,6 +20,7 @@ from dali_launch.trainer.data import augment, bad_samples, decoded_cache
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
+from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.data.rows import AXIS, first_row  # noqa: F401 - first_row: dali.first_row for its users
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
 from dali_launch.trainer.errors import UsageError
@@ -95,7 +96,10 @@ class DeviceBatches:
             else steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
         )
         self.call, self.offset = (start.call, start.offset) if start else (0, 0)  # of the next batch read
-        self.fingerprint = None  # a global order's data set (global_order.fingerprint), set by build
+        self.fingerprint = (
+            None  # the data set (global_order.fingerprint): build sets a global order's, set_up a shard order's
+        )
+        self.sample = None  # training's one sample: {name: {"shape", "dtype"}} (set_up: sample_spec), for checkpoints
         self.split = ""  # the folder the pipelines read, set by build
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
@@ -123,25 +127,37 @@ class DeviceBatches:
         batch, self.peeked = self.peeked or self._read(), None
         return batch
 
+    def sample_spec(self) -> dict:
+        """One sample of each output, as a checkpoint records it: its shape and dtype."""
+        batch = self.peek()
+        return {name: {"shape": list(batch[name].shape[2:]), "dtype": batch[name].dtype.name} for name in self.names}
+
+    @property
+    def reading(self) -> ShardLayout:
+        """The shard layout training's pipelines read (checkpoint.shard_record)."""
+        return ShardLayout(self.sharding.global_devices, self.sharding.readers, self.start.batch, self.start.steps)
+
+    def pipeline_shards(self, process: int, processes: int) -> list[int]:
+        """The shards process `process` of `processes` reads, in its pipelines' order (every process has as
+        many devices as this one)."""
+        first = process * len(self.devices) * self.sharding.readers
+        return list(range(first, first + len(self.pipes)))
+
     def _read(self) -> dict:
         try:
             outputs = [pipe.run() for pipe in self.pipes]
         except RuntimeError as e:  # an image the header check let through, undecodable: one line
             raise bad_samples.decode_failure(e, self.split) or e from None
-        r = self.sharding.readers
-        batch = {
-            name: self._join(
-                [
-                    _device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], device)
-                    for k, device in enumerate(self.devices)
-                ]
-            )
-            for i, name in enumerate(self.names)
-        }
+        batch = {name: self._join(self._rows(outputs, i)) for i, name in enumerate(self.names)}
         if self.start:  # training: which rows are real, for the step's sums
             batch["valid"] = self.put(self._valid())
             self.call, self.offset = (self.call + 1, self.offset) if self.call + 1 < self.steps else (0, 0)
         return batch
+
+    def _rows(self, outputs: list, i: int) -> list[jax.Array]:
+        """Output `i` of every local device: its readers' batches end to end."""
+        r = self.sharding.readers
+        return [device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], d) for k, d in enumerate(self.devices)]
 
     def _valid(self) -> list[np.ndarray]:
         """The masks of the call about to be made, one per local device."""
@@ -161,11 +177,11 @@ class DeviceBatches:
 
     def _join(self, arrays: list) -> jax.Array:
         shards = [a[None] for a in arrays]
-        shape = (self.sharding.global_devices, *shards[0].shape[1:])
+        shape = (self.sharding_spec.mesh.devices.size, *shards[0].shape[1:])  # the mesh: the job, or one process
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
 
 
-def _device_batch(outputs: list, device) -> jax.Array:
+def device_batch(outputs: list, device) -> jax.Array:
     """One device's readers' outputs, end to end, in a buffer of JAX's own (DALI reuses its buffers).
 
     GPU outputs stay on their GPU: DLPack views, then one device copy (or concatenation).
@@ -190,7 +206,8 @@ def build(
     checkpoints: list[bytes] | None = None,
     start: Start | None = None,
 ) -> DeviceBatches:
-    """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` is the job's.
+    """Pipelines for this process's devices, reading `sharding`'s shards; `mesh_devices` are the devices the
+    batches' arrays span: the job's (training), or this process's own (evaluation sums its shards locally).
 
     `call_batch` is the samples per device and device call (--steps-per-call steps of the per-device
     batch); each of a device's readers reads an equal part of it, its `reader_batch`. `config` holds
@@ -212,7 +229,7 @@ def build(
         args = pipeline_args(path, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed)
         args = dataclasses.replace(args, decoded_cache=keep)
         feeds.append(feed)
-        pipes.append(_pipeline(function, args, config, devices[local], checkpoint, feed))
+        pipes.append(make_pipeline(function, args, config, devices[local], checkpoint, feed))
     for pipe in pipes:
         pipe.build()
     sizes = {
@@ -239,7 +256,9 @@ def _decoded_cache(function, path: str, sharding: Sharding, training: bool, conf
     return decoded_cache.role(mb, config.decoder, table), table
 
 
-def _pipeline(function, args: PipelineArgs, config: DataConfig, device, checkpoint: bytes | None, feed: Feed | None):
+def make_pipeline(
+    function, args: PipelineArgs, config: DataConfig, device, checkpoint: bytes | None, feed: Feed | None
+):
     """One reader's pipeline, not built yet: on its device's GPU where it decodes there."""
     return (augmented_graph if args.training and args.augment != "none" else graph)(
         function,

@@ -99,7 +99,8 @@ def read(args, reader: str, kwargs: dict):
     (--bad-samples skip) or refused (stop) first."""
     kwargs = bad_samples.screen(reader, kwargs, args.bad_samples, args.max_bad_samples)
     if args.feed is None:
-        return records.native(reader, getattr(fn.readers, reader)(**kwargs, **args.reader_args()))
+        native = records.native_arguments(reader, kwargs)  # class folders: process 0's listing, if shared
+        return records.native(reader, getattr(fn.readers, reader)(**native, **args.reader_args()))
     try:
         args.feed.source = records.open_source(reader, kwargs)
     except KeyError:

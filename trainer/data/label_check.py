@@ -37,8 +37,16 @@ def check(seen, num_classes: int, pipeline: str, split: str) -> None:
     """Raises the one-line error if this process's devices saw a class id outside 0..num_classes-1.
 
     `seen` is laid out one row per device (job-wide); only this process's rows are read."""
+    check_range(*bounds(seen), num_classes, pipeline, split)
+
+
+def bounds(seen) -> tuple[int, int]:
+    """The smallest and largest class id this process's devices saw (`seen` laid out one row per device)."""
     rows = np.concatenate([np.asarray(shard.data).reshape(-1, 2) for shard in seen.addressable_shards])
-    low, high = int(rows[:, 0].min()), int(rows[:, 1].max())
+    return int(rows[:, 0].min()), int(rows[:, 1].max())
+
+
+def check_range(low: int, high: int, num_classes: int, pipeline: str, split: str) -> None:
     if high >= num_classes:
         raise UsageError(
             f"--num-classes {num_classes} but --pipeline {pipeline} gave {split} label {high}; "

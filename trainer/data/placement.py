@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dali_launch.trainer import entry_points
+from dali_launch.trainer import determinism, entry_points
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
@@ -41,15 +41,18 @@ class Placement:
     decoder: str  # cpu or mixed
     cuda_graphs: bool  # XLA may run programs as CUDA graphs (GPUs only)
     xla_options: dict = field(default_factory=dict)  # --xla-options resolved (step/xla_options.py)
+    xla_flags: tuple[tuple[str, str], ...] = ()  # what --deterministic sets (determinism.py), before JAX starts
 
 
 def place(spec: TaskSpec, platform: str) -> Placement:
-    """--decoder and --cuda-graphs resolved on this task's platform (gpu or cpu, topology.resolve_platform)."""
+    """--decoder, --cuda-graphs and --deterministic resolved on this task's platform (gpu or cpu,
+    topology.resolve_platform)."""
     where = decoder(spec.data, platform)
     if where == "mixed" and platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
     graphs = platform == "gpu" and cuda_graphs(spec.train.cuda_graphs, where == "mixed")
-    return Placement(platform, where, graphs, xla_options.resolve(spec.train.xla_options, platform))
+    options = xla_options.resolve(spec.train.xla_options, platform)
+    return Placement(platform, where, graphs, options, determinism.xla_flags(spec.train.deterministic, platform))
 
 
 def decoder(config: DataConfig, platform: str) -> str:

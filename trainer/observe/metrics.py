@@ -1,6 +1,7 @@
 """What a run reports: the rank map at start, one line and one JSON object per epoch, progress bars.
 
-Process 0 speaks for the job; every process writes its own rank report, merged after a barrier.
+Process 0 speaks for the job; every process writes its own rank report, merged after a barrier (through
+the coordination service: process 0 opens no file per rank).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from dali_launch.trainer import coordination
 from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.observe.profile import Profile
 from dali_launch.trainer.observe.trackers import Trackers
@@ -46,6 +48,7 @@ class EpochMetrics:
     test_accuracy: float | None = None
     test_count: int | None = None
     eval_time_s: float | None = None
+    eval_devices: int | None = None  # the devices that evaluated (--eval-on): every device of the job, or process 0's
     learning_rate: float | None = None  # the rate of the epoch's last optimizer update
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on
     step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
@@ -83,7 +86,8 @@ class Reporter:
             self.console.print(text, markup=False)
 
     def rank_report(self, sharding, devices: list, batch_size: int, resolved: dict, dali: str = "") -> None:
-        """Every process writes and prints what it is; process 0 merges the reports into rank_map.json."""
+        """Every process writes and prints what it is; process 0 merges the reports into rank_map.json from
+        the coordination service, not from N files (each rank's own file is for the launcher's `cancel`)."""
         t = self.topology
         report = {
             "process_id": t.process_id,
@@ -101,6 +105,8 @@ class Reporter:
             "resolved": resolved,
         }
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
+        if t.num_processes > 1:
+            coordination.publish(f"rank-report/{t.process_id}", json.dumps(report))
         # Each rank says its own line, so it lands in its own log under its own prefix.
         readers = f" ({sharding.readers} readers per device)" if sharding.readers > 1 else ""
         self.console.print(
@@ -113,7 +119,8 @@ class Reporter:
         )
         barrier("rank-reports-written", self.barrier_timeout_s)
         if self.lead:
-            ranks = [json.loads(self.paths.rank_report(i).read_text()) for i in range(t.num_processes)]
+            reports = coordination.collect("rank-report") if t.num_processes > 1 else {"0": json.dumps(report)}
+            ranks = [json.loads(reports[str(i)]) for i in range(t.num_processes)]
             write_atomic(self.paths.rank_map, json.dumps(ranks, indent=2))
 
     def resumed(self, epoch: int, calls_done: int, step: int) -> None:
@@ -174,7 +181,7 @@ class Reporter:
             f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
             f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data; "
             f"the host waited {m.host_wait_fraction:.0%})  "
-            f"eval {m.eval_time_s:.2f} s{extra}"
+            f"eval {m.eval_time_s:.2f} s on {m.eval_devices} device{'s' if m.eval_devices != 1 else ''}{extra}"
         )
         if m.startup:
             self.say(

@@ -5,7 +5,10 @@ Saved: one replica of the train state (every replica is identical), the epoch's 
 process's DALI reader positions (DALI pipeline checkpointing). Under --sample-order global it also
 holds `order`: the epoch's position in the global order and what elastic.py needs to continue on
 another device count; the DALI states then hold only random operators' states, used on the same
-topology (bit-identical resumes) and dropped on another. The DALI states are gathered to all
+topology (bit-identical resumes) and dropped on another. Under shard order it holds `shards`: the
+layout whose pipelines the epoch reads and the shard of every DALI state, so that any topology can
+read the rest of the epoch with those pipelines (data/hosting.py), and the same for elastic.py. The
+DALI states are gathered to all
 processes and written by the primary one; Orbax marks a step complete only once all of it is on
 disk. What a task starts from is read without Orbax (saved.py, start_point.py); Orbax restores the
 arrays alone (`restore`).
@@ -58,8 +61,30 @@ def order_record(data, epoch: int, calls_done: int) -> dict | None:
     }
 
 
+def shard_record(data, calls_done: int) -> dict | None:
+    """A shard order's record for a checkpoint of `data` (dali.DeviceBatches, or remainder.RemainderBatches
+    while an epoch begun on another layout is read): the layout read and whose each DALI state is, and
+    the job's batch as elastic.py reads it (the keys of order_record); None under a global order."""
+    if data.layout is not None:
+        return None
+    begun, reading, processes = data.start, data.reading, jax.process_count()
+    job = begun.batch * begun.devices
+    return {
+        "position": calls_done * reading.call_samples,  # rows of the epoch's calls done, padding included
+        "global_batch": job,
+        "first_global_batch": begun.first_global_batch or job,
+        "devices": begun.devices,
+        "steps_per_call": begun.steps,
+        "dataset": data.fingerprint,  # process 0's (the one whose record is written); None: a format not known
+        "reading": reading.as_dict(),
+        "shard_ids": [data.pipeline_shards(p, processes) for p in range(processes)],
+        "sample": data.sample,
+    }
+
+
 def _gather(local: list[bytes]) -> list[list[str]]:
-    """Every process's DALI states (base64), indexed by process; all processes call this."""
+    """Every process's DALI states (base64), indexed by process; all processes call this. O(N) bytes per
+    rank at every save (one all-gather of ~300 bytes a pipeline), written in one file by process 0."""
     mine = [base64.b64encode(b).decode() for b in local]
     if jax.process_count() == 1:
         return [mine]
@@ -100,7 +125,9 @@ class Checkpointer:
         self.asynchronous, self.waited_s, self.decoded_cache = asynchronous, 0.0, decoded_cache
         self.unrecorded: list[int] = []  # saved, their FILES not written yet (written once committed)
 
-    def save(self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None) -> None:
+    def save(
+        self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None, shards=None
+    ) -> None:
         """All processes call this at the same `step` (a count that grows: device calls, or under a global
         order samples; there, checkpoints in an epoch's trailing padding calls all count its N samples).
 
@@ -115,6 +142,8 @@ class Checkpointer:
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": dali, "decoded_cache": self.decoded_cache}
         if order:
             meta["order"] = order
+        if shards:
+            meta["shards"] = shards
         host_state = jax.tree.map(np.asarray, state)  # a copy: the next step donates the device buffers
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),

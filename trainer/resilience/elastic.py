@@ -1,14 +1,16 @@
-"""Elastic resume (--sample-order global): how a checkpoint continues on this job's device count.
+"""Elastic resume: how a checkpoint continues on this job's device count, in either sample order.
 
-A checkpoint of a global-order run records the epoch, the position reached in that epoch's global
-order, the global batch and --steps-per-call it ran with, the first segment's global batch, and the
-data set's fingerprint. On another device count D:
+A checkpoint records the epoch, the position reached in it (a global order's position, or the calls
+of the shard order's pipelines done), the global batch and --steps-per-call it ran with, the first
+segment's global batch, and the data set's fingerprint. On another device count D:
   keep     (--elastic-batch, default) the global batch B stays: the per-device batch becomes B / D,
            which must divide; the same SGD steps, the same learning rate.
   rescale  the per-device batch b stays: B' = b × D, and the learning rate is the run's
            --learning-rate × B' / (the first segment's B), the linear scaling rule (Goyal et al. 2017);
            refused with --accumulate-steps > 1 (no exact rule for a group cut mid-way).
---steps-per-call stays the checkpoint's, so with `keep` every call covers the same positions.
+--steps-per-call stays the checkpoint's, so with `keep` every call covers the same positions (global
+order) or the epochs keep their length (shard order: the rest of an interrupted epoch is read as
+data/hosting.py says, under the same rule).
 """
 
 from __future__ import annotations

@@ -8,12 +8,15 @@
 A rank that a fatal signal ends (SIGSEGV in a native library, SIGABRT, SIGBUS, SIGFPE) cannot write its
 ending; Python's faulthandler dumps its threads' stacks instead, into a pipe to a small copier process that
 outlives it by a moment: `endings/rank-N.fault`, the rank's stderr (its log) and, for `train`, its log
-file. `read` takes a non-empty fault file for a `failed` ending, with the signal and the top frame.
+file. `read` (and `of`) take a non-empty fault file for a `failed` ending, with the signal and the top frame.
 
-Peers' watchdogs act on `failed` and `verdict` within seconds; the local launcher names the
-earliest of them first. A rank that raises in a job of several processes also leaves without
-JAX's shutdown barrier, which would keep it (and so the job) alive for up to 300 s while its
-peers wait in a collective for it.
+The first `failed` or `verdict` of a job is also its cause, `endings/cause.json`, claimed by a hard
+link (one rank wins, readers never see half a file): that one file is what every rank's watchdog,
+the local launcher and the SLURM follow loop look at every few seconds, so none of them scans N
+endings per interval (O(1) per rank; `read`, which does, runs once when a job's end is reported).
+Peers act on the cause within seconds; the local launcher names the earliest ending first. A rank
+that raises in a job of several processes also leaves without JAX's shutdown barrier, which would
+keep it (and so the job) alive for up to 300 s while its peers wait in a collective for it.
 """
 
 from __future__ import annotations
@@ -42,19 +45,53 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def record(paths: RunPaths, rank: int, how: str, line: str = "", **facts) -> None:
     """Best effort: an unwritable run directory must not hide the error being recorded."""
+    text = json.dumps({"rank": rank, "how": how, "line": line, "at": time.time(), **facts})
     try:
-        write_atomic(
-            paths.ending(rank), json.dumps({"rank": rank, "how": how, "line": line, "at": time.time(), **facts})
-        )
+        write_atomic(paths.ending(rank), text)
+        if how in CAUSES:
+            _claim_cause(paths, rank, text)
     except OSError:
         pass
 
 
+def _claim_cause(paths: RunPaths, rank: int, text: str) -> None:
+    """The job's first cause: written beside, then hard-linked into place, which fails if another rank's
+    is there already (link is atomic on local file systems and NFS alike)."""
+    mine = paths.endings / f".cause-{rank}.tmp"
+    mine.write_text(text)
+    try:
+        os.link(mine, paths.cause)
+    except FileExistsError:
+        pass
+    finally:
+        mine.unlink(missing_ok=True)
+
+
+def cause(paths: RunPaths, since: float = 0.0) -> dict | None:
+    """The job's first failure or verdict written at or after `since`, or None: one file, one open."""
+    try:
+        found = json.loads(paths.cause.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if found["at"] >= since else None
+
+
+def of(paths: RunPaths, rank: int) -> dict | None:
+    """How `rank` ended (its fault dump's `failed` if a fatal signal ended it), or None while it has not."""
+    try:
+        return json.loads(paths.ending(rank).read_text())
+    except (OSError, ValueError):
+        return fault_ending(paths, rank)
+
+
 def clear(paths: RunPaths, rank: int) -> None:
-    """A resumed or requeued run starts without its earlier ending and heartbeat. Called before
-    jax.distributed.initialize, a rendezvous: no peer's watchdog runs before every rank did this."""
+    """A resumed or requeued run starts without its earlier ending and heartbeat (and process 0 removes
+    the earlier cause). Called before jax.distributed.initialize, a rendezvous: no peer's watchdog runs,
+    and no rank records a cause it could remove, before every rank did this."""
     paths.ending(rank).unlink(missing_ok=True)
     paths.heartbeat(rank).unlink(missing_ok=True)
+    if rank == 0:
+        paths.cause.unlink(missing_ok=True)
     paths.fault(rank).unlink(missing_ok=True)
 
 

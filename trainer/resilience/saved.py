@@ -1,7 +1,7 @@
 """A run directory's checkpoints as files, read without JAX or Orbax: the launcher and every task agree.
 
 Orbax writes each checkpoint as `checkpoints/STEP/` with the items `state`, `tally` and `meta` (meta is
-plain JSON: the epoch, device calls done, every process's DALI states, a global order's record, the
+plain JSON: the epoch, device calls done, every process's DALI states, the order's record, the
 --decoded-cache kind its DALI graph had). A step
 is complete once Orbax committed it (`commit_success.txt`; an unfinished one is `STEP.orbax-checkpoint-tmp-*`
 and never a bare number). `--resume`, `status`, `runs` and the tasks all find the newest one here.
@@ -37,12 +37,24 @@ class Saved:
     calls_done: int  # device calls done in `epoch` (the job's size when it was written)
     dali: tuple[tuple[str, ...], ...]  # per process that wrote it: its pipelines' states, base64
     order: dict | None  # --sample-order global: the position in the epoch's order (checkpoint.order_record)
+    shards: dict | None = None  # shard order: the layout read and the shard of every state (checkpoint.shard_record)
     decoded_cache: str = "off"  # --decoded-cache's kind when written (resolve.py): its DALI graph's
 
     @property
     def processes(self) -> int:
-        """How many processes wrote it: a shard-order run continues only on as many."""
+        """How many processes wrote it."""
         return len(self.dali)
+
+    @property
+    def record(self) -> dict | None:
+        """What continues it on another topology (either order's record); None: a shard-order checkpoint
+        written before shard order could (it continues only on its own processes)."""
+        return self.order or self.shards
+
+    def states_by_shard(self) -> dict[int, str]:
+        """Every pipeline's DALI state (base64), by its shard id: a shard-order record says whose each is."""
+        ids = self.shards["shard_ids"]
+        return {shard: state for sids, states in zip(ids, self.dali) for shard, state in zip(sids, states, strict=True)}
 
 
 def complete_steps(paths: RunPaths) -> list[int]:
@@ -63,6 +75,7 @@ def read(paths: RunPaths, step: int) -> Saved:
         calls_done=meta["calls_done"],
         dali=tuple(tuple(states) for states in meta["dali"]),
         order=meta.get("order"),
+        shards=meta.get("shards"),
         decoded_cache=meta.get("decoded_cache", "off"),  # checkpoints from before it: no cache
     )
 

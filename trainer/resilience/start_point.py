@@ -4,10 +4,14 @@ Read without JAX or Orbax (saved.py reads the files), so the two sides agree by 
 - `check_resume` is what the launcher's `--resume` calls before it writes or submits anything: every rule
   about continuing the checkpoint on the layout the resumed job may start with, applied once, here;
 - `read` is what each task calls, once, before anything is resolved or built: its `StartPoint`.
-Shard order (--sample-order shards): the DALI readers restore their own positions, so the run continues
-only on the processes (and pipelines) that wrote it. Global order: the checkpoint holds a position in the
-epoch's order, which elastic.py continues on any device count its batch rule allows; the pipelines keep
-their random operators' states only on the same layout; the data set must be the one the order numbered.
+Either order continues on another device count under elastic.py's batch rules, on the data set the
+checkpoint was written for. Shard order (--sample-order shards): the DALI readers restore their own
+positions, so the checkpoint holds every pipeline's state by shard id: on the layout that wrote it the
+pipelines go on (whatever the processes); on another, the rest of the epoch is read with those
+pipelines hosted on the new devices (data/hosting.py), and the next epoch with the new layout's own.
+A shard-order checkpoint of an earlier version (no record) continues only on its own processes.
+Global order: the checkpoint holds a position in the epoch's order; the pipelines keep their random
+operators' states only on the same layout.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.data.hosting import Remainder, ShardLayout
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import elastic, saved
 from dali_launch.trainer.run_dir import RunPaths
@@ -35,8 +40,10 @@ class StartPoint:
     calls_done: int = 0
     dali: tuple[bytes, ...] | None = None  # this process's pipelines' states (device, then reader); None: afresh
     order: dict | None = None  # --sample-order global: the checkpoint's record (checkpoint.order_record)
-    plan: elastic.Plan | None = None  # global order: how the checkpoint continues on this job's devices
+    plan: elastic.Plan | None = None  # how the checkpoint continues on this job's devices (either order)
     offset: int = 0  # global order: positions of the first call's epoch done before its calls (another batch)
+    shards: dict | None = None  # shard order: the checkpoint's record (checkpoint.shard_record)
+    states: dict[int, bytes] | None = None  # shard order: every pipeline's DALI state, by shard id
     decoded_cache: str | None = None  # the kind the DALI states were written with (resolve.py keeps it); None: afresh
 
     @classmethod
@@ -44,32 +51,54 @@ class StartPoint:
         return cls()
 
     @property
+    def record(self) -> dict | None:
+        return self.order or self.shards
+
+    @property
     def first_global_batch(self) -> int:
         """The run's first segment's global batch (elastic.py's rescale rule); 0: this segment is the first."""
-        return self.order.get("first_global_batch", self.order["global_batch"]) if self.order else 0
+        record = self.record
+        return record.get("first_global_batch", record["global_batch"]) if record else 0
 
-    def pipeline_states(self, pipelines: int) -> list[bytes] | None:
-        """The DALI states to build this process's `pipelines` from, or None to build them afresh.
+    def pipeline_states(self, shard_ids: tuple[int, ...], layout: ShardLayout) -> list[bytes] | None:
+        """The DALI states to build this process's pipelines (reading `shard_ids` of `layout`) from, or None
+        to build them afresh.
 
-        Shard order: the readers' positions are the run's place in the data, so a pipeline count other than
-        the checkpoint's is refused. Global order: the feeds start at the order's position; the states then
-        only hold random operators', kept on the same layout and dropped on another (an elastic resume)."""
-        if self.dali is None or len(self.dali) == pipelines:
+        Shard order: on the layout the checkpoint's epoch reads, each shard's pipeline goes on from its
+        state; on another, they start afresh at the next epoch (the rest of this one: `remainder`). An
+        earlier version's checkpoint holds this process's own readers only: another count is refused.
+        Global order: the feeds start at the order's position; the states then only hold random
+        operators', kept on the same layout and dropped on another (an elastic resume)."""
+        if self.shards:
+            return [self.states[s] for s in shard_ids] if self._reading() == layout else None
+        if self.dali is None or len(self.dali) == len(shard_ids):
             return None if self.dali is None else list(self.dali)
         if self.order:
             return None
         raise UsageError(
             f"the checkpoint holds {len(self.dali)} DALI readers for this process but it has "
-            f"{pipelines}; resume with the run's own --nodes/--gpus-per-node/"
+            f"{len(shard_ids)}; resume with the run's own --nodes/--gpus-per-node/"
             f"--tasks-per-node/--readers-per-device"
         )
+
+    def remainder(self, layout: ShardLayout, rule: str) -> Remainder | None:
+        """Shard order, stopped mid-epoch on another layout than `layout` (this job's): how the rest of
+        that epoch is read here. None when the epoch goes on as it was, or starts afresh."""
+        reading = self._reading()
+        if reading is None or reading == layout or self.calls_done == 0:
+            return None
+        return Remainder(reading, layout.devices, rule, self.calls_done)
+
+    def _reading(self) -> ShardLayout | None:
+        return ShardLayout.from_dict(self.shards["reading"]) if self.shards else None
 
     def rebased_slot(self, slots_per_epoch: int) -> int | None:
         """The optimizer's step count (slots) to continue from under another global batch, or None to keep
         the checkpoint's: re-based on the new epoch length, so the schedule goes on where it was."""
-        if not self.plan or not self.plan.changed or self.plan.global_batch == self.order["global_batch"]:
+        record = self.record
+        if not self.plan or not self.plan.changed or self.plan.global_batch == record["global_batch"]:
             return None
-        return self.epoch * slots_per_epoch + math.ceil(self.order["position"] / self.plan.global_batch)
+        return self.epoch * slots_per_epoch + math.ceil(record["position"] / self.plan.global_batch)
 
 
 def repair(paths: RunPaths) -> list[str]:
@@ -86,17 +115,21 @@ def read(paths: RunPaths, spec: TaskSpec, process_id: int, processes: int, devic
     newest, _ = saved.newest_whole(paths, rename=False, crc=False)
     if newest is None:
         return StartPoint.fresh()
-    if newest.order is None:
+    if newest.record is None:  # an earlier version's shard order
         _check_processes(newest, processes)
         states = _states(newest, process_id)
         return StartPoint(newest.step, newest.epoch, newest.calls_done, states, decoded_cache=newest.decoded_cache)
-    plan = elastic.plan(newest.order, devices, spec.train.elastic_batch, spec.train.accumulate_steps)
+    plan = elastic.plan(newest.record, devices, spec.train.elastic_batch, spec.train.accumulate_steps)
+    if newest.shards:  # the states restore on its layout, or read the rest of its epoch (remainder.py)
+        states = {shard: base64.b64decode(state) for shard, state in newest.states_by_shard().items()}
+        fields = {"plan": plan, "shards": newest.shards, "states": states, "decoded_cache": newest.decoded_cache}
+        return StartPoint(newest.step, newest.epoch, newest.calls_done, **fields)
     # The position is in samples: the calls of this job's size before it are done, and what is left of
     # one (another global batch) is the offset the feeds start from.
     calls, offset = divmod(newest.order["position"], plan.global_batch * plan.steps_per_call)
     states = _states(newest, process_id) if newest.processes == processes else None
     kept = newest.decoded_cache if states else None
-    return StartPoint(newest.step, newest.epoch, calls, states, newest.order, plan, offset, kept)
+    return StartPoint(newest.step, newest.epoch, calls, states, newest.order, plan, offset, decoded_cache=kept)
 
 
 def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], processes: list[int]) -> str:
@@ -107,23 +140,31 @@ def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], proc
     newest, _ = saved.newest_whole(paths, rename=False, crc=False)
     if newest is None:
         return ""
-    if newest.order is None:
+    if newest.record is None:
         for count in processes:
             _check_processes(newest, count)
         return ""
     train = spec.train
-    plans = [elastic.plan(newest.order, d, train.elastic_batch, train.accumulate_steps) for d in device_counts]
+    plans = [elastic.plan(newest.record, d, train.elastic_batch, train.accumulate_steps) for d in device_counts]
     from dali_launch.trainer.data import records  # numpy and the formats' readers: only where they are needed
 
-    now = _fingerprint_read(spec, Path(spec.data.data_dir) / "training", records)
+    now = fingerprint_read(spec, Path(spec.data.data_dir) / "training", records)
     if now is not None:
-        check_data_set(paths, spec, newest.order, now)
+        check_data_set(paths, spec, newest.record, now)
     return plans[0].describe() if len(plans) == 1 else ""
 
 
-def _fingerprint_read(spec: TaskSpec, split: Path, records) -> dict | None:
+def resizable(paths: RunPaths) -> bool:
+    """Whether the run may --resume on another topology: its newest checkpoint has a record (either
+    order, this version), or it has none yet (the run then starts afresh on the new one)."""
+    newest, _ = saved.newest_whole(paths, rename=False, crc=False)
+    return newest is None or newest.record is not None
+
+
+def fingerprint_read(spec: TaskSpec, split: Path, records) -> dict | None:
     """The fingerprint of what the run's readers read of `split`: under --bad-samples skip, without the
-    samples they leave out (the order numbered those alone), else the folder's."""
+    samples they leave out (the readers' positions and the order numbered those alone), else the folder's.
+    The launcher's --resume and set_up.py's shard-order listing take the same one."""
     from dali_launch.trainer.data import bad_samples
     from dali_launch.trainer.data.global_order import fingerprint
 
@@ -134,11 +175,12 @@ def _fingerprint_read(spec: TaskSpec, split: Path, records) -> dict | None:
     return fingerprint(records.open_source(found[0], kwargs).keys())
 
 
-def check_data_set(paths: RunPaths, spec: TaskSpec, order: dict, now: dict) -> None:
-    """A global order's positions mean samples of one data set: refuse to continue on another (`now`:
-    the fingerprint of what --data-dir holds, global_order.fingerprint)."""
-    was = order["dataset"]
-    if now != was:
+def check_data_set(paths: RunPaths, spec: TaskSpec, record: dict, now: dict | None) -> None:
+    """A checkpoint's place in the data means samples of one data set (the readers' positions, or a global
+    order's): refuse to continue on another (`now`: the fingerprint of what --data-dir holds,
+    global_order.fingerprint; None, or a record without one: a format whose keys are not known here)."""
+    was = record.get("dataset")
+    if now is not None and was is not None and now != was:
         raise UsageError(
             f"--resume {paths.root}: its checkpoint was written for a training set of {was['samples']} "
             f"samples (keys {was['keys_sha256'][:12]}), but {spec.data.data_dir} now holds {now['samples']} "

@@ -2,10 +2,18 @@
 
 JAX's heartbeat does not notice a stopped process quickly, and the other ranks would sit in a
 collective waiting for it. Every process touches its heartbeat file every few seconds from a
-thread, and watches its peers: a peer whose heartbeat is older than `watchdog_s` (or missing that
-long) while it has no ending, or whose ending says it failed, ends the job: the first rank to see it
-records its verdict, says which rank it is, cancels (or requeues) the SLURM job, and exits.
-A peer that ended `done` or `stopped` is quiet by design.
+thread, and per interval reads O(1) files, whatever the job's size:
+- the job's cause (ending.py): the first rank that failed or gave up on a peer claimed it, so one
+  open tells every rank that the job must end;
+- the heartbeat of one peer, the next rank in a ring that has not ended (rank r watches r+1, and
+  so on past ranks that ended `done` or `stopped`, which are quiet by design). A peer whose heartbeat
+  is older than `watchdog_s` (or missing that long) with no ending is stuck: its watcher records
+  the verdict, which becomes the job's cause, says which rank it is, cancels (or requeues) the SLURM
+  job, and exits; every other rank sees the cause within one interval and exits too.
+Every stuck rank has a live watcher unless all are stuck: the nearest live rank before it in the
+ring. Detection takes `watchdog_s` plus at most two intervals, as when every rank watched all (the
+old way: N-1 heartbeats and N endings per rank per interval, O(N^2) file operations per interval
+on a shared file system).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ class Watchdog:
     def __init__(self, paths: RunPaths, topology: Topology, config: ResilienceConfig):
         self.paths, self.topology, self.config = paths, topology, config
         self.me, self.n = topology.process_id, topology.num_processes
+        self.watched = self._after(self.me)  # the peer whose heartbeat this rank reads; None: none left
         paths.heartbeats.mkdir(parents=True, exist_ok=True)
         self._beat()
         self.started = time.time()  # a peer's missing heartbeat counts from here
@@ -51,28 +60,40 @@ class Watchdog:
             if found is not None and not self._stop.is_set():
                 self._act(*found)
 
+    def _after(self, rank: int) -> int | None:
+        """The next rank in the ring after `rank`, other than this one; None when that is this one."""
+        following = (rank + 1) % self.n
+        return None if following == self.me else following
+
     def _peer_problem(self) -> tuple[int, str, bool] | None:
-        """(rank, what happened, stale?) for the first peer that ends the job, else None."""
-        endings = {e["rank"]: e for e in ending.read(self.paths)}
+        """(rank, what happened, stale?) when the job must end, else None: the job's cause, else the
+        watched peer's silence."""
+        cause = ending.cause(self.paths)
+        if cause is not None and cause["rank"] != self.me:
+            return cause.get("culprit", cause["rank"]), cause["line"], False
+        return self._watched_problem()
+
+    def _watched_problem(self) -> tuple[int, str, bool] | None:
+        """The watched peer's heartbeat; once it is stale, its ending says whether to move on."""
         now = time.time()
-        for rank in (r for r in range(self.n) if r != self.me):
-            if rank in endings:
-                if endings[rank]["how"] in ending.CAUSES:
-                    return rank, endings[rank]["line"], False
-                continue
+        while self.watched is not None:
             try:
-                age = now - self.paths.heartbeat(rank).stat().st_mtime
+                age = now - self.paths.heartbeat(self.watched).stat().st_mtime
             except FileNotFoundError:
                 age = now - self.started
-            if age > self.config.watchdog_s:
-                return (
-                    rank,
-                    (
-                        f"rank {rank} made no progress for {age:.0f} s (stopped, hung or dead; "
-                        f"--watchdog-s {self.config.watchdog_s})"
-                    ),
-                    True,
+            if age <= self.config.watchdog_s:
+                return None
+            ended = ending.of(self.paths, self.watched)
+            if ended is None:
+                rank = self.watched
+                what = (
+                    f"rank {rank} made no progress for {age:.0f} s (stopped, hung or dead; "
+                    f"--watchdog-s {self.config.watchdog_s})"
                 )
+                return rank, what, True
+            if ended["how"] in ending.CAUSES:  # its cause is claimed too; this is the rare race before it
+                return self.watched, ended["line"], False
+            self.watched = self._after(self.watched)  # done or stopped: watch the one after it
         return None
 
     def _act(self, rank: int, what: str, stale: bool) -> None:

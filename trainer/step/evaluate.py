@@ -1,7 +1,10 @@
-"""Evaluation on process 0 alone, over its local devices: exact accuracy over the whole test set.
+"""Evaluation on every device of every process (or process 0's alone): exact accuracy over the whole test set.
 
-The other processes wait at a barrier meanwhile; no collective spans processes here, so the
-evaluation is one jit program over a mesh of process 0's own devices (no pmap).
+Each process reads its devices' shards of the test set (device d of D reads shard d, padded to whole
+batches and masked) and sums its correct and real samples in one jit program over its own devices:
+no collective spans processes while the batches run. One small all-gather per evaluation then adds up
+every process's counts, so each process holds the job's accuracy and process 0 reports it.
+`--eval-on process-0` keeps the old way: process 0's devices read the whole test set, the others wait.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
@@ -41,19 +45,26 @@ def eval_call(forward, variables, tally, images, labels, shard_sizes):
     }
 
 
+def evaluates(spec: TaskSpec, process_index: int) -> bool:
+    """Whether this process evaluates: every process under --eval-on all, else process 0 alone."""
+    return spec.train.eval_on == "all" or process_index == 0
+
+
 class Evaluator:
-    """Process 0 alone, over its local devices: exact accuracy over the whole test set.
+    """This process's part of the evaluation, over its local devices: its shards of the test set.
 
     Its pipelines, built during the first epoch (`prepare`) or at the first evaluation, end every
     evaluation exactly at the end of their shards. The test split is read without randomness, so when
-    its decoded batches fit in --eval-cache-mb per device they are kept on the devices after the first
-    evaluation, and DALI is done with.
+    this process's decoded batches fit in --eval-cache-mb per device they are kept on its devices after
+    the first evaluation, and DALI is done with (each process keeps its own shards).
     """
 
     def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig, variables=None):
         """`data_config`: the spec's, its auto values resolved (resolve.py); `variables`: the abstract shapes
         of what it will evaluate (jax.eval_shape's), for `prepare`."""
         self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
+        self.every_process = spec.train.eval_on == "all" and jax.process_count() > 1
+        self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.variables, self.compiled, self.ready = variables, None, finished()
         self.cache_bytes = spec.train.eval_cache_mb << 20
@@ -64,7 +75,7 @@ class Evaluator:
 
     def __call__(self, variables) -> tuple[float, int, float]:
         """Accuracy of `variables` (params and any collections), one replica on this process's first device
-        (copied to the others)."""
+        (copied to the others), and the samples counted; every evaluating process calls it."""
         start = time.perf_counter()
         variables = jax.device_put(variables, self.replicated)
         self.ready.join(timeout=PREPARE_WAIT_S)
@@ -75,11 +86,21 @@ class Evaluator:
             tally = call(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
-        label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "testing")
+        correct, total, low, high = self._summed(tally)
+        label_check.check_range(low, high, self.spec.data.num_classes, self.spec.data.pipeline, "testing")
         if self.cached is None and len(kept) == self.data.steps:
             self.cached, self.data.pipes = kept, []  # DALI's threads and buffers go with the pipelines
-        total = int(first(tally["count"]))
-        return first(tally["correct"]) / total, total, time.perf_counter() - start
+        return correct / total, total, time.perf_counter() - start
+
+    def _summed(self, tally) -> tuple[int, int, int, int]:
+        """(correct, count, lowest and highest class id) over every evaluating process: one all-gather, so
+        every process raises the same label error, or none does."""
+        low, high = label_check.bounds(tally["labels"])
+        mine = np.array([round(first(tally["correct"])), round(first(tally["count"])), low, high], np.int32)
+        if not self.every_process:
+            return tuple(int(v) for v in mine)
+        rows = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
+        return int(rows[:, 0].sum()), int(rows[:, 1].sum()), int(rows[:, 2].min()), int(rows[:, 3].max())
 
     def prepare(self) -> None:
         """In a thread, during the first epoch: the pipelines built and the evaluation compiled for the shapes
@@ -105,14 +126,16 @@ class Evaluator:
         return self.data.put([zero] * len(self.data.devices))
 
     def _build(self) -> None:
-        """Not at start-up: the job's first step waits for process 0's start-up, and a pipeline that
+        """Not at start-up: the job's first step waits for every process's start-up, and a pipeline that
         decodes on the GPU costs ~1 s to build (placement.py)."""
-        local = shards.Sharding(0, len(self.devices), len(self.devices), self.readers)
+        local = len(self.devices)
+        first_device = jax.process_index() * local if self.every_process else 0
+        sharding = shards.Sharding(first_device, local, self.eval_devices, self.readers)
         self.data = dali.build(
             split_dir(self.spec, "testing"),
             self.devices,
-            self.devices,
-            local,
+            self.devices,  # this process's shards, summed over its own devices
+            sharding,
             self.spec.train.eval_batch_size,
             False,
             self.data_config,
@@ -121,7 +144,7 @@ class Evaluator:
         self.shard_sizes = self.data.shard_sizes()
 
     def _fits(self, batch) -> bool:
-        per_device = sum(x.nbytes for x in batch.values()) // self.data.sharding.global_devices
+        per_device = sum(x.nbytes for x in batch.values()) // len(self.devices)
         return per_device * self.data.steps <= self.cache_bytes
 
 

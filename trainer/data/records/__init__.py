@@ -10,10 +10,11 @@ A new format is a module here with the same names, added to FORMATS.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dali_launch.trainer.data.global_order import fingerprint
-from dali_launch.trainer.data.records import caffe2, folders, tfrecord, webdataset
+from dali_launch.trainer.data.records import caffe2, folders, shared, tfrecord, webdataset
 from dali_launch.trainer.data.records.common import RecordSource, shard_files
 
 FORMATS = {module.READER: module for module in (caffe2, folders, tfrecord, webdataset)}
@@ -22,13 +23,31 @@ _OPENED: dict[str, RecordSource] = {}  # every pipeline of a process reads the s
 
 def open_source(reader: str, kwargs: dict) -> RecordSource:
     """The source of the records DALI's `fn.readers.<reader>(**kwargs)` would read, opened once per process
-    (a source lists its whole split: ImageNet's folders are 1.28 M files, per pipeline of every device)."""
+    (a source lists its whole split: ImageNet's folders are 1.28 M files, per pipeline of every device),
+    and in a job of several processes listed by process 0 alone (shared.py)."""
     if reader not in FORMATS:
         raise KeyError(reader)
-    key = repr((reader, sorted(kwargs.items())))
+    key = source_key(reader, kwargs)
     if key not in _OPENED:
-        _OPENED[key] = FORMATS[reader].source(kwargs)
+        _OPENED[key] = shared.opened(key, lambda: FORMATS[reader].source(kwargs))
     return _OPENED[key]
+
+
+def source_key(reader: str, kwargs: dict) -> str:
+    """What names a source, alike in every pipeline and process: the reader and its arguments of plain
+    values (DALI's tfrecord features are objects that print their address; no source reads them)."""
+    plain = (str, int, float, bool, list, tuple, type(None))
+    return json.dumps([reader, {k: v for k, v in kwargs.items() if isinstance(v, plain)}], sort_keys=True)
+
+
+def native_arguments(reader: str, kwargs: dict) -> dict:
+    """`kwargs` for DALI's own `fn.readers.<reader>`: a file reader of a job of several processes reads
+    process 0's listing of its folders instead of walking them (shared.py)."""
+    if not shared.lists_folders(reader, kwargs):
+        return kwargs
+    if shared.lists_here():
+        open_source(reader, kwargs)  # lists the folders once and writes the file list (shared.opened)
+    return {**kwargs, "file_list": shared.file_list(source_key(reader, kwargs))}
 
 
 def native(reader: str, outputs):
@@ -64,4 +83,4 @@ def source_of(split: Path) -> RecordSource | None:
     return None
 
 
-__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "native", "open_source", "source_of"]
+__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "native", "native_arguments", "open_source", "source_of"]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from dali_launch.trainer.data import protobuf as pb
@@ -42,14 +44,23 @@ def _keys(env) -> list[bytes]:
 
 
 def keys(path: str) -> list[bytes]:
-    """The keys, the LMDB closed again (the launcher's checks open it after this), or read through this
-    process's shared handle where a source holds it open (py-lmdb refuses to open a path twice)."""
+    """The keys, the LMDB closed again (the launcher's checks open it after this)."""
+    with opened(path) as env:
+        return _keys(env)
+
+
+@contextlib.contextmanager
+def opened(path: str):
+    """The LMDB at `path`: this process's handle if a source holds one (py-lmdb refuses a second open of a
+    path: a global order's second pipeline screens the split after the first one's source opened it), else
+    one closed again on leaving."""
+    if path in _ENVS:
+        yield _ENVS[path]
+        return
     import lmdb
 
-    if path in _ENVS:
-        return _keys(_ENVS[path])
     with lmdb.open(path, readonly=True, lock=False, subdir=True) as env:
-        return _keys(env)
+        yield env
 
 
 def source(kwargs: dict) -> Caffe2Lmdb:

@@ -34,6 +34,11 @@ class ClassFolders:
     def keys(self) -> list[bytes]:
         return [name.encode() for name, _ in self.files]
 
+    def file_list(self) -> str:
+        """The files as DALI's `fn.readers.file(file_list=...)` reads them: `NAME LABEL` lines, NAME relative
+        to the root (DALI takes the label after the last space, so names may hold spaces)."""
+        return "".join(f"{name} {label}\n" for name, label in self.files)
+
     def read(self, index: int) -> tuple[np.ndarray, int]:
         name, label = self.files[index]
         return np.fromfile(os.path.join(self.root, name), np.uint8), label

@@ -1,0 +1,131 @@
+"""benchmarks/scale.py's reading of what fs_probe/sitecustomize.py wrote: one JSON file per process of a run,
+with its file-system operations (time, operation, path) and the trainer's timed phases."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+
+def processes(probe: Path) -> tuple[dict[int, dict], list[dict]]:
+    """(rank -> its probe file, the launcher processes' files). A rank is a process that timed trainer
+    phases; DALI's spawned workers (none here) and SLURM's own processes are neither."""
+    docs = [json.loads(p.read_text()) for p in sorted(probe.glob("process-*.json"))]
+    ranks = {int(d["rank"]): d for d in docs if d["rank"] is not None and any(m[0] == "phase" for m in d["marks"])}
+    launchers = [d for d in docs if d["rank"] is None and d["argv"] and d["argv"][0].endswith("cli.py")]
+    return ranks, launchers
+
+
+def windows(doc: dict, what: str) -> list[tuple[float, float, object]]:
+    return [(start, end, detail) for kind, start, end, detail in doc["marks"] if kind == what]
+
+
+def within(events: list, spans: list) -> list:
+    return [e for e in events if any(start <= e[0] <= end for start, end, *_ in spans)]
+
+
+def category(path: str, run_dir: Path) -> str:
+    """The run directory's entry a path is in (heartbeats, endings, checkpoints, ...), or `data`."""
+    try:
+        return Path(path).relative_to(run_dir).parts[0]
+    except (ValueError, IndexError):
+        return "data"
+
+
+def first_step(doc: dict) -> float | None:
+    """When the rank's first SGD step was done (its Startup mark)."""
+    return next((end for kind, _, end, detail in doc["marks"] if kind == "phase" and detail == "first step"), None)
+
+
+def steady_spans(doc: dict) -> list[tuple[float, float, dict]]:
+    """The rank's training after its first step: every epoch's steps (epoch 0 from its first step on,
+    one call less), never its evaluations or epoch-end checkpoints, which run between epochs."""
+    done = first_step(doc)
+    spans = []
+    for start, end, detail in windows(doc, "epoch"):
+        if start <= done <= end:
+            start, detail = done, {**detail, "calls": detail["calls"] - 1}
+        spans.append((start, end, detail))
+    return spans
+
+
+def watchdog(event) -> bool:
+    """One of the watchdog's periodic operations (resilience/watchdog.py): touching its heartbeat, reading
+    a peer's, opening the job's cause. They come every 2 s from its thread, so their count in any stretch
+    of time is its length times their rate, whatever the stretch holds (start-up, steps, a checkpoint)."""
+    _, operation, path = event
+    beat = operation in ("os.utime", "os.stat") and "/heartbeats/" in path
+    return beat or (operation == "open" and path.endswith("/endings/cause.json"))
+
+
+def per_rank(doc: dict) -> dict:
+    """One rank's counts: its steady training, before its first step, per checkpoint and evaluation;
+    the watchdog's periodic operations apart (`watchdog`), as a rate."""
+    epochs = windows(doc, "epoch")
+    steady = steady_spans(doc)
+    saves, evals = windows(doc, "save"), windows(doc, "evaluate")
+    seconds = sum(end - start for start, end, _ in steady)
+    calls = sum(detail["calls"] for _, _, detail in steady)
+    trained = within(doc["events"], steady)
+    own = [e for e in doc["events"] if not watchdog(e)]  # what the rank does besides its watchdog
+    first = min((start for start, _, _ in epochs), default=float("inf"))
+    return {
+        "steady_s": seconds,
+        "steady_calls": calls,
+        "steady_ops": len(trained),
+        "ops_per_step": len(trained) / calls if calls else None,
+        "ops_per_s": len(trained) / seconds if seconds else None,
+        "step_ops": len(within(own, steady)) / calls if calls else None,
+        "watchdog_ops_per_s": sum(map(watchdog, trained)) / seconds if seconds else None,
+        "startup_ops": sum(1 for e in own if e[0] < first),
+        "startup_watchdog_ops": sum(1 for e in doc["events"] if e[0] < first and watchdog(e)),
+        "save_ops": len(within(own, saves)) / len(saves) if saves else None,
+        "save_s": [end - start for start, end, _ in saves],
+        "eval_ops": len(within(own, evals)) / len(evals) if evals else None,
+    }
+
+
+def analyse(probe: Path, run_dir: Path, launched: float | None, n: int) -> dict:
+    """What scale.py's table shows of one steady run (see its docstring), and the detail behind it."""
+    ranks, launchers = processes(probe)
+    if sorted(ranks) != list(range(n)):
+        return {"failed": True, "error": f"probe files of ranks {sorted(ranks)} of {n}", "stderr_tail": []}
+    counts = {r: per_rank(doc) for r, doc in ranks.items()}
+    zero, done = counts[0], first_step(ranks[0])
+    saves = list(zip(*(c["save_s"] for c in counts.values())))  # per checkpoint, every rank's time
+    steady = steady_spans(ranks[0])
+    launcher_ops = sum(len(within(d["events"], steady)) for d in launchers)
+    files = collections.Counter(
+        (e[1], category(e[2], run_dir)) for doc in ranks.values() for e in within(doc["events"], steady_spans(doc))
+    )
+    others = [c for r, c in counts.items() if r != 0] or [zero]
+    return {
+        "first_step_s": done - launched if done and launched else None,
+        "step_ms": 1000 * zero["steady_s"] / zero["steady_calls"] if zero["steady_calls"] else None,
+        "ops_per_rank_step": max(c["ops_per_step"] or 0 for c in counts.values()),
+        "ops_per_rank_s": max(c["ops_per_s"] or 0 for c in counts.values()),
+        "ops_rank0_s": zero["ops_per_s"],
+        "step_ops_rank": max(c["step_ops"] or 0 for c in counts.values()),
+        "watchdog_ops_rank_s": max(c["watchdog_ops_per_s"] or 0 for c in counts.values()),
+        "startup_watchdog_ops_rank": max(c["startup_watchdog_ops"] for c in counts.values()),
+        "startup_ops_rank0": zero["startup_ops"],
+        "startup_ops_rank": max(c["startup_ops"] for c in others),
+        "save_ops_rank": max(c["save_ops"] or 0 for c in counts.values()),
+        "save_s": sum(max(times) for times in saves) / len(saves) if saves else None,
+        "launcher_ops_s": launcher_ops / zero["steady_s"] if zero["steady_s"] else None,
+        "steady_ops_by_file_per_rank_s": {
+            f"{op} {where}": count / n / zero["steady_s"] for (op, where), count in sorted(files.items())
+        },
+        "per_rank": {str(r): {k: v for k, v in c.items() if k != "save_s"} for r, c in counts.items()},
+    }
+
+
+def pss_mb(pid: int) -> float:
+    """A live process's proportional set size, MiB: its own pages and its share of the shared ones (the
+    ranks share JAX's and DALI's libraries, which RSS would count once per rank); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Pss:")) / 1024
+    except (FileNotFoundError, StopIteration, PermissionError):
+        return 0.0

@@ -1,0 +1,77 @@
+"""--deterministic: the same run gives the same bits twice on GPUs, and a resumed run those of one never
+interrupted (on the same GPUs and layout).
+
+What varies without it, and what it sets (before JAX starts: topology.configure_process_env):
+- XLA's GPU kernels: reductions and scatters that add in the order their threads finish (atomics),
+  convolution and GEMM algorithms that are not deterministic, and autotuning, which picks kernels by
+  timing them at each compile. `--xla_gpu_deterministic_ops` excludes the first two and turns off the
+  autotuning of GEMM fusions (XLA's GemmFusionAutotuner), so two compiles of one program agree. Measured
+  on one H200 (ResNet-50 bf16, batch 256): two runs ended with different parameters without it, the
+  same with it, at 4,652-4,700 images/s against 6,505-6,537 (-28 %); benchmarks/deterministic.py
+  measures it again with the kill -9 + --resume check.
+What holds without anything set:
+- XLA on CPUs runs one compiled program the same way each time (docs/resilience.md);
+- DALI: readers shuffle and random operators draw from the pipeline's seed per sample, not per thread
+  (so --reader-threads changes nothing), and DALI's checkpoints hold those states (that nvJPEG's
+  decoders, the hardware one's share included, give the same pixels twice is benchmarks/deterministic.py's
+  `data` check);
+- the trainer: the order of samples in each step, dropout keys (the step count and the device) and the
+  data the checkpoint restores are functions of --seed and the layout.
+What it cannot make deterministic, and refuses before any job (`check_pipeline`): a --pipeline of your own
+with Python operators (fn.python_function and its kin), which run Python that DALI neither seeds nor
+checkpoints.
+"""
+
+from __future__ import annotations
+
+from dali_launch.trainer.errors import UsageError
+
+GPU_XLA_FLAGS = (("xla_gpu_deterministic_ops", "true"),)
+PYTHON_OPERATORS = ("PythonFunction", "TorchPythonFunction", "DLTensorPythonFunction")
+
+
+def xla_flags(deterministic: bool, platform: str) -> tuple[tuple[str, str], ...]:
+    """The XLA flags --deterministic sets on `platform` (gpu or cpu): none on CPUs, which need none."""
+    return GPU_XLA_FLAGS if deterministic and platform == "gpu" else ()
+
+
+def check_pipeline(name: str, args) -> None:
+    """--deterministic with --pipeline `name`: refused (UsageError) when its graph, built for `args`
+    (contract.PipelineArgs; built, not run), holds an operator DALI cannot make deterministic."""
+    found = python_operators(name, args)
+    if found:
+        raise UsageError(
+            f"--deterministic cannot hold with --pipeline {name}: its {found[0]} operator runs Python that DALI "
+            f"neither seeds nor checkpoints; write it with DALI operators, or leave --deterministic out"
+        )
+
+
+def python_operators(name: str, args) -> list[str]:
+    """The Python operators (schema names) the pipeline's outputs depend on, found by walking its graph
+    from them. A pipeline that cannot be defined here (on the CPU, without its data) shows none: the task
+    reports its own error."""
+    from nvidia.dali.pipeline import Pipeline
+
+    from dali_launch.trainer import entry_points
+
+    function = entry_points.load("pipeline", name)
+    try:
+        with Pipeline(batch_size=1, num_threads=1, device_id=None):
+            outputs = function(args)
+        return sorted({kind for kind in _schemas(outputs) if kind in PYTHON_OPERATORS})
+    except Exception:  # a graph of the user's we cannot look into is not refused here
+        return []
+
+
+def _schemas(outputs) -> set[str]:
+    """The schema names of every operator behind `outputs` (DataNodes): each node's `source` operator and,
+    through its inputs (argument inputs included), theirs."""
+    seen, todo, kinds = set(), list(outputs), set()
+    while todo:
+        op = getattr(todo.pop(), "source", None)
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        kinds.add(getattr(op._op, "schema_name", type(op._op).__name__))  # DALI's operator object
+        todo.extend(op.inputs)
+    return kinds
