@@ -176,6 +176,7 @@ class Loop:
     def _check_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
+        self.checkpointer.check()  # a write that failed in the background: one line now, not at the next save
         self._check_labels(tally)
         self.nan_guard.check(first(tally["loss"]), epoch * self.data.steps + calls_done, epoch)  # before any save
         self.step_log.point(epoch * self.data.steps + calls_done, tally, data_wait_s)  # before a preemption ends it

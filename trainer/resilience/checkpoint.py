@@ -19,12 +19,22 @@ Asynchronous by default (--checkpoint-async): `save` returns once the state is i
 previous complete checkpoint; the next `save` first waits for the write before it. A checkpoint that
 ends a task (a stop signal, the run's end) is waited for: `wait`. `take_wait_s` is the time callers
 spent blocked here, what metrics.jsonl reports per epoch (`checkpoint_wait_s`).
+
+A write that fails in the background (a full disk) must not hang the job: Orbax's threads meet the
+other processes at barriers even on their way out of a failed write (the others then wait for a
+barrier this process never reaches, and this process's exit waits for its thread: 900 s). Its
+barriers go through `FailFast`, which a thread unwinding from a failure does not enter: the failure
+reaches `check` at the loop's next check point (or the next `save`/`wait`) as one line, the process
+ends, and the launcher ends the others.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import json
+import sys
 import time
 
 import jax
@@ -96,6 +106,25 @@ def _gather(local: list[bytes]) -> list[list[str]]:
     return [json.loads(bytes(row).rstrip(b"\0")) for row in rows]
 
 
+class FailFast:
+    """Orbax's barrier among the checkpoint's processes (its `barrier_sync_fn`), refused by a thread that
+    is unwinding from this process's failed write (Orbax syncs in a `finally`): that thread raises the
+    failure instead of waiting for processes that wait for another barrier. The first one is kept."""
+
+    CANCELLED = (asyncio.CancelledError, concurrent.futures.CancelledError)
+
+    def __init__(self, processes: set[int]):
+        self.barrier = ocp.multihost.get_barrier_sync_fn(processes=processes)
+        self.failed: BaseException | None = None
+
+    def __call__(self, *, key: str, timeout_ms: int) -> None:
+        unwinding = sys.exc_info()[1]
+        if unwinding is not None and not isinstance(unwinding, self.CANCELLED):
+            self.failed = self.failed or unwinding
+            raise unwinding
+        self.barrier(key=key, timeout_ms=timeout_ms)
+
+
 class Checkpointer:
     def __init__(
         self,
@@ -111,13 +140,14 @@ class Checkpointer:
         # Naming every process makes Orbax sync through jax.distributed's barrier, not by running a
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax
         # then leaves the folder to us; every process may make it.
-        processes = ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
+        active = set(range(jax.process_count()))
+        processes, self.barrier = ocp.options.MultiprocessingOptions(active_processes=active), FailFast(active)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             create=False,
             enable_async_checkpointing=asynchronous,
             multiprocessing_options=processes,
-            async_options=ocp.AsyncOptions(timeout_secs=timeout_s),  # a write (and its barriers) never hangs
+            async_options=ocp.AsyncOptions(timeout_secs=timeout_s, barrier_sync_fn=self.barrier),  # never hangs
         )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         self.paths, self.resume = paths, resume
@@ -168,6 +198,12 @@ class Checkpointer:
         self._record_written()
         self.waited_s += time.perf_counter() - began
 
+    def check(self) -> None:
+        """At a check point: a write that failed in the background ends the task now, in one line."""
+        if self.barrier.failed is not None:
+            failed, self.barrier.failed = self.barrier.failed, None
+            self._guarded(self.unrecorded[-1] if self.unrecorded else 0, lambda: _raise(failed))
+
     def take_wait_s(self) -> float:
         """Seconds spent blocked in `save` and `wait` since the last call."""
         waited, self.waited_s = self.waited_s, 0.0
@@ -203,3 +239,7 @@ class Checkpointer:
         )
         restored = self.manager.restore(step, args=args)
         return serialization.from_state_dict(template_state, restored.state), dict(restored.tally)
+
+
+def _raise(error: BaseException):
+    raise error
