@@ -70,6 +70,8 @@ def test_resolve_records_every_auto_value():
         "decoded_cache_mb": 0,
         "decoded_cache_note": "off (the decoded size of the data set is unknown: a format records/ does not read)",
         "attention": "",  # the MLP has none; a ViT's: below
+        "remainder": None,  # a fresh start: no epoch begun on another layout
+        "xla_flags": {},  # no --deterministic
     }
     assert auto.call_batch == 50
     vit = TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32), train=TrainConfig(model="vit-s16"))
