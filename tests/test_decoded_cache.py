@@ -116,7 +116,7 @@ def test_a_folders_shard_fills_with_the_files_its_shuffling_reader_reads(tmp_pat
     synth(SynthSpec(tmp_path, "folders", classes=4, train=24, test=4, image_scale=0.1, workers=1))
     config = DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, output_dtype="float32", image_size=16)
     base = dali.pipeline_args(str(tmp_path / "training"), 0, 1, 4, True, config, 0)
-    table = decoded_cache.fill(_folders, base, shards.Sharding(1, 1, 2, 1), 1).table
+    table = decoded_cache.fill(_folders, base, [1], 2, 1).table
 
     @pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=0)
     def reader():

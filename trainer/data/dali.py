@@ -221,7 +221,8 @@ def build(
             f"reads per call; use a divisor of it"
         )
     reader_batch, function = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline)
-    keep, kept = _decoded_cache(function, path, sharding, training, config, seed)
+    threads, shards_read = config.reader_threads * sharding.readers, (sharding.device_ids, sharding.global_devices)
+    keep, kept = decoded_role(function, path, shards_read, threads, training, config, seed)
     pipes, feeds = [], []
     for k, shard_id in enumerate(sharding.shard_ids):
         (local, reader), checkpoint = divmod(k, sharding.readers), checkpoints[k] if checkpoints else None
@@ -244,15 +245,16 @@ def build(
     return batches
 
 
-def _decoded_cache(function, path: str, sharding: Sharding, training: bool, config: DataConfig, seed: int):
+def decoded_role(function, path: str, devices: tuple, threads: int, training: bool, config: DataConfig, seed: int):
     """The training pipelines' `args.decode` role for the resolved --decoded-cache, and the host table it
-    reads (filled here, once: the decoding of the shards every epoch would repeat), or (None, None)."""
+    reads (`devices`: (device ids, of how many), their shards filled here, once, by `threads` threads:
+    the decoding every epoch would repeat), or (None, None)."""
     mb = config.decoded_cache_mb() if training else 0
     if not mb or config.decoder != "cpu":
         return decoded_cache.role(mb, config.decoder, None), None
     # The fill keeps what is decoded, before any augmentation: none in its graph (no conditionals there).
     base = dataclasses.replace(pipeline_args(path, 0, 1, 1, True, config, seed), augment="none")
-    table = decoded_cache.fill(function, base, sharding, config.reader_threads * sharding.readers)
+    table = decoded_cache.fill(function, base, *devices, threads)
     return decoded_cache.role(mb, config.decoder, table), table
 
 

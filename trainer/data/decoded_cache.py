@@ -28,7 +28,7 @@ import numpy as np
 from nvidia.dali import fn, pipeline_def
 
 from dali_launch.trainer.data.contract import PipelineArgs
-from dali_launch.trainer.data.shards import Sharding, shard_size
+from dali_launch.trainer.data.shards import shard_size
 from dali_launch.trainer.errors import UsageError
 
 FILL_BATCH = 256  # samples per batch of the fill pipelines: big batches keep DALI's threads busy
@@ -103,20 +103,21 @@ def _fill_graph(function, args: PipelineArgs):
     return tuple(args.decoded_cache.nodes)
 
 
-def fill(function, base: PipelineArgs, sharding: Sharding, threads: int) -> HostCache:
-    """The decoded samples of every device's shard of this process, one pipeline per device reading it
-    once. `base`: the training pipelines' arguments, whose shard is replaced by the device's (the
-    union of its readers' shards: shard d of the devices holds shards d*R .. d*R+R-1 of the readers)."""
+def fill(function, base: PipelineArgs, devices: list[int], global_devices: int, threads: int) -> HostCache:
+    """The decoded samples of the shards of `devices` (this process's, of `global_devices`; or the old
+    layout's it hosts: remainder.py), one pipeline per device reading it once. `base`: the training
+    pipelines' arguments, whose shard is replaced by the device's (the union of its readers' shards:
+    shard d of the devices holds shards d*R .. d*R+R-1 of the readers)."""
     cache = HostCache()
-    for device in sharding.device_ids:
+    for device in devices:
         role = Fill(cache)
         args = dataclasses.replace(
-            base, shard_id=device, num_shards=sharding.global_devices, batch_size=FILL_BATCH, decoded_cache=role
+            base, shard_id=device, num_shards=global_devices, batch_size=FILL_BATCH, decoded_cache=role
         )
         pipe = _fill_graph(function, args, batch_size=FILL_BATCH, num_threads=threads, device_id=None, seed=base.seed)
         pipe.build()
         samples = next(iter(pipe.reader_meta().values()))["epoch_size"]
-        for _ in range(math.ceil(shard_size(samples, device, sharding.global_devices) / FILL_BATCH)):
+        for _ in range(math.ceil(shard_size(samples, device, global_devices) / FILL_BATCH)):
             cache.add(*pipe.run())  # padding repeats the shard's last sample: the same key again
         del pipe  # its threads and buffers
     return cache
