@@ -114,7 +114,7 @@ def test_a_thread_unwinding_from_a_failed_write_does_not_wait_at_orbaxs_barrier(
     (Orbax syncs in a `finally`), the failure kept for the loop's next check point."""
     from dali_launch.trainer.resilience.checkpoint import FailFast
 
-    fail_fast, met = FailFast({0}), []
+    fail_fast, met = FailFast({0, 1}), []
     fail_fast.barrier = lambda key, timeout_ms: met.append(key)
     fail_fast(key="a", timeout_ms=1)
     refused = OSError(28, "No space left on device")

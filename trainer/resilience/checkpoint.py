@@ -116,9 +116,10 @@ class FailFast:
     def __init__(self, processes: set[int]):
         self.barrier = ocp.multihost.get_barrier_sync_fn(processes=processes)
         self.failed: BaseException | None = None
+        self.peers = len(processes) > 1  # alone, no barrier waits: nothing to refuse
 
     def __call__(self, *, key: str, timeout_ms: int) -> None:
-        unwinding = sys.exc_info()[1]
+        unwinding = sys.exc_info()[1] if self.peers else None
         if unwinding is not None and not isinstance(unwinding, self.CANCELLED):
             self.failed = self.failed or unwinding
             raise unwinding
