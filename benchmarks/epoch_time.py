@@ -9,8 +9,9 @@ Both read the same Caffe2 LMDBs (Fashion-MNIST, from `dali-launch data prepare -
             timing is added: around the iterator's next() (its data wait) and one
             `jax.block_until_ready` after the very first step (its compile time).
   ours      `dali_launch.trainer.task.run_task(RUN_DIR)` on a TaskSpec for 1 GPU, once per
-            combination of --parallel, --decoders, --steps-per-call and --readers, named like
-            `ours-pmap-cpu-k24-r4` (r: DALI readers per device, as the trainer resolved it). Its
+            combination of --parallel, --decoders, --steps-per-call, --readers and --decoded-caches,
+            named like `ours-pmap-cpu-k24-r4` (r: DALI readers per device, as the trainer resolved it;
+            `-cache-off` where --decoded-cache is not auto). Its
             numbers come from RUN_DIR/metrics.jsonl and RUN_DIR/rank_map.json.
 
 The table gives per contender: train and eval seconds per epoch (means of epochs 1..N-1: epoch 0
@@ -69,9 +70,11 @@ class Ours:
     decoder: str
     steps_per_call: int
     readers: int  # readers_per_device; 0: the trainer picks
+    decoded_cache: str = "auto"  # --decoded-cache
 
     def name(self, readers: int | str) -> str:
-        return f"ours-{self.parallel}-{self.decoder}-k{self.steps_per_call}-r{readers}"
+        cache = "" if self.decoded_cache == "auto" else f"-cache-{self.decoded_cache}"
+        return f"ours-{self.parallel}-{self.decoder}-k{self.steps_per_call}-r{readers}{cache}"
 
 
 def run_ours(
@@ -99,6 +102,7 @@ def run_ours(
         data_dir=str(data_dir),
         decoder=ours.decoder,
         readers_per_device=ours.readers,
+        decoded_cache=ours.decoded_cache,
         **({"reader_threads": reader_threads} if reader_threads else {}),
     )
     train = TrainConfig(
@@ -126,7 +130,9 @@ def run_ours(
         os.environ.update({CODECS_PATH: codecs} if codecs else {})
     total_s = time.perf_counter() - start
     per_epoch = read_epochs(paths.metrics)
-    readers = json.loads(paths.rank_map.read_text())[0]["readers_per_device"]
+    rank = json.loads(paths.rank_map.read_text())[0]
+    readers, cache = rank["readers_per_device"], rank["resolved"]["decoded_cache_note"]
+    print(f"  {ours.name(readers)}: decoded cache {cache}", flush=True)
     return {
         "name": ours.name(readers),
         "parallel": ours.parallel,
@@ -134,6 +140,8 @@ def run_ours(
         "steps_per_call": ours.steps_per_call,
         "readers_per_device": readers,
         "readers_requested": ours.readers,
+        "decoded_cache": rank["resolved"]["decoded_cache"],
+        "decoded_cache_note": cache,
         "epochs": per_epoch,
         "run_task_s": total_s,
         "setup_s": total_s - sum(e["train_s"] + e["eval_s"] for e in per_epoch),
@@ -176,6 +184,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Our --readers-per-device values to time, e.g. 1,4 (default 0: the trainer picks).",
     )
     parser.add_argument("--reader-threads", type=int, help="Our DALI threads per pipeline (default: the trainer's).")
+    parser.add_argument(
+        "--decoded-caches",
+        type=listed(),
+        default="auto",
+        help="Our --decoded-cache values to time, e.g. auto,off: the cache's effect (default auto, the trainer's).",
+    )
     parser.add_argument("--skip-example", action="store_true", help="Time only ours.")
     parser.add_argument(
         "--cuda-graphs",
@@ -206,7 +220,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def contenders(args: argparse.Namespace) -> list[Ours]:
     decoders = [d for d in args.decoders if not args.smoke_cpu or d != "mixed"]  # nvJPEG needs a GPU
-    return [Ours(*combo) for combo in itertools.product(args.parallel, decoders, args.steps_per_call, args.readers)]
+    combos = itertools.product(args.parallel, decoders, args.steps_per_call, args.readers, args.decoded_caches)
+    return [Ours(*combo) for combo in combos]
 
 
 def run_all(args: argparse.Namespace) -> list[dict]:

@@ -21,6 +21,9 @@ trainer's flags. Each GPU count in --gpus runs every part; with 2 GPUs `train` r
 --gpus-per-node 2 --processes 2`), and the scaling efficiency is its images/s over twice the 1-GPU
 run's. Every part runs in a child process of its own: JAX in this one would hold the GPUs; the step
 part leaves its program in XLA's persistent cache, where the train run finds it.
+`--decoded-cache auto,off` runs `train` once per value (the cache's effect, in one run; the table says what
+each resolved to); `--extra '--checkpoint-every-steps 100'` adds flags to every `train` run (the table's
+ckpt wait: the share of the epochs the step waited for checkpoints).
 
 On the GPU machine (16 cores per GPU; `dali-launch data synth` writes the data once, ~50k images):
 
@@ -131,10 +134,10 @@ def part(name: str, spec, gpus: int, calls: int) -> dict:
 
     import jax
 
-    from dali_launch.trainer.cache import cache_root
-    from dali_launch.trainer.task import use_compile_cache
+    from dali_launch.trainer import compile_cache
 
-    use_compile_cache(str(cache_root() / "xla"))  # where `dali-launch train` looks: the train part skips a compile
+    if os.environ.get(compile_cache.ENV):  # where the `train` runs look (main's): they skip the step's compile
+        compile_cache.point_jax_at(Path(os.environ[compile_cache.ENV]))
     if name == "step-unmixed":  # the same step without --mixup/--cutmix: mixing's cost on the device
         spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, mixup=0.0, cutmix=0.0))
     auto, data, mode, state, tally = pipelines_and_step(spec, gpus)
@@ -172,19 +175,20 @@ def child_part(args, name: str, gpus: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def train_flags(args, workload: dict) -> list[str]:
+def train_flags(args, workload: dict, cache: str = "auto") -> list[str]:
     flags = ["--pipeline", "folders", "--data-dir", str(args.data), "--num-classes", str(args.classes)]
-    flags += ["--epochs", str(args.epochs)]
+    flags += ["--epochs", str(args.epochs), "--decoded-cache", cache, *args.extra.split()]
     for key, value in workload.items():
         flags += [f"--{key.replace('_', '-')}", str(value)]
     return flags + (["--platform", "cpu"] if args.smoke_cpu else ["--platform", "gpu"])
 
 
-def train(args, workload: dict, gpus: int, layout: str, root: Path) -> dict:
+def train(args, workload: dict, gpus: int, layout: str, root: Path, cache: str = "auto") -> dict:
     """`dali-launch` end to end, in a fresh process; the figures from its metrics.jsonl."""
     where = ["train"] if layout == "node" else ["--local", "--processes", str(gpus)]
-    run_root = root / f"{gpus}-{layout}"
-    argv = [*CLI, *where, "--gpus-per-node", str(gpus), *train_flags(args, workload), "--run-root", str(run_root)]
+    run_root = root / f"{gpus}-{layout}-cache-{cache}"
+    flags = train_flags(args, workload, cache)
+    argv = [*CLI, *where, "--gpus-per-node", str(gpus), *flags, "--run-root", str(run_root)]
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     row = {
@@ -203,6 +207,11 @@ def train(args, workload: dict, gpus: int, layout: str, root: Path) -> dict:
     mean = lambda key: sum(e[key] for e in steady) / len(steady)
     return {
         **row,
+        "cache": cache,
+        "decoded_cache": ranks[0]["resolved"]["decoded_cache_note"],  # what --decoded-cache resolved to
+        "checkpoint_wait_fraction": sum(e["checkpoint_wait_s"] or 0 for e in steady)
+        / sum(e["epoch_time_s"] for e in steady),
+        "first_eval_s": epochs[0]["eval_time_s"],
         "parallel": ranks[0]["resolved"]["parallel"],  # what the defaults resolved to
         "images_per_s_per_gpu": mean("images_per_s_per_device"),
         "data_wait_fraction": mean("data_wait_fraction"),
@@ -236,6 +245,7 @@ def add_scaling(rows: list[dict]) -> None:
 def table(rows: list[dict], workload: dict | None = None) -> str:
     head = f"{'GPUs':>4}  {'layout':<8}{'train img/s/GPU':>16}{'step only':>11}{'unmixed':>9}{'data only':>11}"
     head += f"{'global':>9}{'train/step':>11}{'data wait':>10}{'host wait':>10}{'scaling':>9}{'accuracy':>10}"
+    head += f"{'ckpt wait':>10}{'eval 0 s':>9}  decoded cache"
     lines = ([workload_line(workload, rows)] if workload else []) + [head, "-" * len(head)]
     fig = lambda v, f: "-" if v is None else format(v, f)
     for gpus in sorted({r["gpus"] for r in rows}):
@@ -251,6 +261,8 @@ def table(rows: list[dict], workload: dict | None = None) -> str:
                 f"{fig(r.get('data_wait_fraction'), '.1%'):>10}{fig(r.get('host_wait_fraction'), '.1%'):>10}"
                 f"{fig(r.get('scaling'), '.2f'):>9}"
                 f"{fig(r.get('test_accuracy'), '.3f'):>10}"
+                f"{fig(r.get('checkpoint_wait_fraction'), '.1%'):>10}{fig(r.get('first_eval_s'), '.1f'):>9}"
+                f"  {r.get('decoded_cache', '-')}"
             )
     errors = [f"{r['part']} {r['gpus']} GPU(s) {r.get('layout', '')}: {r['error']}" for r in rows if "error" in r]
     notes = [
@@ -308,6 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attention", choices=("auto", "xla", "cudnn", "cudnn-padded"), default="auto")
     parser.add_argument("--epochs", type=int, default=3, help="Epochs of each `train` run (the first compiles).")
     parser.add_argument("--calls", type=int, default=30, help="Device calls timed in the step and data parts.")
+    parser.add_argument(
+        "--decoded-cache",
+        type=listed(),
+        default="auto",
+        help="--decoded-cache of each `train` run, e.g. auto,off (its effect in one run) or 20G.",
+    )
+    parser.add_argument(
+        "--extra", default="", help="More flags for every `train` run, e.g. '--checkpoint-every-steps 100'."
+    )
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # a child's one part
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path)
@@ -334,11 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     synth(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="imagenet-bench-") as root:
+        os.environ.setdefault("DALI_LAUNCH_COMPILE_CACHE", str(Path(root) / "xla"))  # every part's, and every run's
         for gpus in args.gpus:
             rows += [child_part(args, name, gpus) for name in PARTS if name in args.parts]
             for layout in ("node", "process") if gpus > 1 else ("node",):
-                rows += [train(args, workload, gpus, layout, Path(root))] if "train" in args.parts else []
-                print(table(rows, workload), flush=True)
+                for cache in args.decoded_cache if "train" in args.parts else []:
+                    rows.append(train(args, workload, gpus, layout, Path(root), cache))
+                    print(table(rows, workload), flush=True)
     add_scaling(rows)
     text = table(rows, workload)
     print(text)

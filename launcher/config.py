@@ -192,15 +192,13 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     """
     from dataclasses import replace
 
-    from dali_launch.trainer.cache import cache_root
-
     # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
     layout = Layout(
         backend=backend,
         num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
         local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
     )
-    train = replace(run.train, compile_cache=run.train.compile_cache or str(cache_root() / "xla"))
+    train = run.train  # --compile-cache "": the run root's (trainer/compile_cache.py)
     if train.init_from:  # as --data-dir: from where dali-launch runs, whatever the tasks' folder
         train = replace(train, init_from=str(Path(train.init_from).absolute()))
     return TaskSpec(

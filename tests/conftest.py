@@ -187,15 +187,30 @@ def wait_for(probe, timeout_s: float):
 
 def rank_report(run_root: Path, rank: int) -> dict | None:
     """What a rank of the (only) run under `run_root` reported of itself, once it has."""
-    runs = [p for p in run_root.iterdir() if p.is_dir()] if run_root.exists() else []
+    runs = [p for p in run_root.iterdir() if _a_run(p)] if run_root.exists() else []
     report = RunPaths(runs[0]).rank_report(rank) if runs else None
     return json.loads(report.read_text()) if report and report.exists() else None
 
 
 def only_run(run_root: Path) -> RunPaths:
-    runs = sorted(p for p in run_root.iterdir() if p.is_dir())
+    runs = sorted(p for p in run_root.iterdir() if _a_run(p))
     assert len(runs) == 1, runs
     return RunPaths(runs[0])
+
+
+def _a_run(path: Path) -> bool:
+    """A run directory of a run root; not the run root's own .compile-cache (trainer/compile_cache.py)."""
+    return path.is_dir() and not path.name.startswith(".")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_compile_cache(tmp_path_factory):
+    """Every run of the session shares one XLA compile cache, as they shared the user's before it moved into
+    each run root: the suite's runs compile the same programs again and again. Tests of the default unset it."""
+    from dali_launch.trainer import compile_cache
+
+    os.environ[compile_cache.ENV] = str(tmp_path_factory.mktemp("compile-cache"))
+    yield
 
 
 @pytest.fixture(scope="module")

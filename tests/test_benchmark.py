@@ -1,10 +1,11 @@
 """The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8; imagenet.py: issue
-18; nnx_step.py: issue 32; deterministic.py: issue 29), run end to end with --smoke-cpu; scale.py (issue 33, CPU by
-design) at N = 2."""
+18; nnx_step.py: issue 32; deterministic.py: issue 29; step_levers.py: issue 30), run end to end with --smoke-cpu;
+scale.py (issue 33, CPU by design) at N = 2."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -193,6 +194,51 @@ def test_nnx_step_smoke_times_linen_and_both_nnx_adapters(tmp_path):
         assert 0 < r["mean_loss"] < 10, (name, r)  # trained: finite, about ln(10) on random labels
     assert "cnn-nnx" in rows["split"]["label"] and "the faster NNX adapter is" in doc["table"]
     assert doc["environment"]["jax"] and doc["table"] in proc.stdout
+
+
+def test_step_levers_smoke_times_each_kind_of_lever_against_the_baseline(tmp_path):
+    """benchmarks/step_levers.py: the trainer's device call once per lever in one process, each kind of lever
+    (the batch, XLA options, BatchNorm statistics, donation) and the baseline twice, each with its ratio to
+    the first baseline. A subset: XLA:CPU compiles every lever anew."""
+    out = tmp_path / "levers.json"
+    chosen = "batch-384,autotune-0,batchnorm-compute,no-donation"
+    argv = ["--smoke-cpu", "--seconds", "0.1", "--levers", chosen, "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "step_levers.py"), *argv],
+        capture_output=True,
+        cwd=REPO,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
+    )
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert list(rows) == ["baseline", *chosen.split(","), "baseline-again"], list(rows)
+    assert all(r["images_per_s"] > 0 and r["compile_s"] > 0 for r in rows.values()), rows
+    assert rows["baseline"]["options"] == {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets
+    assert rows["autotune-0"]["options"] == {"xla_gpu_enable_command_buffer": "", "xla_gpu_autotune_level": "0"}
+    assert rows["batch-384"]["batch"] == 6 and rows["no-donation"]["donate"] is False
+    assert "x baseline" in doc["table"] and doc["table"] in proc.stdout
+
+
+def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
+    """benchmarks/startup.py: two `dali-launch --local` runs in one run root, launch -> first step and the
+    start-up phases of each; the second finds every program in the run root's cache."""
+    out = tmp_path / "startup.json"
+    argv = ["--smoke-cpu", "--data", str(small_lmdb), "--out", str(out)]
+    check_ok(bench(*argv, timeout=600, script=REPO / "benchmarks" / "startup.py"))
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 and all(r["first_step_s"] > 0 and r["first_eval_s"] > 0 for r in rows), rows
+    assert list(rows[0]["startup"]) == [
+        "imports",
+        "jax initialized",
+        "checkpoints read",
+        "pipelines built",
+        "model initialised",
+        "first step",
+    ], rows[0]["startup"]
 
 
 def test_sample_check_times_the_pre_flight_check(tmp_path):

@@ -33,6 +33,28 @@ CONFIG = [
         id="hw-decoder-load-range",
     ),
     pytest.param(
+        ["--xla-options", "autotune=2"],
+        "--xla-options: autotune=2 is no NAME=VALUE pair of XLA's; give space-separated pairs like "
+        "xla_gpu_autotune_level=2, or auto, or none",
+        id="xla-options-no-pair",
+    ),
+    pytest.param(
+        ["--xla-options", "xla_gpu_autotune_level=high"],
+        "--xla-options xla_gpu_autotune_level=high: XLA refuses it (While setting option xla_gpu_autotune_level, "
+        "'high' is not a valid int32 value.); fix it",
+        id="xla-options-bad-value",
+    ),
+    pytest.param(
+        ["--decoded-cache", "12X"],
+        "--decoded-cache 12X is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G",
+        id="decoded-cache-no-size",
+    ),
+    pytest.param(
+        ["--decoded-cache", "0"],
+        "--decoded-cache 0 is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G",
+        id="decoded-cache-zero",
+    ),
+    pytest.param(
         ["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a finite value above 0", id="lr-zero"
     ),
     pytest.param(

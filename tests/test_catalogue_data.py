@@ -195,6 +195,13 @@ DATA = [
         id="folders-more-than-num-classes",
     ),
     pytest.param(
+        ["--data-dir", "{data}", "--pipeline", "unaugmented_pipelines:tfrecord", "--decoded-cache", "512"],
+        "--decoded-cache 512 keeps what args.decode(...) decodes, and --pipeline unaugmented_pipelines:tfrecord "
+        "does not say it decodes so; wrap it in Pipeline(function, cacheable=True), or use --decoded-cache off",
+        None,
+        id="decoded-cache-pipeline-not-cacheable",
+    ),
+    pytest.param(
         ["--pipeline", "tfrecord"],
         "--pipeline tfrecord needs --data-dir, a folder holding training/ and testing/ shards; "
         "make one with `dali-launch data synth DIR --format tfrecord`",

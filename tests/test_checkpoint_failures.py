@@ -107,3 +107,20 @@ def test_local_timeout_checkpoints_before_it_stops_and_says_how_to_resume(mnist_
     assert saved.newest(paths) is not None
     status = dali_launch("status", str(paths.root))
     assert "interrupted (stopped by SIGTERM)" in status.stdout and "dali-launch --resume" in status.stdout
+
+
+def test_a_thread_unwinding_from_a_failed_write_does_not_wait_at_orbaxs_barrier():
+    """FailFast, Orbax's barrier: entered normally, but raised through by a thread leaving a failed write
+    (Orbax syncs in a `finally`), the failure kept for the loop's next check point."""
+    from dali_launch.trainer.resilience.checkpoint import FailFast
+
+    fail_fast, met = FailFast({0, 1}), []
+    fail_fast.barrier = lambda key, timeout_ms: met.append(key)
+    fail_fast(key="a", timeout_ms=1)
+    refused = OSError(28, "No space left on device")
+    with pytest.raises(OSError) as raised:
+        try:
+            raise refused
+        finally:
+            fail_fast(key="b", timeout_ms=1)
+    assert met == ["a"] and raised.value is refused and fail_fast.failed is refused

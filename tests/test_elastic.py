@@ -94,6 +94,7 @@ def test_checkpoints_in_trailing_padding_calls_get_new_step_numbers(tmp_path):
     tally = {"position": jax.device_put(np.zeros((1,), np.int32))}
     for calls_done in (8, 9):
         checkpointer.save(800, 0, calls_done, {"w": np.zeros(2, np.float32)}, tally, [], {"position": 800})
+    checkpointer.wait()  # written in the background
     assert checkpointer.manager.all_steps() == [800, 801]
     assert saved.newest(RunPaths(tmp_path)).calls_done == 9  # what every task starts from (start_point.read)
 

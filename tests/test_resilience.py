@@ -65,6 +65,38 @@ def test_preempted_run_of_each_format_resumes_to_the_same_parameters(synth_sets,
     _preempt_and_resume(tmp_path, common, lambda: has_checkpoint(tmp_path / "cut"))
 
 
+def test_kill_9_while_a_checkpoint_is_written_resumes_to_the_same_parameters(small_lmdb, tmp_path):
+    """Checkpoints are written in the background (the default): kill -9 while one is half on disk (its
+    `STEP.orbax-checkpoint-tmp` folder there) leaves the newest complete one, which --resume continues
+    to the parameters of a run never interrupted, every sample seen once."""
+    common = ["--data-dir", str(small_lmdb), "--epochs", "2", "--checkpoint-every-steps", "4", "--record-samples"]
+    check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
+    whole = only_run(tmp_path / "whole")
+    waits = [json.loads(line)["checkpoint_wait_s"] for line in whole.metrics.read_text().splitlines()]
+    assert len(waits) == 2 and all(w > 0 for w in waits), waits  # each epoch's mid-epoch checkpoints
+
+    proc = start("train", *common, "--run-root", str(tmp_path / "cut"))
+    try:
+        # A complete checkpoint to fall back on, and the next one being written: kill at once (they take ~0.1 s).
+        writing = lambda: has_checkpoint(tmp_path / "cut") and list((tmp_path / "cut").glob("*/checkpoints/*-tmp*"))
+        deadline = time.monotonic() + 120
+        while not writing() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        reap(proc)
+    cut = only_run(tmp_path / "cut")
+    assert proc.returncode == -signal.SIGKILL and not cut.result.exists()
+    assert list(cut.checkpoints.glob("*-tmp*")), "the kill came after the write ended"
+    resumed = dali_launch("train", "--resume", str(cut.root))
+    check_ok(resumed)
+    assert "resumed from checkpoint" in resumed.stdout
+    assert _result(cut)["checksums"] == _result(whole)["checksums"]
+    for epoch in range(2):
+        assert seen_prints(cut, epoch) == seen_prints(whole, epoch)
+
+
 def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) -> None:
     """Two epochs on 2 devices, uninterrupted and preempted (SIGUSR2 once `ready()`, then `after_s`)
     then resumed: the same parameters, the same samples in each epoch."""
@@ -77,6 +109,7 @@ def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) 
     cut = only_run(tmp_path / "cut")
     assert proc.returncode != 0 and "preempted; checkpoint written" in err, err
     assert not cut.result.exists() and any(cut.checkpoints.iterdir())
+    assert json.loads(cut.rank_map.read_text())[0]["resolved"]["decoded_cache"] == "host"  # resumed with it on
     resumed = dali_launch("train", "--resume", str(cut.root))
     check_ok(resumed)
     assert "resumed from checkpoint" in resumed.stdout

@@ -64,7 +64,14 @@ def test_resolve_records_every_auto_value():
         "sample_order": "shards",
         "lr_scale": 1.0,
         "elastic": None,
+        "xla_options": {},  # XLA's defaults on CPUs
+        "batchnorm_stats": "float32",
+        "decoded_cache": "off",  # no memory measured: nothing to keep it in
+        "decoded_cache_mb": 0,
+        "decoded_cache_note": "off (the decoded size of the data set is unknown: a format records/ does not read)",
         "attention": "",  # the MLP has none; a ViT's: below
+        "remainder": None,  # a fresh start: no epoch begun on another layout
+        "xla_flags": {},  # no --deterministic
     }
     assert auto.call_batch == 50
     vit = TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32), train=TrainConfig(model="vit-s16"))

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
 
+from dali_launch.trainer import compile_cache
+from dali_launch.trainer.run_dir import RunPaths
+
 pytestmark = pytest.mark.slow
 
 
@@ -167,24 +170,23 @@ def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_
     assert accuracies["1024"] == accuracies["0"] and len(set(accuracies["0"])) > 1, accuracies
 
 
-def test_compile_cache_is_written_and_can_be_off(mnist_lmdb, tmp_path):
-    """By default XLA's compiled steps go to $DALI_LAUNCH_CACHE/xla for the next run; off keeps none."""
-    for cache, flags in (("on", []), ("off", ["--compile-cache", "off"])):
-        check_ok(
-            dali_launch(
-                "train",
-                "--data-dir",
-                str(mnist_lmdb),
-                "--epochs",
-                "1",
-                *flags,
-                "--run-root",
-                str(tmp_path / "runs"),
-                env={"DALI_LAUNCH_CACHE": str(tmp_path / cache)},
-            )
-        )
-    assert any((tmp_path / "on" / "xla").iterdir())
-    assert not (tmp_path / "off" / "xla").exists()
+def test_compile_cache_is_written_and_can_be_off(small_lmdb, tmp_path):
+    """By default XLA's compiled programs go to the run root's .compile-cache, where the next run of that root
+    finds every one of them (its own folder holds links to them, and it adds none); off keeps none."""
+    root = tmp_path / "runs"
+    for cache, flags in (("first", []), ("again", []), ("off", ["--compile-cache", "off"])):
+        run_root = tmp_path / "off" if cache == "off" else root
+        argv = ["train", "--data-dir", str(small_lmdb), "--epochs", "1", *flags, "--run-root", str(run_root)]
+        check_ok(dali_launch(*argv, env={compile_cache.ENV: ""}))  # the suite's shared folder unset: the default
+        if cache == "first":
+            programs = {p.name: p.stat().st_ino for p in (root / ".compile-cache").iterdir()}
+    assert {n.split("-")[0] for n in programs} >= {"jit_fresh", "jit_sharded_call", "jit_eval_call"}, programs
+    assert {p.name for p in (root / ".compile-cache").iterdir()} == set(programs)  # the second run compiled nothing new
+    runs = sorted(p for p in root.iterdir() if not p.name.startswith("."))
+    linked = {p.name: p.stat().st_ino for p in RunPaths(runs[1]).compile_cache.iterdir()}
+    assert linked == programs  # hard links: the same files
+    assert not (tmp_path / "off" / ".compile-cache").exists()
+    assert not RunPaths(only_run(tmp_path / "off").root).compile_cache.exists()
 
 
 def _reference_prints(path) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The per-user cache both halves share: the embedded data set, XLA's compiled programs, codec links."""
+"""The per-user cache both halves share: the embedded data set, codec links (XLA's programs: compile_cache.py)."""
 
 from __future__ import annotations
 

@@ -128,6 +128,27 @@ class DataConfig:
         n, m = (int(part) for part in self.randaugment.replace(" ", "").split(","))
         return n, m
 
+    decoded_cache: str = opt(
+        "auto",
+        "Decode each training sample once and keep it decoded (before augmentation): with nvJPEG in DALI's decoder "
+        "cache on the GPU (SIZE: MiB per device; cached until full), on the CPU in host memory (SIZE: MiB this "
+        "process may fill; on only when the decoded shards fit). auto: on where the decoded split fits in what "
+        "that memory leaves (GPU: outside XLA's pool; host: a quarter of what is available), else off; off; or "
+        "SIZE (4096, 512M, 12G). The same samples in the same order; needs a pipeline that decodes through "
+        "args.decode (the built-in ones do); not under --sample-order global. The start-up line says what it chose.",
+    )
+
+    def decoded_cache_mb(self) -> int | None:
+        """--decoded-cache as MiB: None for auto, 0 for off; ValueError for anything else than SIZE."""
+        value = self.decoded_cache.strip().upper()
+        if value in ("AUTO", "OFF"):
+            return None if value == "AUTO" else 0
+        scale = {"M": 1, "G": 1024}.get(value[-1:], None)
+        mb = int(value[:-1] if scale else value) * (scale or 1)
+        if mb <= 0:
+            raise ValueError(self.decoded_cache)
+        return mb
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -259,10 +280,26 @@ class TrainConfig:
         choices=("auto", "on", "off"),
         on_resume="may change",
     )
+    xla_options: str = opt(
+        "auto",
+        "XLA's own settings for every program of the task, as XLA_FLAGS names them without dashes: space-separated "
+        "NAME=VALUE, e.g. 'xla_gpu_autotune_level=2 xla_gpu_enable_latency_hiding_scheduler=true'. auto: the ones "
+        "measured fastest on an H200 (trainer/step/xla_options.py) on GPUs, none on CPUs; none: XLA's defaults.",
+        on_resume="may change",
+    )
+    batchnorm_stats: str = opt(
+        "auto",
+        "Precision of BatchNorm's batch statistics (mean, variance) in a model whose factory takes `batchnorm_stats` (the "
+        "built-in resnet50): float32 (Flax's default, stable in bf16 training), compute (the --precision dtype: "
+        "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
+        choices=("auto", "float32", "compute"),
+    )
     compile_cache: str = opt(
         "",
-        "Folder for XLA's persistent compilation cache: requeued and repeated runs skip compiling. "
-        "Default: $DALI_LAUNCH_CACHE/xla (~/.cache/dali-launch/xla); off: no cache.",
+        "Folder where the runs share XLA's compiled programs (the persistent compilation cache): requeued, "
+        "resumed and repeated runs skip compiling. Default: RUN_ROOT/.compile-cache, shared by every run of the "
+        "run root; each run compiles into RUN_DIR/compile-cache and publishes there whole files only, so runs "
+        "that write at once do no harm. off: no cache.",
         on_resume="may change",
     )
     record_samples: bool = opt(
@@ -366,6 +403,13 @@ class ResilienceConfig:
     )
     keep_checkpoints: int = opt(
         3, "Checkpoints kept; older ones are deleted once a newer one is complete.", on_resume="may change"
+    )
+    checkpoint_async: bool = opt(
+        True,
+        "Write checkpoints in the background (Orbax's asynchronous checkpointing): the step waits only while "
+        "the state is copied to host memory (and for the previous checkpoint, if it is still being written). "
+        "Each is still atomic: a rank killed mid-write leaves the newest complete one to resume from.",
+        on_resume="may change",
     )
     max_requeues: int = opt(
         3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.", on_resume="may change"

@@ -25,6 +25,16 @@ feed_workers     --sample-order global: DALI worker processes per pipeline readi
                  per device its pipelines' threads leave, at most MAX_FEED_WORKERS (0: in-process)
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16;
                  the model casts on the device), else float32
+xla_options      XLA's own settings (step/xla_options.py, stage 1 with the placement): GPU_DEFAULTS on GPUs
+batchnorm_stats  the precision of BatchNorm's batch statistics in models that take it (resnet50):
+                 BATCHNORM_STATS by platform (float32, Flax's default, until measured otherwise)
+decoded_cache    --decoded-cache (data/decoded_cache.py): auto keeps each training sample decoded where the
+                 decoded split (memory.py's estimate) fits: the CPU decoder's in host memory (this
+                 process's shards within a quarter of the available memory, shared by the host's
+                 processes), nvJPEG's in DALI's decoder cache (a device's shard, with a quarter to spare,
+                 within the GPU memory XLA's pool leaves less 8 GiB); off under --sample-order global and
+                 for pipelines that do not decode through args.decode; a resumed run keeps its
+                 checkpoint's kind (another kind is another DALI graph, which its states do not fit)
 elastic          a run resumed from a checkpoint on another device count: the per-device batch, steps per
                  call and learning-rate scale elastic.py plans for it (else None)
 remainder        shard order, resumed mid-epoch on another layout than the checkpoint's (devices, readers,
@@ -45,15 +55,21 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass
 
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-from dali_launch.trainer.data import augment, shards
+from dali_launch.trainer.data import augment, contract, shards
 from dali_launch.trainer.data.hosting import Remainder, ShardLayout
+from dali_launch.trainer.data.memory import Room
 from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.model import attention, vit
 from dali_launch.trainer.resilience.start_point import StartPoint
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
+BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers.py's batchnorm-compute lever
+OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
+AUTO_KINDS = (HOST, DECODER)  # what auto turns on where it fits; epoch_time.py and imagenet.py time each against off
+DECODER_SLACK = 1.25  # DALI's decoder cache sized a quarter above the estimate: no image left out by its error
 MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader (README); more ride out slow reads
 
 
@@ -74,6 +90,11 @@ class Resolved:
     feed_workers: int = 0
     lr_scale: float = 1.0
     elastic: dict | None = None
+    xla_options: dict = dataclasses.field(default_factory=dict)  # stage 1's (placement.Placement)
+    batchnorm_stats: str = "float32"  # float32 or compute
+    decoded_cache: str = "off"  # off, host (this process's decoded shards in host memory) or decoder (DALI's)
+    decoded_cache_mb: int = 0  # host: the estimated decoded shards; decoder: its size per device
+    decoded_cache_note: str = ""  # why, for the start-up line
     attention: str = ""
     remainder: Remainder | None = None
     xla_flags: dict = dataclasses.field(default_factory=dict)  # --deterministic's, as set (stage 1)
@@ -97,7 +118,7 @@ class Resolved:
         return (
             f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
             f"{self.reader_threads} threads per pipeline, prefetch {config.prefetch}, {self.output_dtype} out{feed}"
-            f"{augment.phrase(config)}"
+            f"{augment.phrase(config)}, decoded cache {self.decoded_cache_note}"
         )
 
     def startup_phrase(self, spec: TaskSpec) -> str:
@@ -108,15 +129,19 @@ class Resolved:
     def data_config(self, config: DataConfig) -> DataConfig:
         """`config` with its auto values replaced by these: what the pipelines are built from."""
         return dataclasses.replace(
-            config, decoder=self.decoder, reader_threads=self.reader_threads, output_dtype=self.output_dtype
+            config,
+            decoder=self.decoder,
+            reader_threads=self.reader_threads,
+            output_dtype=self.output_dtype,
+            decoded_cache=str(self.decoded_cache_mb) if self.decoded_cache != OFF else "off",
         )
 
     def train_config(self, config: TrainConfig) -> TrainConfig:
         """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
-        --attention resolved (what the model is built from: models.model_options)."""
-        return dataclasses.replace(
-            config, learning_rate=config.learning_rate * self.lr_scale, attention=self.attention or config.attention
-        )
+        the BatchNorm statistics' precision and --attention resolved (what the model is built from:
+        entry_points.model_options)."""
+        lr, chosen = config.learning_rate * self.lr_scale, self.attention or config.attention
+        return dataclasses.replace(config, learning_rate=lr, attention=chosen, batchnorm_stats=self.batchnorm_stats)
 
 
 def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
@@ -145,6 +170,39 @@ def feed_workers(setting: int, order: str, cores_per_device: int, readers: int, 
     return max(0, min(MAX_FEED_WORKERS, (cores_per_device - readers * threads) // readers))
 
 
+def batchnorm_stats(setting: str, platform: str) -> str:
+    """--batchnorm-stats, where auto follows BATCHNORM_STATS."""
+    return BATCHNORM_STATS[platform] if setting == "auto" else setting
+
+
+def decoded_cache(
+    data: DataConfig, decoder: str, cacheable: bool, room: Room, share: float, kept: str | None = None
+) -> tuple[str, int, str]:
+    """--decoded-cache as (kind, MiB, what the start-up line says), by the rule above. `share`: this process's
+    part of the split (host) or a device's (decoder); `kept`: a resumed checkpoint's kind (None: afresh)."""
+    setting, kind = data.decoded_cache_mb(), HOST if decoder == "cpu" else DECODER
+    if data.sample_order == "global" or kept == OFF or (kept is None and setting == 0):
+        why = "--sample-order global" if data.sample_order == "global" else "--decoded-cache off"
+        return OFF, 0, f"off ({'the checkpoint resumed was written without one' if kept == OFF else why})"
+    if not cacheable:
+        return OFF, 0, "off (the pipeline does not decode through args.decode)"
+    if kept is None and setting is None and kind not in AUTO_KINDS:
+        return OFF, 0, f"off (auto keeps no {kind} cache; --decoded-cache SIZE does)"
+    need = None if room.split_mb is None else room.split_mb * share
+    may = setting or (room.host_mb if kind == HOST else room.device_mb)
+    partial = kind == DECODER and setting  # DALI's cache holds what fits; a host table must hold every sample
+    if kept is None and not partial and need is None:
+        return OFF, 0, "off (the decoded size of the data set is unknown: a format records/ does not read)"
+    if kept is None and not partial and need > may:
+        return OFF, 0, f"off (~{need:,.0f} MiB decoded would not fit in the {may:,} MiB it may use)"
+    if kind == HOST:
+        mb, where = math.ceil(need if need is not None else may), "in host memory"
+    else:
+        mb, where = may if need is None else min(may, math.ceil(need * DECODER_SLACK)), "in DALI's decoder cache"
+    mb = max(1, mb)
+    return kind, mb, f"{where}: {mb:,} MiB" + (" (as the checkpoint resumed)" if kept else "")
+
+
 def resolve(
     spec: TaskSpec,
     where: Placement,
@@ -152,8 +210,10 @@ def resolve(
     global_devices: int,
     processes_here: int,
     start: StartPoint = StartPoint(),
+    room: Room = Room(),
 ) -> Resolved:
-    """Stage 2. `start`: where the task starts; a checkpoint brings elastic.py's plan."""
+    """Stage 2. `start`: where the task starts; a checkpoint brings elastic.py's plan.
+    `room`: the decoded split and the memory it may take (memory.measure; not measured: no cache)."""
     plan = start.plan
     batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
     k = (
@@ -166,6 +226,10 @@ def resolve(
     data = dataclasses.replace(spec.data, reader_threads=threads)
     readers = shards.readers_per_device(data, where.platform, where.decoder, batch * k, cores)
     eval_readers = shards.readers_per_device(data, where.platform, where.decoder, spec.train.eval_batch_size, cores)
+    share = local_devices / global_devices if where.decoder == "cpu" else 1 / global_devices
+    name = spec.data.pipeline
+    cacheable = contract.cacheable(entry_points.load("pipeline", name), name, spec.data.decoded_cache)
+    kept = decoded_cache(spec.data, where.decoder, cacheable, room, share, start.decoded_cache)
     return Resolved(
         platform=where.platform,
         decoder=where.decoder,
@@ -180,6 +244,11 @@ def resolve(
         feed_workers=feed_workers(spec.data.feed_workers, spec.data.sample_order, cores, readers, threads),
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
+        xla_options=where.xla_options,
+        batchnorm_stats=batchnorm_stats(spec.train.batchnorm_stats, where.platform),
+        decoded_cache=kept[0],
+        decoded_cache_mb=kept[1],
+        decoded_cache_note=kept[2],
         attention=attention.choose(
             spec.train.attention,
             where.platform,

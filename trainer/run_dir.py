@@ -36,6 +36,7 @@ class RunPaths:
     tensorboard/      TensorBoard event files (process 0); rank-N/plugins/profile/: --profile-steps traces
     wandb.json        the W&B run id, so a requeued or resumed run continues the same W&B run
     wandb/            W&B's own files (offline runs: `wandb sync RUN_DIR/wandb/offline-run-*`)
+    compile-cache/    XLA's compiled programs of this run, shared through RUN_ROOT/.compile-cache (compile_cache.py)
     """
 
     def __init__(self, root: str | Path):
@@ -63,6 +64,7 @@ class RunPaths:
     wandb_run = property(lambda self: self.root / "wandb.json")
     step = property(lambda self: self.root / "step.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
+    compile_cache = property(lambda self: self.root / "compile-cache")
     bad_samples = property(lambda self: self.root / "bad_samples.jsonl")
     init_from = property(lambda self: self.root / "init_from.json")
 

@@ -71,8 +71,12 @@ def set_up(
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
-    checkpointer = Checkpointer(RunPaths(spec.run_dir), spec.resilience.keep_checkpoints, spec.how_to_resume())
-    records.shared.join(spec.run_dir, process, jax.process_count(), spec.distributed.barrier_timeout_s)
+    r, timeout_s = spec.resilience, spec.distributed.barrier_timeout_s
+    paths = RunPaths(spec.run_dir)
+    checkpointer = Checkpointer(
+        paths, r.keep_checkpoints, r.checkpoint_async, timeout_s, auto.decoded_cache, spec.how_to_resume()
+    )
+    records.shared.join(spec.run_dir, process, jax.process_count(), timeout_s)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
     listing = _listed(spec)  # after the builds: their bad-sample screens open the LMDB too (once a process)
@@ -90,7 +94,7 @@ def set_up(
     compiling = _compile_ahead(spec, rest_mode or mode, first, shapes)
     fresh = create_train_state(spec, example, slots)
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
-        fresh = init_from.apply(spec, fresh, reporter.say, RunPaths(spec.run_dir).init_from if process == 0 else None)
+        fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
     _check_data_set(spec, start, data, listing)  # before the run's files say how it goes on
     state = _continued(state, start, slots, reporter, spec, auto)
@@ -103,7 +107,8 @@ def set_up(
         dali=auto.startup_phrase(spec),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
-    evaluator = Evaluator(spec, devices, readers, data_config) if evaluates(spec, process) else None
+    evaluated = shapes.variables(ema=spec.train.eval_ema)  # what `prepare` compiles the evaluation for
+    evaluator = Evaluator(spec, devices, readers, data_config, evaluated) if evaluates(spec, process) else None
     done_before = start.epoch * data.steps + start.calls_done  # device calls
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()
@@ -224,42 +229,42 @@ def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, repor
 def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
     """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
     with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
-    model = run_model(spec)
-    forward = Forward(model, spec.train.precision)
-    params_key = jax.random.PRNGKey(spec.train.seed)  # as before dropout existed: the same initial parameters
-    dropout_key = jax.random.fold_in(params_key, 1)
-    train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
-
-    def init(example):
-        return model.init_with_output({"params": params_key, "dropout": dropout_key}, example, **train_kwargs)
-
-    logits, variables = jax.jit(init, backend="cpu")(example)  # eager init is seconds on a small CPU; jit is not
-    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
-        raise width_error(spec.train.model, jnp.shape(logits), spec.data.num_classes)
     t = spec.train
+    model = run_model(spec)
+    forward = Forward(model, t.precision)
+    train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
+    mixing = Mixing(t.mixup, t.cutmix)
     recipe = Recipe(
         accumulate_steps=t.accumulate_steps,
         ema_decay=t.ema_decay,
         label_smoothing=t.label_smoothing,
         skip_nonfinite=t.on_nan == "skip-step",
-        mixing=Mixing(t.mixup, t.cutmix),
+        mixing=mixing,
         num_classes=spec.data.num_classes,
     )
-    return TrainState.create(
-        dict(variables),
-        jax.random.fold_in(dropout_key, 2),
-        forward,
-        optim.optimizer(t),
-        optim.schedule(t, slots_per_epoch),
-        recipe,
-    )
+    tx, schedule = optim.optimizer(t), optim.schedule(t, slots_per_epoch)
+
+    def fresh(example):
+        params_key = jax.random.PRNGKey(t.seed)  # as before dropout existed: the same initial parameters
+        dropout_key = jax.random.fold_in(params_key, 1)
+        rngs = {"params": params_key, "dropout": dropout_key}
+        logits, variables = model.init_with_output(rngs, example, **train_kwargs)
+        rng = jax.random.fold_in(dropout_key, 2)
+        return logits, TrainState.create(dict(variables), rng, forward, tx, schedule, recipe)
+
+    # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
+    # Eager, each of their operations would compile on its own for the device, seconds of a start-up.
+    logits, state = jax.jit(fresh, backend="cpu")(example)
+    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
+        raise width_error(t.model, jnp.shape(logits), spec.data.num_classes)
+    return state
 
 
 def _compile_ahead(spec: TaskSpec, mode, data, shapes) -> threading.Thread:
     """Compiles the first device call for a state of `shapes` in a thread while the model is initialised
     (both take seconds on a cold start); the call then finds the program in XLA's persistent cache.
     Without that cache, or where the runner cannot, it does nothing."""
-    if spec.train.compile_cache in ("", "off"):
+    if spec.train.compile_cache == "off":
         return finished()
     batch = data.peek()
     tally = data.put([call_tally(zero_tally())] * len(data.devices))

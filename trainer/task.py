@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dali_launch.trainer import flavours
+from dali_launch.trainer import compile_cache, flavours
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
@@ -68,12 +68,13 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     placement = place(spec, topology.platform)  # resolve.py's stage 1: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
+    from dali_launch.trainer.data import memory
     from dali_launch.trainer.observe.metrics import Reporter
     from dali_launch.trainer.resilience import preemption
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.train import train_and_evaluate
 
-    use_compile_cache(spec.train.compile_cache)
+    compile_cache.use(spec)  # before anything compiles
     startup.mark("imports")
     initialize(topology, spec.distributed)
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
@@ -91,8 +92,9 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, job_devices)  # read once
     startup.mark("checkpoints read")
+    room = memory.measure(spec, devices, topology.processes_on_host)  # for --decoded-cache
     # Stage 2: a global order's checkpoint may set the batch (elastic.py's plan, in `start`).
-    auto = resolve(spec, placement, len(devices), job_devices, topology.processes_on_host, start)
+    auto = resolve(spec, placement, len(devices), job_devices, topology.processes_on_host, start, room)
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:
         result = train_and_evaluate(spec, devices, reporter, startup, auto, start)
@@ -102,13 +104,3 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     if topology.process_id == 0:
         write_atomic(paths.result, json.dumps(result, indent=2))
     return result
-
-
-def use_compile_cache(folder: str) -> None:
-    """XLA's persistent compilation cache: a requeued or repeated run skips compiling its steps."""
-    if folder in ("", "off"):
-        return
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)  # JAX's default (1 s) skips ours on GPU

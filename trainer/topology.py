@@ -177,12 +177,14 @@ def _gpu_ids(platform: str, local_rank: int, count: int | None, env: dict[str, s
 
 def configure_process_env(topology: Topology, where: Placement) -> None:
     """Environment that must be set before JAX or DALI start, from `where` (resolve.py's stage 1): the number of CPU
-    devices; whether XLA may run programs as CUDA graphs (--cuda-graphs); nvImageCodec's codecs (placement.py);
-    XLA's deterministic kernels (--deterministic)."""
+    devices; whether XLA may run programs as CUDA graphs (--cuda-graphs); XLA's options; nvImageCodec's codecs
+    (placement.py); XLA's deterministic kernels (--deterministic), set last so they win over --xla-options."""
     if where.decoder != "mixed":  # DALI stays off the GPU
         placement.use_cpu_codecs_only()
     if topology.platform == "gpu" and not where.cuda_graphs:
         disable_cuda_graphs()
+    for name, value in where.xla_options.items():  # --xla-options (step/xla_options.py)
+        set_xla_flag(name, value)
     for name, value in where.xla_flags:
         set_xla_flag(name, value)
     if topology.platform == "cpu":

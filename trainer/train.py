@@ -12,6 +12,7 @@ import time
 
 import jax
 
+from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import bad_samples, label_check
 from dali_launch.trainer.observe import replicas
@@ -40,6 +41,7 @@ def train_and_evaluate(
     run = set_up(spec, devices, reporter, startup, auto, start)
     spec, data, k = run.spec, run.data, auto.steps_per_call
     loop = Loop(spec, data, run.checkpointer, reporter, run.mode, startup, k)
+    loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0
     if run.remainder:  # an epoch begun on another layout: its rest is read with that layout's pipelines
         loop.read_with(*run.remainder)
     state, calls_done, tally = run.state, start.calls_done, run.tally
@@ -58,10 +60,14 @@ def train_and_evaluate(
         last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps
         metrics.learning_rate = float(run.schedule(last_update))
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
+        metrics.checkpoint_wait_s = run.checkpointer.take_wait_s()  # the last epoch's end checkpoint and this one's
         reporter.epoch(metrics)
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * len(devices)))
+        compile_cache.publish(spec)  # this epoch's programs, for the run root's next runs
         if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
             loop.stop_if_asked(epoch + 1)
+    run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
+    compile_cache.publish(spec, settled_s=0)
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     checked = {"params": state.params, "collections": state.collections, "ema": state.ema}
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
@@ -76,7 +82,7 @@ class Loop:
         self.spec, self.reporter, self.checkpointer, self.startup = spec, reporter, checkpointer, startup
         self.preemption = Preemption()
         self.read_with(data, mode, k)
-        self.first_call = True
+        self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
         self.nan_guard = NanGuard(spec, k)
@@ -149,6 +155,8 @@ class Loop:
         jax.block_until_ready(tally)
         self.first_call = False
         self.startup.mark("first step")
+        if self.after_first_step:
+            self.after_first_step()
         return time.perf_counter() - started
 
     def _startup(self, first: bool) -> dict:
@@ -168,6 +176,7 @@ class Loop:
     def _check_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
+        self.checkpointer.check()  # a write that failed in the background: one line now, not at the next save
         self._check_labels(tally)
         self.nan_guard.check(first(tally["loss"]), epoch * self.data.steps + calls_done, epoch)  # before any save
         self.step_log.point(epoch * self.data.steps + calls_done, tally, data_wait_s)  # before a preemption ends it
@@ -178,12 +187,14 @@ class Loop:
             if recorder:
                 recorder.save(calls_done)
         if asked:
+            self.checkpointer.wait()  # "checkpoint written" means on disk
             end(asked, signum, epoch * self.data.steps + calls_done, self.spec)
 
     def stop_if_asked(self, epoch: int) -> None:
         """At an epoch's start, its checkpoint just written: a signal that came after the last check point."""
         asked, signum = self.preemption.agreed()
         if asked:
+            self.checkpointer.wait()
             end(asked, signum, epoch * self.data.steps, self.spec)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:

@@ -6,7 +6,7 @@ import math
 
 from dali_launch.launcher.config import RunConfig, counted, node_range
 from dali_launch.launcher.route import recipe_checks
-from dali_launch.trainer.config import ObserveConfig, ResilienceConfig, TrainConfig
+from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConfig, TrainConfig
 from dali_launch.trainer.data.bad_samples import check_limit
 from dali_launch.trainer.errors import UsageError
 
@@ -45,6 +45,7 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--reader-threads {run.data.reader_threads} must be 0 (auto) or more")
     if run.data.feed_workers < -1:
         raise UsageError(f"--feed-workers {run.data.feed_workers} must be -1 (auto), 0 (in-process) or more")
+    _decoded_cache(run.data.decoded_cache)
     if not 0 <= run.data.hw_decoder_load <= 1:
         raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
     _observe(run.observe, run.node_range[0] * run.tasks_per_node)  # ranks that exist at any count
@@ -73,6 +74,15 @@ def validate(run: RunConfig) -> None:
     check_limit(run.data.max_bad_samples)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def _decoded_cache(value: str) -> None:
+    try:
+        DataConfig(decoded_cache=value).decoded_cache_mb()
+    except ValueError:
+        raise UsageError(
+            f"--decoded-cache {value} is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G"
+        ) from None
 
 
 def _optimizer(train: TrainConfig) -> None:

@@ -19,7 +19,9 @@ from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import determinism, entry_points, flavours
+from dali_launch.trainer.data import contract
 from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.step import xla_options
 
 
 def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, heading: str = "") -> list[RunPaths] | None:
@@ -48,6 +50,8 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.train.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
+    contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
+    xla_options.check(run.train.xla_options)  # an unknown name in XLA_FLAGS would abort every rank
     if backend is not None:
         backend.check(run)
     if not run.launch.resume:

@@ -20,13 +20,16 @@ reader (--readers-per-device per device) and split, and returns two DALI DataNod
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
   decoders are given `**args.decoder_args()` (device and, on the GPU, the hardware decoder's share and
-  nvJPEG's memory hints); image pipelines output `args.dtype()` (float16 under --precision bf16);
+  nvJPEG's memory hints), or `args.decode(encoded, **kwargs)` decodes: then --decoded-cache may keep each
+  training sample decoded (`args.keeps_decoded`: crop after decoding, not in the decoder); image
+  pipelines output `args.dtype()` (float16 under --precision bf16);
 - `images` of training: `args.auto_augment(images)` on the uint8 HWC crops, before normalising, applies
   --augment (a no-op without it, and in evaluation);
 - `labels`: integer class ids (shape () or (1,)) in 0..num_classes-1 (checked while training:
   label_check.py), or float one-hot/soft targets (num_classes,).
 Evaluation (`training=False`) must be deterministic: its decoded batches may be kept and reused
-(--eval-cache-mb). A function may be wrapped in a `Pipeline` to say where `--decoder auto` decodes.
+(--eval-cache-mb). A function may be wrapped in a `Pipeline` to say where `--decoder auto` decodes, and
+that it decodes through `args.decode` (`cacheable=True`: --decoded-cache auto may then keep its samples).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class PipelineArgs:
     hw_decoder_load: float = 0.65  # --hw-decoder-load: the hardware JPEG decoder's share (mixed)
     output_dtype: str = "float32"  # --output-dtype resolved: float32 or float16
     feed: object = None  # --sample-order global: the reader's feed.Feed (training only); None: DALI's shards
+    decoded_cache: object = None  # decoded_cache.py's role for args.decode (training only); None: decode each time
     bad_samples: str = "stop"  # --bad-samples: what `read` does with the split's bad samples (bad_samples.py)
     max_bad_samples: str = "0.001"  # --max-bad-samples
     augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
@@ -103,6 +107,20 @@ class PipelineArgs:
             return {"device": self.decoder}
         return {"device": "mixed", "hw_decoder_load": self.hw_decoder_load, **NVJPEG_PADDING}
 
+    def decode(self, encoded, **kwargs):
+        """`fn.decoders.image(encoded, **self.decoder_args(), **kwargs)`, or where --decoded-cache keeps decoded
+        samples, each one decoded once: by DALI's decoder cache on the GPU, looked up in host memory on the CPU."""
+        if self.decoded_cache is not None:  # decoded_cache.py's role for this pipeline
+            return self.decoded_cache.decode(self, encoded, kwargs)
+        from nvidia.dali import fn  # imported here: this module stays free of DALI
+
+        return fn.decoders.image(encoded, **self.decoder_args(), **kwargs)
+
+    @property
+    def keeps_decoded(self) -> bool:
+        """`decode` gives cached whole images: crop them afterwards (fn.random_resized_crop), not while decoding."""
+        return self.decoded_cache is not None
+
     def dtype(self):
         """The DALI type image pipelines output (imported here: this module stays free of DALI)."""
         from nvidia.dali import types
@@ -117,6 +135,7 @@ class Pipeline:
 
     function: Callable
     auto_decoder: str = "mixed"
+    cacheable: bool = False  # it decodes through args.decode: --decoded-cache auto may keep its decoded samples
 
     def __post_init__(self):
         if self.auto_decoder not in ("cpu", "mixed"):
@@ -129,6 +148,21 @@ class Pipeline:
 def auto_decoder(pipeline) -> str:
     """Where `--decoder auto` decodes for this `--pipeline` target on GPUs: a `Pipeline`'s own word, else mixed."""
     return pipeline.auto_decoder if isinstance(pipeline, Pipeline) else "mixed"
+
+
+def cacheable(pipeline, name: str, decoded_cache: str) -> bool:
+    """Whether --decoded-cache may keep the decoded samples of `pipeline` (the --pipeline `name` loaded): a
+    `Pipeline`'s word. A size given for one that does not say so is refused (auto just leaves it off)."""
+    if isinstance(pipeline, Pipeline) and pipeline.cacheable:
+        return True
+    if decoded_cache.strip().lower() not in ("auto", "off"):
+        from dali_launch.trainer.errors import UsageError
+
+        raise UsageError(
+            f"--decoded-cache {decoded_cache} keeps what args.decode(...) decodes, and --pipeline {name} does not "
+            f"say it decodes so; wrap it in Pipeline(function, cacheable=True), or use --decoded-cache off"
+        )
+    return False
 
 
 def class_ids(labels, batch_dims: int = 1):

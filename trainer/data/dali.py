@@ -6,6 +6,7 @@ shard each reader reads and which positions are padding; contract.py what a pipe
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -15,7 +16,7 @@ from nvidia.dali import backend, pipeline_def
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment, bad_samples
+from dali_launch.trainer.data import augment, bad_samples, decoded_cache
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
@@ -103,6 +104,7 @@ class DeviceBatches:
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.peeked = None
+        self.host_cache = None  # decoded_cache.HostCache the pipelines read, if --decoded-cache keeps one here
 
     def epoch(self):
         """Exactly `steps` batches: with padded shards that is one pass over every shard."""
@@ -219,11 +221,14 @@ def build(
             f"reads per call; use a divisor of it"
         )
     reader_batch, function = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline)
+    threads, shards_read = config.reader_threads * sharding.readers, (sharding.device_ids, sharding.global_devices)
+    keep, kept = decoded_role(function, path, shards_read, threads, training, config, seed)
     pipes, feeds = [], []
     for k, shard_id in enumerate(sharding.shard_ids):
         (local, reader), checkpoint = divmod(k, sharding.readers), checkpoints[k] if checkpoints else None
         feed = start.feed(sharding.first_device + local, reader, sharding.readers, checkpoint) if start else None
         args = pipeline_args(path, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed)
+        args = dataclasses.replace(args, decoded_cache=keep)
         feeds.append(feed)
         pipes.append(make_pipeline(function, args, config, devices[local], checkpoint, feed))
     for pipe in pipes:
@@ -233,10 +238,24 @@ def build(
         for pipe, shard_id, feed in zip(pipes, sharding.shard_ids, feeds)
     }
     batches = DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch, start)
+    batches.host_cache = kept
     batches.split = path
     if feeds[0]:
         batches.fingerprint = fingerprint(feeds[0].source.keys())
     return batches
+
+
+def decoded_role(function, path: str, devices: tuple, threads: int, training: bool, config: DataConfig, seed: int):
+    """The training pipelines' `args.decode` role for the resolved --decoded-cache, and the host table it
+    reads (`devices`: (device ids, of how many), their shards filled here, once, by `threads` threads:
+    the decoding every epoch would repeat), or (None, None)."""
+    mb = config.decoded_cache_mb() if training else 0
+    if not mb or config.decoder != "cpu":
+        return decoded_cache.role(mb, config.decoder, None), None
+    # The fill keeps what is decoded, before any augmentation: none in its graph (no conditionals there).
+    base = dataclasses.replace(pipeline_args(path, 0, 1, 1, True, config, seed), augment="none")
+    table = decoded_cache.fill(function, base, *devices, threads)
+    return decoded_cache.role(mb, config.decoder, table), table
 
 
 def make_pipeline(

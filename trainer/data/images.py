@@ -1,5 +1,6 @@
 """What an encoded image in a data set is, read from its header and its last bytes: checked before DALI
-decodes it (the launcher's checks before a job, the trainer's pre-flight of a split: bad_samples.py).
+decodes it (the launcher's checks before a job, the trainer's pre-flight of a split: bad_samples.py); and
+how large it is decoded (decoded_cache.py's estimate).
 
 DALI's `fn.decoders.image` reads JPEG, PNG, BMP, TIFF, WebP, PNM and JPEG 2000 -- not GIF -- and
 fails the whole pipeline on one undecodable or truncated image (measured with DALI 2.4: a JPEG cut

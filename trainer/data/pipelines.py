@@ -29,7 +29,7 @@ EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then 
 
 def _mnist(args: PipelineArgs):
     jpegs, labels = args.read("caffe2", path=args.path, name="caffe2")
-    images = fn.decoders.image(jpegs, **args.decoder_args(), output_type=types.GRAY)
+    images = args.decode(jpegs, output_type=types.GRAY)
     if args.on_gpu:  # nvJPEG's images are on the GPU: both outputs stay there
         labels = labels.gpu()
     images = fn.crop_mirror_normalize(images, dtype=args.dtype(), std=[255.0], output_layout="CHW")
@@ -38,19 +38,24 @@ def _mnist(args: PipelineArgs):
     return images, labels
 
 
-mnist = Pipeline(_mnist, auto_decoder="cpu")  # 28x28 JPEGs: nvJPEG is the slower decoder here (FIELD-NOTES)
+mnist = Pipeline(_mnist, auto_decoder="cpu", cacheable=True)  # 28x28 JPEGs: nvJPEG is slower here (FIELD-NOTES)
 
 
-def folders(args: PipelineArgs):
+def _folders(args: PipelineArgs):
     return imagenet_augment(*folders_inputs(args), args)
 
 
-def tfrecord(args: PipelineArgs):
+def _tfrecord(args: PipelineArgs):
     return imagenet_augment(*tfrecord_inputs(args), args)
 
 
-def webdataset(args: PipelineArgs):
+def _webdataset(args: PipelineArgs):
     return imagenet_augment(*webdataset_inputs(args), args)
+
+
+folders = Pipeline(_folders, cacheable=True)
+tfrecord = Pipeline(_tfrecord, cacheable=True)
+webdataset = Pipeline(_webdataset, cacheable=True)
 
 
 def folders_inputs(args: PipelineArgs):
@@ -76,15 +81,18 @@ def imagenet_augment(jpegs, labels, args: PipelineArgs):
     """The standard ImageNet input: training: random resized crop + flip; evaluation: resize + center
     crop; both: --image-size square RGB crops, ImageNet mean/std, HWC floats; labels as scalars."""
     size, decoder = args.image_size, args.decoder_args()
-    if args.training:
+    crop = {"random_area": [0.08, 1.0], "random_aspect_ratio": [3 / 4, 4 / 3]}
+    if args.training and args.keeps_decoded:  # whole images, decoded once (--decoded-cache), cropped every epoch
+        images = fn.random_resized_crop(args.decode(jpegs, output_type=types.RGB), size=[size, size], **crop)
+        images = args.auto_augment(images)  # --augment (augment.py)
+        mirror = fn.random.coin_flip(probability=0.5)
+    elif args.training:
         # Decoding only the random crop's region: cheaper than decoding whole images, on either device.
-        images = fn.decoders.image_random_crop(
-            jpegs, **decoder, output_type=types.RGB, random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3]
-        )
+        images = fn.decoders.image_random_crop(jpegs, **decoder, output_type=types.RGB, **crop)
         images = args.auto_augment(fn.resize(images, size=[size, size]))  # --augment (augment.py)
         mirror = fn.random.coin_flip(probability=0.5)
     else:
-        images = fn.decoders.image(jpegs, **decoder, output_type=types.RGB)
+        images = args.decode(jpegs, output_type=types.RGB)
         images = fn.resize(images, resize_shorter=round(size * EVAL_RESIZE))
         mirror = 0
     if args.on_gpu:

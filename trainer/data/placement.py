@@ -18,7 +18,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dali_launch.trainer import determinism, entry_points
@@ -26,6 +26,7 @@ from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.step import xla_options
 
 CODECS_PATH = "NVIMGCODEC_EXTENSIONS_PATH"  # nvImageCodec's own setting: the folder it loads codecs from
 GPU_CODECS = {"libnvjpeg_ext", "libnvjpeg2k_ext", "libnvtiff_ext"}  # nvImageCodec's CUDA codecs
@@ -34,11 +35,12 @@ GPU_CODECS = {"libnvjpeg_ext", "libnvjpeg2k_ext", "libnvtiff_ext"}  # nvImageCod
 @dataclass(frozen=True)
 class Placement:
     """Where DALI runs and what follows from it, resolved once (resolve.py's stage 1): what the process
-    environment must say before JAX or DALI start (topology.configure_process_env)."""
+    environment must say before JAX or DALI start (topology.configure_process_env), XLA's options with it."""
 
     platform: str  # gpu or cpu
     decoder: str  # cpu or mixed
     cuda_graphs: bool  # XLA may run programs as CUDA graphs (GPUs only)
+    xla_options: dict = field(default_factory=dict)  # --xla-options resolved (step/xla_options.py)
     xla_flags: tuple[tuple[str, str], ...] = ()  # what --deterministic sets (determinism.py), before JAX starts
 
 
@@ -49,7 +51,8 @@ def place(spec: TaskSpec, platform: str) -> Placement:
     if where == "mixed" and platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
     graphs = platform == "gpu" and cuda_graphs(spec.train.cuda_graphs, where == "mixed")
-    return Placement(platform, where, graphs, determinism.xla_flags(spec.train.deterministic, platform))
+    options = xla_options.resolve(spec.train.xla_options, platform)
+    return Placement(platform, where, graphs, options, determinism.xla_flags(spec.train.deterministic, platform))
 
 
 def decoder(config: DataConfig, platform: str) -> str:

@@ -100,12 +100,17 @@ def build(
     it (its shard, batch and seed) and restored from its state; `config` holds resolved values, its
     threads shared out among the pipelines a device now runs; `main`: the job's own training batches."""
     old, function = remainder.reading, entry_points.load("pipeline", config.pipeline)
+    # The checkpoint's DALI graph, decoded cache included (resolve.py keeps its kind): a host table of the
+    # old shards hosted here, apart from the job's own (main's), for this epoch's rest alone.
+    hosted = [d for device in main.sharding.device_ids for d in remainder.hosted(device) if d is not None]
+    keep, _ = dali.decoded_role(function, path, (hosted, old.devices), config.reader_threads, True, config, seed)
     threads = max(1, config.reader_threads * main.sharding.readers // (remainder.slots * old.readers))
     config = dataclasses.replace(config, reader_threads=threads)
     pipes, shard_ids = [], []
     for local, device in enumerate(main.sharding.device_ids):
         for shard in remainder.shard_ids([device]):
             args = dali.pipeline_args(path, shard, old.num_shards, old.reader_batch, True, config, seed + shard)
+            args = dataclasses.replace(args, decoded_cache=keep)
             pipes.append(dali.make_pipeline(function, args, config, devices[local], states[shard], None))
             shard_ids.append(shard)
     for pipe in pipes:

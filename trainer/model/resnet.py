@@ -17,13 +17,25 @@ import jax.numpy as jnp
 from dali_launch.trainer.model.models import as_images
 
 
+def batch_norm(train: bool, float32_stats: bool):
+    """BatchNorm as every layer here has it; `float32_stats` False: statistics in the input's dtype (bf16)."""
+    return partial(
+        nn.BatchNorm,
+        use_running_average=not train,
+        momentum=0.9,
+        epsilon=1e-5,
+        force_float32_reductions=float32_stats,
+    )
+
+
 class Bottleneck(nn.Module):
     filters: int
     strides: int = 1
+    float32_stats: bool = True
 
     @nn.compact
     def __call__(self, x, train: bool = True):
-        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5)
+        norm = batch_norm(train, self.float32_stats)
         conv = partial(nn.Conv, use_bias=False)
         y = nn.relu(norm()(conv(self.filters, (1, 1))(x)))
         y = nn.relu(norm()(conv(self.filters, (3, 3), self.strides)(y)))  # v1.5: the stride is here
@@ -40,6 +52,7 @@ class ResNet(nn.Module):
     num_classes: int = 1000
     stages: tuple[int, ...] = (3, 4, 6, 3)
     width: int = 64
+    float32_stats: bool = True  # --batchnorm-stats (resnet50's factory sets it)
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -47,14 +60,15 @@ class ResNet(nn.Module):
         x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)  # bf16 stays bf16
         small = x.shape[1] < 64
         x = nn.Conv(self.width, (3, 3) if small else (7, 7), 1 if small else 2, use_bias=False)(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x))
+        x = nn.relu(batch_norm(train, self.float32_stats)()(x))
         if not small:
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for stage, blocks in enumerate(self.stages):
             for block in range(blocks):
-                x = Bottleneck(self.width * 2**stage, 2 if stage and not block else 1)(x, train)
+                x = Bottleneck(self.width * 2**stage, 2 if stage and not block else 1, self.float32_stats)(x, train)
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
-def resnet50(num_classes: int) -> ResNet:
-    return ResNet(num_classes=num_classes)
+def resnet50(num_classes: int, batchnorm_stats: str = "float32") -> ResNet:
+    """`batchnorm_stats` (--batchnorm-stats resolved: float32 or compute) sets the statistics' precision."""
+    return ResNet(num_classes=num_classes, float32_stats=batchnorm_stats != "compute")

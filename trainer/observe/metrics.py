@@ -41,6 +41,7 @@ class EpochMetrics:
     data_wait_fraction: float | None = None  # share of the epoch the devices sat idle waiting for DALI
     host_wait_fraction: float | None = None  # share of it the host spent waiting for DALI (input_wait.py)
     compile_s: float | None = None  # the run's first device call, compilation included
+    checkpoint_wait_s: float | None = None  # training blocked by checkpoints since the last epoch's line
     first_step_s: float | None = None  # launch -> first step done (local mode knows the launch time)
     startup: dict | None = None  # start-up phase -> seconds since startup_since, when it ended (first epoch)
     startup_since: str | None = None
@@ -166,6 +167,7 @@ class Reporter:
                 "epoch/time_s": m.epoch_time_s,
                 "epoch/eval_time_s": m.eval_time_s,
                 "perf/compile_s": m.compile_s,
+                "perf/checkpoint_wait_s": m.checkpoint_wait_s,
             },
         )
         self.trackers.flush()  # an epoch's scalars are on disk once its line is printed

@@ -12,12 +12,30 @@ DALI states are gathered to all
 processes and written by the primary one; Orbax marks a step complete only once all of it is on
 disk. What a task starts from is read without Orbax (saved.py, start_point.py); Orbax restores the
 arrays alone (`restore`).
+
+Asynchronous by default (--checkpoint-async): `save` returns once the state is in host memory
+(copied before the next step donates its buffers) and Orbax writes it from a thread, into
+`STEP.orbax-checkpoint-tmp` renamed to `STEP` once complete, so a rank killed mid-write leaves the
+previous complete checkpoint; the next `save` first waits for the write before it. A checkpoint that
+ends a task (a stop signal, the run's end) is waited for: `wait`. `take_wait_s` is the time callers
+spent blocked here, what metrics.jsonl reports per epoch (`checkpoint_wait_s`).
+
+A write that fails in the background (a full disk) must not hang the job: Orbax's threads meet the
+other processes at barriers even on their way out of a failed write (the others then wait for a
+barrier this process never reaches, and this process's exit waits for its thread: 900 s). Its
+barriers go through `FailFast`, which a thread unwinding from a failure does not enter: the failure
+reaches `check` at the loop's next check point (or the next `save`/`wait`) as one line, the process
+ends, and the launcher ends the others.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import json
+import sys
+import time
 
 import jax
 import numpy as np
@@ -88,19 +106,55 @@ def _gather(local: list[bytes]) -> list[list[str]]:
     return [json.loads(bytes(row).rstrip(b"\0")) for row in rows]
 
 
+class FailFast:
+    """Orbax's barrier among the checkpoint's processes (its `barrier_sync_fn`), refused by a thread that
+    is unwinding from this process's failed write (Orbax syncs in a `finally`): that thread raises the
+    failure instead of waiting for processes that wait for another barrier. The first one is kept."""
+
+    CANCELLED = (asyncio.CancelledError, concurrent.futures.CancelledError)
+
+    def __init__(self, processes: set[int]):
+        self.barrier = ocp.multihost.get_barrier_sync_fn(processes=processes)
+        self.failed: BaseException | None = None
+        self.peers = len(processes) > 1  # alone, no barrier waits: nothing to refuse
+
+    def __call__(self, *, key: str, timeout_ms: int) -> None:
+        unwinding = sys.exc_info()[1] if self.peers else None
+        if unwinding is not None and not isinstance(unwinding, self.CANCELLED):
+            self.failed = self.failed or unwinding
+            raise unwinding
+        self.barrier(key=key, timeout_ms=timeout_ms)
+
+
 class Checkpointer:
-    def __init__(self, paths: RunPaths, keep: int, resume: str = "resume the run"):
-        """`resume`: the command that continues the run, for the line a refused write ends with."""
+    def __init__(
+        self,
+        paths: RunPaths,
+        keep: int,
+        asynchronous: bool = True,
+        timeout_s: int = 900,
+        decoded_cache: str = "off",
+        resume: str = "resume the run",
+    ):
+        """`decoded_cache`: resolve.py's kind, recorded with the DALI states (their graph depends on it);
+        `resume`: the command that continues the run, for the line a refused write ends with."""
         # Naming every process makes Orbax sync through jax.distributed's barrier, not by running a
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax
         # then leaves the folder to us; every process may make it.
-        processes = ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
+        active = set(range(jax.process_count()))
+        processes, self.barrier = ocp.options.MultiprocessingOptions(active_processes=active), FailFast(active)
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=False, enable_async_checkpointing=False, multiprocessing_options=processes
+            max_to_keep=keep,
+            create=False,
+            enable_async_checkpointing=asynchronous,
+            multiprocessing_options=processes,
+            async_options=ocp.AsyncOptions(timeout_secs=timeout_s, barrier_sync_fn=self.barrier),  # never hangs
         )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         self.paths, self.resume = paths, resume
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
+        self.asynchronous, self.waited_s, self.decoded_cache = asynchronous, 0.0, decoded_cache
+        self.unrecorded: list[int] = []  # saved, their FILES not written yet (written once committed)
 
     def save(
         self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None, shards=None
@@ -109,31 +163,71 @@ class Checkpointer:
         order samples; there, checkpoints in an epoch's trailing padding calls all count its N samples).
 
         `state` is one replica (as --parallel lays it out); `tally` is per device, as the batches.
+        Returns once the checkpoint is in host memory; `wait` for it to be on disk.
         """
+        began = time.perf_counter()
         # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
         latest = self.manager.latest_step()
         step = step if latest is None else max(step, latest + 1)
-        meta = {"epoch": epoch, "calls_done": calls_done, "dali": _gather([p.checkpoint() for p in pipes])}
+        dali = _gather([p.checkpoint() for p in pipes])
+        meta = {"epoch": epoch, "calls_done": calls_done, "dali": dali, "decoded_cache": self.decoded_cache}
         if order:
             meta["order"] = order
         if shards:
             meta["shards"] = shards
-        host_state = jax.tree.map(np.asarray, state)
+        host_state = jax.tree.map(np.asarray, state)  # a copy: the next step donates the device buffers
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
             tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))),
             meta=ocp.args.JsonSave(meta),
         )
+        # Orbax first waits for the previous write: a refusal there is that checkpoint's.
+        self._guarded(
+            self.unrecorded[-1] if self.unrecorded else step, lambda: self.manager.save(step, args=args, force=True)
+        )
+        self._record_written()  # the previous checkpoint is committed now
+        self.unrecorded.append(step)
+        if not self.asynchronous:
+            self._guarded(step, self.manager.wait_until_finished)
+            self._record_written()
+        self.waited_s += time.perf_counter() - began
+
+    def wait(self) -> None:
+        """Until every checkpoint saved is complete on disk (at most the async timeout)."""
+        began = time.perf_counter()
+        self._guarded(self.unrecorded[-1] if self.unrecorded else 0, self.manager.wait_until_finished)
+        self._record_written()
+        self.waited_s += time.perf_counter() - began
+
+    def check(self) -> None:
+        """At a check point: a write that failed in the background ends the task now, in one line."""
+        if self.barrier.failed is not None:
+            failed, self.barrier.failed = self.barrier.failed, None
+            self._guarded(self.unrecorded[-1] if self.unrecorded else 0, lambda: _raise(failed))
+
+    def take_wait_s(self) -> float:
+        """Seconds spent blocked in `save` and `wait` since the last call."""
+        waited, self.waited_s = self.waited_s, 0.0
+        return waited
+
+    def _guarded(self, step: int, write) -> None:
+        """`write()`; a disk that refuses it (full, read-only, over quota) ends in one line (disk.py)."""
         try:
-            self.manager.save(step, args=args, force=True)
-            self.manager.wait_until_finished()
+            write()
         except Exception as e:
             why = disk.refusal(e)
             if why is None:
                 raise
             raise disk.checkpoint_refused(self.paths, step, why, self.resume) from None
-        if jax.process_index() == 0:  # every process's part is committed: its files' sizes and CRCs (saved.py)
-            saved.record_files(self.paths.checkpoints / str(step))
+
+    def _record_written(self) -> None:
+        """Each committed checkpoint's files' sizes and CRCs (saved.py), by process 0; one deleted since
+        (--keep-checkpoints) is skipped. A checkpoint killed before this is checked by its metadata alone."""
+        if jax.process_index() == 0:
+            for step in self.unrecorded:
+                if (self.paths.checkpoints / str(step)).is_dir():
+                    saved.record_files(self.paths.checkpoints / str(step))
+        self.unrecorded = []
 
     def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
         """The train state (one replica, on the host) and the epoch's tally of checkpoint `step`, restored
@@ -146,3 +240,7 @@ class Checkpointer:
         )
         restored = self.manager.restore(step, args=args)
         return serialization.from_state_dict(template_state, restored.state), dict(restored.tally)
+
+
+def _raise(error: BaseException):
+    raise error

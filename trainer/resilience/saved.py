@@ -1,7 +1,8 @@
 """A run directory's checkpoints as files, read without JAX or Orbax: the launcher and every task agree.
 
 Orbax writes each checkpoint as `checkpoints/STEP/` with the items `state`, `tally` and `meta` (meta is
-plain JSON: the epoch, device calls done, every process's DALI states, the order's record). A step
+plain JSON: the epoch, device calls done, every process's DALI states, the order's record, the
+--decoded-cache kind its DALI graph had). A step
 is complete once Orbax committed it (`commit_success.txt`; an unfinished one is `STEP.orbax-checkpoint-tmp-*`
 and never a bare number). `--resume`, `status`, `runs` and the tasks all find the newest one here.
 
@@ -37,6 +38,7 @@ class Saved:
     dali: tuple[tuple[str, ...], ...]  # per process that wrote it: its pipelines' states, base64
     order: dict | None  # --sample-order global: the position in the epoch's order (checkpoint.order_record)
     shards: dict | None = None  # shard order: the layout read and the shard of every state (checkpoint.shard_record)
+    decoded_cache: str = "off"  # --decoded-cache's kind when written (resolve.py): its DALI graph's
 
     @property
     def processes(self) -> int:
@@ -74,6 +76,7 @@ def read(paths: RunPaths, step: int) -> Saved:
         dali=tuple(tuple(states) for states in meta["dali"]),
         order=meta.get("order"),
         shards=meta.get("shards"),
+        decoded_cache=meta.get("decoded_cache", "off"),  # checkpoints from before it: no cache
     )
 
 

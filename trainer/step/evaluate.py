@@ -9,6 +9,8 @@ every process's counts, so each process holds the job's accuracy and process 0 r
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from functools import partial
 
@@ -21,6 +23,9 @@ from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import contract, dali, label_check, shards
 from dali_launch.trainer.entry_points import run_model
 from dali_launch.trainer.model.forward import Forward
+from dali_launch.trainer.step.parallel import finished
+
+PREPARE_WAIT_S = 600  # the evaluation's own build and compile take over past this
 
 
 def eval_call(forward, variables, tally, images, labels, shard_sizes):
@@ -48,18 +53,20 @@ def evaluates(spec: TaskSpec, process_index: int) -> bool:
 class Evaluator:
     """This process's part of the evaluation, over its local devices: its shards of the test set.
 
-    Its pipelines, built at the first evaluation, end every evaluation exactly at the end of their
-    shards. The test split is read without randomness, so when this process's decoded batches fit in
-    --eval-cache-mb per device they are kept on its devices after the first evaluation, and DALI is
-    done with (each process keeps its own shards).
+    Its pipelines, built during the first epoch (`prepare`) or at the first evaluation, end every
+    evaluation exactly at the end of their shards. The test split is read without randomness, so when
+    this process's decoded batches fit in --eval-cache-mb per device they are kept on its devices after
+    the first evaluation, and DALI is done with (each process keeps its own shards).
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig):
-        """`data_config`: the spec's, its auto values resolved (resolve.py)."""
+    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig, variables=None):
+        """`data_config`: the spec's, its auto values resolved (resolve.py); `variables`: the abstract shapes
+        of what it will evaluate (jax.eval_shape's), for `prepare`."""
         self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
         self.every_process = spec.train.eval_on == "all" and jax.process_count() > 1
         self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
+        self.variables, self.compiled, self.ready = variables, None, finished()
         self.cache_bytes = spec.train.eval_cache_mb << 20
         forward = Forward(run_model(spec), spec.train.precision)
         mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
@@ -71,13 +78,12 @@ class Evaluator:
         (copied to the others), and the samples counted; every evaluating process calls it."""
         start = time.perf_counter()
         variables = jax.device_put(variables, self.replicated)
+        self.ready.join(timeout=PREPARE_WAIT_S)
         if self.data is None:
             self._build()
-        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
-        tally = self.data.put([zero] * len(self.data.devices))
-        kept = []
+        tally, kept, call = self._zero(), [], self.compiled or self.eval
         for batch in self.cached or self.data.epoch():
-            tally = self.eval(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
+            tally = call(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
         correct, total, low, high = self._summed(tally)
@@ -95,6 +101,29 @@ class Evaluator:
             return tuple(int(v) for v in mine)
         rows = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
         return int(rows[:, 0].sum()), int(rows[:, 1].sum()), int(rows[:, 2].min()), int(rows[:, 3].max())
+
+    def prepare(self) -> None:
+        """In a thread, during the first epoch: the pipelines built and the evaluation compiled for the shapes
+        given (a ResNet-50's takes seconds), so the first evaluation only evaluates. A failure here is the
+        evaluation's to meet: it then builds and compiles as it would have."""
+
+        def work() -> None:
+            with contextlib.suppress(Exception):
+                if self.data is None:
+                    self._build()
+                batch = self.data.peek()
+                spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.replicated)
+                shapes = jax.tree.map(spec, self.variables)
+                lowered = self.eval.lower(shapes, self._zero(), batch["images"], batch["labels"], self.shard_sizes)
+                self.compiled = lowered.compile()
+
+        if self.variables is not None:
+            self.ready = threading.Thread(target=work, name="dali-launch-eval-ahead", daemon=True)
+            self.ready.start()
+
+    def _zero(self):
+        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
+        return self.data.put([zero] * len(self.data.devices))
 
     def _build(self) -> None:
         """Not at start-up: the job's first step waits for every process's start-up, and a pipeline that

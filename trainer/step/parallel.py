@@ -175,11 +175,10 @@ class Pmap:
 
     name = "pmap"
 
-    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int):
+    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int, donate=True):
         self.devices = devices
-        self.call = jax.pmap(
-            partial(pmap_call, batch_size=batch_size, readers=readers), AXIS, devices=all_devices, donate_argnums=(0, 1)
-        )
+        call = partial(pmap_call, batch_size=batch_size, readers=readers)
+        self.call = jax.pmap(call, AXIS, devices=all_devices, donate_argnums=(0, 1) if donate else ())
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         return finished()  # pmap compiles at its first call
@@ -197,12 +196,12 @@ class Sharded:
 
     name = "sharded"
 
-    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int):
+    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int, donate=True):
         mesh = data_sharding.mesh
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.call = jax.jit(
             partial(sharded_call, batch_size=batch_size, readers=readers),
-            donate_argnums=(0, 1),
+            donate_argnums=(0, 1) if donate else (),  # the state and tally are replaced: reuse their buffers
             out_shardings=(self.replicated, data_sharding),
         )
 
@@ -246,6 +245,7 @@ def finished() -> threading.Thread:
     return thread
 
 
-def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int = 1):
+def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int = 1, donate=True):
+    """The --parallel runner `name`; `donate` False only for benchmarks/step_levers.py's donation lever."""
     runner = next(cls for cls in (Pmap, Sharded) if cls.name == name)
-    return runner(devices, all_devices, batch_size, data_sharding, readers)
+    return runner(devices, all_devices, batch_size, data_sharding, readers, donate)

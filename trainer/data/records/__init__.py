@@ -59,20 +59,28 @@ def native(reader: str, outputs):
 def fingerprint_of(split: Path) -> dict | None:
     """The fingerprint of a split in a format known here, found by what the folder holds (the launcher's
     check of a resumed global order); None for a format it does not know or shards it cannot index."""
-    if (split / "data.mdb").is_file():
+    if (split / "data.mdb").is_file():  # the LMDB's keys alone, without opening a source
         return fingerprint(caffe2.keys(str(split)))
+    source = source_of(split)
+    return None if source is None else fingerprint(source.keys())
+
+
+def source_of(split: Path) -> RecordSource | None:
+    """The records of a split in a format known here, found by what the folder holds; None for a format
+    it does not know or shards it cannot index."""
+    if (split / "data.mdb").is_file():
+        return open_source(caffe2.READER, {"path": str(split)})
     records, tars = shard_files(str(split), ".tfrecord"), shard_files(str(split), ".tar")
     try:
         if records[0]:
-            return fingerprint(tfrecord.source({"path": records[0], "index_path": records[1]}).keys())
+            return tfrecord.source({"path": records[0], "index_path": records[1]})
         if tars[0]:
-            kwargs = {"paths": tars[0], "index_paths": tars[1], "ext": webdataset.EXT}
-            return fingerprint(webdataset.source(kwargs).keys())
+            return webdataset.source({"paths": tars[0], "index_paths": tars[1], "ext": webdataset.EXT})
     except (OSError, ValueError, KeyError):  # a missing or broken index: the data checks say so
         return None
     if split.is_dir() and any(p.is_dir() for p in split.iterdir()):
-        return fingerprint(folders.source({"file_root": str(split)}).keys())
+        return open_source(folders.READER, {"file_root": str(split)})
     return None
 
 
-__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "native", "native_arguments", "open_source"]
+__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "native", "native_arguments", "open_source", "source_of"]

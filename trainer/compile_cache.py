@@ -1,0 +1,123 @@
+"""XLA's persistent compilation cache, on by default: a run's programs kept for its requeues and resumes
+and for every later run of its run root, so a warm start compiles nothing.
+
+JAX writes an entry with one plain write, not atomically, and from process 0 of a job alone; two jobs
+writing the same program at once (the points of a sweep) could leave a torn file that every later run
+fails to read and compiles again. So a run compiles into a folder of its own, RUN_DIR/compile-cache
+(one writer, its process 0; every rank of the job reads it), and shares through RUN_ROOT/.compile-cache
+(or --compile-cache DIR), which only ever holds complete files: at start-up every rank links each shared
+entry it lacks into the run's folder (a hard link: no copy, and never half a file), and process 0
+publishes the run's new entries at each epoch's end and at the task's end, each copied under a
+temporary name and renamed into place. A concurrent publisher's rename replaces a complete file with
+another complete one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.run_dir import RunPaths
+
+SHARED = ".compile-cache"  # in the run root: hidden, and no run directory (`dali-launch runs` skips it)
+ENV = "DALI_LAUNCH_COMPILE_CACHE"  # the default folder instead of the run root's
+MIN_COMPILE_S = 0.2  # JAX's default (1 s) would leave the MLP's steps out on a GPU
+SETTLED_S = 2.0  # an entry this recent may still be being written (a compile in a thread): published later
+
+
+def shared_folder(spec: TaskSpec) -> Path | None:
+    """Where the runs of a run root share their programs: --compile-cache DIR, else $DALI_LAUNCH_COMPILE_CACHE
+    (the test suite's: one folder for all its run roots), else RUN_ROOT/.compile-cache; None for off."""
+    setting = spec.train.compile_cache or os.environ.get(ENV, "")
+    if setting == "off":
+        return None
+    return Path(setting) if setting else Path(spec.run_dir).absolute().parent / SHARED
+
+
+def use(spec: TaskSpec) -> Path | None:
+    """JAX's cache pointed at the run's own folder, filled with links to the shared entries; its path, or None."""
+    shared = shared_folder(spec)
+    if shared is None:
+        return None
+    mine = RunPaths(spec.run_dir).compile_cache
+    link_all(shared, mine)
+    point_jax_at(mine)
+    return mine
+
+
+def point_jax_at(folder: Path) -> None:
+    """JAX's persistent cache in `folder`, its entries' keys independent of the folder's path."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
+    # JAX would also point XLA's autotuning cache into this folder, and that path is part of every entry's
+    # key: each run's keys would differ and no run would find another's programs.
+    with contextlib.suppress(AttributeError):
+        jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
+
+
+def link_all(shared: Path, mine: Path) -> None:
+    """Every entry of `shared` in `mine` too, whole (a link, or a copy renamed into place)."""
+    mine.mkdir(parents=True, exist_ok=True)
+    for entry in _entries(shared):
+        _link(entry, mine / entry.name)
+
+
+def publish(spec: TaskSpec, settled_s: float = SETTLED_S) -> int:
+    """The run's entries the shared folder lacks, put there whole, by process 0 (the one JAX writes from).
+    Returns how many."""
+    import jax
+
+    shared = shared_folder(spec)
+    if shared is None or jax.process_index() != 0:
+        return 0
+    return publish_new(RunPaths(spec.run_dir).compile_cache, shared, settled_s)
+
+
+def publish_new(mine: Path, shared: Path, settled_s: float = SETTLED_S) -> int:
+    """The entries of `mine` that `shared` lacks, each copied under a temporary name and renamed there."""
+    if not mine.is_dir():
+        return 0
+    shared.mkdir(parents=True, exist_ok=True)
+    have, now, published = {e.name for e in _entries(shared)}, time.time(), 0
+    for entry in _entries(mine):
+        if entry.name in have or now - entry.stat().st_mtime < settled_s:
+            continue
+        _copy_whole(entry, shared / entry.name)
+        published += 1
+    return published
+
+
+def _entries(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.iterdir() if not p.name.startswith(".") and p.is_file()]
+
+
+def _link(source: Path, target: Path) -> None:
+    """`target` is `source`, whole: a hard link, or a copy renamed into place where links cannot be made."""
+    try:
+        os.link(source, target)
+    except FileExistsError:
+        pass
+    except OSError:  # another file system (a --compile-cache elsewhere), or one without links
+        _copy_whole(source, target)
+
+
+def _copy_whole(source: Path, target: Path) -> None:
+    """`source` copied to a temporary file of its own beside `target`, then renamed to it: readers see the old
+    file or the new one, whole; a publisher at the same time renames a whole file of its own."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, source.open("rb") as into:
+            shutil.copyfileobj(into, out)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
