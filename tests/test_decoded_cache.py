@@ -29,7 +29,8 @@ def _rule(setting="auto", decoder="cpu", share=0.5, room=ROOM, kept=None, order=
 def test_auto_keeps_the_decoded_shards_where_they_fit():
     assert _rule()[:2] == ("host", 500)  # half the split, on this process, in 600 MiB
     assert _rule(share=0.7)[0] == "off" and "~700 MiB decoded would not fit in the 600 MiB" in _rule(share=0.7)[2]
-    assert _rule(decoder="mixed", share=0.25)[:2] == ("decoder", 313)  # a device's 250 MiB, a quarter to spare
+    assert _rule("1000", decoder="mixed", share=0.25)[:2] == ("decoder", 313)  # a device's 250 MiB, a quarter spare
+    assert _rule(decoder="mixed", share=0.25)[2] == "off (auto keeps no decoder cache; --decoded-cache SIZE does)"
     assert _rule(decoder="mixed", share=1, room=Room(1000, 600, 900))[0] == "off"
     assert _rule(room=Room())[2] == "off (the decoded size of the data set is unknown: a format records/ does not read)"
 
@@ -40,6 +41,16 @@ def test_auto_turns_on_only_the_kinds_the_measurements_chose(monkeypatch):
     monkeypatch.setattr(resolve_module, "AUTO_KINDS", (resolve_module.DECODER,))
     assert _rule() == ("off", 0, "off (auto keeps no host cache; --decoded-cache SIZE does)")
     assert _rule("512")[:2] == ("host", 500) and _rule(decoder="mixed", share=0.25)[0] == "decoder"
+
+
+def test_the_host_table_only_where_it_is_proven():
+    # a folders set's host table gave other samples than its reader (a NaN where the uncached run trained)
+    data = DataConfig(pipeline="folders")
+    assert decoded_cache(data, "cpu", True, ROOM, 0.5) == (
+        "off",
+        0,
+        "off (the host table is checked for --pipeline mnist only)",
+    )
 
 
 def test_off_global_order_and_pipelines_that_do_not_say_so_keep_nothing():
