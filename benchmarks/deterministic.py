@@ -47,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from imagenet import synth  # the same data set, written once
 from report import environment, listed
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
@@ -216,18 +217,6 @@ def child_data(args) -> dict:
     if proc.returncode:
         return {"name": "data", "error": proc.stderr.strip().splitlines()[-5:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def synth(args) -> None:
-    """The data set, written once (`dali-launch data synth`): kept between runs of the benchmark."""
-    if (args.data / "training").is_dir():
-        return
-    test = max(args.classes * 10, args.synth // 10)
-    argv = [*CLI, "data", "synth", str(args.data), "--format", "folders", "--train", str(args.synth)]
-    argv += ["--test", str(test), "--classes", str(args.classes)] + (["--image-scale", "0.1"] if args.smoke_cpu else [])
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-    print(f"data synth: {args.synth} training images in {time.perf_counter() - start:.0f} s", flush=True)
 
 
 def verdict(rows: dict) -> dict:
