@@ -40,6 +40,15 @@ def train_and_evaluate(
     `devices` are this process's; every process calls this. `auto`: the task's auto values, resolved.
     """
     run = set_up(spec, devices, reporter, startup, auto, start)
+    try:
+        return _train(run, devices, reporter, startup, auto, start)
+    finally:  # a thread still inside DALI or XLA as the interpreter exits aborts it: a failing run's exit 2 became SIGABRT
+        if run.evaluator:
+            run.evaluator.settle()
+
+
+def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resolved, start: StartPoint) -> dict:
+    """The epoch loop from the start point, and the finish."""
     spec, data, k = run.spec, run.data, auto.steps_per_call
     loop = Loop(spec, data, run.checkpointer, reporter, run.mode, startup, k)
     loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0

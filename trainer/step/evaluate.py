@@ -121,6 +121,10 @@ class Evaluator:
             self.ready = threading.Thread(target=work, name="dali-launch-eval-ahead", daemon=True)
             self.ready.start()
 
+    def settle(self) -> None:
+        """The work `prepare` started, finished (or waited for as long as an evaluation would) before the task ends."""
+        self.ready.join(timeout=PREPARE_WAIT_S)
+
     def _zero(self):
         zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
         return self.data.put([zero] * len(self.data.devices))
