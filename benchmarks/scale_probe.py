@@ -59,9 +59,15 @@ def watchdog(event) -> bool:
     return beat or (operation == "open" and path.endswith("/endings/cause.json"))
 
 
-def per_rank(doc: dict) -> dict:
+BACKGROUND = ("checkpoints", "compile-cache", "data")  # written beside the steps, not by them (see per_rank)
+
+
+def per_rank(doc: dict, run_dir: Path) -> dict:
     """One rank's counts: its steady training, before its first step, per checkpoint and evaluation;
-    the watchdog's periodic operations apart (`watchdog`), as a rate."""
+    the watchdog's periodic operations apart (`watchdog`), as a rate. Checkpoints are written in the
+    background (Orbax's asynchronous saves) and the compile cache filled during epoch 0 (the evaluation
+    compiled ahead; the run root's cache outside the run directory): their operations land among the
+    steps but are not the steps', so `step_ops` leaves them out and `background_ops_per_s` counts them."""
     epochs = windows(doc, "epoch")
     steady = steady_spans(doc)
     saves, evals = windows(doc, "save"), windows(doc, "evaluate")
@@ -69,6 +75,7 @@ def per_rank(doc: dict) -> dict:
     calls = sum(detail["calls"] for _, _, detail in steady)
     trained = within(doc["events"], steady)
     own = [e for e in doc["events"] if not watchdog(e)]  # what the rank does besides its watchdog
+    behind = [e for e in within(own, steady) if category(e[2], run_dir) in BACKGROUND]
     first = min((start for start, _, _ in epochs), default=float("inf"))
     return {
         "steady_s": seconds,
@@ -76,7 +83,8 @@ def per_rank(doc: dict) -> dict:
         "steady_ops": len(trained),
         "ops_per_step": len(trained) / calls if calls else None,
         "ops_per_s": len(trained) / seconds if seconds else None,
-        "step_ops": len(within(own, steady)) / calls if calls else None,
+        "step_ops": (len(within(own, steady)) - len(behind)) / calls if calls else None,
+        "background_ops_per_s": len(behind) / seconds if seconds else None,
         "watchdog_ops_per_s": sum(map(watchdog, trained)) / seconds if seconds else None,
         "startup_ops": sum(1 for e in own if e[0] < first),
         "startup_watchdog_ops": sum(1 for e in doc["events"] if e[0] < first and watchdog(e)),
@@ -91,7 +99,7 @@ def analyse(probe: Path, run_dir: Path, launched: float | None, n: int) -> dict:
     ranks, launchers = processes(probe)
     if sorted(ranks) != list(range(n)):
         return {"failed": True, "error": f"probe files of ranks {sorted(ranks)} of {n}", "stderr_tail": []}
-    counts = {r: per_rank(doc) for r, doc in ranks.items()}
+    counts = {r: per_rank(doc, run_dir) for r, doc in ranks.items()}
     zero, done = counts[0], first_step(ranks[0])
     saves = list(zip(*(c["save_s"] for c in counts.values())))  # per checkpoint, every rank's time
     steady = steady_spans(ranks[0])
@@ -107,6 +115,7 @@ def analyse(probe: Path, run_dir: Path, launched: float | None, n: int) -> dict:
         "ops_per_rank_s": max(c["ops_per_s"] or 0 for c in counts.values()),
         "ops_rank0_s": zero["ops_per_s"],
         "step_ops_rank": max(c["step_ops"] or 0 for c in counts.values()),
+        "background_ops_rank_s": max(c["background_ops_per_s"] or 0 for c in counts.values()),
         "watchdog_ops_rank_s": max(c["watchdog_ops_per_s"] or 0 for c in counts.values()),
         "startup_watchdog_ops_rank": max(c["startup_watchdog_ops"] for c in counts.values()),
         "startup_ops_rank0": zero["startup_ops"],
