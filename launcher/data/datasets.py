@@ -11,7 +11,7 @@ from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.data.images import image_size
-from dali_launch.trainer.data.records import folders
+from dali_launch.trainer.data.records import caffe2, folders
 from dali_launch.trainer.errors import UsageError
 
 EMBEDDED_IDX = Path(__file__).parent / "embedded"  # the real MNIST test set (10,000 digits), shipped with us
@@ -202,10 +202,18 @@ def scan_lmdb(path: Path, origin: str) -> LmdbScan:
             f"as made by `dali-launch data prepare`"
         )
     try:
-        env = lmdb.open(str(path), readonly=True, lock=False, subdir=True)
+        scan = _scan_records(path)
     except lmdb.Error as e:
         raise UsageError(f"{path} is not a readable LMDB ({e}); re-create it with `dali-launch data prepare`") from None
-    with env:
+    if scan.count == 0:
+        raise UsageError(f"{path} holds no records; point {origin} at a non-empty data set")
+    return scan
+
+
+def _scan_records(path: Path) -> LmdbScan:
+    """Every record of the LMDB at `path` read, through this process's handle if it holds one (py-lmdb
+    refuses a second open of a path: the trainer's sources, in the same process under `train`)."""
+    with caffe2.opened(str(path)) as env:
         # Pages past the end of a cut-short file are mapped but absent: reading them is SIGBUS, here and in DALI.
         need, have = (env.info()["last_pgno"] + 1) * env.stat()["psize"], (path / "data.mdb").stat().st_size
         if have < need:
@@ -223,8 +231,6 @@ def scan_lmdb(path: Path, origin: str) -> LmdbScan:
                 if highest is None or label > highest[0]:
                     highest = (label, name)
                 count += 1
-    if count == 0:
-        raise UsageError(f"{path} holds no records; point {origin} at a non-empty data set")
     return LmdbScan(count, size, lowest, highest)
 
 

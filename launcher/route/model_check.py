@@ -44,11 +44,10 @@ def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:
 
 def first_image_size(lmdb_dir: Path) -> tuple[int, int]:
     """(height, width) of the LMDB's first image: datasets.py checked that all of them share it."""
-    import lmdb
-
     from dali_launch.launcher.data.idx import check_caffe2_record
     from dali_launch.trainer.data.images import image_size
+    from dali_launch.trainer.data.records import caffe2
 
-    with lmdb.open(str(lmdb_dir), readonly=True, lock=False, subdir=True) as env, env.begin() as txn:
+    with caffe2.opened(str(lmdb_dir)) as env, env.begin() as txn:  # the process's handle, if it holds one
         _, record = next(iter(txn.cursor()))
     return image_size(check_caffe2_record(record)[0])
