@@ -34,7 +34,8 @@ def learnt(tmp_path_factory):
 def test_a_vit_with_augmentation_and_mixing_learns(learnt):
     proc, paths, _ = learnt
     check_ok(proc)
-    assert "trivialaugment; attention xla (4 tokens)" in proc.stdout, proc.stdout  # the rank line says both
+    [line] = [line for line in proc.stdout.splitlines() if line.startswith("rank 0 on")]
+    assert ", trivialaugment," in line and line.endswith("; attention xla (4 tokens)"), line  # it says both
     epochs = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
     assert len(epochs) == 3 and epochs[-1]["test_accuracy"] >= 0.6, epochs  # chance: 0.25
     assert json.loads(paths.rank_map.read_text())[0]["resolved"]["attention"] == "xla"
