@@ -45,8 +45,8 @@ parallel         how steps run (step/parallel.py): pmap for a model with mutable
                  every BatchNorm layer all-reduces its moments inside the step (99 all-reduces in a
                  ResNet-50 step: 5,870 against 6,300 images/s per H200 on two, README). Else sharded:
                  one program, fewer host dispatches (README's MNIST tables)
-attention        the built-in ViTs' attention implementation (model/attention.py), stage 2: on GPUs in bf16
-                 the first cuDNN form that compiles for the model's shapes, else xla ("" for other models)
+attention        the built-in ViTs' attention implementation (model/attention.py), stage 2: auto is xla (the
+                 form measured on one H200); a cuDNN form given is probed for the model's shapes ("" for others)
 """
 
 from __future__ import annotations

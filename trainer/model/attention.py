@@ -53,7 +53,7 @@ def padded(query, key, value, length: int, kernel: str):
 
 def choose(setting: str, platform: str, precision: str, shape: tuple[int, int, int] | None) -> str:
     """--attention resolved. `shape`: the model's (tokens, heads, head_dim), None for a model without
-    attention of ours (then ""). A cuDNN form, given or probed, must compile for that shape here."""
+    attention of ours (then ""). auto is xla; a cuDNN form, given, must compile for that shape here."""
     if shape is None:
         return ""
     if setting in ("xla", "auto"):
