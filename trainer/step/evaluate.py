@@ -78,7 +78,7 @@ class Evaluator:
         (copied to the others), and the samples counted; every evaluating process calls it."""
         start = time.perf_counter()
         variables = jax.device_put(variables, self.replicated)
-        self.ready.join(timeout=PREPARE_WAIT_S)
+        self.settle()
         if self.data is None:
             self._build()
         tally, kept, call = self._zero(), [], self.compiled or self.eval
