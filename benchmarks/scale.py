@@ -318,7 +318,7 @@ step ms: rank 0's steady step, --global-batch-size over all N devices (strong sc
 file-system operations (Python audit hooks + os.stat/os.lstat, under the run root and the data), per rank,
 the busiest rank's; the watchdog's periodic ones (its heartbeat, one peer's, the job's cause) apart, as a rate:
   step ops/rank: per SGD step while training, besides the watchdog's
-  watchdog ops/rank/s: the watchdog's while training (3 per 2 s interval)
+  watchdog ops/rank/s: the watchdog's over the rank's life (3 per 2 s interval)
   start ops r0, start ops/rank: before the first step, besides the watchdog's: rank 0, the busiest other
   ckpt ops/rank: per epoch-end checkpoint, besides the watchdog's (rank 0 writes it)
 ckpt s: the slowest rank's save, mean over the epoch-end checkpoints

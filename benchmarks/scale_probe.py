@@ -59,6 +59,15 @@ def watchdog(event) -> bool:
     return beat or (operation == "open" and path.endswith("/endings/cause.json"))
 
 
+def watchdog_rate(doc: dict) -> float | None:
+    """The watchdog's operations a second over the rank's life, from its first to the rank's last
+    operation: a stretch of a few 2-s intervals (the steady steps alone may hold none, or one interval
+    in 2.1 s) would measure the quantization, not the rate."""
+    beats = [e[0] for e in doc["events"] if watchdog(e)]
+    seconds = max(e[0] for e in doc["events"]) - beats[0] if beats else 0
+    return len(beats) / seconds if seconds else None
+
+
 BACKGROUND = ("checkpoints", "compile-cache", "data")  # written beside the steps, not by them (see per_rank)
 
 
@@ -85,7 +94,7 @@ def per_rank(doc: dict, run_dir: Path) -> dict:
         "ops_per_s": len(trained) / seconds if seconds else None,
         "step_ops": (len(within(own, steady)) - len(behind)) / calls if calls else None,
         "background_ops_per_s": len(behind) / seconds if seconds else None,
-        "watchdog_ops_per_s": sum(map(watchdog, trained)) / seconds if seconds else None,
+        "watchdog_ops_per_s": watchdog_rate(doc),
         "startup_ops": sum(1 for e in own if e[0] < first),
         "startup_watchdog_ops": sum(1 for e in doc["events"] if e[0] < first and watchdog(e)),
         "save_ops": len(within(own, saves)) / len(saves) if saves else None,
