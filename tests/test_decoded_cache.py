@@ -43,14 +43,9 @@ def test_auto_turns_on_only_the_kinds_the_measurements_chose(monkeypatch):
     assert _rule("512")[:2] == ("host", 500) and _rule(decoder="mixed", share=0.25)[0] == "decoder"
 
 
-def test_the_host_table_only_where_it_is_proven():
-    # a folders set's host table gave other samples than its reader (a NaN where the uncached run trained)
-    data = DataConfig(pipeline="folders")
-    assert decoded_cache(data, "cpu", True, ROOM, 0.5) == (
-        "off",
-        0,
-        "off (the host table is checked for --pipeline mnist only)",
-    )
+def test_every_built_in_pipeline_keeps_a_host_table_under_auto():
+    for pipeline in ("mnist", "folders", "tfrecord", "webdataset"):
+        assert decoded_cache(DataConfig(pipeline=pipeline), "cpu", True, ROOM, 0.5)[:2] == ("host", 500), pipeline
 
 
 def test_off_global_order_and_pipelines_that_do_not_say_so_keep_nothing():
@@ -91,11 +86,11 @@ def test_the_estimate_reads_headers_not_pixels(mnist_lmdb):
     assert memory.host_room_mb(2) > 0
 
 
-def _epochs(path, cache: str, epochs: int) -> tuple[list, object]:
-    """Every batch of `epochs` epochs of mnist's training pipelines, 2 readers on one CPU device."""
+def _epochs(path, cache: str, epochs: int, **data_config) -> tuple[list, object]:
+    """Every batch of `epochs` epochs of a training pipeline (mnist's unless told), 2 readers on one CPU device."""
     devices = jax.local_devices(backend="cpu")[:1]
     sharding = shards.Sharding(0, 1, 1, 2)
-    config = DataConfig(decoder="cpu", reader_threads=1, decoded_cache=cache, output_dtype="float32")
+    config = DataConfig(decoder="cpu", reader_threads=1, decoded_cache=cache, output_dtype="float32", **data_config)
     start = dali.Start("shards", 0, 1, 50, 2)
     data = dali.build(str(path), devices, devices, sharding, 100, True, config, 0, start=start)
     batches = [{k: np.asarray(v) for k, v in data.next().items()} for _ in range(epochs * data.steps)]
@@ -113,6 +108,34 @@ def test_the_host_cache_gives_the_same_samples_in_the_same_order(small_lmdb):
     for a, b in zip(plain, cached):
         assert all(np.array_equal(a[k], b[k]) for k in ("images", "labels", "valid"))
     assert not np.array_equal(plain[0]["labels"], plain[data.steps]["labels"])  # epoch 1 is another shuffle
+
+
+def test_a_folders_table_holds_each_file_decoded_and_its_reader_keeps_the_order(tmp_path):
+    """The folders pipeline crops whole decoded images when it keeps them (its uncached path decodes the crop
+    alone), so its pixels differ from the uncached run's; what must not: the table holds every file of the
+    shard exactly as DALI decodes it, and the labels and padding masks come call by call as without it."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+
+    synth(SynthSpec(tmp_path, "folders", classes=4, train=150, test=4, image_scale=0.1, workers=1))
+    folders = {"pipeline": "folders", "image_size": 16}
+    plain, _ = _epochs(tmp_path / "training", "off", 2, **folders)
+    cached, data = _epochs(tmp_path / "training", "64", 2, **folders)
+    for a, b in zip(plain, cached, strict=True):
+        assert all(np.array_equal(a[k], b[k]) for k in ("labels", "valid")) and np.isfinite(b["images"]).all()
+
+    @pipeline_def(batch_size=50, num_threads=1, device_id=None, seed=0)
+    def decoded():
+        files, _ = fn.readers.file(file_root=str(tmp_path / "training"))
+        return fn.get_property(files, key="source_info"), fn.decoders.image(files, output_type=types.RGB)
+
+    pipe = decoded()
+    pipe.build()
+    files = {np.asarray(i).tobytes(): np.array(im) for _ in range(3) for i, im in zip(*pipe.run())}
+    table = data.host_cache.table
+    assert len(files) == 150 and table.keys() == files.keys()
+    assert all(np.array_equal(table[key], image) for key, image in files.items())
 
 
 def test_a_folders_shard_fills_with_the_files_its_shuffling_reader_reads(tmp_path):

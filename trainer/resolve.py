@@ -71,7 +71,6 @@ OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
 # What auto turns on where it fits. DALI's decoder cache changes how ResNet-50's default path decodes and is not
 # measured on a GPU yet (imagenet.py --decoded-cache auto,off times it): until it is, a SIZE turns it on.
 AUTO_KINDS = (HOST,)
-HOST_PIPELINES = ("mnist",)  # where the host table is proven to give the uncached samples (test_decoded_cache)
 DECODER_SLACK = 1.25  # DALI's decoder cache sized a quarter above the estimate: no image left out by its error
 MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader (README); more ride out slow reads
 
@@ -189,8 +188,6 @@ def decoded_cache(
         return OFF, 0, f"off ({'the checkpoint resumed was written without one' if kept == OFF else why})"
     if not cacheable:
         return OFF, 0, "off (the pipeline does not decode through args.decode)"
-    if kind == HOST and data.pipeline not in HOST_PIPELINES:  # folders' table gave other samples than its reader
-        return OFF, 0, f"off (the host table is checked for --pipeline {', '.join(HOST_PIPELINES)} only)"
     if kept is None and setting is None and kind not in AUTO_KINDS:
         return OFF, 0, f"off (auto keeps no {kind} cache; --decoded-cache SIZE does)"
     need = None if room.split_mb is None else room.split_mb * share
