@@ -27,6 +27,7 @@ from dali_launch.trainer.run_dir import RunPaths
 SHARED = ".compile-cache"  # in the run root: hidden, and no run directory (`dali-launch runs` skips it)
 ENV = "DALI_LAUNCH_COMPILE_CACHE"  # the default folder instead of the run root's
 MIN_COMPILE_S = 0.2  # JAX's default (1 s) would leave the MLP's steps out on a GPU
+MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's own setting: where given, it wins
 SETTLED_S = 2.0  # an entry this recent may still be being written (a compile in a thread): published later
 
 
@@ -55,7 +56,8 @@ def point_jax_at(folder: Path) -> None:
     import jax
 
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
+    if MIN_COMPILE_ENV not in os.environ:  # JAX read it at import
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
     # JAX would also point XLA's autotuning cache into this folder, and that path is part of every entry's
     # key: each run's keys would differ and no run would find another's programs.
     with contextlib.suppress(AttributeError):
