@@ -8,7 +8,6 @@ averages gradients over the whole job's real samples.
 
 from __future__ import annotations
 
-import math
 import time
 
 import jax
@@ -95,7 +94,7 @@ class Loop:
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
-        self.nan_guard = NanGuard(spec, k)
+        self.nan_guard = NanGuard(spec, k, checkpointer.wait)
 
     def read_with(self, data, mode, k: int) -> None:
         """The epochs from here read `data` and step with `mode`, `k` SGD steps a call (set_up.py: the rest
@@ -138,7 +137,7 @@ class Loop:
                     self._check_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
         self._check_labels(tally)
         loss, count = first(tally["loss"]), int(first(tally["count"]))
-        self._check_finite(loss, before + self.data.steps, epoch)  # before the epoch's checkpoint
+        self.nan_guard.check(loss, before + self.data.steps, epoch)  # before the epoch's checkpoint
         self.step_log.point(before + self.data.steps, tally, wait.idle_s)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:
@@ -183,19 +182,12 @@ class Loop:
     def _check_labels(self, tally) -> None:
         label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "training")
 
-    def _check_finite(self, loss: float, calls_done: int, epoch: int) -> None:
-        """--on-nan at a check point. A loss that is not finite: the last good checkpoint's background write
-        finishes first, so the line names it whole and is the task's last (Orbax's pool would speak after)."""
-        if not math.isfinite(loss):
-            self.checkpointer.wait()
-        self.nan_guard.check(loss, calls_done, epoch)
-
     def _check_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
         self.checkpointer.check()  # a write that failed in the background: one line now, not at the next save
         self._check_labels(tally)
-        self._check_finite(first(tally["loss"]), epoch * self.data.steps + calls_done, epoch)  # before any save
+        self.nan_guard.check(first(tally["loss"]), epoch * self.data.steps + calls_done, epoch)  # before any save
         self.step_log.point(epoch * self.data.steps + calls_done, tally, data_wait_s)  # before a preemption ends it
         minutes = self.spec.resilience.checkpoint_every_min
         asked, signum, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)

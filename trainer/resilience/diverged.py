@@ -29,8 +29,10 @@ class Diverged(UsageError):
 class NanGuard:
     """Remembers the last check point whose loss was finite, and stops at the first one that is not."""
 
-    def __init__(self, spec, steps_per_call: int):
-        self.spec, self.k = spec, steps_per_call
+    def __init__(self, spec, steps_per_call: int, settle_checkpoints):
+        """`settle_checkpoints()`: the checkpoints' background writes finished, so the line names the last
+        good one whole and is the task's last (Orbax's pool would speak after it)."""
+        self.spec, self.k, self.settle_checkpoints = spec, steps_per_call, settle_checkpoints
         self.last_good = None  # global device calls done at the last finite check point
 
     def begin(self, calls_done: int) -> None:
@@ -42,6 +44,7 @@ class NanGuard:
         if math.isfinite(loss_sum) or self.spec.train.on_nan != "stop":
             self.last_good = calls_done
             return
+        self.settle_checkpoints()
         paths = RunPaths(self.spec.run_dir)
         newest = saved.newest(paths)
         kept = (
