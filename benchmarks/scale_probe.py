@@ -84,7 +84,8 @@ def per_rank(doc: dict, run_dir: Path) -> dict:
     calls = sum(detail["calls"] for _, _, detail in steady)
     trained = within(doc["events"], steady)
     own = [e for e in doc["events"] if not watchdog(e)]  # what the rank does besides its watchdog
-    behind = [e for e in within(own, steady) if category(e[2], run_dir) in BACKGROUND]
+    stepping = within(own, steady)
+    behind = [e for e in stepping if category(e[2], run_dir) in BACKGROUND]
     first = min((start for start, _, _ in epochs), default=float("inf"))
     return {
         "steady_s": seconds,
@@ -92,7 +93,7 @@ def per_rank(doc: dict, run_dir: Path) -> dict:
         "steady_ops": len(trained),
         "ops_per_step": len(trained) / calls if calls else None,
         "ops_per_s": len(trained) / seconds if seconds else None,
-        "step_ops": (len(within(own, steady)) - len(behind)) / calls if calls else None,
+        "step_ops": (len(stepping) - len(behind)) / calls if calls else None,
         "background_ops_per_s": len(behind) / seconds if seconds else None,
         "watchdog_ops_per_s": watchdog_rate(doc),
         "startup_ops": sum(1 for e in own if e[0] < first),
