@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fcntl
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -103,12 +105,19 @@ class RunPaths:
         return sorted(self.samples.glob(f"epoch-{epoch}-rank-*.npy"))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Readers (the launcher's follow loop, other ranks) never see half a file."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Readers (the launcher's follow loop, other ranks) never see half a file. The temporary file's name
+    is this writer's own: two processes writing the same path at once (the ranks of a host filling a shared
+    cache) each rename a whole file, where one shared name let the second find the first's gone."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # A run directory is locked while a job runs in it: an exclusive flock, which the kernel drops when

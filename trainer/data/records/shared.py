@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dali_launch.trainer import coordination
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 _JOB: dict = {}  # run_dir, process_id, num_processes, timeout_s: the job this process is part of
 FILE_READER = "file"
@@ -40,9 +40,9 @@ def opened(key: str, open_here: Callable):
     path = _listing(key)
     if _JOB["process_id"] == 0:
         source = open_here()
-        _write(path, pickle.dumps(source))
+        write_atomic(path, pickle.dumps(source))
         if hasattr(source, "file_list"):
-            _write(path.with_suffix(".txt"), source.file_list().encode())
+            write_atomic(path.with_suffix(".txt"), source.file_list())
         coordination.publish(f"listing/{path.stem}", path.name)
         return source
     coordination.wait_for(f"listing/{path.stem}", _JOB["timeout_s"])
@@ -71,11 +71,3 @@ def file_list(key: str) -> str:
 def _listing(key: str) -> Path:
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return RunPaths(_JOB["run_dir"]).listing(f"{json.loads(key)[0]}-{digest}.pkl")
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Whole or not at all: written beside, renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
