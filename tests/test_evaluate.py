@@ -36,11 +36,10 @@ print(json.dumps({"accuracy": accuracy, "count": count, "devices": evaluator.eva
 """
 
 
-def test_four_processes_evaluate_on_all_four_as_one_device_does(small_lmdb, tmp_path):
-    """200 test samples, 50 per device (2 batches): each of the 4 processes reads its own shard; process 0
-    reports the sum. Both evaluations run the same program (25 rows on one device), so the counts are equal.
-    4, not 8: 8 JAX processes start for a minute on CI's 2 cores, and prove nothing 4 do not."""
-    job = ["--local", "--processes", "4", "--gpus-per-node", "4", "--platform", "cpu", "--init-timeout-s", "120"]
+def test_eight_processes_evaluate_on_all_eight_as_one_device_does(small_lmdb, tmp_path):
+    """200 test samples, 25 per device: each of the 8 processes reads its own shard; process 0 reports
+    the sum. Both evaluations run the same program (25 rows on one device), so the counts are equal."""
+    job = ["--local", "--processes", "8", "--gpus-per-node", "8", "--platform", "cpu", "--init-timeout-s", "120"]
     check_ok(
         dali_launch(
             *job,
@@ -57,7 +56,7 @@ def test_four_processes_evaluate_on_all_four_as_one_device_does(small_lmdb, tmp_
     )
     paths = only_run(tmp_path)
     [epoch] = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
-    assert epoch["eval_devices"] == 4 and epoch["test_count"] == 200, epoch
+    assert epoch["eval_devices"] == 8 and epoch["test_count"] == 200, epoch
     one = subprocess.run(
         [sys.executable, "-c", ONE_DEVICE, str(paths.root)], capture_output=True, text=True, cwd=REPO, timeout=300
     )
