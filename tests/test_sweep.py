@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from catalogue import run_entry
@@ -131,6 +132,10 @@ def test_local_sweep_runs_each_point_after_the_other(small_lmdb, tmp_path):
     ]
     configs = [json.loads(RunPaths(r["run_dir"]).config.read_text())["train"]["learning_rate"] for r in status]
     assert configs == [0.05, 0.1]
+    for r in status:  # a point by the name `runs` prints under its sweep
+        named = dali_launch("status", Path(r["run_dir"]).name, "--run-root", str(tmp_path))
+        check_ok(named)
+        assert "finished" in named.stdout and Path(r["run_dir"]).name in named.stdout
 
 
 @pytest.mark.slurm

@@ -7,6 +7,7 @@ run directory alone (its ranks' logs and reports; live while its launcher or pro
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 import time
@@ -53,7 +54,7 @@ def find(job: str, run_root: str):
     from dali_launch.trainer.run_dir import RunPaths
 
     root = Path(run_root)
-    for folder in (Path(job), root / job):
+    for folder in (Path(job), root / job, *_sweep_point(root, job)):
         if folder.is_dir():
             if not RunPaths(folder).config.is_file():
                 raise UsageError(f"{folder} is not a run directory (no config.json); pass one that dali-launch made")
@@ -69,6 +70,17 @@ def find(job: str, run_root: str):
         f"no run named {job} under --run-root {root.absolute()}; pass a run directory, a run name "
         f"`dali-launch runs {run_root}` lists, or a SLURM job id"
     )
+
+
+def _sweep_point(root: Path, name: str) -> list[Path]:
+    """A sweep's point by the name `runs` prints under its sweep; a name two sweeps share is refused."""
+    if "/" in name or name.startswith("."):
+        return []
+    points = sorted(p for p in root.glob(f"*/{glob.escape(name)}") if (p.parent / "sweep.json").is_file())
+    if len(points) > 1:
+        named = ", ".join(str(p.relative_to(root)) for p in points)
+        raise UsageError(f"{len(points)} sweeps under --run-root {root.absolute()} have a point {name}: pass one of {named}")
+    return points
 
 
 def status_line(job) -> str:
