@@ -18,6 +18,7 @@ from test_formats_train import PIPELINES, SMALL_IMAGES, _whole_split
 
 from dali_launch.trainer.data import bad_samples, records
 from dali_launch.trainer.data.records import tfrecord
+from dali_launch.trainer.observe.replicas import fingerprints
 
 TFRECORD_FEATURES = {
     tfrecord.IMAGE: tfrec.FixedLenFeature((), tfrec.string, ""),
@@ -91,25 +92,53 @@ def test_train_skips_and_lists_the_bad_samples(tmp_path):
     assert metrics["train_samples"] == 4 and metrics["bad_samples"] == 2
 
 
+def _spoilt_positions(fmt: str, split) -> set[int]:
+    """Where SPOILS' samples stand in the reader's order of the split: synth's own order in its shards,
+    class folder then file name for folders (DALI's file reader sorts both)."""
+    if fmt != "folders":
+        return set(SPOILS)
+    files = sorted(split.glob("*/*.jpg"), key=lambda f: (f.parent.name, f.name))
+    return {n for n, f in enumerate(files) if int(f.stem) in SPOILS}
+
+
+def _named(fmt: str, split, sample: int) -> str:
+    """How bad_samples.jsonl names synth sample `sample` of shard 0 (or its file)."""
+    if fmt == "folders":
+        return str(next(split.glob(f"*/{sample:08d}.jpg")))
+    if fmt == "tfrecord":
+        return f"record {sample} of {split / 'shard-00000.tfrecord'}"
+    return f"of {split / 'shard-00000.tar'}"  # sample KEY of TAR
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_local_skip_trains_every_other_sample_once(synth_sets, tmp_path):
-    """2 processes × 1 device over a WebDataset set with samples 1 and 2 spoilt, read through a pipeline of
-    the user's own (`args.read`: the trainer screens the split itself): every other sample once an epoch."""
-    data = _spoiled(synth_sets["webdataset"], tmp_path, "webdataset")
+@pytest.mark.parametrize("mode", ["train", "local"])
+@pytest.mark.parametrize("fmt", ["folders", "tfrecord", "webdataset"])
+def test_skip_trains_every_other_sample_once(synth_sets, tmp_path, fmt, mode):
+    """A text file named .jpg (sample 1) and a cut JPEG (sample 2) in each format, under `train` (1 device) and
+    `--local` (2 processes × 1 device), read by the format's own reader through a pipeline of the user's
+    (`args.read`: the trainer screens the split itself; augmentation off, so fingerprints can be compared):
+    both listed in bad_samples.jsonl and on the epoch line, every other sample trained on once."""
+    data = _spoiled(synth_sets[fmt], tmp_path, fmt)
+    where = ["train"] if mode == "train" else ["--local", "--gpus-per-node", "2", "--processes", "2"]
     proc = dali_launch(
-        "--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "60",
-        "--pipeline", "unaugmented_pipelines:webdataset", *SMALL_IMAGES, "--data-dir", str(data),
-        "--epochs", "1", "--record-samples", "--bad-samples", "skip", "--max-bad-samples", "0.01", "--run-root", str(tmp_path / "runs"),
+        *where, "--init-timeout-s", "60", "--pipeline", f"unaugmented_pipelines:{fmt}", *SMALL_IMAGES,
+        "--data-dir", str(data), "--epochs", "1", "--record-samples", "--bad-samples", "skip",
+        "--max-bad-samples", "0.01", "--run-root", str(tmp_path / "runs"),
         env={"PYTHONPATH": str(REPO / "tests")},
     )  # fmt: skip
     check_ok(proc)
-    images, labels = _whole_split(PIPELINES["webdataset"], synth_sets["webdataset"] / "training")
-    from dali_launch.trainer.observe.replicas import fingerprints
-
+    clean = synth_sets[fmt] / "training"
+    images, labels = _whole_split(PIPELINES[fmt], clean)
     prints = fingerprints(np.stack(images), np.array([int(label) for label in labels])).tolist()
-    expected = collections.Counter(p for i, p in enumerate(prints) if i not in SPOILS)  # reader order = synth's here
-    assert seen_prints(only_run(tmp_path / "runs"), 0) == expected
+    spoilt = _spoilt_positions(fmt, clean)
+    assert len(spoilt) == len(SPOILS)
+    paths = only_run(tmp_path / "runs")
+    assert seen_prints(paths, 0) == collections.Counter(p for i, p in enumerate(prints) if i not in spoilt)
+    listed = sorted(json.loads(line)["sample"] for line in paths.bad_samples.read_text().splitlines())
+    assert len(listed) == len(SPOILS), listed
+    for sample in SPOILS:
+        assert any(_named(fmt, data / "training", sample) in name for name in listed), (sample, listed)
     assert "[rank 0] epoch 0:" in proc.stdout and "2 bad samples left out" in proc.stdout, proc.stdout
 
 

@@ -79,7 +79,9 @@ def _sweep_point(root: Path, name: str) -> list[Path]:
     points = sorted(p for p in root.glob(f"*/{glob.escape(name)}") if (p.parent / "sweep.json").is_file())
     if len(points) > 1:
         named = ", ".join(str(p.relative_to(root)) for p in points)
-        raise UsageError(f"{len(points)} sweeps under --run-root {root.absolute()} have a point {name}: pass one of {named}")
+        raise UsageError(
+            f"{len(points)} sweeps under --run-root {root.absolute()} have a point {name}: pass one of {named}"
+        )
     return points
 
 
