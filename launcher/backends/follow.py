@@ -160,6 +160,8 @@ def _first_story(job, paths: RunPaths, failed: dict[int, str]) -> list[str]:
     causes = [e for e in ending.read(paths) if e["how"] in ending.CAUSES]
     culprit = causes[0].get("culprit", causes[0]["rank"]) if causes else min(failed)
     head = [f"dali-launch: {causes[0]['line']}"] if causes else []
+    if causes and causes[0].get("explained"):  # our own one-line error: what happened and the fix, alone
+        return head
     first = failed.get(culprit)
     story = [*head, *([f"dali-launch: rank {culprit} of job {job.job_id} failed:", first.rstrip()] if first else [])]
     if not first:  # it died without a result (a signal): its own stderr's last lines

@@ -228,15 +228,19 @@ class LocalRanks:
         cause = ending.cause(self.paths, since=self.started)
         return cause is not None and time.time() - cause["at"] > DRAIN_S
 
-    def _causes(self) -> list[tuple[float, int, str]]:
-        """(when, culprit rank, what) of everything that ends the job, earliest first: failures the
+    def _causes(self) -> list[tuple[float, int, str, bool]]:
+        """(when, culprit rank, what, explained: our own one-line error) of everything that ends the job, earliest first: failures the
         ranks recorded, watchdog verdicts, and deaths nobody explained (a signal, an abort)."""
         endings = ending.read(self.paths, since=self.started)
-        found = [(e["at"], e.get("culprit", e["rank"]), e["line"]) for e in endings if e["how"] in ending.CAUSES]
+        found = [
+            (e["at"], e.get("culprit", e["rank"]), e["line"], e.get("explained", False))
+            for e in endings
+            if e["how"] in ending.CAUSES
+        ]
         explained = {e["rank"] for e in endings}
         for rank, (code, at) in list(self.exited.items()):
             if code != 0 and rank not in explained and rank not in self.killed:
-                found.append((at - REAP_SLACK_S, rank, f"rank {rank} {_how(code)}"))
+                found.append((at - REAP_SLACK_S, rank, f"rank {rank} {_how(code)}", False))
         return sorted(found)
 
     def _outcome(self) -> Outcome:
@@ -246,8 +250,10 @@ class LocalRanks:
         if self.signals or self.timed_out or self._cancelled():
             return self._stopped()
         self._record_deaths()
-        causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed")]
-        _, culprit, what = causes[0]
+        causes = self._causes() or [(0.0, min(r for r, c in codes.items() if c), "a rank failed", False)]
+        _, culprit, what, explained = causes[0]
+        if explained:  # our own one-line error: it says what happened and the fix; the rest is in the logs
+            return Outcome(RunState.FAILED, what, 1)
         ends = ", ".join(
             f"rank {r} {'was killed by the launcher' if r in self.killed else _how(c)}"
             for r, c in sorted(codes.items())

@@ -191,7 +191,9 @@ def failures_recorded(paths: RunPaths, rank: int, several_processes: bool):
     try:
         yield
     except Exception as error:
-        record(paths, rank, FAILED, f"rank {rank} failed: {last_line(error)}")
+        # `explained`: our own one-line error, which says what happened and the fix: the launchers print
+        # that line alone (a traceback printed beside it, an Orbax thread's, stays in the rank's log)
+        record(paths, rank, FAILED, f"rank {rank} failed: {last_line(error)}", explained=isinstance(error, UsageError))
         if several_processes:
             atexit.register(_exit_now, EXIT_FAILED)
         raise
