@@ -1,7 +1,8 @@
 """Where this task sits in the job: process id, process count, coordinator and local devices.
 
-The launcher's local mode and SLURM describe a task through different environment variables; two
-tables map them to the same keys, so nothing after `from_environment` knows which backend started it.
+The launcher's local mode and SLURM describe a task through different environment variables; a reader per
+starter (two tables of names) maps them to the same fields, so nothing after `from_environment` knows which
+backend started it.
 JAX's own SLURM detection is not used: it assumes one GPU per task (jax issue 16788).
 """
 
@@ -84,41 +85,104 @@ def coordinator_port(job_id: str) -> int:
     return int(job_id) % 4096 + 61440
 
 
+class _Alone:
+    """A plain single process (`dali-launch train`): nothing to read; every value is the only one."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+
+    def rank(self) -> tuple[int, int, int]:
+        """(process id, process count, local rank)."""
+        return 0, 1, 0
+
+    def coordinator(self) -> str | None:
+        return None
+
+    def check(self, num_processes: int, count: int | None) -> None:
+        """Nothing to check: the launcher's layout is all there is."""
+
+    def on_host(self, num_processes: int) -> int:
+        return 1
+
+    def job_facts(self) -> dict:
+        return {}
+
+
+class _Started(_Alone):
+    """A task one of several processes, as the program that started it describes it, through its
+    variables (`names`: the keys above to its own names): submitit's JobEnvironment, one per starter."""
+
+    names: dict[str, str] = {}
+
+    def read(self, key: str) -> str:
+        try:
+            return self.env[self.names[key]]
+        except KeyError:
+            raise UsageError(f"{self.names[key]} is not set; start tasks through dali-launch or srun") from None
+
+    def rank(self) -> tuple[int, int, int]:
+        return int(self.read("process_id")), int(self.read("num_processes")), int(self.read("local_rank"))
+
+    def check(self, num_processes: int, count: int | None) -> None:
+        if count is None:
+            raise UsageError("the launcher did not say how many devices each process has (local_device_count)")
+
+
+class _LocalLauncher(_Started):
+    """The launcher's local mode: every process on this host, the coordinator's address given."""
+
+    names = LOCAL_ENV
+
+    def coordinator(self) -> str:
+        return self.read("coordinator_address")
+
+    def on_host(self, num_processes: int) -> int:
+        return num_processes
+
+
+class _Slurm(_Started):
+    """srun: the coordinator on the step's first node, at a port every task derives alike from the job id."""
+
+    names = SLURM_ENV
+
+    def coordinator(self) -> str:
+        nodes = self.env.get(SLURM_ENV["step_nodelist"]) or self.read("nodelist")
+        return f"{expand_hostlist(nodes)[0]}:{coordinator_port(self.read('job_id'))}"
+
+    def check(self, num_processes: int, count: int | None) -> None:
+        super().check(num_processes, count)
+        if num_processes != int(self.read("num_processes")):
+            raise UsageError(
+                f"SLURM started {self.read('num_processes')} tasks but the job was planned for {num_processes}"
+            )
+
+    def on_host(self, num_processes: int) -> int:
+        """How many tasks share this node: "2(x3)" is 2 each."""
+        return int(re.match(r"\d*", self.env.get(SLURM_ENV["tasks_per_node"], "")).group() or 1)
+
+    def job_facts(self) -> dict:
+        return {
+            "job_id": self.read("job_id"),
+            "restart_count": int(self.env.get(SLURM_ENV["restart_count"], "0")),
+            "num_nodes": _num_nodes(self.env),
+        }
+
+
+# The launcher says which started the task (Layout.backend): a `train` run inside an salloc must not read SLURM's.
+STARTERS = {"train": _Alone, "local": _LocalLauncher, "slurm": _Slurm}
+
+
 def from_environment(layout: Layout, platform: str, env: dict[str, str] | None = None) -> Topology:
     """The topology of this task: the launcher's `layout` wins, the environment fills the rest;
     `platform` is --platform (auto, gpu or cpu)."""
     env = dict(os.environ if env is None else env)
-    # The launcher says which table applies: a `train` run inside an salloc must not read SLURM's.
-    table = {"local": LOCAL_ENV, "slurm": SLURM_ENV, "train": None}[layout.backend]
+    started = STARTERS[layout.backend](env)
     # SLURM's node name: several slurmd on one host (our test cluster) share one hostname.
     host, platform = env.get("SLURMD_NODENAME") or socket.gethostname(), resolve_platform(platform)
-    if table is None:  # a plain single process (`dali-launch train`)
-        count = layout.local_device_count
-        return Topology(0, 1, None, count, _gpu_ids(platform, 0, count, env), host, platform)
-
-    def read(key: str) -> str:
-        try:
-            return env[table[key]]
-        except KeyError:
-            raise UsageError(f"{table[key]} is not set; start tasks through dali-launch or srun") from None
-
-    process_id = int(read("process_id"))
-    num_processes = layout.num_processes or int(read("num_processes"))
-    local_rank = int(read("local_rank"))
-    address = layout.coordinator_address or (
-        read("coordinator_address")
-        if table is LOCAL_ENV
-        else f"{expand_hostlist(env.get(table['step_nodelist']) or read('nodelist'))[0]}:"
-        f"{coordinator_port(read('job_id'))}"
-    )
-    count = layout.local_device_count
-    if count is None:
-        raise UsageError("the launcher did not say how many devices each process has (local_device_count)")
-    if table is SLURM_ENV and num_processes != int(read("num_processes")):
-        raise UsageError(f"SLURM started {read('num_processes')} tasks but the job was planned for {num_processes}")
-    slurm = table is SLURM_ENV
-    # Local mode starts every process on this host; SLURM says how many tasks share a node ("2(x3)": 2 each).
-    here = int(re.match(r"\d*", env.get(SLURM_ENV["tasks_per_node"], "")).group() or 1) if slurm else num_processes
+    process_id, started_processes, local_rank = started.rank()
+    num_processes, count = layout.num_processes or started_processes, layout.local_device_count
+    started.check(num_processes, count)
+    address = layout.coordinator_address or started.coordinator()
     return Topology(
         process_id,
         num_processes,
@@ -127,10 +191,8 @@ def from_environment(layout: Layout, platform: str, env: dict[str, str] | None =
         _gpu_ids(platform, local_rank, count, env),
         host,
         platform,
-        processes_on_host=here,
-        job_id=read("job_id") if slurm else None,
-        restart_count=int(env.get(SLURM_ENV["restart_count"], "0")) if slurm else 0,
-        num_nodes=_num_nodes(env) if slurm else None,
+        processes_on_host=started.on_host(num_processes),
+        **started.job_facts(),
     )
 
 
