@@ -357,3 +357,17 @@ def slurm_env() -> dict:
     yield {"SLURM_CONF": str(cluster / "slurm.conf"), "PATH": f"{cluster / 'bin'}:{os.environ['PATH']}"}
     if not given:
         subprocess.run(["bash", str(SLURM_SCRIPT), "down", "--dir", str(cluster)], timeout=120, capture_output=True)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 44 MiB tmpfs for a run root: the MLP's checkpoints are ~18 MB, so the third does not fit."""
+    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=44m", "tmpfs", str(mount)], check=True, timeout=30)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)

@@ -59,20 +59,6 @@ def test_a_damaged_newest_checkpoint_is_kept_aside_and_the_run_resumes_from_the_
     assert "Traceback" not in resumed.stderr
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 44 MiB tmpfs for a run root: the MLP's checkpoints are ~18 MB, so the third does not fit."""
-    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=44m", "tmpfs", str(mount)], check=True, timeout=30)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
-
-
 def test_a_full_run_root_stops_with_one_line_and_resumes_once_there_is_room(small_lmdb, small_tmpfs):
     """The run root on a tmpfs that fills at the third checkpoint: one line naming the run root and the fix,
     the previous checkpoint whole; after a remount with room, --resume finishes the run."""

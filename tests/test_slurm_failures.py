@@ -1,11 +1,13 @@
 """What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
-its peers' follow-on errors; a run of the user's own `srun dali-launch task` continued with `dali-launch
---resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C while following a job."""
+its peers' follow-on errors; a run root that fills up, in one line; a run of the user's own `srun dali-launch
+task` continued with `dali-launch --resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C
+while following a job."""
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import textwrap
 
@@ -39,6 +41,25 @@ def test_an_exception_in_rank_1_is_told_first(slurm_env, small_lmdb, tmp_path):
     # Rank 0's follow-on (srun's word on task 0) is there only when srun saw it before our scancel: a race.
     if "rank 0 on node1" in proc.stderr:
         assert proc.stderr.index("rank 1 fails mid-epoch") < proc.stderr.index("rank 0 on node1")  # the cause first
+
+
+def test_a_full_run_root_stops_the_job_in_one_line_and_it_resumes_once_there_is_room(
+    slurm_env, small_lmdb, small_tmpfs
+):
+    """The run root on a tmpfs that fills at the third checkpoint (both nodes of the test cluster are this
+    machine): the job ends with the one line that names the run root and the fix, the newest checkpoint whole;
+    after a remount with room, `--resume` submits again and finishes the run."""
+    run = [*JOB, "--data-dir", str(small_lmdb), "--epochs", "4", "--keep-checkpoints", "3"]
+    failed = dali_launch(*run, "--run-root", str(small_tmpfs), env=slurm_env)
+    paths = only_run(small_tmpfs)
+    (line,) = failed.stderr.strip().splitlines()
+    assert failed.returncode == 1 and line.startswith("dali-launch: rank 0 failed: cannot write checkpoint "), failed
+    assert f"into {paths.checkpoints}: No space left on device" in line and f"--resume {paths.root}" in line, line
+    newest, damaged = saved.newest_whole(paths, rename=False)
+    assert newest is not None and not damaged and newest.epoch >= 1
+    subprocess.run(["mount", "-o", "remount,size=200m", str(small_tmpfs)], check=True, timeout=30)
+    check_ok(dali_launch("--resume", str(paths.root), env=slurm_env))
+    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1, 2, 3]
 
 
 def test_an_srun_task_run_resumes_from_a_login_node_past_a_damaged_checkpoint(slurm_env, small_lmdb, tmp_path):
