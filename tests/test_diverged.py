@@ -44,6 +44,37 @@ def test_a_diverging_run_stops_at_the_check_point_with_its_last_good_checkpoint(
     assert ending["how"] == "failed" and "the training loss became" in ending["line"]
 
 
+LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "60"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_every_rank_of_a_local_job_stops_on_the_nan_or_skips_its_steps(small_lmdb, tmp_path):
+    """2 processes × 1 device at --learning-rate 1e4. `stop`: each rank sees the job's loss at the same check
+    point and stops there, the job in one line naming the first, exit 1. `skip-step`: the non-finite steps are dropped on every
+    device, counted on the epoch line and in metrics.jsonl, and the run ends with finite parameters, exit 0."""
+    run = [*LOCAL, "--data-dir", str(small_lmdb), "--learning-rate", "1e4", "--sync-every-steps", "1"]
+    stopped = dali_launch(*run, "--epochs", "2", "--run-root", str(tmp_path / "stop"))
+    (line,) = stopped.stderr.strip().splitlines()
+    assert stopped.returncode == 1 and re.match(r"dali-launch: rank [01] failed: the training loss became ", line), (
+        stopped.stderr
+    )
+    # the rank that said it first is named; a rank still on its way there when the launcher ends the job (a
+    # loaded machine) leaves no ending, and one that got there says the same steps and checkpoint
+    endings = [json.loads(p.read_text()) for p in only_run(tmp_path / "stop").endings.glob("rank-*.json")]
+    assert any(f"dali-launch: {e['line']}" == line for e in endings), (line, endings)
+    assert all(e["how"] == "failed" and "the training loss became" in e["line"] for e in endings), endings
+    assert len({e["line"].partition("failed: ")[2] for e in endings}) == 1
+
+    skipped = dali_launch(*run, "--epochs", "1", "--on-nan", "skip-step", "--run-root", str(tmp_path / "skip"))
+    assert skipped.returncode == 0, skipped.stderr
+    paths = only_run(tmp_path / "skip")
+    (metrics,) = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
+    assert 0 < metrics["skipped_steps"] <= 8, metrics  # 8 steps of 2 × 50
+    assert f"{metrics['skipped_steps']} steps skipped (loss not finite)" in skipped.stdout, skipped.stdout
+    assert all(np.isfinite(v).all() for v in final_params(paths).values())
+
+
 def test_skip_step_drops_an_update_whose_loss_is_not_finite():
     """One device call of two steps, the second's images NaN: it counts no samples and changes nothing;
     the first trains as it would alone. Without skip-step the NaN reaches the parameters."""
