@@ -244,7 +244,9 @@ class TrainConfig:
         choices=("keep", "rescale"),
         on_resume="elastic",
     )
-    eval_batch_size: int = opt(500, "Test samples per device per evaluation step.")
+    eval_batch_size: int = opt(
+        500, "Test samples per device per evaluation step, at most: smaller test shards take one step of their size."
+    )
     eval_on: str = opt(
         "all",
         "Which devices evaluate: all (every device of every process reads its shard of the test set; the "
