@@ -17,6 +17,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 import pytest
+from conftest import mounted_tmpfs
 
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import datasets, idx
@@ -219,17 +220,8 @@ def empty_folder(tmp: Path) -> dict:
 @pytest.fixture
 def full_fs(tmp_path):
     """A 4 MiB tmpfs at tmp_path/full-fs: less free space than a run needs (root only; unmounted after)."""
-    import subprocess
-
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "full-fs"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True, timeout=30)
-    try:
+    with mounted_tmpfs(tmp_path / "full-fs", "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
 
 
 # --- running an entry ---------------------------------------------------------------------------

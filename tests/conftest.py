@@ -359,15 +359,21 @@ def slurm_env() -> dict:
         subprocess.run(["bash", str(SLURM_SCRIPT), "down", "--dir", str(cluster)], timeout=120, capture_output=True)
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 44 MiB tmpfs for a run root: the MLP's checkpoints are ~18 MB, so the third does not fit."""
-    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
+@contextlib.contextmanager
+def mounted_tmpfs(mount: Path, size: str):
+    """A tmpfs of `size` (mount's -o size=) at `mount`, unmounted after; root only, else the test skips."""
+    if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "tmpfs"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=44m", "tmpfs", str(mount)], check=True, timeout=30)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True, timeout=30)
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 44 MiB tmpfs for a run root: the MLP's checkpoints are ~18 MB, so the third does not fit."""
+    with mounted_tmpfs(tmp_path / "tmpfs", "44m") as mount:
+        yield mount
