@@ -229,8 +229,9 @@ class LocalRanks:
         return cause is not None and time.time() - cause["at"] > DRAIN_S
 
     def _causes(self) -> list[tuple[float, int, str, bool]]:
-        """(when, culprit rank, what, explained: our own one-line error) of everything that ends the job, earliest first: failures the
-        ranks recorded, watchdog verdicts, and deaths nobody explained (a signal, an abort)."""
+        """(when, culprit rank, what, explained: our own one-line error) of everything that ends the job,
+        earliest first: failures the ranks recorded, watchdog verdicts, and deaths nobody explained (a
+        signal, an abort)."""
         endings = ending.read(self.paths, since=self.started)
         found = [
             (e["at"], e.get("culprit", e["rank"]), e["line"], e.get("explained", False))
