@@ -54,11 +54,11 @@ def find(job: str, run_root: str):
     from dali_launch.trainer.run_dir import RunPaths
 
     root = Path(run_root)
-    for folder in (Path(job), root / job, *_sweep_point(root, job)):
-        if folder.is_dir():
-            if not RunPaths(folder).config.is_file():
-                raise UsageError(f"{folder} is not a run directory (no config.json); pass one that dali-launch made")
-            return registry.attach(RunPaths(folder))
+    found = [folder for folder in (Path(job), root / job) if folder.is_dir()] or _sweep_point(root, job)
+    if found:
+        if not RunPaths(found[0]).config.is_file():
+            raise UsageError(f"{found[0]} is not a run directory (no config.json); pass one that dali-launch made")
+        return registry.attach(RunPaths(found[0]))
     if JOB_ID.match(job):
         for record in sorted([*root.glob("*/job.json"), *root.glob("*/*/job.json")], reverse=True):
             if str(json.loads(record.read_text()).get("job_id")) == job:
