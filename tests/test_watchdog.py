@@ -75,5 +75,5 @@ def test_the_local_launcher_names_a_killed_rank_before_the_peers_it_took_down(tm
     ranks.started = time.time() - 10
     ending.record(paths, 2, ending.FAILED, "rank 2 failed: JaxRuntimeError: Gloo ... Connection reset by peer")
     ranks.exited = {3: (-9, time.time() + 0.04)}
-    assert [culprit for _, culprit, _ in ranks._causes()] == [3, 2]
+    assert [culprit for _, culprit, _, _ in ranks._causes()] == [3, 2]
     assert ranks._causes()[0][2] == "rank 3 was killed by SIGKILL"
