@@ -59,21 +59,27 @@ def test_a_damaged_newest_checkpoint_is_kept_aside_and_the_run_resumes_from_the_
     assert "Traceback" not in resumed.stderr
 
 
-def test_a_full_run_root_stops_with_one_line_and_resumes_once_there_is_room(small_lmdb, small_tmpfs):
-    """The run root on a tmpfs that fills at the third checkpoint: one line naming the run root and the fix,
-    the previous checkpoint whole; after a remount with room, --resume finishes the run."""
-    run = [*LOCAL, "--data-dir", str(small_lmdb), "--epochs", "4", "--keep-checkpoints", "3"]
-    failed = dali_launch(*run, "--run-root", str(small_tmpfs))
-    paths = only_run(small_tmpfs)
-    (first,) = failed.stderr.strip().splitlines()  # one line: the rest (Orbax's thread's traceback) is in the log
-    assert failed.returncode == 1 and first.startswith("dali-launch: rank 0 failed: cannot write checkpoint "), failed
-    assert f"into {paths.checkpoints}: No space left on device" in first and f"--resume {paths.root}" in first
+def fill_run_root_then_resume(job: list[str], data, tmpfs, env=None) -> None:
+    """`job` (local or SLURM flags) on `data` with its run root on `tmpfs`, which fills at the third
+    checkpoint: one line naming the run root and the fix (the rest, Orbax's thread's traceback, is in the
+    log), the previous checkpoint whole; after a remount with room, --resume finishes the run."""
+    run = [*job, "--data-dir", str(data), "--epochs", "4", "--keep-checkpoints", "3"]
+    failed = dali_launch(*run, "--run-root", str(tmpfs), env=env)
+    paths = only_run(tmpfs)
+    (line,) = failed.stderr.strip().splitlines()
+    assert failed.returncode == 1 and line.startswith("dali-launch: rank 0 failed: cannot write checkpoint "), failed
+    assert f"into {paths.checkpoints}: No space left on device" in line and f"--resume {paths.root}" in line, line
     newest, damaged = saved.newest_whole(paths, rename=False)
     assert newest is not None and not damaged and newest.epoch >= 1
     assert not any(".orbax-checkpoint-tmp" in p.name for p in paths.checkpoints.iterdir())  # the half-written one went
-    subprocess.run(["mount", "-o", "remount,size=200m", str(small_tmpfs)], check=True, timeout=30)
-    check_ok(dali_launch("--resume", str(paths.root)))
+    subprocess.run(["mount", "-o", "remount,size=200m", str(tmpfs)], check=True, timeout=30)
+    check_ok(dali_launch("--resume", str(paths.root), env=env))
     assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1, 2, 3]
+
+
+def test_a_full_run_root_stops_with_one_line_and_resumes_once_there_is_room(small_lmdb, small_tmpfs):
+    """2 local processes; the SLURM side is test_slurm_failures'."""
+    fill_run_root_then_resume(LOCAL, small_lmdb, small_tmpfs)
 
 
 def test_local_timeout_checkpoints_before_it_stops_and_says_how_to_resume(mnist_lmdb, tmp_path):

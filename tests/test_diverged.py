@@ -51,8 +51,9 @@ LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-
 @pytest.mark.multiprocess
 def test_every_rank_of_a_local_job_stops_on_the_nan_or_skips_its_steps(small_lmdb, tmp_path):
     """2 processes × 1 device at --learning-rate 1e4. `stop`: each rank sees the job's loss at the same check
-    point and stops there, the job in one line naming the first, exit 1. `skip-step`: the non-finite steps are dropped on every
-    device, counted on the epoch line and in metrics.jsonl, and the run ends with finite parameters, exit 0."""
+    point and stops there, the job in one line naming the first, exit 1. `skip-step`: the non-finite steps
+    are dropped on every device, counted on the epoch line and in metrics.jsonl, and the run ends with
+    finite parameters, exit 0."""
     run = [*LOCAL, "--data-dir", str(small_lmdb), "--learning-rate", "1e4", "--sync-every-steps", "1"]
     stopped = dali_launch(*run, "--epochs", "2", "--run-root", str(tmp_path / "stop"))
     (line,) = stopped.stderr.strip().splitlines()

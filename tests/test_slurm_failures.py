@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import textwrap
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import check_ok, dali_launch, final_params, only_run, squeue, start, wait_for
 from test_allocation import _sbatch
-from test_checkpoint_failures import resume_after_damage
+from test_checkpoint_failures import fill_run_root_then_resume, resume_after_damage
 from test_endings import FAILING
 
 from dali_launch.trainer.resilience import saved
@@ -46,20 +45,9 @@ def test_an_exception_in_rank_1_is_told_first(slurm_env, small_lmdb, tmp_path):
 def test_a_full_run_root_stops_the_job_in_one_line_and_it_resumes_once_there_is_room(
     slurm_env, small_lmdb, small_tmpfs
 ):
-    """The run root on a tmpfs that fills at the third checkpoint (both nodes of the test cluster are this
-    machine): the job ends with the one line that names the run root and the fix, the newest checkpoint whole;
-    after a remount with room, `--resume` submits again and finishes the run."""
-    run = [*JOB, "--data-dir", str(small_lmdb), "--epochs", "4", "--keep-checkpoints", "3"]
-    failed = dali_launch(*run, "--run-root", str(small_tmpfs), env=slurm_env)
-    paths = only_run(small_tmpfs)
-    (line,) = failed.stderr.strip().splitlines()
-    assert failed.returncode == 1 and line.startswith("dali-launch: rank 0 failed: cannot write checkpoint "), failed
-    assert f"into {paths.checkpoints}: No space left on device" in line and f"--resume {paths.root}" in line, line
-    newest, damaged = saved.newest_whole(paths, rename=False)
-    assert newest is not None and not damaged and newest.epoch >= 1
-    subprocess.run(["mount", "-o", "remount,size=200m", str(small_tmpfs)], check=True, timeout=30)
-    check_ok(dali_launch("--resume", str(paths.root), env=slurm_env))
-    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1, 2, 3]
+    """As in local mode (both nodes of the test cluster are this machine): one line, then `--resume` submits
+    again and finishes the run once there is room."""
+    fill_run_root_then_resume(JOB, small_lmdb, small_tmpfs, env=slurm_env)
 
 
 def test_an_srun_task_run_resumes_from_a_login_node_past_a_damaged_checkpoint(slurm_env, small_lmdb, tmp_path):
