@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -105,6 +106,7 @@ class DeviceBatches:
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.peeked = None
         self.host_cache = None  # decoded_cache.HostCache the pipelines read, if --decoded-cache keeps one here
+        self.masks = {}  # training's masks on the devices, by their bytes (_masks_on_devices)
 
     def epoch(self):
         """Exactly `steps` batches: with padded shards that is one pass over every shard."""
@@ -150,14 +152,27 @@ class DeviceBatches:
             raise bad_samples.decode_failure(e, self.split) or e from None
         batch = {name: self._join(self._rows(outputs, i)) for i, name in enumerate(self.names)}
         if self.start:  # training: which rows are real, for the step's sums
-            batch["valid"] = self.put(self._valid())
+            batch["valid"] = self._masks_on_devices(self._valid())
             self.call, self.offset = (self.call + 1, self.offset) if self.call + 1 < self.steps else (0, 0)
         return batch
 
     def _rows(self, outputs: list, i: int) -> list[jax.Array]:
-        """Output `i` of every local device: its readers' batches end to end."""
+        """Output `i` of every local device, shaped (1, rows, ...): its readers' batches end to end."""
         r = self.sharding.readers
-        return [device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], d) for k, d in enumerate(self.devices)]
+        return [
+            device_batch([out[i] for out in outputs[k * r : (k + 1) * r]], d, lead=True)
+            for k, d in enumerate(self.devices)
+        ]
+
+    def _masks_on_devices(self, masks: list[np.ndarray]) -> jax.Array:
+        """`masks` as a job-wide array. An epoch has a few distinct masks (all rows real but for its last
+        calls), kept on the devices once made: a transfer per call cost the host more than the step."""
+        key = b"".join(m.tobytes() for m in masks)
+        if key not in self.masks:
+            if len(self.masks) >= MAX_MASKS:  # a global order's masks may all differ: keep the newest few
+                self.masks.clear()
+            self.masks[key] = self.put(masks)
+        return self.masks[key]
 
     def _valid(self) -> list[np.ndarray]:
         """The masks of the call about to be made, one per local device."""
@@ -168,30 +183,43 @@ class DeviceBatches:
 
     def put(self, values):
         """Host values (arrays or pytrees), one per local device, as job-wide arrays laid out like the batches."""
-        per_device = [jax.device_put(v, d) for v, d in zip(values, self.devices)]
+        # the leading axis added on the host: on a device array it is one more dispatched program
+        per_device = [
+            jax.device_put(jax.tree.map(lambda x: np.asarray(x)[None], v), d) for v, d in zip(values, self.devices)
+        ]
         return jax.tree.map(lambda *shards: self._join(list(shards)), *per_device)
 
     def shard_sizes(self) -> jax.Array:
         """Every reader's shard size, on the devices: (devices, readers), evaluation's masks' other input."""
         return self.put(list(self.sharding.shard_sizes(self.num_samples)))
 
-    def _join(self, arrays: list) -> jax.Array:
-        shards = [a[None] for a in arrays]
-        shape = (self.sharding_spec.mesh.devices.size, *shards[0].shape[1:])  # the mesh: the job, or one process
+    def _join(self, shards: list) -> jax.Array:
+        """Each local device's (1, ...) array as one array over the mesh (the job, or one process)."""
+        shape = (self.sharding_spec.mesh.devices.size, *shards[0].shape[1:])
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
 
 
-def device_batch(outputs: list, device) -> jax.Array:
-    """One device's readers' outputs, end to end, in a buffer of JAX's own (DALI reuses its buffers).
+MAX_MASKS = 8  # distinct training masks kept on the devices (DeviceBatches._masks_on_devices)
 
-    GPU outputs stay on their GPU: DLPack views, then one device copy (or concatenation).
+
+def device_batch(outputs: list, device, lead: bool = False) -> jax.Array:
+    """One device's readers' outputs, end to end, in a buffer of JAX's own (DALI reuses its buffers);
+    `lead`: with a leading axis of 1, the shape a job-wide array is joined from.
+
+    GPU outputs stay on their GPU: DLPack views, then one program that copies (or concatenates) them.
     """
     tensors = [out.as_tensor() for out in outputs]
     if isinstance(tensors[0], backend.TensorGPU):
-        views = [jax.dlpack.from_dlpack(t) for t in tensors]
-        return views[0].copy() if len(views) == 1 else jnp.concatenate(views)
+        return _copied(lead, *(jax.dlpack.from_dlpack(t) for t in tensors))
     host = np.array(tensors[0]) if len(tensors) == 1 else np.concatenate([np.asarray(t) for t in tensors])
-    return jax.device_put(host, device)
+    return jax.device_put(host[None] if lead else host, device)
+
+
+@partial(jax.jit, static_argnums=0)
+def _copied(lead: bool, *views):
+    """DALI's device buffers copied into one of JAX's, with the leading axis where `lead` asks for it."""
+    rows = jnp.concatenate(views) if len(views) > 1 else jnp.copy(views[0])  # a new buffer: DALI reuses its own
+    return rows[None] if lead else rows
 
 
 def build(

@@ -48,7 +48,8 @@ class RemainderBatches(dali.DeviceBatches):
         self.pipes.clear()
 
     def _rows(self, outputs: list, i: int) -> list[jax.Array]:
-        """Output `i` of every local device: its slots' rows (an old device's readers, or zeros), in step order."""
+        """Output `i` of every local device, shaped (1, rows, ...): its slots' rows (an old device's readers, or
+        zeros), in step order."""
         per_device, at = [], 0
         for device, hosted in zip(self.devices, self.hosted):
             slots = []
@@ -60,7 +61,7 @@ class RemainderBatches(dali.DeviceBatches):
                 slots.append(dali.device_batch([out[i] for out in outputs[at : at + r]], device))
                 at += r
             rows = slots[0] if len(slots) == 1 else jnp.concatenate(slots)
-            per_device.append(rows if self.order is None else jnp.take(rows, self.order, axis=0))
+            per_device.append((rows if self.order is None else jnp.take(rows, self.order, axis=0))[None])
         return per_device
 
     def _padding(self, name: str, device) -> jax.Array:
