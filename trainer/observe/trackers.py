@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from dali_launch.trainer.config import TaskSpec
@@ -20,10 +21,25 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 
-class TensorBoard:
-    def __init__(self, paths: RunPaths, first_step: int):
+def _summary_writer():
+    """tensorboardX's SummaryWriter, imported without PyTorch: its writer imports torch wherever torch is
+    installed (only to accept torch tensors, which we never log), 1.5-3 s of every start on a GPU node that
+    has it. A torch already imported is left as it is."""
+    if "torch" in sys.modules:
         from tensorboardX import SummaryWriter
 
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError: tensorboardX's own fallback
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
+
+
+class TensorBoard:
+    def __init__(self, paths: RunPaths, first_step: int):
+        SummaryWriter = _summary_writer()
         # A pid suffix: two incarnations starting within one second on one host would share a file name.
         self.writer = SummaryWriter(
             str(paths.tensorboard), purge_step=first_step or None, filename_suffix=f".{os.getpid()}"
