@@ -4,6 +4,8 @@ same samples in the same order as without it (data/decoded_cache.py); its kind k
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -21,31 +23,54 @@ from dali_launch.trainer.run_dir import RunPaths
 ROOM = Room(split_mb=1000, host_mb=600, device_mb=20_000)
 
 
+@pytest.fixture
+def auto_keeps_both(monkeypatch):
+    """The fit rule of a kind auto may keep: both kinds allowed, as a measurement that found them faster would."""
+    both = (resolve_module.HOST, resolve_module.DECODER)
+    monkeypatch.setattr(resolve_module, "AUTO_KINDS", {"cpu": both, "gpu": both})
+
+
 def _rule(setting="auto", decoder="cpu", share=0.5, room=ROOM, kept=None, order="shards", cacheable=True):
     data = DataConfig(decoded_cache=setting, sample_order=order)
-    return decoded_cache(data, decoder, cacheable, room, share, kept)
+    return decoded_cache(data, decoder, cacheable, room, share, kept, "cpu" if decoder == "cpu" else "gpu")
 
 
-def test_auto_keeps_the_decoded_shards_where_they_fit():
+def test_auto_keeps_the_decoded_shards_where_they_fit(auto_keeps_both):
     assert _rule()[:2] == ("host", 500)  # half the split, on this process, in 600 MiB
     assert _rule(share=0.7)[0] == "off" and "~700 MiB decoded would not fit in the 600 MiB" in _rule(share=0.7)[2]
     assert _rule("1000", decoder="mixed", share=0.25)[:2] == ("decoder", 313)  # a device's 250 MiB, a quarter spare
-    assert _rule(decoder="mixed", share=0.25)[2] == "off (auto keeps no decoder cache; --decoded-cache SIZE does)"
+    assert _rule(decoder="mixed", share=0.25)[:2] == ("decoder", 313)
     assert _rule(decoder="mixed", share=1, room=Room(1000, 600, 900))[0] == "off"
     assert _rule(room=Room())[2] == "off (the decoded size of the data set is unknown: a format records/ does not read)"
 
 
 def test_auto_turns_on_only_the_kinds_the_measurements_chose(monkeypatch):
-    """resolve.AUTO_KINDS is the one line a GPU measurement changes: a kind left out is off under auto, not
-    under a SIZE."""
-    monkeypatch.setattr(resolve_module, "AUTO_KINDS", (resolve_module.DECODER,))
-    assert _rule() == ("off", 0, "off (auto keeps no host cache; --decoded-cache SIZE does)")
+    """resolve.AUTO_KINDS is the one line a measurement changes: a kind left out is off under auto, not under a SIZE."""
+    monkeypatch.setattr(resolve_module, "AUTO_KINDS", {"cpu": (), "gpu": (resolve_module.DECODER,)})
+    assert _rule() == (
+        "off",
+        0,
+        "off (auto: a host cache measured slower than decoding on CPUs; --decoded-cache SIZE keeps one)",
+    )
     assert _rule("512")[:2] == ("host", 500) and _rule(decoder="mixed", share=0.25)[0] == "decoder"
 
 
-def test_every_built_in_pipeline_keeps_a_host_table_under_auto():
-    for pipeline in ("mnist", "folders", "tfrecord", "webdataset"):
-        assert decoded_cache(DataConfig(pipeline=pipeline), "cpu", True, ROOM, 0.5)[:2] == ("host", 500), pipeline
+MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "issue38"
+
+
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_auto_never_picks_a_kind_its_measurement_found_slower(platform):
+    """benchmarks/against.py's runs of the MNIST MLP (`against-PLATFORM.json`): every kind a run resolved to,
+    its mean epoch; the kinds AUTO_KINDS turns on are exactly those faster than decoding every epoch (off)."""
+    doc = json.loads((MEASURED / f"against-{platform}.json").read_text())
+    epochs = {}  # this code's runs with no flags (head) or only --decoded-cache (the other kinds)
+    for row in (r for r in doc["rows"] if r["name"] == "head" or r["flags"][:1] == ["--decoded-cache"]):
+        for run in (r for r in row["runs"] if r["pass"] >= 0 and "train_s" in r):
+            epochs.setdefault(run["decoded_cache"], []).extend(run["train_s"][1:])
+    mean = {kind: sum(s) / len(s) for kind, s in epochs.items()}
+    assert "off" in mean and len(mean) > 1, f"the runs measured only {sorted(mean)}"
+    faster = {kind for kind, s in mean.items() if kind != "off" and s < mean["off"]}
+    assert set(resolve_module.AUTO_KINDS[platform]) & set(mean) == faster, mean
 
 
 def test_off_global_order_and_pipelines_that_do_not_say_so_keep_nothing():
@@ -102,7 +127,8 @@ def test_the_host_cache_gives_the_same_samples_in_the_same_order(small_lmdb):
     2 readers: the table holds each sample of the process's shards once, decoded."""
     plain, _ = _epochs(small_lmdb / "training", "off", 2)
     cached, data = _epochs(small_lmdb / "training", "64", 2)
-    assert data.host_cache is not None and len(data.host_cache.table) == 800
+    assert data.host_cache is not None and len(data.host_cache.rows) == 800
+    assert data.host_cache.dense.shape == (800, 28, 28, 1)  # one shape: one array, a gather a batch
     assert data.host_cache.nbytes == 800 * 28 * 28  # grey: one byte a pixel
     assert len(plain) == len(cached) == 2 * data.steps
     for a, b in zip(plain, cached):
@@ -133,7 +159,8 @@ def test_a_folders_table_holds_each_file_decoded_and_its_reader_keeps_the_order(
     pipe = decoded()
     pipe.build()
     files = {np.asarray(i).tobytes(): np.array(im) for _ in range(3) for i, im in zip(*pipe.run())}
-    table = data.host_cache.table
+    table = data.host_cache.by_key()
+    assert data.host_cache.dense is None  # the files' sizes differ: a sample each
     assert len(files) == 150 and table.keys() == files.keys()
     assert all(np.array_equal(table[key], image) for key, image in files.items())
 
@@ -150,7 +177,7 @@ def test_a_folders_shard_fills_with_the_files_its_shuffling_reader_reads(tmp_pat
     synth(SynthSpec(tmp_path, "folders", classes=4, train=24, test=4, image_scale=0.1, workers=1))
     config = DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, output_dtype="float32", image_size=16)
     base = dali.pipeline_args(str(tmp_path / "training"), 0, 1, 4, True, config, 0)
-    table = decoded_cache.fill(_folders, base, [1], 2, 1).table
+    table = decoded_cache.fill(_folders, base, [1], 2, 1).by_key()
 
     @pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=0)
     def reader():

@@ -66,10 +66,11 @@ def test_preempted_run_of_each_format_resumes_to_the_same_parameters(synth_sets,
 
 
 def test_kill_9_while_a_checkpoint_is_written_resumes_to_the_same_parameters(small_lmdb, tmp_path):
-    """Checkpoints are written in the background (the default): kill -9 while one is half on disk (its
-    `STEP.orbax-checkpoint-tmp` folder there) leaves the newest complete one, which --resume continues
-    to the parameters of a run never interrupted, every sample seen once."""
+    """Checkpoints written in the background (--checkpoint-async on; auto's choice for a state of 64 MiB or
+    more): kill -9 while one is half on disk (its `STEP.orbax-checkpoint-tmp` folder there) leaves the newest
+    complete one, which --resume continues to the parameters of a run never interrupted, every sample seen once."""
     common = ["--data-dir", str(small_lmdb), "--epochs", "2", "--checkpoint-every-steps", "4", "--record-samples"]
+    common += ["--checkpoint-async", "on"]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
     whole = only_run(tmp_path / "whole")
     waits = [json.loads(line)["checkpoint_wait_s"] for line in whole.metrics.read_text().splitlines()]
@@ -100,7 +101,8 @@ def test_kill_9_while_a_checkpoint_is_written_resumes_to_the_same_parameters(sma
 def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) -> None:
     """Two epochs on 2 devices, uninterrupted and preempted (SIGUSR2 once `ready()`, then `after_s`)
     then resumed: the same parameters, the same samples in each epoch."""
-    common = [*common, "--epochs", "2", "--gpus-per-node", "2", "--record-samples"]
+    # the host table kept by a SIZE (auto keeps none today): a resume keeps its checkpoint's DALI graph
+    common = [*common, "--epochs", "2", "--gpus-per-node", "2", "--record-samples", "--decoded-cache", "512M"]
     check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "whole")))
     whole = only_run(tmp_path / "whole")
 

@@ -9,7 +9,7 @@ from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.resilience import elastic
 from dali_launch.trainer.resilience.start_point import StartPoint
-from dali_launch.trainer.resolve import parallel, resolve, steps_per_call
+from dali_launch.trainer.resolve import checkpoint_async, parallel, resolve, steps_per_call
 from dali_launch.trainer.step.parallel import sample_order
 
 
@@ -46,6 +46,24 @@ def test_parallel(setting, stateful, devices, expected):
     assert parallel(setting, stateful, devices) == expected
 
 
+@pytest.mark.parametrize(
+    "setting, mib, expected",
+    [
+        ("auto", 20, False),
+        ("auto", 64, True),
+        ("auto", 200, True),
+        ("on", 1, True),
+        ("off", 500, False),
+        (True, 1, True),
+        (False, 500, False),
+    ],
+)
+def test_checkpoint_async(setting, mib, expected):
+    """auto: in the background from 64 MiB of train state (the MLP's 20 MiB in the foreground: faster on an H200);
+    True/False: what run directories written before auto recorded."""
+    assert checkpoint_async(setting, mib << 20) is expected
+
+
 def test_resolve_records_every_auto_value():
     spec = TaskSpec(run_dir="x", train=TrainConfig(batch_size=50))
     auto = resolve(spec, place(spec, "cpu"), local_devices=2, global_devices=4, processes_here=2)
@@ -66,9 +84,9 @@ def test_resolve_records_every_auto_value():
         "elastic": None,
         "xla_options": {},  # XLA's defaults on CPUs
         "batchnorm_stats": "float32",
-        "decoded_cache": "off",  # no memory measured: nothing to keep it in
+        "decoded_cache": "off",  # auto keeps no host table on CPUs (resolve.AUTO_KINDS)
         "decoded_cache_mb": 0,
-        "decoded_cache_note": "off (the decoded size of the data set is unknown: a format records/ does not read)",
+        "decoded_cache_note": "off (auto: a host cache measured slower than decoding on CPUs; --decoded-cache SIZE keeps one)",
         "attention": "",  # the MLP has none; a ViT's: below
         "remainder": None,  # a fresh start: no epoch begun on another layout
         "xla_flags": {},  # no --deterministic
