@@ -65,6 +65,7 @@ def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
     assert [r["device_indices"] for r in ranks] == [[0, 1], [2, 3]] and ranks[1]["num_devices"] == 4
     assert ranks[1]["devices"] == ["cpu:2048", "cpu:2049"]  # JAX's ids; shards never follow them
     assert {r["resolved"]["parallel"] for r in ranks} == {"sharded"}  # --parallel auto: no BatchNorm
+    assert {r["resolved"]["checkpoint_async"] for r in ranks} == {False}  # auto: the MLP's 20 MiB in the foreground
     assert "[rank 1]" in multi.stdout and "[rank 0] epoch 0:" in multi.stdout
     assert all(paths.log(r).read_text() for r in range(2))
 

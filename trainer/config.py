@@ -406,11 +406,14 @@ class ResilienceConfig:
     keep_checkpoints: int = opt(
         3, "Checkpoints kept; older ones are deleted once a newer one is complete.", on_resume="may change"
     )
-    checkpoint_async: bool = opt(
-        True,
+    checkpoint_async: str = opt(
+        "auto",
         "Write checkpoints in the background (Orbax's asynchronous checkpointing): the step waits only while "
         "the state is copied to host memory (and for the previous checkpoint, if it is still being written). "
-        "Each is still atomic: a rank killed mid-write leaves the newest complete one to resume from.",
+        "on, off, or auto: on for a train state of 64 MiB or more, off below (the MNIST MLP's epochs ran 0.19 s "
+        "with its 20 MiB written in the foreground, 0.23 s with the write beside the next epoch, on an H200). "
+        "Each is atomic either way: a rank killed mid-write leaves the newest complete one to resume from.",
+        choices=("auto", "on", "off"),
         on_resume="may change",
     )
     max_requeues: int = opt(

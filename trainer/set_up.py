@@ -35,7 +35,7 @@ from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.resilience import start_point
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.resilience.start_point import StartPoint
-from dali_launch.trainer.resolve import Resolved, parallel
+from dali_launch.trainer.resolve import Resolved, checkpoint_async, parallel
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
@@ -73,9 +73,6 @@ def set_up(
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
     r, timeout_s = spec.resilience, spec.distributed.barrier_timeout_s
     paths = RunPaths(spec.run_dir)
-    checkpointer = Checkpointer(
-        paths, r.keep_checkpoints, r.checkpoint_async, timeout_s, auto.decoded_cache, spec.how_to_resume()
-    )
     records.shared.join(spec.run_dir, process, jax.process_count(), timeout_s)
     data = _pipelines(spec, devices, all_devices, sharding, auto, start)
     rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
@@ -87,6 +84,10 @@ def set_up(
     example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
+    asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # stage 3 too
+    checkpointer = Checkpointer(
+        paths, r.keep_checkpoints, asynchronous, timeout_s, auto.decoded_cache, spec.how_to_resume()
+    )
     mode = create(mode_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers)
     rest_mode = (
         create(mode_name, devices, all_devices, auto.remainder.batch_per_step, data.sharding_spec) if rest else None
@@ -103,7 +104,7 @@ def set_up(
         sharding=sharding,
         devices=devices,
         batch_size=auto.batch_per_device_step,
-        resolved=auto.as_dict(mode_name),
+        resolved=auto.as_dict(mode_name, asynchronous),
         dali=auto.startup_phrase(spec),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
@@ -117,6 +118,11 @@ def set_up(
         reporter.resumed(start.epoch, start.calls_done, start.step)
     training = Training(spec, data, mode, checkpointer, evaluator, mode.place(state), tally, fresh.schedule)
     return _with_remainder(training, rest, rest_mode, auto, start, int(state.slot), slots) if rest else training
+
+
+def state_bytes(shapes) -> int:
+    """The train state's bytes (parameters, optimizer state, statistics, EMA), from its abstract shapes."""
+    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes) if hasattr(leaf, "dtype"))
 
 
 def _with_remainder(training: Training, rest, mode, auto: Resolved, start: StartPoint, slot: int, slots: int):
