@@ -44,7 +44,10 @@ def launch(args, run_root: Path) -> dict:
     if proc.returncode or not runs:
         return {"argv": argv[len(CLI) :], "error": (proc.stderr or proc.stdout).strip().splitlines()[-6:]}
     first = json.loads((runs[-1] / "metrics.jsonl").read_text().splitlines()[0])
+    result = runs[-1] / "result.json"  # its parameters' checksums: runs of one run root share its programs
     return {
+        "checksums": json.loads(result.read_text()).get("checksums") if result.is_file() else None,
+        "compile_s": first["compile_s"],
         "argv": argv[len(CLI) :],
         "wall_s": wall_s,
         "first_step_s": first["first_step_s"],
@@ -55,7 +58,7 @@ def launch(args, run_root: Path) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = f"{'run':<6}{'first step s':>13}{'eval 0 s':>10}{'wall s':>8}  phases (s since launch, when each ended)"
+    head = f"{'run':<6}{'first step s':>13}{'1st call s':>11}{'eval 0 s':>10}{'wall s':>8}  phases (s since launch, when each ended)"
     lines = [head, "-" * len(head)]
     for i, r in enumerate(rows):
         name = "cold" if i == 0 else "warm"
@@ -63,7 +66,11 @@ def table(rows: list[dict]) -> str:
             lines.append(f"{name:<6}failed: {r['error']}")
             continue
         phases = ", ".join(f"{k} {v:.1f}" for k, v in r["startup"].items())
-        lines.append(f"{name:<6}{r['first_step_s']:>13.2f}{r['first_eval_s']:>10.2f}{r['wall_s']:>8.1f}  {phases}")
+        lines.append(
+            f"{name:<6}{r['first_step_s']:>13.2f}{r['compile_s']:>11.2f}{r['first_eval_s']:>10.2f}{r['wall_s']:>8.1f}  {phases}"
+        )
+    sums = {str(r.get("checksums")) for r in rows if "error" not in r}
+    lines.append(f"parameters alike in every run: {len(sums) == 1}")
     return "\n".join(lines)
 
 
