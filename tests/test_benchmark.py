@@ -1,5 +1,5 @@
 """The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8; imagenet.py: issue
-18; nnx_step.py: issue 32; deterministic.py: issue 29; step_levers.py: issue 30), run end to end with --smoke-cpu;
+18; nnx_step.py: issue 32; deterministic.py: issue 29; step_levers.py: issue 30; against.py: issue 38), run end to end with --smoke-cpu;
 scale.py (issue 33, CPU by design) at N = 2."""
 
 from __future__ import annotations
@@ -233,6 +233,7 @@ def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
     check_ok(bench(*argv, timeout=600, script=REPO / "benchmarks" / "startup.py"))
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 2 and all(r["first_step_s"] > 0 and r["first_eval_s"] > 0 for r in rows), rows
+    assert rows[0]["checksums"] == rows[1]["checksums"]  # the second run's programs are the first's, from the cache
     assert list(rows[0]["startup"]) == [
         "imports",
         "jax initialized",
@@ -241,6 +242,23 @@ def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
         "model initialised",
         "first step",
     ], rows[0]["startup"]
+
+
+def test_against_smoke_times_the_defaults_beside_older_code_and_a_variant(small_lmdb, tmp_path):
+    """benchmarks/against.py: the defaults, a variant and `--code` (here this very tree, through the links it
+    makes) in ABBA passes; the tree run as older code trains the same bits as the defaults (one program on one
+    CPU), the variant resolves what its flag says."""
+    out = tmp_path / "against.json"
+    argv = ["--smoke-cpu", "--data", str(small_lmdb), "--epochs", "2", "--passes", "2", "--out", str(out)]
+    argv += ["--code", f"tree={REPO}", "--variant", "host=--decoded-cache 64M", "--max-ratio", "100"]
+    check_ok(bench(*argv, timeout=600, script=REPO / "benchmarks" / "against.py"))
+    doc = json.loads(out.read_text())
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert list(rows) == ["head", "host", "tree"] and doc["result"]["pass"], doc["table"]
+    assert [run["pass"] for run in rows["head"]["runs"]] == [0, 1] and rows["tree"]["env"]
+    assert rows["tree"]["runs"][0]["checksums"] == rows["head"]["runs"][0]["checksums"]
+    assert {run["decoded_cache"] for run in rows["host"]["runs"]} == {"host"}
+    assert {run["decoded_cache"] for run in rows["head"]["runs"]} == {"off"}
 
 
 def test_sample_check_times_the_pre_flight_check(tmp_path):
