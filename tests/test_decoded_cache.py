@@ -127,8 +127,7 @@ def test_the_host_cache_gives_the_same_samples_in_the_same_order(small_lmdb):
     2 readers: the table holds each sample of the process's shards once, decoded."""
     plain, _ = _epochs(small_lmdb / "training", "off", 2)
     cached, data = _epochs(small_lmdb / "training", "64", 2)
-    assert data.host_cache is not None and len(data.host_cache.rows) == 800
-    assert data.host_cache.dense.shape == (800, 28, 28, 1)  # one shape: one array, a gather a batch
+    assert data.host_cache is not None and len(data.host_cache.table) == 800
     assert data.host_cache.nbytes == 800 * 28 * 28  # grey: one byte a pixel
     assert len(plain) == len(cached) == 2 * data.steps
     for a, b in zip(plain, cached):
@@ -159,8 +158,7 @@ def test_a_folders_table_holds_each_file_decoded_and_its_reader_keeps_the_order(
     pipe = decoded()
     pipe.build()
     files = {np.asarray(i).tobytes(): np.array(im) for _ in range(3) for i, im in zip(*pipe.run())}
-    table = data.host_cache.by_key()
-    assert data.host_cache.dense is None  # the files' sizes differ: a sample each
+    table = data.host_cache.table
     assert len(files) == 150 and table.keys() == files.keys()
     assert all(np.array_equal(table[key], image) for key, image in files.items())
 
@@ -177,7 +175,7 @@ def test_a_folders_shard_fills_with_the_files_its_shuffling_reader_reads(tmp_pat
     synth(SynthSpec(tmp_path, "folders", classes=4, train=24, test=4, image_scale=0.1, workers=1))
     config = DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, output_dtype="float32", image_size=16)
     base = dali.pipeline_args(str(tmp_path / "training"), 0, 1, 4, True, config, 0)
-    table = decoded_cache.fill(_folders, base, [1], 2, 1).by_key()
+    table = decoded_cache.fill(_folders, base, [1], 2, 1).table
 
     @pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=0)
     def reader():

@@ -35,43 +35,24 @@ FILL_BATCH = 256  # samples per batch of the fill pipelines: big batches keep DA
 
 
 class HostCache:
-    """This process's decoded training samples, by their reader's source_info: each kept once (padding
-    repeats a shard's last sample), samples of one shape as rows of one array."""
+    """This process's decoded training samples, by their reader's source_info."""
 
     def __init__(self):
-        self.rows: dict[bytes, int] = {}
-        self.samples: list[np.ndarray] = []
-        self.dense: np.ndarray | None = None  # (samples, ...) once `seal` found one shape
+        self.table: dict[bytes, np.ndarray] = {}
 
     def add(self, infos, images) -> None:
         for info, image in zip(infos, images):
-            key = np.asarray(info).tobytes()
-            if key not in self.rows:  # padding repeats the shard's last sample: the same key again
-                self.rows[key] = len(self.samples)
-                self.samples.append(np.array(image))  # a copy: DALI reuses its buffers
-
-    def seal(self) -> HostCache:
-        """Filling is done: samples of one shape and dtype become one array."""
-        kinds = {(image.shape, image.dtype.str) for image in self.samples}
-        if len(kinds) == 1:
-            self.dense, self.samples = np.stack(self.samples), []
-        return self
+            self.table[np.asarray(info).tobytes()] = np.array(image)  # a copy: DALI reuses its buffers
 
     def lookup(self, infos: list[np.ndarray]) -> list[np.ndarray]:
         """A batch's decoded samples (fn.python_function, batch_processing=True). DALI's CPU python_function
         takes a list of samples only, each converted on its own under the GIL: on an H200 this made MNIST's
         epochs 2.3x slower than decoding (issue 38), so resolve.py's auto keeps no host cache on GPUs."""
-        images = self.dense if self.dense is not None else self.samples
-        return [images[self.rows[info.tobytes()]] for info in infos]
-
-    def by_key(self) -> dict[bytes, np.ndarray]:
-        """Every sample by its key (for inspection: the lookups read the rows)."""
-        images = self.dense if self.dense is not None else self.samples
-        return {key: images[row] for key, row in self.rows.items()}
+        return [self.table[info.tobytes()] for info in infos]
 
     @property
     def nbytes(self) -> int:
-        return self.dense.nbytes if self.dense is not None else sum(image.nbytes for image in self.samples)
+        return sum(image.nbytes for image in self.table.values())
 
 
 @dataclass
@@ -139,9 +120,9 @@ def fill(function, base: PipelineArgs, devices: list[int], global_devices: int, 
         pipe.build()
         samples = next(iter(pipe.reader_meta().values()))["epoch_size"]
         for _ in range(math.ceil(shard_size(samples, device, global_devices) / FILL_BATCH)):
-            cache.add(*pipe.run())
+            cache.add(*pipe.run())  # padding repeats the shard's last sample: the same key again
         del pipe  # its threads and buffers
-    return cache.seal()
+    return cache
 
 
 def role(config_mb: int, decoder: str, cache: HostCache | None):
