@@ -34,28 +34,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from report import environment
+from report import checksums, code_env, environment
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 TIMEOUT_S = 600
 HERE = Path(__file__).resolve().parent
 
 
-def code_env(tree: Path, root: Path, name: str) -> dict:
-    """The environment that imports `tree`'s launcher/ and trainer/ as dali_launch (pyproject's package-dir
-    mapping, as links), ahead of the installed copy and of the caller's path (DALI's site folder)."""
-    package = root / f"code-{name}" / "dali_launch"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    for part in ("launcher", "trainer"):
-        (package / part).symlink_to(tree.resolve() / part, target_is_directory=True)
-    return {"PYTHONPATH": os.pathsep.join(filter(None, (str(package.parent), os.environ.get("PYTHONPATH"))))}
-
-
 def contenders(args, root: Path) -> list[dict]:
     rows = [{"name": "head", "flags": [], "env": {}}]
     rows += [{"name": n, "flags": f.split(), "env": {}} for n, f in args.variant]
-    rows += [{"name": n, "flags": [], "env": code_env(Path(d), root, n)} for n, d in args.code]
+    rows += [{"name": n, "flags": [], "env": code_env(Path(d), root / f"code-{n}")} for n, d in args.code]
     if args.example:
         rows.append({"name": "example", "flags": [], "env": {}, "example": True})
     return rows
@@ -113,14 +102,8 @@ def run_once(args, row: dict, root: Path, pass_: int) -> dict:
         "data_wait": [e["data_wait_fraction"] for e in epochs],
         "first_step_s": epochs[0].get("first_step_s"),
         "decoded_cache": resolved.get("decoded_cache"),
-        "checksums": checksums(run_root),
+        "checksums": checksums(metrics.parent),
     }
-
-
-def checksums(run_root: Path):
-    """The run's parameter checksums (result.json): two runs of one program that agree trained alike."""
-    found = next(run_root.glob("*/result.json"), None)
-    return json.loads(found.read_text()).get("checksums") if found else None
 
 
 def summary(rows: list[dict], max_ratio: float) -> dict:

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from imagenet import synth  # the same data set, written once
-from report import environment, listed
+from report import code_env, environment, listed
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 TIMEOUT_S = 900
@@ -110,22 +110,10 @@ def run(args, name: str, extra: list[str], root: Path, env: dict | None = None, 
     return read_run(root / name, row, out, err)
 
 
-def code_of(tree: Path, root: Path) -> dict:
-    """The environment that runs `tree`'s launcher/ and trainer/ as dali_launch (pyproject's package-dir
-    mapping, as links), ahead of any installed copy."""
-    package = root / "code-before" / "dali_launch"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    for part in ("launcher", "trainer"):
-        (package / part).symlink_to(tree.absolute() / part, target_is_directory=True)
-    # ahead of, not instead of, the caller's path: the GPU machine's site folder holds DALI and its deps
-    return {"PYTHONPATH": os.pathsep.join(filter(None, (str(package.parent), os.environ.get("PYTHONPATH"))))}
-
-
 def before_runs(args, root: Path) -> dict:
     """The default order on this code against `--before`'s: the benchmark's workload once (the baseline is
     this code's run; from its compile cache), and the MNIST MLP with every default, alternately."""
-    old = code_of(args.before, root)
+    old = code_env(args.before, root / "code-before")
     rows = {"before": run(args, "before", ["--compile-cache", str(root / "xla-baseline")], root, old)}
     if args.mnist:
         platform = "cpu" if args.smoke_cpu else "gpu"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 from pathlib import Path
 
@@ -168,3 +169,21 @@ def listed(kind=str, choices: tuple = ()):
         return values
 
     return parse
+
+
+def code_env(tree: Path, folder: Path) -> dict:
+    """The environment that runs `tree`'s launcher/ and trainer/ as dali_launch (pyproject's package-dir
+    mapping, as links made in `folder`), ahead of any installed copy and of the caller's path (the GPU
+    machine's site folder holds DALI and its deps)."""
+    package = folder / "dali_launch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for part in ("launcher", "trainer"):
+        (package / part).symlink_to(tree.absolute() / part, target_is_directory=True)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, (str(folder), os.environ.get("PYTHONPATH"))))}
+
+
+def checksums(run_dir: Path) -> list | None:
+    """A run's parameter checksums (its result.json), None where it wrote none."""
+    result = run_dir / "result.json"
+    return json.loads(result.read_text()).get("checksums") if result.is_file() else None

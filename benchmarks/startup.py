@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from report import environment
+from report import checksums, environment
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 TIMEOUT_S = 600
@@ -44,9 +44,8 @@ def launch(args, run_root: Path) -> dict:
     if proc.returncode or not runs:
         return {"argv": argv[len(CLI) :], "error": (proc.stderr or proc.stdout).strip().splitlines()[-6:]}
     first = json.loads((runs[-1] / "metrics.jsonl").read_text().splitlines()[0])
-    result = runs[-1] / "result.json"  # its parameters' checksums: runs of one run root share its programs
     return {
-        "checksums": json.loads(result.read_text()).get("checksums") if result.is_file() else None,
+        "checksums": checksums(runs[-1]),  # runs of one run root share its programs: the same bits
         "compile_s": first["compile_s"],
         "argv": argv[len(CLI) :],
         "wall_s": wall_s,
