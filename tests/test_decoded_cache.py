@@ -50,7 +50,7 @@ def test_auto_turns_on_only_the_kinds_the_measurements_chose(monkeypatch):
     assert _rule() == (
         "off",
         0,
-        "off (auto: a host cache measured slower than decoding on CPUs; --decoded-cache SIZE keeps one)",
+        "off (auto: no host cache was measured faster than decoding on CPUs; --decoded-cache SIZE keeps one)",
     )
     assert _rule("512")[:2] == ("host", 500) and _rule(decoder="mixed", share=0.25)[0] == "decoder"
 

@@ -86,7 +86,7 @@ def test_resolve_records_every_auto_value():
         "batchnorm_stats": "float32",
         "decoded_cache": "off",  # auto keeps no host table on CPUs (resolve.AUTO_KINDS)
         "decoded_cache_mb": 0,
-        "decoded_cache_note": "off (auto: a host cache measured slower than decoding on CPUs; --decoded-cache SIZE keeps one)",
+        "decoded_cache_note": "off (auto: no host cache was measured faster than decoding on CPUs; --decoded-cache SIZE keeps one)",
         "attention": "",  # the MLP has none; a ViT's: below
         "remainder": None,  # a fresh start: no epoch begun on another layout
         "xla_flags": {},  # no --deterministic

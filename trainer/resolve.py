@@ -71,7 +71,7 @@ BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers
 OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
 # What auto turns on where it fits, by platform: only a kind measured faster than decoding every epoch there
 # (benchmarks/against.py; tests/test_decoded_cache.py holds this table to benchmarks/results/issue38/'s runs).
-# The host table lost on both: MNIST's epoch 0.84 s with it, 0.36 s without, on one H200 (DALI's CPU
+# The host table lost on both: MNIST's epoch 0.61 s with it, 0.23 s without, on one H200 (DALI's CPU
 # python_function converts each sample under the GIL the loop needs); about even on 2 CPU cores. DALI's decoder
 # cache changes how ResNet-50's GPU path decodes and is not measured yet. A SIZE turns either kind on.
 AUTO_KINDS: dict[str, tuple[str, ...]] = {"cpu": (), "gpu": ()}
@@ -220,7 +220,7 @@ def decoded_cache(
         return (
             OFF,
             0,
-            f"off (auto: a {kind} cache measured slower than decoding on {platform.upper()}s; --decoded-cache SIZE keeps one)",
+            f"off (auto: no {kind} cache was measured faster than decoding on {platform.upper()}s; --decoded-cache SIZE keeps one)",
         )
     need = None if room.split_mb is None else room.split_mb * share
     may = setting or (room.host_mb if kind == HOST else room.device_mb)
