@@ -10,8 +10,12 @@
                det-cut are two compiles), SIGKILLed (its process group) once a checkpoint part way through
                epoch 1 is complete, then `dali-launch --resume RUN`: the resumed run
     excl-1/2   (--variants ...,exclude) no --deterministic, XLA_FLAGS=--xla_gpu_exclude_nondeterministic_ops=true
-               instead: deterministic kernels with autotuning kept (the cheaper set --deterministic could use);
-               twice, each compiling afresh, to see whether two compiles still agree
+               instead: the kernels --deterministic asks for, twice, each compiling and autotuning afresh
+               (excl-2 with --compile-cache off: no autotuning picks kept), to see whether two autotunings agree
+    cut-root   (--variants ...,root) det-cut again, from det-1's compile cache and autotuning picks: a run of
+               the same run root killed and resumed, as a user's is
+    ops        (--variants ...,ops) no --deterministic, XLA_FLAGS=--xla_gpu_deterministic_ops=true: what
+               --deterministic set before issue 38 (autotuning off), its cost in the same session
     base-2     (--variants ...,baseline2) the baseline again: what the defaults give twice
     data       the trainer's training pipelines built twice in one process, the first calls' pixels
                summed on the device: DALI alone, the hardware decoder's share included
@@ -55,6 +59,11 @@ TIMEOUT_S = 900
 WORKLOAD = {"model": "resnet50", "precision": "bf16", "batch_size": 256, "image_size": 224}
 SMOKE = {"model": "cnn", "precision": "fp32", "batch_size": 8, "image_size": 32, "learning_rate": 0.01}  # 0.1 diverges
 EXCLUDE = "--xla_gpu_exclude_nondeterministic_ops=true"
+OPS = "--xla_gpu_deterministic_ops=true"
+
+
+def with_xla_flag(flag: str) -> dict:
+    return {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()}
 
 
 def train_flags(args, workload: dict) -> list[str]:
@@ -135,10 +144,18 @@ def mid_epoch_checkpoint(run_root: Path, epoch: int) -> dict | None:
     return None
 
 
-def cut_and_resume(args, name: str, extra: list[str], root: Path) -> dict:
-    """The run SIGKILLed once a checkpoint mid-way through its last epoch exists, then resumed to its end."""
+def cut_and_resume(args, name: str, extra: list[str], root: Path, cache: str = "") -> dict:
+    """The run SIGKILLed once a checkpoint mid-way through its last epoch exists, then resumed to its end;
+    compiled into a cache of its own unless `cache` names one."""
     every = ["--checkpoint-every-steps", str(args.checkpoint_every_steps)]
-    argv = ["train", *train_flags(args, args.workload), *extra, *every, "--compile-cache", str(root / f"xla-{name}")]
+    argv = [
+        "train",
+        *train_flags(args, args.workload),
+        *extra,
+        *every,
+        "--compile-cache",
+        cache or str(root / f"xla-{name}"),
+    ]
     argv += ["--run-root", str(root / name)]
     start, epoch = time.perf_counter(), args.epochs - 1
     proc = launch(argv)
@@ -223,6 +240,10 @@ def verdict(rows: dict) -> dict:
             "exclude_same_twice": bool(sums("excl-1")) and sums("excl-1") == sums("excl-2"),
             "exclude_cost": cost("excl-1"),
         }
+    if "cut-root" in rows:
+        out["cut_root_same"] = bool(sums("cut-root")) and sums("cut-root") == sums("det-1")
+    if "ops" in rows:
+        out |= {"ops_same": bool(sums("ops")) and sums("ops") == sums("det-1"), "ops_cost": cost("ops")}
     if "base-2" in rows:
         out["baseline_same_twice"] = bool(sums("baseline")) and sums("baseline") == sums("base-2")
     if "data" in rows:
@@ -288,7 +309,8 @@ def table(rows: dict, result: dict | None = None) -> str:
         f"--deterministic: {result['deterministic']} (PASS: these agree and det-cut was cut mid-epoch: {ends})"
     )
     lines.append(f"its cost: {fig(result['cost'], '.1%')} of the baseline's images/s")
-    for key in ("exclude_same_twice", "exclude_cost", "baseline_same_twice", "data_same_twice"):
+    keys = ("exclude_same_twice", "exclude_cost", "cut_root_same", "ops_same", "ops_cost")
+    for key in (*keys, "baseline_same_twice", "data_same_twice"):
         if key in result:
             lines.append(f"{key}: {fig(result[key], '.1%') if key.endswith('cost') else result[key]}")
     if "default_order" in result:
@@ -307,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         "--checkpoint-every-steps", type=int, default=25, help="det-cut's checkpoints (a kill follows one)."
     )
     parser.add_argument(
-        "--variants", type=listed(choices=("det", "exclude", "baseline2", "data", "before")), default="det,data"
+        "--variants",
+        type=listed(choices=("det", "exclude", "root", "ops", "baseline2", "data", "before")),
+        default="det,data",
     )
     parser.add_argument("--before", type=Path, help="The code before issue 29 (its launcher/, trainer/): `before`.")
     parser.add_argument("--mnist", type=Path, help="MNIST-format LMDBs (training/, testing/): `before`'s MLP runs.")
@@ -319,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU devices, tiny images: checks the script only.")
     args = parser.parse_args(argv)
     args.data, args.workload = args.data.absolute(), SMOKE if args.smoke_cpu else WORKLOAD
+    if "root" in args.variants and "det" not in args.variants:
+        parser.error("--variants root resumes from det-1's compile cache: add det")
     if "before" in args.variants and not (args.before and (args.before / "trainer").is_dir()):
         parser.error("--variants before needs --before DIR, a tree with the older code's launcher/ and trainer/")
     if args.part:
@@ -328,20 +354,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory(prefix="deterministic-bench-") as tmp:
         root = Path(tmp)
-        plan = [
-            ("baseline", []),
+        det = [
             ("det-1", ["--deterministic"]),
             ("det-2", ["--deterministic", "--compile-cache", str(root / "xla-det-1")]),
         ]
+        plan = [("baseline", []), *(det if "det" in args.variants else [])]
         plan += [("base-2", [])] if "baseline2" in args.variants else []
         for name, extra in plan:
             rows[name] = run(args, name, extra, root)
             print(table(rows), flush=True)
-        rows["det-cut"] = cut_and_resume(args, "det-cut", ["--deterministic"], root)
+        if "det" in args.variants:
+            rows["det-cut"] = cut_and_resume(args, "det-cut", ["--deterministic"], root)
+        if "root" in args.variants:
+            rows["cut-root"] = cut_and_resume(args, "cut-root", ["--deterministic"], root, str(root / "xla-det-1"))
         if "exclude" in args.variants:
-            env = {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {EXCLUDE}".strip()}
-            rows["excl-1"] = run(args, "excl-1", [], root, env)
-            rows["excl-2"] = run(args, "excl-2", ["--compile-cache", "off"], root, env)
+            rows["excl-1"] = run(args, "excl-1", [], root, with_xla_flag(EXCLUDE))
+            rows["excl-2"] = run(args, "excl-2", ["--compile-cache", "off"], root, with_xla_flag(EXCLUDE))
+        if "ops" in args.variants:
+            rows["ops"] = run(args, "ops", [], root, with_xla_flag(OPS))
+        print(table(rows), flush=True)
         if "before" in args.variants:
             rows |= before_runs(args, root)
             print(table(rows), flush=True)

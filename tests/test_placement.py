@@ -154,21 +154,39 @@ def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, g
     assert "--xla_dump_to=/tmp/x" in flags and ("--xla_gpu_enable_command_buffer=" in flags) is graphs_off
 
 
-@pytest.mark.parametrize("platform, flags", [("gpu", ["--xla_gpu_deterministic_ops=true"]), ("cpu", [])])
-def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(monkeypatch, platform, flags):
+@pytest.mark.parametrize(
+    "platform, cache, flags",
+    [
+        ("gpu", "", ["--xla_gpu_exclude_nondeterministic_ops=true"]),
+        ("gpu", "off", ["--xla_gpu_deterministic_ops=true"]),  # no autotuning picks kept: no autotuning
+        ("cpu", "", []),
+    ],
+)
+def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(
+    monkeypatch, tmp_path, platform, cache, flags
+):
     """--deterministic: XLA's deterministic GPU kernels in the process environment, resolved once and recorded
-    (resolve.py: rank_map.json); CPUs need none (trainer/determinism.py)."""
+    (resolve.py: rank_map.json); CPUs need none (trainer/determinism.py). On GPUs every run keeps XLA's
+    autotuning picks in its run root's compile cache, unless that cache is off."""
+    from dali_launch.trainer import compile_cache
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.topology import Topology, configure_process_env
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     monkeypatch.setenv("JAX_PLATFORMS", "")
-    spec = TaskSpec(run_dir="x", train=TrainConfig(deterministic=True))
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    run_dir = str(tmp_path / "runs" / "r")
+    spec = TaskSpec(run_dir=run_dir, train=TrainConfig(deterministic=True, compile_cache=cache))
     where = placement.place(spec, platform)
     configure_process_env(Topology(0, 1, None, None, None, "host", platform), where)
-    given = [f for f in os.environ["XLA_FLAGS"].split() if "deterministic" in f]
-    assert given == flags and resolve(spec, where, 1, 1, 1).xla_flags == dict(f[2:].split("=") for f in flags)
-    assert placement.place(TaskSpec(run_dir="x"), platform).xla_flags == ()
+    given = [f for f in os.environ["XLA_FLAGS"].split() if "deterministic" in f.split("=")[0]]
+    recorded = {k: v for k, v in resolve(spec, where, 1, 1, 1).xla_flags.items() if "deterministic" in k}
+    assert given == flags and recorded == dict(f[2:].split("=") for f in flags)
+    picks = f"--{compile_cache.AUTOTUNE_FLAG}={tmp_path / 'runs' / '.compile-cache' / 'autotune'}"
+    kept = platform == "gpu" and cache != "off"
+    assert (picks in os.environ["XLA_FLAGS"].split()) is kept
+    no_flag = placement.place(TaskSpec(run_dir=run_dir, train=TrainConfig(compile_cache=cache)), platform).xla_flags
+    assert no_flag == (((compile_cache.AUTOTUNE_FLAG, picks.split("=", 1)[1]),) if kept else ())
 
 
 @pytest.mark.parametrize("op", ["decoders__Image", "decoders__ImageRandomCrop"])

@@ -10,6 +10,11 @@ entry it lacks into the run's folder (a hard link: no copy, and never half a fil
 publishes the run's new entries at each epoch's end and at the task's end, each copied under a
 temporary name and renamed into place. A concurrent publisher's rename replaces a complete file with
 another complete one.
+
+On GPUs XLA times candidate kernels (autotuning) at each compile, and two compiles of one program can pick
+differently: different bits. Its picks are kept in SHARED/autotune (XLA's per-fusion autotuning cache, written
+by XLA file by file), so every compile of every run of a run root picks as the first did: a rerun, a resume or
+a requeue runs the kernels its parameters were computed with, and compiles faster.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ SHARED = ".compile-cache"  # in the run root: hidden, and no run directory (`dal
 ENV = "DALI_LAUNCH_COMPILE_CACHE"  # the default folder instead of the run root's
 MIN_COMPILE_S = 0.2  # JAX's default (1 s) would leave the MLP's steps out on a GPU
 MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's own setting: where given, it wins
+AUTOTUNE = "autotune"  # in the shared folder: XLA's autotuning picks, one file per fused kernel
+AUTOTUNE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
 SETTLED_S = 2.0  # an entry this recent may still be being written (a compile in a thread): published later
 
 
@@ -38,6 +45,13 @@ def shared_folder(spec: TaskSpec) -> Path | None:
     if setting == "off":
         return None
     return Path(setting) if setting else Path(spec.run_dir).absolute().parent / SHARED
+
+
+def autotune_folder(spec: TaskSpec) -> Path | None:
+    """Where XLA keeps its autotuning picks for the runs of a run root (the shared folder's `autotune/`); None
+    with --compile-cache off. One path for every run of the root: the path is part of each program's cache key."""
+    shared = shared_folder(spec)
+    return None if shared is None else shared.absolute() / AUTOTUNE
 
 
 def use(spec: TaskSpec) -> Path | None:
@@ -59,7 +73,8 @@ def point_jax_at(folder: Path) -> None:
     if MIN_COMPILE_ENV not in os.environ:  # JAX read it at import
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
     # JAX would also point XLA's autotuning cache into this folder, and that path is part of every entry's
-    # key: each run's keys would differ and no run would find another's programs.
+    # key: each run's keys would differ and no run would find another's programs. The run root's one
+    # autotuning folder is set with XLA's flags instead (autotune_folder, placement.py).
     with contextlib.suppress(AttributeError):
         jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
 

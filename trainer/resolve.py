@@ -13,7 +13,7 @@ Three stages, each a function of what is known by then and each giving resolved 
 
 decoder          where DALI decodes (placement.py): cpu on CPU devices; on GPUs the pipeline's word
 cuda_graphs      whether XLA captures CUDA graphs: only while DALI stays off the GPU
-xla_flags        what --deterministic sets in XLA_FLAGS (determinism.py): GPUs' deterministic kernels; none on CPUs
+xla_flags        XLA_FLAGS set before JAX starts (placement.py): on GPUs the run root's autotuning folder and --deterministic's kernels
 steps_per_call   SGD steps fused into one device call (the same steps: only the host's dispatch
                  changes). GPUs: about CALL_SAMPLES samples per device and call, at most MAX_STEPS
                  steps (the example's batch of 50: 24 steps; measured best on an H200, README);
@@ -103,7 +103,7 @@ class Resolved:
     decoded_cache_note: str = ""  # why, for the start-up line
     attention: str = ""
     remainder: Remainder | None = None
-    xla_flags: dict = dataclasses.field(default_factory=dict)  # --deterministic's, as set (stage 1)
+    xla_flags: dict = dataclasses.field(default_factory=dict)  # as set before JAX started (stage 1)
 
     @property
     def call_batch(self) -> int:

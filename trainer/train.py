@@ -65,6 +65,7 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
                 run.mode.replica(state.variables(ema=spec.train.eval_ema))
             )
             metrics.eval_devices = run.evaluator.eval_devices
+            metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
         last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps
         metrics.learning_rate = float(run.schedule(last_update))

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dali_launch.trainer import determinism, entry_points
+from dali_launch.trainer import compile_cache, determinism, entry_points
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
@@ -41,7 +41,7 @@ class Placement:
     decoder: str  # cpu or mixed
     cuda_graphs: bool  # XLA may run programs as CUDA graphs (GPUs only)
     xla_options: dict = field(default_factory=dict)  # --xla-options resolved (step/xla_options.py)
-    xla_flags: tuple[tuple[str, str], ...] = ()  # what --deterministic sets (determinism.py), before JAX starts
+    xla_flags: tuple[tuple[str, str], ...] = ()  # --deterministic's (determinism.py), the autotuning folder's
 
 
 def place(spec: TaskSpec, platform: str) -> Placement:
@@ -52,7 +52,15 @@ def place(spec: TaskSpec, platform: str) -> Placement:
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
     graphs = platform == "gpu" and cuda_graphs(spec.train.cuda_graphs, where == "mixed")
     options = xla_options.resolve(spec.train.xla_options, platform)
-    return Placement(platform, where, graphs, options, determinism.xla_flags(spec.train.deterministic, platform))
+    return Placement(platform, where, graphs, options, xla_flags(spec, platform))
+
+
+def xla_flags(spec: TaskSpec, platform: str) -> tuple[tuple[str, str], ...]:
+    """XLA's flags set before JAX starts: on GPUs the run root's autotuning folder (compile_cache.py) and
+    --deterministic's kernels (determinism.py)."""
+    picks = compile_cache.autotune_folder(spec) if platform == "gpu" else None
+    kept = ((compile_cache.AUTOTUNE_FLAG, str(picks)),) if picks else ()
+    return kept + determinism.xla_flags(spec.train.deterministic, platform, picks is not None)
 
 
 def decoder(config: DataConfig, platform: str) -> str:

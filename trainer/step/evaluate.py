@@ -9,7 +9,6 @@ every process's counts, so each process holds the job's accuracy and process 0 r
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 import time
@@ -68,6 +67,7 @@ class Evaluator:
         self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.variables, self.compiled, self.ready = variables, None, finished()
+        self.ahead: dict | None = None  # what `prepare` did, for the first evaluation's metrics
         self.cache_bytes = spec.train.eval_cache_mb << 20
         forward = Forward(run_model(spec), spec.train.precision)
         mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
@@ -80,6 +80,8 @@ class Evaluator:
         start = time.perf_counter()
         variables = jax.device_put(variables, self.replicated)
         self.settle()
+        if self.ahead is not None and "waited_s" not in self.ahead:
+            self.ahead["waited_s"] = round(time.perf_counter() - start, 3)
         if self.data is None:
             self._build()
         tally, kept, call = self._zero(), [], self.compiled or self.eval
@@ -106,17 +108,24 @@ class Evaluator:
     def prepare(self) -> None:
         """In a thread, during the first epoch: the pipelines built and the evaluation compiled for the shapes
         given (a ResNet-50's takes seconds), so the first evaluation only evaluates. A failure here is the
-        evaluation's to meet: it then builds and compiles as it would have."""
+        evaluation's to meet: it then builds and compiles as it would have. What it did and how long each part
+        took goes in the first epoch's metrics (`eval_ahead`): an evaluation that waited for it shows why."""
+        self.ahead = {}
 
         def work() -> None:
-            with contextlib.suppress(Exception):
+            began = time.perf_counter()
+            try:
                 if self.data is None:
                     self._build()
                 batch = self.data.peek()
+                self.ahead["build_s"] = round(time.perf_counter() - began, 3)
                 spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.replicated)
                 shapes = jax.tree.map(spec, self.variables)
                 lowered = self.eval.lower(shapes, self._zero(), batch["images"], batch["labels"], self.shard_sizes)
                 self.compiled = lowered.compile()
+                self.ahead["compile_s"] = round(time.perf_counter() - began - self.ahead["build_s"], 3)
+            except Exception as e:  # recorded; the evaluation builds and compiles itself
+                self.ahead["error"] = f"{type(e).__name__}: {e}"[:300]
 
         if self.variables is not None:
             self.ready = threading.Thread(target=work, name="dali-launch-eval-ahead", daemon=True)
