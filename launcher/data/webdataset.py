@@ -14,7 +14,8 @@ import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from dali_launch.trainer.data.records.webdataset import EXT, INDEX_VERSION
+from dali_launch.trainer.data.formats import WEBDATASET_EXT as EXT
+from dali_launch.trainer.data.records.webdataset import INDEX_VERSION
 
 SUFFIX, INDEX_SUFFIX = ".tar", ".idx"
 
