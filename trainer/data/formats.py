@@ -31,7 +31,7 @@ class Format:
     reader: str  # DALI's fn.readers.<reader>, and args.read's first argument
     arguments: Callable[[str], dict]  # a split's folder -> the reader's path arguments (plain values)
     detect: Callable[[Path], bool]  # whether a split's folder holds this format
-    records: str  # its record source and bad-sample listing: a module of records/
+    records: str  # the module of its record source and bad-sample listing (records/<format>.py)
     pipeline: str  # the built-in pipeline function, "module:attribute"
     holds: str  # what a split holds, in a word or two: "LMDBs", "class folders", "shards"
     layout: str  # the same with what makes it, for messages ("LMDBs (as ... makes them)")
@@ -50,7 +50,7 @@ class Format:
 
     def module(self):
         """records/<module>.py: its `source(kwargs)`, `listing(kwargs)` and `without(kwargs, scan)`."""
-        return importlib.import_module(f"dali_launch.trainer.data.records.{self.records}")
+        return importlib.import_module(self.records)
 
 
 def shard_files(split: str | Path, suffix: str) -> tuple[list[str], list[str]]:
@@ -76,6 +76,7 @@ def _has(suffix: str) -> Callable[[Path], bool]:
 WEBDATASET_EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
 LAUNCHER = "dali_launch.launcher.data"
 PIPELINES = "dali_launch.trainer.data.pipelines"
+RECORDS = "dali_launch.trainer.data.records"
 SYNTH = "dali_launch.launcher.data.synth"
 FORMATS: tuple[Format, ...] = (
     Format(
@@ -84,7 +85,7 @@ FORMATS: tuple[Format, ...] = (
         holds="LMDBs",
         arguments=lambda split: {"path": split},
         detect=lambda split: (split / "data.mdb").is_file(),
-        records="caffe2",
+        records=f"{RECORDS}.caffe2",
         pipeline=f"{PIPELINES}:mnist",
         layout="LMDBs (as `dali-launch data prepare` makes them)",
         description="Caffe2 LMDBs of grey JPEG digits: flat 784 floats",
@@ -100,7 +101,7 @@ FORMATS: tuple[Format, ...] = (
         holds="class folders",
         arguments=lambda split: {"file_root": split},
         detect=lambda split: any(p.is_dir() for p in split.iterdir()),
-        records="folders",
+        records=f"{RECORDS}.folders",
         pipeline=f"{PIPELINES}:folders",
         layout="folders of class folders of images (as `dali-launch data synth --format folders` makes them)",
         description="SPLIT/<class>/<n>.jpg",
@@ -115,7 +116,7 @@ FORMATS: tuple[Format, ...] = (
         holds="shards",
         arguments=_shards(".tfrecord", "path", "index_path"),
         detect=_has(".tfrecord"),
-        records="tfrecord",
+        records=f"{RECORDS}.tfrecord",
         pipeline=f"{PIPELINES}:tfrecord",
         layout="folders of *.tfrecord shards with their DALI indexes (as `dali-launch data synth --format "
         "tfrecord` makes them)",
@@ -131,7 +132,7 @@ FORMATS: tuple[Format, ...] = (
         holds="shards",
         arguments=_shards(".tar", "paths", "index_paths", ext=WEBDATASET_EXT),
         detect=_has(".tar"),
-        records="webdataset",
+        records=f"{RECORDS}.webdataset",
         pipeline=f"{PIPELINES}:webdataset",
         layout="folders of *.tar shards with their DALI indexes (as `dali-launch data synth --format "
         "webdataset` makes them)",
