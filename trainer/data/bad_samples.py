@@ -41,6 +41,11 @@ def screen(reader: str, kwargs: dict, mode: str, limit: str) -> tuple[dict, Scan
         return kwargs, None
     first, more = scan.bad[0], len(scan.bad) - 1
     others = f" (and {more} more: `dali-launch data check {Path(scan.split).parent}` lists them)" if more else ""
+    found = formats.of_reader(reader)
+    if mode != "skip" and not found.skips:  # skip is no way out for it
+        raise UsageError(
+            f"{first.line()}{others}; re-create the data set without it (`{found.make.format(path='DIR')}`)"
+        )
     if mode != "skip":
         raise UsageError(
             f"{first.line()}{others}; replace or remove it, or pass --bad-samples skip to train without it"
@@ -50,7 +55,6 @@ def screen(reader: str, kwargs: dict, mode: str, limit: str) -> tuple[dict, Scan
             f"{len(scan.bad)} of the {scan.count} samples of {scan.split} are bad (the first: {first.line()}), "
             f"more than --max-bad-samples {limit} allows; replace them, or raise --max-bad-samples"
         )
-    found = formats.of_reader(reader)
     if not found.skips:
         raise UsageError(f"{first.line()}{others}; {cannot_skip(found)}")
     return found.module().without(kwargs, scan), scan
