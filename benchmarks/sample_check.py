@@ -44,10 +44,10 @@ def make_listing(root: Path, files: int) -> Path:
 
 
 def timed_scan(split: Path) -> float:
-    from dali_launch.trainer.data import bad_samples
+    from dali_launch.trainer.data import sample_scan
 
     start = time.perf_counter()
-    scan = bad_samples.scan_split("file", {"file_root": str(split)})
+    scan = sample_scan.scan_split("file", {"file_root": str(split)})
     assert not scan.bad, scan.bad[:3]
     return time.perf_counter() - start
 

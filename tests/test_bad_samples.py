@@ -16,7 +16,7 @@ from nvidia.dali import fn, pipeline_def
 from nvidia.dali import tfrecord as tfrec
 from test_formats_train import PIPELINES, SMALL_IMAGES, _whole_split
 
-from dali_launch.trainer.data import bad_samples, records
+from dali_launch.trainer.data import bad_samples, formats, records, sample_scan
 from dali_launch.trainer.data.records import tfrecord
 from dali_launch.trainer.observe.replicas import fingerprints
 
@@ -44,10 +44,10 @@ def test_skip_leaves_exactly_the_bad_samples_out_of_dalis_reader(tmp_path, fmt, 
     data = synth_set(fmt, lambda root: [replace_image(root / "training", fmt, s, f) for s, f in SPOILS.items()])(
         tmp_path
     )["data"]
-    reader, kwargs = bad_samples.builtin_reader(fmt, data / "training")
+    reader, kwargs = formats.reader_of(fmt, data / "training")
     before = records.open_source(reader, kwargs)
-    screened = bad_samples.screen(reader, kwargs, "skip", "2")
-    scan = bad_samples.scan_split(reader, kwargs)
+    screened, scan = bad_samples.screen(reader, kwargs, "skip", "2")
+    assert scan == sample_scan.scan_split(reader, kwargs)
     assert len(scan.bad) == 2 and scan.count == len(before) == 6
     good = sorted(before.read(i)[0].tobytes() for i in range(6) if i not in {b.index for b in scan.bad})
 
@@ -160,7 +160,7 @@ def test_a_sample_corrupt_inside_is_named_from_dalis_error(tmp_path, monkeypatch
         tmp_path
     )["data"]
     split = str(data / "training")
-    assert not bad_samples.scan_split("file", {"file_root": split}).bad
+    assert not sample_scan.scan_split("file", {"file_root": split}).bad
 
     @pipeline_def(batch_size=6, num_threads=1, device_id=None)
     def decode():
@@ -194,7 +194,7 @@ def test_a_global_order_run_that_skips_is_resumed_on_the_set_it_read(tmp_path, m
     split = data / "training"
     config = lambda mode: DataConfig(data_dir=str(data), pipeline="folders", bad_samples=mode, max_bad_samples="1")
     spec = lambda mode: TaskSpec(run_dir="", data=config(mode))
-    read = records.open_source("file", bad_samples.screen("file", {"file_root": str(split)}, "skip", "1"))
+    read = records.open_source("file", bad_samples.screen("file", {"file_root": str(split)}, "skip", "1")[0])
     assert fingerprint_read(spec("skip"), split, records) == fingerprint(read.keys()) != records.fingerprint_of(split)
     assert fingerprint_read(spec("stop"), split, records) == records.fingerprint_of(split)
     assert fingerprint(read.keys())["samples"] == 5

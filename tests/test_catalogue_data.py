@@ -14,6 +14,7 @@ import sys
 import pytest
 from catalogue import (
     ERROR,
+    NOT_AN_IMAGE,
     a_file,
     broken_sample,
     check_entry,
@@ -422,6 +423,14 @@ BAD_SAMPLES = [
         f"{NOT_DECODED}), more than --max-bad-samples 0 allows; replace them, or raise --max-bad-samples",
         broken_sample("folders", "text"),
         id="skip-past-max-bad-samples",
+    ),
+    pytest.param(
+        ["--bad-samples", "skip"],
+        "--bad-samples skip cannot leave a sample out of LMDBs (fn.readers.caffe2 reads every record: they have no "
+        "index to leave one out of); re-create the data set without the bad samples (`dali-launch data prepare "
+        "--from IDX_DIR --to DIR`), or use --bad-samples stop",
+        one_bad(idx.caffe2_record(NOT_AN_IMAGE, 1)),
+        id="skip-on-an-lmdb",
     ),
     pytest.param(
         ["--pipeline", "webdataset", "--num-classes", "3", "--bad-samples", "skip", "--max-bad-samples", "1.5"],

@@ -12,7 +12,7 @@ from nvidia.dali import fn, pipeline_def
 
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import synth, synth_images, tfrecord, webdataset
-from dali_launch.trainer.data import pipelines
+from dali_launch.trainer.data import formats, pipelines
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.records import tfrecord as tfrecord_source
@@ -35,7 +35,7 @@ def _expected(split: str, count: int, classes: int = 5, seed: int = 0) -> list[t
     return [(synth_images.jpeg(seed, split, i, label, 0.1), label) for i, label in enumerate(labels)]
 
 
-@pytest.mark.parametrize("fmt", synth.FORMATS)
+@pytest.mark.parametrize("fmt", synth.synth_formats())
 def test_same_seed_same_bytes_whatever_the_workers(tmp_path, fmt):
     _synth(tmp_path / "one", fmt, "--workers", "1")
     _synth(tmp_path / "two", fmt, "--workers", "2")
@@ -70,7 +70,7 @@ def test_folders_hold_every_image_under_its_class(tmp_path):
 def test_tfrecord_round_trip(tmp_path):
     _synth(tmp_path / "out", "tfrecord", "--workers", "1")
     for split, count in (("training", 40), ("testing", 12)):
-        files, indexes = pipelines.shard_files(str(tmp_path / "out" / split), ".tfrecord")
+        files, indexes = formats.shard_files(str(tmp_path / "out" / split), ".tfrecord")
         assert len(files) == -(-count // 16)
         read, offsets = [], []
         for path, index in zip(files, indexes):
@@ -98,7 +98,7 @@ def test_webdataset_round_trip(tmp_path):
 
     _synth(tmp_path / "out", "webdataset", "--workers", "1")
     for split, count in (("training", 40), ("testing", 12)):
-        tars, indexes = pipelines.shard_files(str(tmp_path / "out" / split), ".tar")
+        tars, indexes = formats.shard_files(str(tmp_path / "out" / split), ".tar")
         read = []
         for tar, index in zip(tars, indexes):
             read += [(jpg, int(cls)) for _, jpg, cls in webdataset.read_samples(tar)]

@@ -11,7 +11,7 @@ import pytest
 
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.trainer.data import augment
-from dali_launch.trainer.entry_points import BUILTIN, create_model
+from dali_launch.trainer.entry_points import MODELS, create_model
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.model import attention, vit
 from dali_launch.trainer.step import layer_decay
@@ -132,4 +132,4 @@ def test_the_launchers_constants_are_the_trainers():
     assert recipe_checks.PATCH == vit.PATCH
     assert recipe_checks.RANDAUGMENT_OPS == len(augment.suite("randaugment"))
     assert recipe_checks.MAGNITUDE_BINS == augment.MAGNITUDE_BINS
-    assert [m for m in BUILTIN["model"] if recipe_checks.is_vit(m)] == list(vit.VARIANTS)
+    assert [m for m in MODELS if recipe_checks.is_vit(m)] == list(vit.VARIANTS)

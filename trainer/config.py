@@ -97,7 +97,7 @@ class DataConfig:
         "An image DALI cannot decode (not an image, truncated: found from headers before training, once per data "
         "set): stop (one line naming it) or skip (left out of the reader, listed in RUN/bad_samples.jsonl; every "
         "other sample still once an epoch). Folders, TFRecord, WebDataset, and pipelines of your own that read "
-        "through args.read; a Caffe2 LMDB only stops.",
+        "through args.read; skip is refused for a Caffe2 LMDB (--pipeline mnist), which has no index to leave one out of.",
         choices=("stop", "skip"),
     )
     max_bad_samples: str = opt(

@@ -15,34 +15,33 @@ from __future__ import annotations
 import importlib
 import inspect
 
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.errors import UsageError
 
-BUILTIN = {
-    "model": {
-        "mlp": "dali_launch.trainer.model.models:MLP",
-        "cnn": "dali_launch.trainer.model.models:CNN",
-        "cnn-nnx": "dali_launch.trainer.model.cnn_nnx:CNN",
-        "resnet18": "dali_launch.trainer.model.models:ResNet18",
-        "resnet50": "dali_launch.trainer.model.resnet:resnet50",
-        "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
-        "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
-        "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
-    },
-    "pipeline": {
-        "mnist": "dali_launch.trainer.data.pipelines:mnist",
-        "folders": "dali_launch.trainer.data.pipelines:folders",
-        "tfrecord": "dali_launch.trainer.data.pipelines:tfrecord",
-        "webdataset": "dali_launch.trainer.data.pipelines:webdataset",
-    },
+MODELS = {
+    "mlp": "dali_launch.trainer.model.models:MLP",
+    "cnn": "dali_launch.trainer.model.models:CNN",
+    "cnn-nnx": "dali_launch.trainer.model.cnn_nnx:CNN",
+    "resnet18": "dali_launch.trainer.model.models:ResNet18",
+    "resnet50": "dali_launch.trainer.model.resnet:resnet50",
+    "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
+    "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
+    "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
 }
+
+
+def builtin(kind: str) -> dict[str, str]:
+    """The built-in names of `kind` (model or pipeline) and the "module:attribute" each stands for; the
+    pipelines are the formats' own (formats.FORMATS)."""
+    return MODELS if kind == "model" else {f.name: f.pipeline for f in formats.FORMATS}
 
 
 def load(kind: str, name: str):
     """The callable `name` stands for (`kind` is model or pipeline), or a one-line UsageError with the fix."""
-    flag, target = f"--{kind} {name}", BUILTIN[kind].get(name, name)
+    flag, target = f"--{kind} {name}", builtin(kind).get(name, name)
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise UsageError(f"unknown {flag}; use one of {', '.join(BUILTIN[kind])}, or package.module:{_factory(kind)}")
+        raise UsageError(f"unknown {flag}; use one of {', '.join(builtin(kind))}, or package.module:{_factory(kind)}")
     try:
         value = importlib.import_module(module_name)
     except ImportError as e:
@@ -65,7 +64,7 @@ def check(kind: str, name: str, num_classes: int = 10) -> None:
     """What the launcher calls before writing anything: built-in names cost nothing; others are imported,
     and a model factory is called abstractly (jax.eval_shape: nothing computed, no device taken), so a
     broken contract is refused before the run directory exists rather than at the task's start."""
-    if name in BUILTIN[kind]:
+    if name in builtin(kind):
         return
     if kind == "model":
         create_model(name, num_classes)

@@ -14,7 +14,7 @@ import jax
 
 from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import bad_samples, label_check
+from dali_launch.trainer.data import label_check
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
@@ -26,7 +26,7 @@ from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved
 from dali_launch.trainer.set_up import finish_remainder, set_up
-from dali_launch.trainer.step.evaluate import first, split_dir
+from dali_launch.trainer.step.evaluate import first
 from dali_launch.trainer.step.parallel import call_tally
 from dali_launch.trainer.topology import barrier
 
@@ -71,7 +71,8 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
         metrics.learning_rate = float(run.schedule(last_update))
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
         metrics.checkpoint_wait_s = run.checkpointer.take_wait_s()  # the last epoch's end checkpoint and this one's
-        reporter.epoch(metrics)
+        metrics.bad_samples = sum(len(scan.bad) for scan in data.left_out)  # training's own pipelines'
+        reporter.epoch(metrics, left_out(run))
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * len(devices)))
         compile_cache.publish(spec)  # this epoch's programs, for the run root's next runs
         if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
@@ -81,6 +82,12 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     checked = {"params": state.params, "collections": state.collections, "ema": state.ema}
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
+
+
+def left_out(run) -> tuple:
+    """The scans of every sample the run's readers leave out (--bad-samples skip): training's, evaluation's."""
+    evaluated = run.evaluator.data if run.evaluator and run.evaluator.data else None
+    return run.data.left_out + (evaluated.left_out if evaluated else ())
 
 
 class Loop:
@@ -155,7 +162,6 @@ class Loop:
             compile_s=compile_s,
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
-            bad_samples=bad_samples.left_out(split_dir(self.spec, "training")),
             skipped_steps=int(first(tally["skipped"])),
             **self._startup(compile_s is not None),
         )

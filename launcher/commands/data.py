@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from dali_launch.trainer.data import formats
+
 
 class DataFormat(str, enum.Enum):
     lmdb = "lmdb"
@@ -39,10 +41,8 @@ def prepare(
     typer.echo(f"wrote {report.out_dir}: {counts}")
 
 
-class SynthFormat(str, enum.Enum):
-    folders = "folders"
-    tfrecord = "tfrecord"
-    webdataset = "webdataset"
+# data synth's formats: those formats.py names a writer for (read at import: Typer's choices are fixed).
+SynthFormat = enum.Enum("SynthFormat", {f.name: f.name for f in formats.FORMATS if f.writer}, type=str)
 
 
 def synth(
@@ -51,9 +51,8 @@ def synth(
         SynthFormat,
         typer.Option(
             "--format",
-            help="folders: SPLIT/<class>/<n>.jpg (--pipeline folders); tfrecord: SPLIT/shard-N.tfrecord of "
-            "tf.Examples (--pipeline tfrecord); webdataset: SPLIT/shard-N.tar (--pipeline webdataset); "
-            "each shard with DALI's index, shard-N.idx.",
+            help="; ".join(f"{f.name}: {f.description} (--pipeline {f.name})" for f in formats.FORMATS if f.writer)
+            + "; each shard with DALI's index, shard-N.idx.",
         ),
     ] = SynthFormat.folders,
     classes: Annotated[int, typer.Option(help="Number of classes (labels 0..N-1).")] = 100,

@@ -6,22 +6,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher.data import idx, shard_checks
+from dali_launch.launcher.data import idx
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import bad_samples
+from dali_launch.trainer.data import bad_samples, formats, sample_scan
 from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.records import caffe2, folders
 from dali_launch.trainer.errors import UsageError
 
 EMBEDDED_IDX = Path(__file__).parent / "embedded"  # the real MNIST test set (10,000 digits), shipped with us
 SPLITS = ("training", "testing")
-LAYOUTS = {  # what --pipeline P reads in each split, and what makes it
-    "mnist": "LMDBs (as `dali-launch data prepare` makes them)",
-    "folders": "folders of class folders of images (as `dali-launch data synth --format folders` makes them)",
-    "tfrecord": "folders of *.tfrecord shards with their DALI indexes (as `dali-launch data synth --format tfrecord` makes them)",
-    "webdataset": "folders of *.tar shards with their DALI indexes (as `dali-launch data synth --format webdataset` makes them)",
-}
 OWN = "folders, in the format your --pipeline reads"
 
 
@@ -42,21 +36,16 @@ def embedded_lmdb() -> Path:
 def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10) -> Path:
     """--data-dir, else $DALI_EXTRA_PATH/db/MNIST, else the embedded sample; checked, absolute.
 
-    Checked as `pipeline` reads it: Caffe2 LMDBs (mnist), class folders (folders), shards with DALI
-    indexes (tfrecord, webdataset: shard_checks.py); a pipeline of
-    the user's own gets only the training/ and testing/ folders checked: its format is its own.
+    Checked as `pipeline`'s format says (formats.py: its `check`); a pipeline of the user's own gets only
+    the training/ and testing/ folders checked: its format is its own.
     """
+    found = formats.get(pipeline)
     if data_dir:
         path, origin = Path(data_dir), "--data-dir"
-    elif pipeline == "folders":
+    elif found and not found.default_data:
         raise UsageError(
-            "--pipeline folders needs --data-dir, a folder holding training/ and testing/ class "
-            "folders; make one with `dali-launch data prepare --format folders --from IDX_DIR --to DIR`"
-        )
-    elif pipeline in shard_checks.SUFFIXES:
-        raise UsageError(
-            f"--pipeline {pipeline} needs --data-dir, a folder holding training/ and testing/ shards; "
-            f"make one with `dali-launch data synth DIR --format {pipeline}`"
+            f"--pipeline {pipeline} needs --data-dir, a folder holding training/ and testing/ "
+            f"{found.holds}; make one with `{found.make.format(path='DIR')}`"
         )
     elif os.environ.get("DALI_EXTRA_PATH"):
         path, origin = Path(os.environ["DALI_EXTRA_PATH"]) / "db" / "MNIST", "$DALI_EXTRA_PATH/db/MNIST"
@@ -80,17 +69,15 @@ def check_resumed(data: DataConfig, run_dir: str) -> Path:
 
 def check_samples(path: Path, data: DataConfig, devices: int = 1) -> None:
     """A built-in pipeline's splits screened for images DALI cannot decode (trainer/data/bad_samples.py),
-    as the trainer's readers will screen them: under --bad-samples stop the first is refused here, before
-    any job (a Caffe2 LMDB's records were each checked already, scan_lmdb). And enough training samples
-    for the job's `devices`: each device needs one of its own."""
+    with the reader arguments its readers take (formats.reader_of): under --bad-samples stop the first is
+    refused here, before any job. And enough training samples for the job's `devices`: each device needs
+    one of its own."""
     for split in SPLITS:
-        found = bad_samples.builtin_reader(data.pipeline, path / split)
+        found = formats.reader_of(data.pipeline, path / split)
         if found is None:
             return
-        if data.pipeline != "mnist":
-            bad_samples.screen(*found, data.bad_samples, data.max_bad_samples)
-        scan = bad_samples.scan_split(*found)  # cached by the screen (or made now, for an LMDB: once)
-        count = scan.count - (len(scan.bad) if data.bad_samples == "skip" else 0)
+        _, scan = bad_samples.screen(*found, data.bad_samples, data.max_bad_samples)
+        count = sample_scan.scan_split(*found).count - (len(scan.bad) if scan else 0)
         if split == "training" and count < devices:
             raise UsageError(
                 f"{path / split} holds {count} training samples, fewer than the job's {devices} devices: each "
@@ -99,13 +86,10 @@ def check_samples(path: Path, data: DataConfig, devices: int = 1) -> None:
 
 
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:
+    """The data set at `path` as `pipeline`'s format says, or just its two splits for a pipeline of one's own."""
+    found = formats.get(pipeline)
     if not path.exists():
-        how = " --format folders" if pipeline == "folders" else ""
-        make = (
-            f"dali-launch data synth {path} --format {pipeline}"
-            if pipeline in shard_checks.SUFFIXES
-            else f"dali-launch data prepare{how} --from IDX_DIR --to {path}"
-        )
+        make = (found or formats.get("mnist")).make.format(path=path)
         raise UsageError(f"{origin} {path} does not exist; make it with `{make}`")
     if not path.is_dir():
         raise UsageError(f"{origin} {path} is a file; point it at the folder holding training/ and testing/")
@@ -115,14 +99,14 @@ def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 1
     if missing:
         what = f"has no {missing[0]}/" if len(missing) == 1 else "holds neither training/ nor testing/"
         raise UsageError(
-            f"{origin} {path} {what}; a data set needs both training/ and testing/ {LAYOUTS.get(pipeline, OWN)}"
+            f"{origin} {path} {what}; a data set needs both training/ and testing/ {found.layout if found else OWN}"
         )
-    if pipeline == "folders":
-        check_folders(path, num_classes)
-    if pipeline in shard_checks.SUFFIXES:
-        shard_checks.check_shards(path, pipeline, num_classes)
-    if pipeline != "mnist":  # a pipeline of the user's own reads a format of its own
-        return
+    if found:
+        formats.resolve(found.check)(path, origin, num_classes)
+
+
+def check_lmdbs(path: Path, origin: str, num_classes: int) -> None:
+    """Caffe2 LMDBs (--pipeline mnist): every record of both, one image size, labels in range."""
     scans = {split: scan_lmdb(path / split, origin) for split in SPLITS}
     if scans["training"].size != scans["testing"].size:
         raise UsageError(
@@ -149,7 +133,7 @@ def check_labels(path: Path, scans: dict[str, LmdbScan], num_classes: int) -> No
         )
 
 
-def check_folders(path: Path, num_classes: int) -> None:
+def check_folders(path: Path, origin: str, num_classes: int) -> None:
     """Class folders as fn.readers.file numbers them: label = index in the sorted folder names, so
     both splits need the same folders (empty ones count) and at most --num-classes of them."""
     classes = {split: sorted(p.name for p in (path / split).iterdir() if p.is_dir()) for split in SPLITS}

@@ -11,33 +11,41 @@ import tarfile
 from pathlib import Path
 
 from dali_launch.launcher.data import tfrecord, webdataset
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.data.records import tfrecord as tfrecord_source
 from dali_launch.trainer.data.records import webdataset as webdataset_source
-from dali_launch.trainer.data.records.common import shard_files
 from dali_launch.trainer.errors import UsageError
 
-SUFFIXES = {"tfrecord": tfrecord.SUFFIX, "webdataset": webdataset.SUFFIX}
+
+def check_tfrecord(path: Path, origin: str, num_classes: int) -> None:
+    """--pipeline tfrecord's data set (formats.py names this its check)."""
+    check_shards(path, formats.get("tfrecord"), num_classes, _tfrecord_labels)
 
 
-def check_shards(path: Path, pipeline: str, num_classes: int) -> None:
-    """Every shard of both splits; a label out of range is named after all are read: the largest one, so
-    one --num-classes fixes it (a 4-class set took two tries when the first bad label was named)."""
-    fix = f"re-create the data set with `dali-launch data synth OUT --format {pipeline}`"
-    found = []
+def check_webdataset(path: Path, origin: str, num_classes: int) -> None:
+    """--pipeline webdataset's data set (formats.py names this its check)."""
+    check_shards(path, formats.get("webdataset"), num_classes, _webdataset_labels)
+
+
+def check_shards(path: Path, found: formats.Format, num_classes: int, read) -> None:
+    """Every shard of both splits (`read(shard, index)`: its labels); a label out of range is named after
+    all are read: the largest one, so one --num-classes fixes it (a 4-class set took two tries when the
+    first bad label was named)."""
+    fix = f"re-create the data set with `{found.make.format(path='OUT')}`"
+    found_labels = []
     for split in ("training", "testing"):
-        shards, indexes = shard_files(str(path / split), SUFFIXES[pipeline])
+        shards, indexes = formats.shard_files(path / split, found.suffix)
         if not shards:
-            raise UsageError(f"{path / split} holds no *{SUFFIXES[pipeline]} shards for --pipeline {pipeline}; {fix}")
+            raise UsageError(f"{path / split} holds no *{found.suffix} shards for --pipeline {found.name}; {fix}")
         for shard, index in zip(map(Path, shards), map(Path, indexes)):
             if not index.is_file():
                 raise UsageError(f"{shard} has no DALI index {index.name} beside it; {fix}")
-            read = _tfrecord_labels if pipeline == "tfrecord" else _webdataset_labels
             try:
                 labels = read(shard, index)
             except ValueError as e:
                 raise UsageError(f"{shard} is corrupt or does not match {index.name} ({e}); {fix}") from None
-            found += [(label, where, shard) for where, label in labels]
-    _check_range(found, num_classes)
+            found_labels += [(label, where, shard) for where, label in labels]
+    _check_range(found_labels, num_classes)
 
 
 def _tfrecord_labels(shard: Path, index: Path) -> list[tuple[str, int]]:

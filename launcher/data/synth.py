@@ -17,9 +17,13 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from dali_launch.launcher.data import new_dir, synth_images, tfrecord, webdataset
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.errors import UsageError
 
-FORMATS = ("folders", "tfrecord", "webdataset")
+
+def synth_formats() -> list[str]:
+    """The formats `data synth` writes: those whose record names a writer here (formats.py)."""
+    return [f.name for f in formats.FORMATS if f.writer]
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,8 @@ class SynthReport:
 
 
 def validate(spec: SynthSpec) -> None:
-    if spec.format not in FORMATS:
-        raise UsageError(f"--format {spec.format} is not one of {', '.join(FORMATS)}")
+    if spec.format not in synth_formats():
+        raise UsageError(f"--format {spec.format} is not one of {', '.join(synth_formats())}")
     for flag, value in (("--classes", spec.classes), ("--train", spec.train), ("--test", spec.test)):
         if value < 1:
             raise UsageError(f"{flag} {value}: a data set needs at least 1; use a positive count")
@@ -88,7 +92,7 @@ def synth(spec: SynthSpec) -> SynthReport:
     with new_dir.building(spec.out) as tmp:
         units = [unit for split, n in counts.items() for unit in _units(spec, tmp / split, split, n)]
         for split in counts:
-            _prepare_split(spec, tmp / split)
+            (tmp / split).mkdir()
         total = sum(_run(units, workers))
     return SynthReport(spec.out, counts, total, time.monotonic() - start, workers)
 
@@ -106,13 +110,6 @@ def _run(units: list[Unit], workers: int) -> list[int]:
         return list(pool.map(write_unit, units))
 
 
-def _prepare_split(spec: SynthSpec, folder: Path) -> None:
-    folder.mkdir()
-    if spec.format == "folders":
-        for label in range(spec.classes):
-            (folder / class_folder(label, spec.classes)).mkdir()
-
-
 def class_folder(label: int, classes: int) -> str:
     """Zero-padded, so fn.readers.file's sorted order (its labels) is the class id."""
     return f"{label:0{len(str(classes - 1))}d}"
@@ -127,17 +124,28 @@ def samples(unit: Unit):
 
 
 def write_unit(unit: Unit) -> int:
-    """Writes one unit's images; returns the bytes of JPEG written."""
-    if unit.spec.format == "folders":
-        return _write_folders(unit)
-    stem = unit.folder / f"shard-{unit.shard:05d}"
+    """Writes one unit's images with its format's writer (formats.py names it); returns the bytes of JPEG written."""
+    return formats.resolve(formats.get(unit.spec.format).writer)(unit)
+
+
+def _stem(unit: Unit) -> Path:
+    return unit.folder / f"shard-{unit.shard:05d}"
+
+
+def write_tfrecord(unit: Unit) -> int:
     pairs = ((jpeg, label) for _, jpeg, label in samples(unit))
-    if unit.spec.format == "tfrecord":
-        return tfrecord.write(stem.with_suffix(tfrecord.SUFFIX), pairs)
-    return webdataset.write(stem.with_suffix(webdataset.SUFFIX), samples(unit))
+    return tfrecord.write(_stem(unit).with_suffix(tfrecord.SUFFIX), pairs)
 
 
-def _write_folders(unit: Unit) -> int:
+def write_webdataset(unit: Unit) -> int:
+    return webdataset.write(_stem(unit).with_suffix(webdataset.SUFFIX), samples(unit))
+
+
+def write_folders(unit: Unit) -> int:
+    """Every class gets its folder (an empty one too: fn.readers.file numbers the folders), by whichever
+    unit comes first: exist_ok, as units run in parallel."""
+    for label in range(unit.spec.classes):
+        (unit.folder / class_folder(label, unit.spec.classes)).mkdir(exist_ok=True)
     total = 0
     for index, data, label in samples(unit):
         (unit.folder / class_folder(label, unit.spec.classes) / f"{index:08d}.jpg").write_bytes(data)

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import google_crc32c  # C-backed: a pure-Python CRC32C takes minutes per GB
 
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.data import protobuf as pb
 from dali_launch.trainer.data.records.tfrecord import IMAGE, LABEL
 
-SUFFIX, INDEX_SUFFIX = ".tfrecord", ".idx"
+SUFFIX, INDEX_SUFFIX = formats.get("tfrecord").suffix, ".idx"  # the files its Format reads
 
 
 def masked_crc(data: bytes) -> int:

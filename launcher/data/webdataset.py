@@ -14,9 +14,11 @@ import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from dali_launch.trainer.data.records.webdataset import EXT, INDEX_VERSION
+from dali_launch.trainer.data import formats
+from dali_launch.trainer.data.formats import WEBDATASET_EXT as EXT
+from dali_launch.trainer.data.records.webdataset import INDEX_VERSION
 
-SUFFIX, INDEX_SUFFIX = ".tar", ".idx"
+SUFFIX, INDEX_SUFFIX = formats.get("webdataset").suffix, ".idx"  # the files its Format reads
 
 
 def write(path: Path, samples: Iterable[tuple[int, bytes, int]]) -> int:

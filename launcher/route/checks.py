@@ -7,7 +7,7 @@ import math
 from dali_launch.launcher.config import RunConfig, counted, node_range
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConfig, TrainConfig
-from dali_launch.trainer.data.bad_samples import check_limit
+from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
 
 
@@ -72,6 +72,7 @@ def validate(run: RunConfig) -> None:
     if train.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
         raise UsageError(f"--seed {train.seed} must be 0 or more")
     check_limit(run.data.max_bad_samples)
+    check_mode(run.data.bad_samples, run.data.pipeline)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
 

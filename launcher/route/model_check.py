@@ -14,13 +14,23 @@ from pathlib import Path
 
 from dali_launch.launcher.config import RunConfig
 from dali_launch.trainer import entry_points
+from dali_launch.trainer.data import formats
 
-CROPS = ("folders", "tfrecord", "webdataset")
+
+def crops() -> list[str]:
+    """The built-in pipelines that give --image-size square RGB crops (HWC)."""
+    return [f.name for f in formats.FORMATS if f.crops]
+
+
+def flat(pipeline: str) -> bool:
+    """Whether the built-in `pipeline` gives flat vectors (mnist's grey digits), not crops."""
+    found = formats.get(pipeline)
+    return found is not None and not found.crops
 
 
 def check(run: RunConfig, data_dir: Path) -> None:
     name = run.train.model
-    if name in entry_points.BUILTIN["model"]:
+    if name in entry_points.MODELS:
         return  # ours take what ours give; cnn-nnx's fixed input size is the task's to check
     shape = sample_shape(run, data_dir)
     if shape is None:
@@ -34,9 +44,9 @@ def check(run: RunConfig, data_dir: Path) -> None:
 
 def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:
     """One sample's shape as the built-in pipeline gives it (trainer/data/pipelines.py), else None."""
-    if run.data.pipeline in CROPS:
+    if run.data.pipeline in crops():
         return (run.data.image_size, run.data.image_size, 3)
-    if run.data.pipeline == "mnist":
+    if flat(run.data.pipeline):
         height, width = first_image_size(data_dir / "training")
         return (height * width,)
     return None

@@ -60,7 +60,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     data_dir = data_of(run)
     model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
-    if run.train.deterministic and run.data.pipeline not in entry_points.BUILTIN["pipeline"]:
+    if run.train.deterministic and run.data.pipeline not in entry_points.builtin("pipeline"):
         determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir))
     return data_dir
 

@@ -8,9 +8,9 @@ holds them to DALI's and to model/vit.py's).
 from __future__ import annotations
 
 from dali_launch.launcher.config import RunConfig
-from dali_launch.launcher.route.model_check import CROPS as IMAGE_PIPELINES  # HWC crops; mnist's are flat
+from dali_launch.launcher.route.model_check import crops, flat
 from dali_launch.trainer.config import DataConfig, TrainConfig
-from dali_launch.trainer.entry_points import BUILTIN
+from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError
 
 RANDAUGMENT_OPS = 14  # DALI's RandAugment suite (augment.suite)
@@ -19,7 +19,7 @@ PATCH = 16  # vit.PATCH
 
 
 def is_vit(model: str) -> bool:
-    return BUILTIN["model"].get(model, "").startswith("dali_launch.trainer.model.vit:")
+    return MODELS.get(model, "").startswith("dali_launch.trainer.model.vit:")
 
 
 def validate(run: RunConfig) -> None:
@@ -44,10 +44,10 @@ def _augment(data: DataConfig) -> None:
             f"--randaugment {data.randaugment} is out of range: N (operations per image) must be 1 to "
             f"{RANDAUGMENT_OPS} and M (their magnitude) 0 to {MAGNITUDE_BINS - 1}; e.g. --randaugment 2,9"
         )
-    if data.augment != "none" and data.pipeline == "mnist":
+    if data.augment != "none" and flat(data.pipeline):
         raise UsageError(
-            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(IMAGE_PIPELINES)} or your own); "
-            f"--pipeline mnist gives flat grey digits; use --augment none"
+            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(crops())} or your own); "
+            f"--pipeline {data.pipeline} gives flat grey digits; use --augment none"
         )
 
 
@@ -57,10 +57,10 @@ def _mixing(train: TrainConfig, data: DataConfig) -> None:
             raise UsageError(
                 f"--{name} {getattr(train, name)} must be 0 (off) or more: it is Beta's alpha (0.2 to 1 are usual)"
             )
-    if train.cutmix and data.pipeline == "mnist":
+    if train.cutmix and flat(data.pipeline):
         raise UsageError(
-            "--cutmix pastes boxes of HWC images, but --pipeline mnist gives flat vectors; use --mixup, or an "
-            "image pipeline"
+            f"--cutmix pastes boxes of HWC images, but --pipeline {data.pipeline} gives flat vectors; use --mixup, "
+            "or an image pipeline"
         )
 
 
@@ -69,12 +69,12 @@ def _vit(train: TrainConfig, data: DataConfig) -> None:
         raise UsageError(f"--drop-path {train.drop_path} is out of range; use a value in [0, 1)")
     if not 0 < train.layer_decay <= 1:
         raise UsageError(f"--layer-decay {train.layer_decay} is out of range; use a value in (0, 1] (1: off)")
-    builtin, vit = train.model in BUILTIN["model"], is_vit(train.model)
+    builtin, vit = train.model in MODELS, is_vit(train.model)
     for name, value, off in (("drop_path", train.drop_path, 0.0), ("layer_decay", train.layer_decay, 1.0)):
         if builtin and not vit and value != off:
             flag = f"--{name.replace('_', '-')}"
             raise UsageError(
-                f"{flag} is for the ViTs' blocks (--model {', '.join(m for m in BUILTIN['model'] if is_vit(m))}); "
+                f"{flag} is for the ViTs' blocks (--model {', '.join(m for m in MODELS if is_vit(m))}); "
                 f"--model {train.model} has none: leave {flag} out"
             )
     if train.attention.startswith("cudnn") and train.precision != "bf16":
@@ -82,12 +82,12 @@ def _vit(train: TrainConfig, data: DataConfig) -> None:
             f"--attention {train.attention} runs cuDNN's 16-bit kernels, but --precision is {train.precision}; add "
             f"--precision bf16, or use --attention auto"
         )
-    if vit and data.pipeline == "mnist":
+    if vit and flat(data.pipeline):
         raise UsageError(
-            f"--model {train.model} cuts images into {PATCH}×{PATCH} patches, but --pipeline mnist gives 28×28 "
+            f"--model {train.model} cuts images into {PATCH}×{PATCH} patches, but --pipeline {data.pipeline} gives 28×28 "
             f"digits; use an image pipeline (--pipeline folders, ...) with an --image-size divisible by {PATCH}"
         )
-    if vit and data.pipeline in IMAGE_PIPELINES and data.image_size % PATCH:
+    if vit and data.pipeline in crops() and data.image_size % PATCH:
         fit = max(PATCH, data.image_size // PATCH * PATCH)
         raise UsageError(
             f"--image-size {data.image_size} is not divisible by {train.model}'s {PATCH}-pixel patches; use a "

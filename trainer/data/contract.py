@@ -70,6 +70,7 @@ class PipelineArgs:
     augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
     randaugment: tuple[int, int] = (2, 9)  # --randaugment N,M
     applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called
+    left_out: list = field(default_factory=list, init=False, compare=False, repr=False)  # `read`'s skipped scans
 
     def reader_args(self) -> dict:
         """Keyword arguments for the pipeline's one reader: this device's shard, padded to whole batches."""
@@ -95,10 +96,6 @@ class PipelineArgs:
         from dali_launch.trainer.data import feed  # DALI: imported only inside a pipeline
 
         return feed.read(self, reader, kwargs)
-
-    def decode_device(self) -> str:
-        """`device=` for fn.decoders.*."""
-        return self.decoder
 
     def decoder_args(self) -> dict:
         """Keyword arguments for fn.decoders.*: the device, and for nvJPEG the hardware decoder's share and

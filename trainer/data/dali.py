@@ -102,6 +102,7 @@ class DeviceBatches:
         )
         self.sample = None  # training's one sample: {name: {"shape", "dtype"}} (set_up: sample_spec), for checkpoints
         self.split = ""  # the folder the pipelines read, set by build
+        self.left_out = ()  # bad_samples' scans of what the readers leave out (--bad-samples skip), set by build
         mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
         self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
         self.peeked = None
@@ -251,13 +252,14 @@ def build(
     reader_batch, function = call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline)
     threads, shards_read = config.reader_threads * sharding.readers, (sharding.device_ids, sharding.global_devices)
     keep, kept = decoded_role(function, path, shards_read, threads, training, config, seed)
-    pipes, feeds = [], []
+    pipes, feeds, given = [], [], []
     for k, shard_id in enumerate(sharding.shard_ids):
         (local, reader), checkpoint = divmod(k, sharding.readers), checkpoints[k] if checkpoints else None
         feed = start.feed(sharding.first_device + local, reader, sharding.readers, checkpoint) if start else None
         args = pipeline_args(path, shard_id, sharding.num_shards, reader_batch, training, config, seed + shard_id, feed)
         args = dataclasses.replace(args, decoded_cache=keep)
         feeds.append(feed)
+        given.append(args)
         pipes.append(make_pipeline(function, args, config, devices[local], checkpoint, feed))
     for pipe in pipes:
         pipe.build()
@@ -268,6 +270,7 @@ def build(
     batches = DeviceBatches(pipes, devices, mesh_devices, sizes.pop(), sharding, reader_batch, start)
     batches.host_cache = kept
     batches.split = path
+    batches.left_out = tuple({scan.split: scan for args in given for scan in args.left_out}.values())
     if feeds[0]:
         batches.fingerprint = fingerprint(feeds[0].source.keys())
     return batches

@@ -96,8 +96,11 @@ def restored_iteration(checkpoint: bytes | None) -> int:
 def read(args, reader: str, kwargs: dict):
     """What `args.read(reader, **kwargs)` returns: (encoded, labels) DataNodes from this device's shard
     (DALI's `fn.readers.<reader>`) or from the global order (`args.feed`); the split's bad samples left out
-    (--bad-samples skip) or refused (stop) first."""
-    kwargs = bad_samples.screen(reader, kwargs, args.bad_samples, args.max_bad_samples)
+    (--bad-samples skip: their scan kept in `args.left_out`, for the pipelines' DeviceBatches) or refused
+    (stop) first."""
+    kwargs, left_out = bad_samples.screen(reader, kwargs, args.bad_samples, args.max_bad_samples)
+    if left_out:
+        args.left_out.append(left_out)
     if args.feed is None:
         native = records.native_arguments(reader, kwargs)  # class folders: process 0's listing, if shared
         return records.native(reader, getattr(fn.readers, reader)(**native, **args.reader_args()))
@@ -105,7 +108,7 @@ def read(args, reader: str, kwargs: dict):
         args.feed.source = records.open_source(reader, kwargs)
     except KeyError:
         raise UsageError(
-            f"--sample-order global reads {', '.join(sorted(records.FORMATS))} records, not fn.readers.{reader}'s; "
+            f"--sample-order global reads {', '.join(sorted(records.readers()))} records, not fn.readers.{reader}'s; "
             f"use --sample-order shards"
         ) from None
     # Parallel: two batches in flight per worker, so none waits for the pipeline to ask.

@@ -17,10 +17,10 @@ from __future__ import annotations
 from nvidia.dali import fn, types
 from nvidia.dali import tfrecord as tfrec
 
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
+from dali_launch.trainer.data.formats import shard_files  # noqa: F401 - pipelines.shard_files for its users
 from dali_launch.trainer.data.records import tfrecord as tfrecord_records
-from dali_launch.trainer.data.records import webdataset as webdataset_records
-from dali_launch.trainer.data.records.common import shard_files
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # ImageNet's, the usual start for a new image set
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
@@ -28,7 +28,7 @@ EVAL_RESIZE = 256 / 224  # resize the shorter side to this times the crop, then 
 
 
 def _mnist(args: PipelineArgs):
-    jpegs, labels = args.read("caffe2", path=args.path, name="caffe2")
+    jpegs, labels = inputs(args, "mnist")
     images = args.decode(jpegs, output_type=types.GRAY)
     if args.on_gpu:  # nvJPEG's images are on the GPU: both outputs stay there
         labels = labels.gpu()
@@ -58,23 +58,27 @@ tfrecord = Pipeline(_tfrecord, cacheable=True)
 webdataset = Pipeline(_webdataset, cacheable=True)
 
 
+def inputs(args: PipelineArgs, name: str, **extra):
+    """(encoded images, class ids) of one shard: format `name`'s reader, given the split's reader arguments
+    from formats.py (those the launcher's pre-flight screen screens) and `extra` (DALI objects)."""
+    found = formats.get(name)
+    return args.read(found.reader, **found.reader_arguments(args.path), **extra, name=found.reader)
+
+
 def folders_inputs(args: PipelineArgs):
-    """(encoded images, class ids) of one shard: the reader of each format."""
-    return args.read("file", file_root=args.path, name="file")
+    return inputs(args, "folders")
 
 
 def tfrecord_inputs(args: PipelineArgs):
-    files, indexes = shard_files(args.path, ".tfrecord")
     features = {
         tfrecord_records.IMAGE: tfrec.FixedLenFeature((), tfrec.string, ""),
         tfrecord_records.LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
     }
-    return args.read("tfrecord", path=files, index_path=indexes, features=features, name="tfrecord")
+    return inputs(args, "tfrecord", features=features)
 
 
 def webdataset_inputs(args: PipelineArgs):
-    tars, indexes = shard_files(args.path, ".tar")
-    return args.read("webdataset", paths=tars, index_paths=indexes, ext=webdataset_records.EXT, name="webdataset")
+    return inputs(args, "webdataset")
 
 
 def imagenet_augment(jpegs, labels, args: PipelineArgs):

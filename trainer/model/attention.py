@@ -20,7 +20,6 @@ import jax.numpy as jnp
 
 from dali_launch.trainer.errors import UsageError
 
-IMPLEMENTATIONS = ("xla", "cudnn", "cudnn-padded")
 PAD = 64
 SIXTEEN_BITS = (jnp.bfloat16, jnp.float16)  # what cuDNN's fused kernels take
 

@@ -148,14 +148,15 @@ class Reporter:
             task = bar.add_task("train", total=steps, completed=done)
             yield lambda: bar.advance(task)
 
-    def epoch(self, metrics: EpochMetrics) -> None:
+    def epoch(self, metrics: EpochMetrics, left_out: tuple = ()) -> None:
+        """An epoch's line and JSON object; `left_out`: the scans of what the readers leave out (bad_samples.py)."""
         self.last = dataclasses.asdict(metrics)
         if not self.lead:
             return
         with self.paths.metrics.open("a") as f:
             f.write(json.dumps(self.last) + "\n")
-        if bad_samples.SKIPPED:
-            write_atomic(self.paths.bad_samples, bad_samples.jsonl())
+        if left_out:
+            write_atomic(self.paths.bad_samples, bad_samples.jsonl(left_out))
         m = metrics
         self.trackers.scalars(
             m.step,

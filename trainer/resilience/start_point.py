@@ -165,13 +165,13 @@ def fingerprint_read(spec: TaskSpec, split: Path, records) -> dict | None:
     """The fingerprint of what the run's readers read of `split`: under --bad-samples skip, without the
     samples they leave out (the readers' positions and the order numbered those alone), else the folder's.
     The launcher's --resume and set_up.py's shard-order listing take the same one."""
-    from dali_launch.trainer.data import bad_samples
+    from dali_launch.trainer.data import bad_samples, formats
     from dali_launch.trainer.data.global_order import fingerprint
 
-    found = bad_samples.builtin_reader(spec.data.pipeline, split) if spec.data.bad_samples == "skip" else None
+    found = formats.reader_of(spec.data.pipeline, split) if spec.data.bad_samples == "skip" else None
     if found is None:
         return records.fingerprint_of(split)
-    kwargs = bad_samples.screen(*found, "skip", spec.data.max_bad_samples)
+    kwargs, _ = bad_samples.screen(*found, "skip", spec.data.max_bad_samples)
     return fingerprint(records.open_source(found[0], kwargs).keys())
 
 

@@ -2,10 +2,11 @@
 
 --sample-order global feeds DALI through `fn.external_source` from these, since DALI's native readers
 read their own shard in their own order and cannot start at a position of a job-wide one. Each module
-names the native reader it stands in for (`READER`) and opens a source from that reader's keyword
-arguments (`source(kwargs)`), so `args.read("caffe2", path=...)` means the same records either way;
-a reader whose outputs are not (encoded, class ids) has `native(outputs)` to make them so.
-A new format is a module here with the same names, added to FORMATS.
+opens a source from its format's native reader's keyword arguments (`source(kwargs)`), so
+`args.read("caffe2", path=...)` means the same records either way; a reader whose outputs are not
+(encoded, class ids) has `native(outputs)` to make them so. Each also lists its split for the bad-sample
+scan (`listing`) and leaves samples out of its reader (`without`). Which module a reader's is, and which
+format a folder holds, is formats.py's: a new format is a record there and a module here.
 """
 
 from __future__ import annotations
@@ -13,23 +14,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.data.global_order import fingerprint
-from dali_launch.trainer.data.records import caffe2, folders, shared, tfrecord, webdataset
-from dali_launch.trainer.data.records.common import RecordSource, shard_files
+from dali_launch.trainer.data.records import shared
+from dali_launch.trainer.data.records.common import RecordSource
 
-FORMATS = {module.READER: module for module in (caffe2, folders, tfrecord, webdataset)}
 _OPENED: dict[str, RecordSource] = {}  # every pipeline of a process reads the same records: list them once
+
+
+def readers() -> list[str]:
+    """The native readers a source here stands in for."""
+    return formats.readers()
 
 
 def open_source(reader: str, kwargs: dict) -> RecordSource:
     """The source of the records DALI's `fn.readers.<reader>(**kwargs)` would read, opened once per process
     (a source lists its whole split: ImageNet's folders are 1.28 M files, per pipeline of every device),
     and in a job of several processes listed by process 0 alone (shared.py)."""
-    if reader not in FORMATS:
+    found = formats.of_reader(reader)
+    if found is None:
         raise KeyError(reader)
     key = source_key(reader, kwargs)
     if key not in _OPENED:
-        _OPENED[key] = shared.opened(key, lambda: FORMATS[reader].source(kwargs))
+        _OPENED[key] = shared.opened(key, lambda: found.module().source(kwargs))
     return _OPENED[key]
 
 
@@ -52,15 +59,18 @@ def native_arguments(reader: str, kwargs: dict) -> dict:
 
 def native(reader: str, outputs):
     """`fn.readers.<reader>`'s outputs as (encoded, class ids), as a source's read gives them."""
-    convert = getattr(FORMATS.get(reader), "native", None)
+    found = formats.of_reader(reader)
+    convert = getattr(found.module(), "native", None) if found else None
     return convert(outputs) if convert else outputs
 
 
 def fingerprint_of(split: Path) -> dict | None:
     """The fingerprint of a split in a format known here, found by what the folder holds (the launcher's
     check of a resumed global order); None for a format it does not know or shards it cannot index."""
-    if (split / "data.mdb").is_file():  # the LMDB's keys alone, without opening a source
-        return fingerprint(caffe2.keys(str(split)))
+    found = formats.detect(split)
+    quick = getattr(found.module(), "split_keys", None) if found else None
+    if quick:  # an LMDB's keys alone, without opening a source
+        return fingerprint(quick(found.reader_arguments(split)))
     source = source_of(split)
     return None if source is None else fingerprint(source.keys())
 
@@ -68,19 +78,16 @@ def fingerprint_of(split: Path) -> dict | None:
 def source_of(split: Path) -> RecordSource | None:
     """The records of a split in a format known here, found by what the folder holds; None for a format
     it does not know or shards it cannot index."""
-    if (split / "data.mdb").is_file():
-        return open_source(caffe2.READER, {"path": str(split)})
-    records, tars = shard_files(str(split), ".tfrecord"), shard_files(str(split), ".tar")
-    try:
-        if records[0]:
-            return tfrecord.source({"path": records[0], "index_path": records[1]})
-        if tars[0]:
-            return webdataset.source({"paths": tars[0], "index_paths": tars[1], "ext": webdataset.EXT})
-    except (OSError, ValueError, KeyError):  # a missing or broken index: the data checks say so
+    found = formats.detect(split)
+    if found is None:
         return None
-    if split.is_dir() and any(p.is_dir() for p in split.iterdir()):
-        return open_source(folders.READER, {"file_root": str(split)})
-    return None
+    kwargs = found.reader_arguments(split)
+    if found.suffix:  # shards: opened here, not shared (the launcher's check reads them once)
+        try:
+            return found.module().source(kwargs)
+        except (OSError, ValueError, KeyError):  # a missing or broken index: the data checks say so
+            return None
+    return open_source(found.reader, kwargs)
 
 
-__all__ = ["FORMATS", "RecordSource", "fingerprint_of", "native", "native_arguments", "open_source", "source_of"]
+__all__ = ["RecordSource", "fingerprint_of", "native", "native_arguments", "open_source", "readers", "source_of"]

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import numpy as np
 
 from dali_launch.trainer.data import protobuf as pb
+from dali_launch.trainer.data.sample_scan import Listing, image_problem, stamp
 
-READER = "caffe2"
 _ENVS: dict = {}  # path -> lmdb.Environment: py-lmdb opens a path once per process; every reader shares it
 
 
@@ -63,6 +64,11 @@ def opened(path: str):
         yield env
 
 
+def split_keys(kwargs: dict) -> list[bytes]:
+    """The keys of the LMDB `fn.readers.caffe2(**kwargs)` reads, without opening a source (records.fingerprint_of)."""
+    return keys(kwargs["path"])
+
+
 def source(kwargs: dict) -> Caffe2Lmdb:
     return Caffe2Lmdb(kwargs["path"])
 
@@ -79,3 +85,23 @@ def parse(record: bytes) -> tuple[bytes, int]:
         if kind == 1 and number == 3:
             return image, int(np.frombuffer(value, "<f4")[0])
     raise ValueError("a record without a label")
+
+
+def listing(kwargs: dict) -> Listing:
+    """The LMDB's records for the bad-sample scan, read through one handle that is closed again (or the
+    process's own, `opened`): py-lmdb opens a path once per process, and the launcher's checks open it
+    after this. No `without`: fn.readers.caffe2 reads every key (formats.py: skips=False)."""
+    path, held = kwargs["path"], {}
+    keys_ = keys(path)
+
+    @contextlib.contextmanager
+    def held_open():
+        with opened(path) as env, env.begin(buffers=False) as txn:
+            held["txn"] = txn
+            yield
+        held.clear()
+
+    name = lambda i: f"record {keys_[i].decode(errors='replace')} of {path}"
+    image = lambda i: parse(held["txn"].get(keys_[i]))[0]
+    stamped = stamp(os.path.join(path, "data.mdb"))
+    return Listing(path, len(keys_), stamped, name, lambda i: image_problem(image, i), opened=held_open, threads=False)

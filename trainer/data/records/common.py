@@ -1,9 +1,8 @@
 """What every record source offers (records/<format>.py): a length, a key per sample, random access;
-and what the sharded formats share: their shard files, read at an offset."""
+and what the sharded formats share: their shard files, read at an offset (which files: formats.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -25,12 +24,6 @@ class RecordSource(Protocol):
     def read(self, index: int) -> tuple[np.ndarray, int]:
         """Sample `index`: its encoded bytes (uint8, 1-D) and its class id."""
         ...
-
-
-def shard_files(path: str, suffix: str) -> tuple[list[str], list[str]]:
-    """A split's shard files (sorted: the sample order) and their DALI index files (same stem, .idx)."""
-    files = sorted(Path(path).glob(f"*{suffix}"))
-    return [str(f) for f in files], [str(f.with_suffix(".idx")) for f in files]
 
 
 def read_bytes(path: str, offset: int, size: int) -> np.ndarray:

@@ -3,11 +3,15 @@ each, as `fn.readers.file(file_root=...)` numbers them."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 import numpy as np
 
-READER = "file"
+from dali_launch.trainer.data.images import check_file
+from dali_launch.trainer.data.sample_scan import Listing, Scan, stamp
+
 # DALI's readers.file takes these (case-insensitive); anything else in a class folder is skipped.
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
 
@@ -46,3 +50,24 @@ class ClassFolders:
 
 def source(kwargs: dict) -> ClassFolders:
     return ClassFolders(kwargs["file_root"], kwargs.get("files"), kwargs.get("labels"))
+
+
+def listing(kwargs: dict) -> Listing:
+    """The split's files for the bad-sample scan. Their fingerprint is the file names and the folders'
+    modification times, not a stat of every file (1.28 M files: 5 s against 13 s on 2 cores): adding,
+    removing or renaming a file (cp, mv, rsync) touches its folder. A file rewritten in place is not seen,
+    so the bad ones a cached scan names are checked again each time: one that was fixed so is good again."""
+    root = kwargs["file_root"]
+    files = source(kwargs).files
+    paths = [os.path.join(root, name) for name, _ in files]
+    folders_of = sorted({os.path.dirname(p) for p in paths} | {root})
+    names = "\n".join(name for name, _ in files)
+    stamped = hashlib.sha256(("".join(stamp(f) for f in folders_of) + names).encode()).hexdigest()
+    return Listing(str(Path(root)), len(paths), stamped, paths.__getitem__, lambda i: check_file(paths[i]), True)
+
+
+def without(kwargs: dict, scan: Scan) -> dict:
+    """The reader's arguments with the scan's bad files left out of its own file list."""
+    bad = {b.index for b in scan.bad}
+    kept = [entry for i, entry in enumerate(source(kwargs).files) if i not in bad]
+    return {**kwargs, "files": [name for name, _ in kept], "labels": [int(label) for _, label in kept]}

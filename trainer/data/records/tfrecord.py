@@ -13,8 +13,8 @@ import numpy as np
 
 from dali_launch.trainer.data import protobuf as pb
 from dali_launch.trainer.data.records.common import as_list, read_bytes
+from dali_launch.trainer.data.sample_scan import Listing, Scan, image_problem, index_without, shards_stamp
 
-READER = "tfrecord"
 IMAGE, LABEL = "image/encoded", "image/class/label"
 HEADER, FOOTER = 12, 4  # bytes around a record's Example
 
@@ -77,3 +77,23 @@ def read_index(path: str | Path) -> list[tuple[int, int]]:
             raise ValueError(f"line {n} is not 'offset size'")
         out.append((int(parts[0]), int(parts[1])))
     return out
+
+
+def listing(kwargs: dict) -> Listing:
+    """The split's records for the bad-sample scan, named `record N of SHARD`."""
+    files, indexes = as_list(kwargs["path"]), as_list(kwargs["index_path"])
+    records = [(f, n, o, s) for f, index in enumerate(indexes) for n, (o, s) in enumerate(read_index(index))]
+
+    def image(i: int) -> bytes:
+        f, _, offset, size = records[i]
+        return parse_example(read_bytes(files[f], offset, size)[HEADER:-FOOTER].tobytes())[0]
+
+    name = lambda i: f"record {records[i][1]} of {files[records[i][0]]}"
+    split = str(Path(files[0]).parent) if files else ""
+    return Listing(split, len(records), shards_stamp([*files, *indexes]), name, lambda i: image_problem(image, i))
+
+
+def without(kwargs: dict, scan: Scan) -> dict:
+    """The reader's arguments with copies of the indexes that list a bad record, without its line."""
+    lines = lambda index: [line for line in Path(index).read_text().splitlines() if line.strip()]
+    return index_without(kwargs, scan, "index_path", lines, lambda kept: "".join(line + "\n" for line in kept))

@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from dali_launch.trainer.data.records.common import as_list, read_bytes
+from dali_launch.trainer.data.sample_scan import Listing, Scan, image_problem, index_without, shards_stamp
 
-READER = "webdataset"
 INDEX_VERSION = "v1.2"
-EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
 
 
 class WebDatasetShards:
@@ -80,3 +79,34 @@ def ascii_class_id(raw, max_digits: int = 9):
         digit = (code >= 48) & (code <= 57)
         value = value * (1 + 9 * digit) + digit * (code - 48)
     return fn.cast(value, dtype=types.INT32)
+
+
+def listing(kwargs: dict) -> Listing:
+    """The split's samples for the bad-sample scan, named `sample NAME of SHARD`."""
+    tars, indexes = as_list(kwargs["paths"]), as_list(kwargs["index_paths"])
+    ext = source(kwargs).image_ext
+    samples = [
+        (t, {e: (o, s, n) for e, o, s, n in members})
+        for t, index in enumerate(indexes)
+        for members in read_index(index)
+    ]
+
+    def name(i: int) -> str:
+        tar, members = samples[i]
+        member = members[ext][2] if ext in members else next(iter(members.values()))[2]
+        return f"sample {member.rpartition('.')[0] or member} of {tars[tar]}"
+
+    def image(i: int) -> bytes:
+        tar, members = samples[i]
+        if ext not in members:
+            raise ValueError(f"it has no .{ext} member")
+        return read_bytes(tars[tar], *members[ext][:2]).tobytes()
+
+    split = str(Path(tars[0]).parent) if tars else ""
+    return Listing(split, len(samples), shards_stamp([*tars, *indexes]), name, lambda i: image_problem(image, i))
+
+
+def without(kwargs: dict, scan: Scan) -> dict:
+    """The reader's arguments with copies of the indexes that list a bad sample, without its line."""
+    text = lambda kept: "".join(line + "\n" for line in [f"{INDEX_VERSION} {len(kept)}", *kept])
+    return index_without(kwargs, scan, "index_paths", lambda index: Path(index).read_text().splitlines()[1:], text)

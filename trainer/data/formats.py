@@ -1,0 +1,183 @@
+"""The data formats: one `Format` record each, and `FORMATS`; every per-format table is a lookup in it.
+
+A format is what `--pipeline NAME` reads and everything that follows from it: how a split folder is
+recognised, its reader (`fn.readers.<reader>`) and that reader's path arguments for a split, the module
+of its record source and bad-sample listing (records/<module>.py), what the launcher says of it and how
+the launcher checks and writes it. A new format is a record here, its records/ module, its pipeline
+function, its launcher writer and checks, and their tests; nothing else names formats.
+
+The launcher's parts (its checks, `data synth`'s writer) are named by "module:function" strings that
+only the launcher resolves (`resolve`): the trainer never imports the launcher, and a string is no
+import, while a table of writers kept in the launcher would be a second list of formats to keep in step
+with this one. Heavy parts (DALI pipelines, record sources) are named the same way, so this module
+imports nothing but the standard library: the launcher reads it before any job at no cost.
+
+`reader_arguments(split)` is the one place a split becomes reader arguments: the built-in pipelines
+(pipelines.py) read with them and the launcher's pre-flight screen (bad_samples.py) screens them, so
+both see the same files.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str  # --pipeline NAME
+    reader: str  # DALI's fn.readers.<reader>, and args.read's first argument
+    arguments: Callable[[str], dict]  # a split's folder -> the reader's path arguments (plain values)
+    detect: Callable[[Path], bool]  # whether a split's folder holds this format
+    records: str  # the module of its record source and bad-sample listing (records/<format>.py)
+    pipeline: str  # the built-in pipeline function, "module:attribute"
+    holds: str  # what a split holds, in a word or two: "LMDBs", "class folders", "shards"
+    layout: str  # the same with what makes it, for messages ("LMDBs (as ... makes them)")
+    description: str  # one line for --help
+    make: str  # the command that makes a data set of it at {path}
+    check: str  # the launcher's checks of a data set of it, "module:function(path, origin, num_classes)"
+    suffix: str = ""  # a sharded format's shard files
+    skips: bool = True  # --bad-samples skip can leave samples out of its reader (a file list or index)
+    crops: bool = True  # its pipeline gives --image-size square RGB crops (HWC); else flat vectors
+    default_data: bool = False  # a run may leave --data-dir out ($DALI_EXTRA_PATH, the embedded sample)
+    writer: str = ""  # `data synth --format NAME`'s writer of one unit, "module:function"; "" for none
+    detect_last: bool = False  # detection tries it after the others (any folder of folders is one)
+
+    def reader_arguments(self, split: str | Path) -> dict:
+        return self.arguments(str(split))
+
+    def module(self):
+        """records/<module>.py: its `source(kwargs)`, `listing(kwargs)` and `without(kwargs, scan)`."""
+        return importlib.import_module(self.records)
+
+
+def shard_files(split: str | Path, suffix: str) -> tuple[list[str], list[str]]:
+    """A split's shard files (sorted: the sample order) and their DALI index files (same stem, .idx)."""
+    files = sorted(Path(split).glob(f"*{suffix}"))
+    return [str(f) for f in files], [str(f.with_suffix(".idx")) for f in files]
+
+
+def _shards(suffix: str, files: str, indexes: str, **extra) -> Callable[[str], dict]:
+    """A sharded split's arguments: its shard files and their indexes, under the reader's own names."""
+
+    def arguments(split: str) -> dict:
+        shards, idx = shard_files(split, suffix)
+        return {files: shards, indexes: idx, **extra}
+
+    return arguments
+
+
+def _has(suffix: str) -> Callable[[Path], bool]:
+    return lambda split: any(split.glob(f"*{suffix}"))
+
+
+WEBDATASET_EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
+LAUNCHER = "dali_launch.launcher.data"
+PIPELINES = "dali_launch.trainer.data.pipelines"
+RECORDS = "dali_launch.trainer.data.records"
+SYNTH = "dali_launch.launcher.data.synth"
+FORMATS: tuple[Format, ...] = (
+    Format(
+        name="mnist",
+        reader="caffe2",
+        holds="LMDBs",
+        arguments=lambda split: {"path": split},
+        detect=lambda split: (split / "data.mdb").is_file(),
+        records=f"{RECORDS}.caffe2",
+        pipeline=f"{PIPELINES}:mnist",
+        layout="LMDBs (as `dali-launch data prepare` makes them)",
+        description="Caffe2 LMDBs of grey JPEG digits: flat 784 floats",
+        make="dali-launch data prepare --from IDX_DIR --to {path}",
+        check=f"{LAUNCHER}.datasets:check_lmdbs",
+        skips=False,  # an LMDB has no index to leave a record out of: fn.readers.caffe2 reads every key
+        crops=False,
+        default_data=True,
+    ),
+    Format(
+        name="folders",
+        reader="file",
+        holds="class folders",
+        arguments=lambda split: {"file_root": split},
+        detect=lambda split: any(p.is_dir() for p in split.iterdir()),
+        records=f"{RECORDS}.folders",
+        pipeline=f"{PIPELINES}:folders",
+        layout="folders of class folders of images (as `dali-launch data synth --format folders` makes them)",
+        description="SPLIT/<class>/<n>.jpg",
+        make="dali-launch data prepare --format folders --from IDX_DIR --to {path}",
+        check=f"{LAUNCHER}.datasets:check_folders",
+        writer=f"{SYNTH}:write_folders",
+        detect_last=True,
+    ),
+    Format(
+        name="tfrecord",
+        reader="tfrecord",
+        holds="shards",
+        arguments=_shards(".tfrecord", "path", "index_path"),
+        detect=_has(".tfrecord"),
+        records=f"{RECORDS}.tfrecord",
+        pipeline=f"{PIPELINES}:tfrecord",
+        layout="folders of *.tfrecord shards with their DALI indexes (as `dali-launch data synth --format "
+        "tfrecord` makes them)",
+        description="SPLIT/shard-N.tfrecord of tf.Examples",
+        make="dali-launch data synth {path} --format tfrecord",
+        check=f"{LAUNCHER}.shard_checks:check_tfrecord",
+        suffix=".tfrecord",
+        writer=f"{SYNTH}:write_tfrecord",
+    ),
+    Format(
+        name="webdataset",
+        reader="webdataset",
+        holds="shards",
+        arguments=_shards(".tar", "paths", "index_paths", ext=WEBDATASET_EXT),
+        detect=_has(".tar"),
+        records=f"{RECORDS}.webdataset",
+        pipeline=f"{PIPELINES}:webdataset",
+        layout="folders of *.tar shards with their DALI indexes (as `dali-launch data synth --format "
+        "webdataset` makes them)",
+        description="SPLIT/shard-N.tar (NAME.jpg + NAME.cls)",
+        make="dali-launch data synth {path} --format webdataset",
+        check=f"{LAUNCHER}.shard_checks:check_webdataset",
+        suffix=".tar",
+        writer=f"{SYNTH}:write_webdataset",
+    ),
+)
+
+
+def names() -> list[str]:
+    return [f.name for f in FORMATS]
+
+
+def get(name: str) -> Format | None:
+    """The format `--pipeline name` reads; None for a pipeline of the user's own."""
+    return next((f for f in FORMATS if f.name == name), None)
+
+
+def of_reader(reader: str) -> Format | None:
+    """The format DALI's `fn.readers.<reader>` reads; None for a reader no format here has."""
+    return next((f for f in FORMATS if f.reader == reader), None)
+
+
+def readers() -> list[str]:
+    return [f.reader for f in FORMATS]
+
+
+def detect(split: Path) -> Format | None:
+    """The format a split's folder holds, found by what it holds; None when none is recognised."""
+    if not split.is_dir():
+        return None
+    ordered = [f for f in FORMATS if not f.detect_last] + [f for f in FORMATS if f.detect_last]
+    return next((f for f in ordered if f.detect(split)), None)
+
+
+def reader_of(name: str, split: str | Path) -> tuple[str, dict] | None:
+    """(reader, its arguments) the built-in `--pipeline name` reads `split` with; None for one of the user's."""
+    found = get(name)
+    return None if found is None else (found.reader, found.reader_arguments(split))
+
+
+def resolve(reference: str):
+    """The function a "module:function" reference names, imported now."""
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute)
