@@ -62,6 +62,8 @@ def use(spec: TaskSpec) -> Path | None:
     mine = RunPaths(spec.run_dir).compile_cache
     link_all(shared, mine)
     point_jax_at(mine)
+    if f"--{AUTOTUNE_FLAG}=" in os.environ.get("XLA_FLAGS", ""):  # placement.py asked XLA to keep its picks there
+        autotune_folder(spec).mkdir(parents=True, exist_ok=True)
     return mine
 
 
