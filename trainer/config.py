@@ -10,18 +10,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from dali_launch.trainer.settings.compile_fields import CompileFields
+from dali_launch.trainer.settings.eval_fields import EvalFields
+from dali_launch.trainer.settings.fields import opt
+from dali_launch.trainer.settings.model_fields import ModelFields
+from dali_launch.trainer.settings.optim_fields import OptimizerFields
+from dali_launch.trainer.settings.recipe_fields import RecipeFields
+from dali_launch.trainer.settings.step_fields import StepFields
 
-def opt(default, help: str, **meta):
-    """A config field whose metadata doubles as its CLI flag (`choices`, `flag` may be given).
-
-    `on_resume` says what `--resume` lets a flag given beside it do to the run's own value (the launcher
-    reads it, launcher/route/resume.py): "may change" (how long or how it runs, never what it computes) or
-    "elastic" (where it runs: another topology, either sample order); without it a different value is refused,
-    the checkpoint would continue another run. `path=True`: a path, compared (and written) as an absolute one."""
-    return field(default=default, metadata={"help": help, **meta})
+__all__ = [
+    "DataConfig",
+    "DistributedConfig",
+    "Layout",
+    "ObserveConfig",
+    "ResilienceConfig",
+    "TaskSpec",
+    "TrainConfig",
+    "opt",
+]
 
 
 @dataclass(frozen=True)
@@ -151,211 +160,10 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    model: str = opt(
-        "mlp",
-        "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
-        "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 "
-        "(big_vision's ViTs, 16x16 patches), or package.module:factory of your own, Linen or NNX (see docs/models.md).",
-    )
-    epochs: int = opt(5, "Training epochs.", on_resume="may change")
-    batch_size: int = opt(50, "Samples per device per step (the example's 50).")
-    global_batch_size: int | None = opt(
-        None, "Samples per step over all devices; overrides --batch-size and must divide by the device count."
-    )
-    steps_per_call: int = opt(
-        0,
-        "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
-        "over them (lax.scan). The steps stay those of --batch-size; only host dispatch gets cheaper. "
-        "0: auto: on GPUs about 1,200 samples per device and call (24 steps of the example's 50), at most 64; "
-        "on CPUs 1. The value used is in rank_map.json and the first log lines.",
-    )
-    parallel: str = opt(
-        "auto",
-        "How steps run on the devices: sharded (one jit program over a job-wide device mesh; XLA "
-        "partitions it and inserts the all-reduce) or pmap (one replica per device, gradients summed by psum; "
-        "BatchNorm normalises each device's own rows). The same SGD steps. auto: pmap for a model with "
-        "BatchNorm statistics on more than one device (7 % faster for ResNet-50 on 2 H200s), else sharded.",
-        choices=("auto", "sharded", "pmap"),
-    )
-    # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
-    optimizer: str = opt(
-        "sgd",
-        "sgd (with --momentum; 0: plain SGD), nesterov (SGD with Nesterov momentum), adamw, lamb, or lars "
-        "(LARS with --momentum). Through optax.",
-        choices=("sgd", "nesterov", "adamw", "lamb", "lars"),
-    )
-    learning_rate: float = opt(0.1, "Peak learning rate (after warm-up).")
-    momentum: float = opt(0.9, "Momentum of sgd, nesterov and lars (adamw and lamb: optax's b1 0.9, b2 0.999).")
-    schedule: str = opt(
-        "constant",
-        "Learning-rate schedule after the warm-up: constant, cosine (to 0 at the end of training), linear "
-        "(to 0 at the end), or step (times --decay-factor at each of --decay-epochs).",
-        choices=("constant", "cosine", "linear", "step"),
-    )
-    warmup_epochs: float = opt(
-        0.0, "Linear warm-up from 0 to --learning-rate over this many epochs (may be a fraction)."
-    )
-    warmup_steps: int = opt(0, "Linear warm-up over this many optimizer steps instead of --warmup-epochs.")
-    decay_epochs: str = opt(
-        "",
-        "--schedule step: the epochs at which the rate is multiplied by --decay-factor, "
-        "comma-separated, e.g. 30,60,80.",
-    )
-    decay_factor: float = opt(0.1, "--schedule step: the factor applied at each of --decay-epochs.")
-    weight_decay: float = opt(
-        0.0,
-        "Weight decay of kernels (parameters of 2 or more dimensions; biases and normalisation scales are "
-        "left alone): added to the gradient for sgd/nesterov/lars, decoupled for adamw/lamb.",
-    )
-    label_smoothing: float = opt(0.0, "Label smoothing: the one-hot targets mixed with this much of a uniform one.")
-    clip_norm: float = opt(0.0, "Clip the job-wide gradient to this global norm (0: no clipping).")
-    accumulate_steps: int = opt(
-        1,
-        "Accumulate gradients over this many steps of --batch-size before one optimizer update: exactly one "
-        "step of a batch this many times larger (the loss stays the mean over every real sample).",
-    )
-    ema_decay: float = opt(
-        0.0,
-        "Keep an exponential moving average of the parameters (and BatchNorm statistics) "
-        "with this decay per optimizer update, e.g. 0.999 (0: none).",
-    )
-    eval_ema: bool = opt(False, "Evaluate the --ema-decay average instead of the trained parameters.")
-    on_nan: str = opt(
-        "stop",
-        "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's check points with no "
-        "extra device sync: stop (every rank, one line naming the steps and the last good checkpoint, which "
-        "is kept) or skip-step (drop each such update and count it).",
-        choices=("stop", "skip-step"),
-        on_resume="may change",
-    )
-    precision: str = opt(
-        "fp32",
-        "Compute precision: fp32, or bf16 (the model's forward and backward pass in bfloat16; parameters, "
-        "gradients and optimizer state stay float32).",
-        choices=("fp32", "bf16"),
-    )
-    seed: int = opt(0, "Seed for parameters and data shuffling.")
-    elastic_batch: str = opt(
-        "keep",
-        "Runs resumed on another device count: keep the global batch (the per-device "
-        "batch changes; it must divide) or rescale (keep the per-device batch; the learning rate is scaled by "
-        "new global batch / the run's first, the linear scaling rule).",
-        choices=("keep", "rescale"),
-        on_resume="elastic",
-    )
-    eval_batch_size: int = opt(
-        500, "Test samples per device per evaluation step, at most: smaller test shards take one step of their size."
-    )
-    eval_on: str = opt(
-        "all",
-        "Which devices evaluate: all (every device of every process reads its shard of the test set; the "
-        "counts are summed once and process 0 reports) or process-0 (process 0's devices alone, the others "
-        "wait: with one task per GPU that is 1 of N GPUs).",
-        choices=("all", "process-0"),
-        on_resume="may change",
-    )
-    eval_cache_mb: int = opt(
-        1024,
-        "Keep the decoded test set on the devices after the first evaluation when it takes at most this "
-        "many MiB per device; later evaluations skip DALI. 0: read it through DALI every time.",
-        on_resume="may change",
-    )
-    sync_every_steps: int = opt(
-        10,
-        "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).",
-        on_resume="may change",
-    )
-    deterministic: bool = opt(
-        False,
-        "Reproducible GPU runs: XLA's deterministic GPU kernels (no atomics in reductions, deterministic "
-        "convolutions, no autotuning), so the same run twice, and a resumed run against one never interrupted "
-        "(same GPUs and layout), end with the same parameters bit for bit. ResNet-50 ran 28 % slower with it on "
-        "an H200. CPU runs need nothing. Recorded in rank_map.json (docs/resilience.md).",
-        on_resume="may change",
-    )
-    cuda_graphs: str = opt(
-        "auto",
-        "Let XLA run programs as CUDA graphs (its command buffers; fused steps ran 2.5x faster on an H200): "
-        "on, off, or auto: on while DALI runs on the CPU (--decoder), off when it also works on the GPU, whose "
-        "CUDA calls can break a graph capture (one run died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).",
-        choices=("auto", "on", "off"),
-        on_resume="may change",
-    )
-    xla_options: str = opt(
-        "auto",
-        "XLA's own settings for every program of the task, as XLA_FLAGS names them without dashes: space-separated "
-        "NAME=VALUE, e.g. 'xla_gpu_autotune_level=2 xla_gpu_enable_latency_hiding_scheduler=true'. auto: the ones "
-        "measured fastest on an H200 (trainer/step/xla_options.py) on GPUs, none on CPUs; none: XLA's defaults.",
-        on_resume="may change",
-    )
-    batchnorm_stats: str = opt(
-        "auto",
-        "Precision of BatchNorm's batch statistics (mean, variance) in a model whose factory takes `batchnorm_stats` (the "
-        "built-in resnet50): float32 (Flax's default, stable in bf16 training), compute (the --precision dtype: "
-        "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
-        choices=("auto", "float32", "compute"),
-    )
-    compile_cache: str = opt(
-        "",
-        "Folder where the runs share XLA's compiled programs (the persistent compilation cache): requeued, "
-        "resumed and repeated runs skip compiling. Default: RUN_ROOT/.compile-cache, shared by every run of the "
-        "run root; each run compiles into RUN_DIR/compile-cache and publishes there whole files only, so runs "
-        "that write at once do no harm. off: no cache.",
-        on_resume="may change",
-    )
-    record_samples: bool = opt(
-        False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.", on_resume="may change"
-    )
-    # Today's vision recipes (issue 31): ViTs (model/vit.py), mixing (step/mixing.py), fine-tuning (model/init_from.py).
-    mixup: float = opt(
-        0.0,
-        "Mixup's alpha: each device's batch is mixed with itself reversed, by a weight from Beta(alpha, alpha) "
-        "per batch, targets too (timm's Mixup; 0: off). With --cutmix, each batch takes one of the two at even odds.",
-    )
-    cutmix: float = opt(
-        0.0,
-        "CutMix's alpha: a box of each device's batch is pasted from the batch reversed, its area from "
-        "Beta(alpha, alpha) per batch; the targets' weights are the areas (0: off).",
-    )
-    drop_path: float = opt(
-        0.0,
-        "Stochastic depth of the ViTs: the largest rate a block's residual branches are dropped at (rising "
-        "linearly from 0 at the first block, as DeiT), per sample while training.",
-    )
-    vit_pool: str = opt(
-        "gap",
-        "How the ViTs pool their tokens for the head: gap (global average, big_vision's ImageNet recipe) or cls "
-        "(a class token).",
-        choices=("gap", "cls"),
-    )
-    attention: str = opt(
-        "auto",
-        "The ViTs' attention (jax.nn.dot_product_attention): xla, cudnn (cuDNN's fused kernel), cudnn-padded "
-        "(the sequence padded to a multiple of 64 for it, the padding masked), or auto: on GPUs in bf16 the first "
-        "cuDNN form that compiles for the model's shapes, else xla. The choice is in rank_map.json and the rank line.",
-        choices=("auto", "xla", "cudnn", "cudnn-padded"),
-    )
-    init_from: str | None = opt(
-        None,
-        "Fine-tune: start from the parameters (and BatchNorm statistics) of a run directory's newest "
-        "checkpoint, one of its checkpoints/STEP folders or an Orbax checkpoint of a compatible model; not its "
-        "optimizer, step or data position. A head of another --num-classes is re-initialised.",
-        path=True,
-    )
-    layer_decay: float = opt(
-        1.0,
-        "ViTs: layer-wise learning-rate decay (BEiT, DeiT III): block i of D gets the rate × decay^(D - i), the "
-        "embeddings decay^(D + 1), the head and final norm the rate itself (1: off).",
-    )
-
-    def decay_epoch_list(self) -> list[int]:
-        """--decay-epochs as integers ("30,60" -> [30, 60]); raises ValueError on anything else."""
-        return [int(e) for e in self.decay_epochs.replace(" ", "").split(",") if e]
-
-    def per_device_batch(self, devices: int) -> int:
-        """Samples per device per step: --global-batch-size split over `devices`, else --batch-size."""
-        return self.global_batch_size // devices if self.global_batch_size else self.batch_size
+class TrainConfig(CompileFields, EvalFields, RecipeFields, OptimizerFields, StepFields, ModelFields):
+    """What a task trains and how, by concern (trainer/settings/): the model, the steps, the optimizer, the
+    recipe, the evaluation, XLA's side. Its fields stay flat (`spec.train.learning_rate`), so config.json,
+    config.toml's [train] table and the flags are those of one table; the help lists them in that order."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,32 @@
+"""The evaluation: where it runs, its batch, what it keeps, which parameters it reads.
+
+One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dali_launch.trainer.settings.fields import opt
+
+
+@dataclass(frozen=True)
+class EvalFields:
+    eval_ema: bool = opt(False, "Evaluate the --ema-decay average instead of the trained parameters.")
+    eval_batch_size: int = opt(
+        500, "Test samples per device per evaluation step, at most: smaller test shards take one step of their size."
+    )
+    eval_on: str = opt(
+        "all",
+        "Which devices evaluate: all (every device of every process reads its shard of the test set; the "
+        "counts are summed once and process 0 reports) or process-0 (process 0's devices alone, the others "
+        "wait: with one task per GPU that is 1 of N GPUs).",
+        choices=("all", "process-0"),
+        on_resume="may change",
+    )
+    eval_cache_mb: int = opt(
+        1024,
+        "Keep the decoded test set on the devices after the first evaluation when it takes at most this "
+        "many MiB per device; later evaluations skip DALI. 0: read it through DALI every time.",
+        on_resume="may change",
+    )

@@ -1,0 +1,51 @@
+"""The model: which network, its precision and its own options, what it starts from.
+
+One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dali_launch.trainer.settings.fields import opt
+
+
+@dataclass(frozen=True)
+class ModelFields:
+    model: str = opt(
+        "mlp",
+        "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
+        "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 "
+        "(big_vision's ViTs, 16x16 patches), or package.module:factory of your own, Linen or NNX (see docs/models.md).",
+    )
+    precision: str = opt(
+        "fp32",
+        "Compute precision: fp32, or bf16 (the model's forward and backward pass in bfloat16; parameters, "
+        "gradients and optimizer state stay float32).",
+        choices=("fp32", "bf16"),
+    )
+    drop_path: float = opt(
+        0.0,
+        "Stochastic depth of the ViTs: the largest rate a block's residual branches are dropped at (rising "
+        "linearly from 0 at the first block, as DeiT), per sample while training.",
+    )
+    vit_pool: str = opt(
+        "gap",
+        "How the ViTs pool their tokens for the head: gap (global average, big_vision's ImageNet recipe) or cls "
+        "(a class token).",
+        choices=("gap", "cls"),
+    )
+    attention: str = opt(
+        "auto",
+        "The ViTs' attention (jax.nn.dot_product_attention): xla, cudnn (cuDNN's fused kernel), cudnn-padded "
+        "(the sequence padded to a multiple of 64 for it, the padding masked), or auto: on GPUs in bf16 the first "
+        "cuDNN form that compiles for the model's shapes, else xla. The choice is in rank_map.json and the rank line.",
+        choices=("auto", "xla", "cudnn", "cudnn-padded"),
+    )
+    init_from: str | None = opt(
+        None,
+        "Fine-tune: start from the parameters (and BatchNorm statistics) of a run directory's newest "
+        "checkpoint, one of its checkpoints/STEP folders or an Orbax checkpoint of a compatible model; not its "
+        "optimizer, step or data position. A head of another --num-classes is re-initialised.",
+        path=True,
+    )

@@ -1,0 +1,72 @@
+"""How the steps run: epochs, batches, fusion and parallelism, the seed, what a NaN does.
+
+One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dali_launch.trainer.settings.fields import opt
+
+
+@dataclass(frozen=True)
+class StepFields:
+    epochs: int = opt(5, "Training epochs.", on_resume="may change")
+    batch_size: int = opt(50, "Samples per device per step (the example's 50).")
+    global_batch_size: int | None = opt(
+        None, "Samples per step over all devices; overrides --batch-size and must divide by the device count."
+    )
+    steps_per_call: int = opt(
+        0,
+        "SGD steps fused into one device call: DALI reads this many batches at once and the device loops "
+        "over them (lax.scan). The steps stay those of --batch-size; only host dispatch gets cheaper. "
+        "0: auto: on GPUs about 1,200 samples per device and call (24 steps of the example's 50), at most 64; "
+        "on CPUs 1. The value used is in rank_map.json and the first log lines.",
+    )
+    parallel: str = opt(
+        "auto",
+        "How steps run on the devices: sharded (one jit program over a job-wide device mesh; XLA "
+        "partitions it and inserts the all-reduce) or pmap (one replica per device, gradients summed by psum; "
+        "BatchNorm normalises each device's own rows). The same SGD steps. auto: pmap for a model with "
+        "BatchNorm statistics on more than one device (7 % faster for ResNet-50 on 2 H200s), else sharded.",
+        choices=("auto", "sharded", "pmap"),
+    )
+    # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
+    seed: int = opt(0, "Seed for parameters and data shuffling.")
+    elastic_batch: str = opt(
+        "keep",
+        "Runs resumed on another device count: keep the global batch (the per-device "
+        "batch changes; it must divide) or rescale (keep the per-device batch; the learning rate is scaled by "
+        "new global batch / the run's first, the linear scaling rule).",
+        choices=("keep", "rescale"),
+        on_resume="elastic",
+    )
+    sync_every_steps: int = opt(
+        10,
+        "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).",
+        on_resume="may change",
+    )
+    batchnorm_stats: str = opt(
+        "auto",
+        "Precision of BatchNorm's batch statistics (mean, variance) in a model whose factory takes `batchnorm_stats` (the "
+        "built-in resnet50): float32 (Flax's default, stable in bf16 training), compute (the --precision dtype: "
+        "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
+        choices=("auto", "float32", "compute"),
+    )
+    on_nan: str = opt(
+        "stop",
+        "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's check points with no "
+        "extra device sync: stop (every rank, one line naming the steps and the last good checkpoint, which "
+        "is kept) or skip-step (drop each such update and count it).",
+        choices=("stop", "skip-step"),
+        on_resume="may change",
+    )
+    record_samples: bool = opt(
+        False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.", on_resume="may change"
+    )
+    # Today's vision recipes (issue 31): ViTs (model/vit.py), mixing (step/mixing.py), fine-tuning (model/init_from.py).
+
+    def per_device_batch(self, devices: int) -> int:
+        """Samples per device per step: --global-batch-size split over `devices`, else --batch-size."""
+        return self.global_batch_size // devices if self.global_batch_size else self.batch_size
