@@ -40,7 +40,7 @@ from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import optim
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
 from dali_launch.trainer.step.mixing import Mixing
-from dali_launch.trainer.step.parallel import call_tally, create, finished
+from dali_launch.trainer.step.parallel import Runner, call_tally, create, finished
 from dali_launch.trainer.step.state import Recipe, TrainState
 from dali_launch.trainer.topology import job_devices
 
@@ -53,7 +53,7 @@ class Training:
 
     spec: TaskSpec  # its learning rate as resolved (elastic.py's rescale rule)
     data: dali.DeviceBatches  # training's pipelines, starting at the start point
-    mode: object  # step/parallel.py's Pmap or Sharded: how device calls run
+    mode: Runner  # step/parallel.py's Pmap or Sharded: how device calls run
     checkpointer: Checkpointer
     evaluator: Evaluator | None  # this process's part (--eval-on all), or process 0's alone; else None
     state: TrainState  # placed on the devices: the checkpoint's, or a fresh one

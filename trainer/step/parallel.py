@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -170,18 +171,34 @@ def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: 
     return state, advance(tally, rows, loss, count, skipped, seen)
 
 
+class Runner(Protocol):
+    """How this process runs device calls (--parallel): what set_up.py and train.py hold, whichever it is."""
+
+    name: str
+    call: Callable  # (state, tally, images, labels, valid) -> (state, tally): one device call of k SGD steps
+
+    def compile_ahead(self, shapes, *args) -> threading.Thread:
+        """The first call compiled in a thread for a state of `shapes` (a finished thread where it cannot)."""
+
+    def place(self, state):
+        """The host state on this process's devices, laid out as `call` takes it."""
+
+    def replica(self, tree):
+        """One replica of a placed tree: this process's first device's copy."""
+
+
 class Pmap:
-    """--parallel pmap: the state stacked over devices, one copy per device."""
+    """--parallel pmap: the state stacked over devices, one copy per device (a Runner)."""
 
     name = "pmap"
 
-    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int, donate=True):
+    def __init__(self, devices: list, all_devices: list, batch_size: int, readers: int, donate=True):
         self.devices = devices
         call = partial(pmap_call, batch_size=batch_size, readers=readers)
         self.call = jax.pmap(call, AXIS, devices=all_devices, donate_argnums=(0, 1) if donate else ())
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
-        return finished()  # pmap compiles at its first call
+        return finished()  # pmap compiles at its first call: its ahead-of-time program is not the one it calls
 
     def place(self, state):
         return jax_utils.replicate(state, devices=self.devices)
@@ -192,11 +209,12 @@ class Pmap:
 
 
 class Sharded:
-    """--parallel sharded: the state replicated over a job-wide mesh, one jit program for all devices."""
+    """--parallel sharded: the state replicated over a job-wide mesh, one jit program for all devices (a
+    Runner). The batch's `data_sharding` (the data side's) names the mesh."""
 
     name = "sharded"
 
-    def __init__(self, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int, donate=True):
+    def __init__(self, data_sharding, batch_size: int, readers: int, donate=True):
         mesh = data_sharding.mesh
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.call = jax.jit(
@@ -245,7 +263,11 @@ def finished() -> threading.Thread:
     return thread
 
 
-def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int = 1, donate=True):
-    """The --parallel runner `name`; `donate` False only for benchmarks/step_levers.py's donation lever."""
-    runner = next(cls for cls in (Pmap, Sharded) if cls.name == name)
-    return runner(devices, all_devices, batch_size, data_sharding, readers, donate)
+def create(
+    name: str, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int = 1, donate=True
+) -> Runner:
+    """The --parallel runner `name` (pmap or sharded, resolve.parallel); `donate` False only for
+    benchmarks/step_levers.py's donation lever."""
+    if name == Pmap.name:
+        return Pmap(devices, all_devices, batch_size, readers, donate)
+    return Sharded(data_sharding, batch_size, readers, donate)
