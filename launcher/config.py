@@ -133,7 +133,13 @@ class RunConfig:
     def device_counts(self) -> list[int]:
         """Every job device count the node range allows, fewest first."""
         low, high = self.node_range
-        return [n * (self.launch.gpus_per_node or 1) for n in range(low, high + 1)]
+        return [n * self.devices_per_node for n in range(low, high + 1)]
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices each node gives the job: --gpus-per-node, or 1 where unset (one CPU device, or what a node of
+        an allocation has, which allocation.py fills in before this is read). The one place that default lives."""
+        return self.launch.gpus_per_node or 1
 
     @property
     def num_processes(self) -> int:
@@ -141,11 +147,11 @@ class RunConfig:
 
     @property
     def devices_per_process(self) -> int:
-        return (self.launch.gpus_per_node or 1) // self.tasks_per_node
+        return self.devices_per_node // self.tasks_per_node
 
     @property
     def num_devices(self) -> int:
-        return self.nodes * (self.launch.gpus_per_node or 1)
+        return self.nodes * self.devices_per_node
 
 
 # The flags of every command that takes a run's settings, in --help's panels.

@@ -21,7 +21,8 @@ def test_a_dry_run_needs_no_slurm(tmp_path, mnist_lmdb):
     )
     check_ok(proc)
     assert "#SBATCH --nodes=2" in proc.stdout and "#SBATCH --gpus-per-node=8" in proc.stdout
-    assert "srun " in proc.stdout and "2 processes on 2 nodes, 8 devices each" in proc.stdout
+    assert "srun " in proc.stdout and "2 processes on 2 nodes, 8 devices each, 16 devices in all" in proc.stdout
+    assert "DALI readers per device resolved by each task" in proc.stdout  # devices are not shards
     assert not (tmp_path / "runs").exists()
 
 

@@ -94,7 +94,7 @@ class Allocation(Train):
             "tasks per node",
             "SLURM_STEP_TASKS_PER_NODE",
         )
-        gpus = run.launch.gpus_per_node or 1
+        gpus = run.devices_per_node
         if step.gpus_on_node is not None and run.distributed.platform != "cpu" and gpus > step.gpus_on_node:
             raise UsageError(
                 f"--gpus-per-node {gpus} asks for more than the {step.gpus_on_node} GPUs the job holds "

@@ -16,7 +16,7 @@ def device_phrase(run: RunConfig) -> str:
     counts = run.device_counts
     devices = counted(counts[-1], "device") if low == high else f"{counts[0]}-{counts[-1]} devices"
     nodes = counted(high, "node") if low == high else f"{low}-{high} nodes"
-    return f"{devices} ({nodes} × {counted(run.launch.gpus_per_node or 1, 'GPU')})"
+    return f"{devices} ({nodes} × {counted(run.devices_per_node, 'GPU')})"
 
 
 def validate(run: RunConfig) -> None:

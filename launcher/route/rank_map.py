@@ -35,7 +35,8 @@ def describe(run: RunConfig) -> str:
     lines = [] if low == high else [f"nodes {low}-{high}: SLURM picks the count at each start; at {high} nodes:"]
     lines.append(
         f"{counted(run.num_processes, 'process')} on {counted(run.nodes, 'node')}, "
-        f"{counted(run.devices_per_process, 'device')} each, {counted(run.num_devices, 'DALI shard')}"
+        f"{counted(run.devices_per_process, 'device')} each, {counted(run.num_devices, 'device')} in all, "
+        f"{readers_phrase(run.data.readers_per_device)}"
     )
     for r in rank_map(run):
         lines.append(
@@ -43,3 +44,10 @@ def describe(run: RunConfig) -> str:
             f"devices {r['local_devices']}, job devices {r['device_indices']}"
         )
     return "\n".join(lines)
+
+
+def readers_phrase(readers: int) -> str:
+    """How many DALI readers (shards) each device has: the flag's value, or that each task resolves it."""
+    if readers:
+        return f"{counted(readers, 'DALI reader')} (shard) per device"
+    return "DALI readers per device resolved by each task (--readers-per-device auto; rank_map.json records them)"
