@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.base import Backend, Outcome, Watch
-from dali_launch.launcher.config import RunConfig, counted
+from dali_launch.launcher.config import RunConfig, absolute_paths, counted
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import resume
@@ -78,6 +78,7 @@ def launch(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep
 
 def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None) -> Started | None:
     """Checks and prepares every run, then has the backend run them; None after a dry run."""
+    runs = [absolute_paths(run) for run in runs]
     paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "")
     if paths is None:
         return None
