@@ -49,7 +49,8 @@ class LaunchConfig:
     )
     resume: str | None = opt(
         None,
-        "Continue the run in this run directory from its newest checkpoint, in the mode it "
+        "Continue the run in this run directory (or of this name under --run-root, or SLURM job id) from its "
+        "newest checkpoint, in the mode it "
         "started in (train, --local, SLURM) and with its own configuration. Flags that change "
         "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
         "given; others that differ from the run's are refused.",

@@ -199,3 +199,20 @@ def test_a_moved_run_directory_keeps_working(small_lmdb, tmp_path):
     check_ok(dali_launch("--resume", str(moved), "--epochs", "2"))
     assert [json.loads(line)["epoch"] for line in (moved / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert (moved / "result.json").exists() and not (tmp_path / "a").joinpath(moved.name).exists()
+
+
+@pytest.mark.slow
+def test_a_run_resumes_by_its_name(small_lmdb, tmp_path):
+    """RUN may be the run's name as `dali-launch runs` lists it (README), as for status and logs; --run-root
+    beside it says where, and is no change of the run's."""
+    from conftest import check_ok, dali_launch, only_run
+
+    root = tmp_path / "runs"
+    check_ok(
+        dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "1", "--name", "n", "--run-root", str(root))
+    )
+    paths = only_run(root)
+    resumed = dali_launch("train", "--resume", paths.root.name, "--run-root", str(root), "--epochs", "2")
+    check_ok(resumed)
+    assert f"resuming {paths.root} " in resumed.stdout
+    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]

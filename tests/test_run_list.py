@@ -115,7 +115,9 @@ def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     assert all(word in table.stdout for word in ("finished", "failed", "2/2", done["run"]))
 
     out = tmp_path / "curves.png"
-    check_ok(dali_launch("plot", done["path"], stopped["path"], "--out", str(out)))
+    check_ok(
+        dali_launch("plot", done["run"], stopped["path"], "--run-root", str(root), "--out", str(out))
+    )  # a name, a path
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     bad = dali_launch("plot", str(tmp_path / "code"), "--out", str(out))
     assert bad.returncode == 2 and "is not a run directory" in bad.stderr

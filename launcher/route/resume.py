@@ -46,8 +46,7 @@ def read(values: Values, entry: str) -> Resume:
     `entry` is the command used: `train` continues only runs it started (one process here); the
     plain command continues any run in its own mode.
     """
-    paths = RunPaths(Path(values["resume"]).absolute())
-    _check_is_run_dir(paths)
+    paths = run_dir_of(values["resume"], values.get("run_root") or "runs")
     refuse_live(paths)
     mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
     _check_entry(values, entry, paths, mode)
@@ -75,6 +74,16 @@ def _as_resolved(paths: RunPaths, recorded: dict) -> dict:
     if recorded.get("platform", "auto") == "auto" and resolved.get("platform") in ("cpu", "gpu"):
         return {**recorded, "platform": resolved["platform"]}
     return recorded
+
+
+def run_dir_of(run: str, run_root: str) -> RunPaths:
+    """RUN as `--resume` takes it: a run directory, else a run's name under --run-root or a SLURM job id, as
+    for `status` (registry.find_run)."""
+    if Path(run).is_dir() or "/" in run or run.startswith("."):  # a folder: --resume's own words for what it lacks
+        paths = RunPaths(Path(run).absolute())
+        _check_is_run_dir(paths)
+        return paths
+    return registry.find_run(run, run_root)
 
 
 def _check_is_run_dir(paths: RunPaths) -> None:
@@ -128,7 +137,12 @@ def _changes(values: Values, recorded: dict, run: RunPaths) -> dict:
     rules, paths = marked("on_resume"), marked("path")
     for name in sorted(values.given):
         value, before, rule = values[name], recorded.get(name), rules.get(name)
-        if value == before or name in ("resume", "dry_run") or (name in paths and _same_path(value, before)):
+        # --run-root beside --resume says where RUN's name is; the run keeps its own.
+        if (
+            value == before
+            or name in ("resume", "dry_run", "run_root")
+            or (name in paths and _same_path(value, before))
+        ):
             continue
         flag = "--" + name.replace("_", "-")
         elastic = start_point.resizable(run) if elastic is None and rule == "elastic" else elastic
