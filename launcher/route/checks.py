@@ -45,7 +45,7 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--reader-threads {run.data.reader_threads} must be 0 (auto) or more")
     if run.data.feed_workers < -1:
         raise UsageError(f"--feed-workers {run.data.feed_workers} must be -1 (auto), 0 (in-process) or more")
-    _decoded_cache(run.data.decoded_cache)
+    _decoded_cache(run.data, bool(launch.resume))
     if not 0 <= run.data.hw_decoder_load <= 1:
         raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
     _observe(run.observe, run.node_range[0] * run.tasks_per_node)  # ranks that exist at any count
@@ -76,13 +76,19 @@ def validate(run: RunConfig) -> None:
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
 
 
-def _decoded_cache(value: str) -> None:
+def _decoded_cache(data: DataConfig, resumed: bool) -> None:
     try:
-        DataConfig(decoded_cache=value).decoded_cache_mb()
+        size = data.decoded_cache_mb()
     except ValueError:
         raise UsageError(
-            f"--decoded-cache {value} is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G"
+            f"--decoded-cache {data.decoded_cache} is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G"
         ) from None
+    if size and data.sample_order == "global" and not resumed:  # a resumed run's own: an earlier version let it be
+        raise UsageError(
+            f"--decoded-cache {data.decoded_cache} keeps each reader's decoded shard, but --sample-order global "
+            f"reads through an external source, which has none; leave --decoded-cache out (auto: off there), or "
+            f"use --sample-order shards"
+        )
 
 
 def _optimizer(train: TrainConfig) -> None:
