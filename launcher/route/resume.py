@@ -19,12 +19,12 @@ from pathlib import Path
 from dali_launch.launcher import config_file
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.job import lock_holder
-from dali_launch.launcher.config import RunConfig, marked, task_spec
+from dali_launch.launcher.config import RunConfig, counted, marked, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values, build
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.resilience import start_point
+from dali_launch.trainer.resilience import saved, start_point
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -53,6 +53,7 @@ def read(values: Values, entry: str) -> Resume:
     recorded = _as_resolved(paths, config_file.load(str(paths.config_toml)))
     changes = _changes(values, recorded, paths)
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
+    check_progress(paths, run.train.epochs, mode.started_by)
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
     if not run.launch.dry_run:  # the newest checkpoint whole before anything loads it; a dry run renames nothing
         for line in start_point.repair(paths):
@@ -61,6 +62,24 @@ def read(values: Values, entry: str) -> Resume:
     processes = [nodes * run.tasks_per_node for nodes in range(low, high + 1)]
     elastic = start_point.check_resume(paths, spec, run.device_counts, processes)
     return Resume(run, mode.name, changes, elastic)
+
+
+def check_progress(paths: RunPaths, epochs: int, started_by: str) -> None:
+    """What the run has done must be kept: a checkpoint to go on from where it trained (else it would start
+    again from step 0 over its own metrics), and no fewer --epochs than its checkpoint has done."""
+    newest, _ = saved.newest_whole(paths, rename=False, crc=False)
+    done = len(paths.metrics.read_text().splitlines()) if paths.metrics.is_file() else 0
+    if newest is None and done:
+        raise UsageError(
+            f"--resume {paths.root}: it trained {counted(done, 'epoch')} (metrics.jsonl) but has no checkpoint left "
+            f"in {paths.checkpoints.name}/, so it would start again from step 0; start a new run with its settings "
+            f"instead: {started_by} --config {paths.config_toml}"
+        )
+    if newest is not None and epochs < newest.epoch:
+        raise UsageError(
+            f"--epochs {epochs} is fewer than the {newest.epoch} epochs --resume {paths.root} has done; give "
+            f"--epochs {newest.epoch} or more, or leave --epochs out"
+        )
 
 
 def _as_resolved(paths: RunPaths, recorded: dict) -> dict:
