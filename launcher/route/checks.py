@@ -57,9 +57,13 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--tasks-per-node {launch.tasks_per_node} must be at least 1")
     gpus, tasks = launch.gpus_per_node or 1, run.tasks_per_node
     if tasks < 1 or gpus % tasks:
+        fix = (
+            f"or {gpus} (one task per GPU)"
+            if gpus > 1
+            else f"on its one GPU, or --gpus-per-node {tasks} (one task per GPU)"
+        )
         raise UsageError(
-            f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
-            f"use 1 (one task per node) or {gpus} (one task per GPU)"
+            f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; use 1 (one task per node) {fix}"
         )
     _global_batch(run)
     _readers(run)
