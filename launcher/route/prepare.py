@@ -36,7 +36,7 @@ def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, head
         echo(dry_run(runs, backend, data_dirs, heading))
         return None
     if first.launch.resume:
-        return [directory.resume(first, data_dirs[0], backend.spec_name, changed)]
+        return [backend.reopen_run_dir(first, data_dirs[0], changed)]
     made = []
     for run, data_dir in zip(runs, data_dirs):
         made.append(backend.make_run_dir(run, data_dir))

@@ -40,14 +40,17 @@ class Resume:
         return changed + (f" ({self.elastic})" if self.elastic else "")
 
 
-def read(values: Values, entry: str) -> Resume:
+def read(values: Values, entry: str, lead: bool = True) -> Resume:
     """How to continue the run in `values["resume"]`: its configuration, changed as allowed, and its mode.
 
-    `entry` is the command used: `train` continues only runs it started (one process here); the
-    plain command continues any run in its own mode.
+    `entry` is the command used: `train` continues only runs it started (one process here), `task` only
+    runs whose tasks SLURM started; the plain command continues any run in its own mode. `lead`: this
+    process asks whether the run is live and repairs its checkpoints (the other tasks of a step do not:
+    task 0 may have started the trainer, and its lock, by then).
     """
     paths = run_dir_of(values["resume"], values.get("run_root") or "runs")
-    refuse_live(paths)
+    if lead:
+        refuse_live(paths)
     mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
     _check_entry(values, entry, paths, mode)
     recorded = _as_resolved(paths, config_file.load(str(paths.config_toml)))
@@ -55,7 +58,9 @@ def read(values: Values, entry: str) -> Resume:
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
     check_progress(paths, run.train.epochs, mode.started_by)
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
-    if not run.launch.dry_run:  # the newest checkpoint whole before anything loads it; a dry run renames nothing
+    if (
+        lead and not run.launch.dry_run
+    ):  # the newest checkpoint whole before anything loads it; a dry run renames nothing
         for line in start_point.repair(paths):
             echo(line)
     low, high = run.node_range  # a --nodes range: SLURM picks the count when the job starts; each must go on
@@ -142,6 +147,11 @@ def _check_entry(values: Values, entry: str, paths: RunPaths, mode) -> None:
         raise UsageError(
             f"--resume {paths.root} was started by `{mode.started_by}`, not `dali-launch train`; "
             f"continue it with `dali-launch --resume {paths.root}`"
+        )
+    if entry == "task" and mode.spec_name != "slurm":
+        raise UsageError(
+            f"--resume {paths.root} was started by `{mode.started_by}`, whose tasks are not SLURM's; continue it "
+            f"with `dali-launch --resume {paths.root}`"
         )
     if values.get("local") and "local" in values.given and mode.name != "local":
         raise UsageError(
