@@ -240,7 +240,7 @@ def test_a_resume_that_would_lose_what_the_run_did_is_refused(small_lmdb, tmp_pa
     shutil.rmtree(paths.checkpoints)
     gone = dali_launch("--resume", paths.root.name, "--run-root", str(root), "--epochs", "3")
     assert gone.returncode == 2 and gone.stderr.strip().endswith(
-        f"--resume {paths.root}: it trained 2 epochs (metrics.jsonl) but has no checkpoint left in checkpoints/, so "
+        f"--resume {paths.root}: it trained 2 epochs (metrics.jsonl) but has no whole checkpoint left in checkpoints/, so "
         f"it would start again from step 0; start a new run with its settings instead: dali-launch train --config "
         f"{paths.config_toml}"
     ), gone.stderr

@@ -76,7 +76,7 @@ def check_progress(paths: RunPaths, epochs: int, started_by: str) -> None:
     done = len(paths.metrics.read_text().splitlines()) if paths.metrics.is_file() else 0
     if newest is None and done:
         raise UsageError(
-            f"--resume {paths.root}: it trained {counted(done, 'epoch')} (metrics.jsonl) but has no checkpoint left "
+            f"--resume {paths.root}: it trained {counted(done, 'epoch')} (metrics.jsonl) but has no whole checkpoint left "
             f"in {paths.checkpoints.name}/, so it would start again from step 0; start a new run with its settings "
             f"instead: {started_by} --config {paths.config_toml}"
         )
