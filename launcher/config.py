@@ -49,7 +49,8 @@ class LaunchConfig:
     )
     resume: str | None = opt(
         None,
-        "Continue the run in this run directory from its newest checkpoint, in the mode it "
+        "Continue the run in this run directory (or of this name under --run-root, or SLURM job id) from its "
+        "newest checkpoint, in the mode it "
         "started in (train, --local, SLURM) and with its own configuration. Flags that change "
         "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
         "given; others that differ from the run's are refused.",
@@ -191,6 +192,16 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
 
 
+def absolute_paths(run: RunConfig) -> RunConfig:
+    """`run` with --init-from absolute, as --data-dir is: taken from where dali-launch runs, once, whatever the
+    folder of the checks' child or the tasks (a relative one failed in Orbax, and config.toml must record it)."""
+    from dataclasses import replace
+
+    if not run.train.init_from:
+        return run
+    return replace(run, train=replace(run.train, init_from=str(Path(run.train.init_from).resolve())))
+
+
 def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> TaskSpec:
     """What every task of this run reads: the run's configs, with the launcher's knowledge filled in.
 
@@ -204,13 +215,10 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
         num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
         local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
     )
-    train = run.train  # --compile-cache "": the run root's (trainer/compile_cache.py)
-    if train.init_from:  # as --data-dir: from where dali-launch runs, whatever the tasks' folder
-        train = replace(train, init_from=str(Path(train.init_from).absolute()))
     return TaskSpec(
         run_dir=run_dir,
         data=replace(run.data, data_dir=data_dir),
-        train=train,
+        train=run.train,  # --compile-cache "": the run root's (trainer/compile_cache.py)
         distributed=run.distributed,
         resilience=run.resilience,
         observe=run.observe,

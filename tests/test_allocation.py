@@ -244,6 +244,63 @@ def test_inside_salloc_one_task_per_gpu_and_refusals(slurm_env, small_lmdb, tmp_
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.multiprocess
+def test_task_resume_continues_a_run_in_this_allocation(slurm_env, small_lmdb, tmp_path):
+    """`srun dali-launch task --resume RUN` in the user's own salloc: a run begun by `srun dali-launch task`
+    goes on in the allocation's next step (it was refused; only `dali-launch --resume`, a new job, could),
+    RUN given by its name; the epoch done is kept, the second trained, one result."""
+    cli = f"{sys.executable} -m dali_launch.launcher.cli"
+    root = tmp_path / "runs"
+    shell = "\n".join(
+        [
+            f"srun {cli} task {' '.join(CPU)} --data-dir {small_lmdb} --run-root {root} > {tmp_path}/first.out 2>&1",
+            f"echo $? > {tmp_path}/first.rc",
+            f"srun {cli} task --resume dali-launch-$SLURM_JOB_ID.0 --run-root {root} --epochs 2 "
+            f"> {tmp_path}/second.out 2>&1; echo $? > {tmp_path}/second.rc",
+            "echo $SLURM_JOB_ID",
+        ]
+    )
+    proc = subprocess.run(
+        ["salloc", "--nodes", "2", "--ntasks-per-node", "1", "bash", "-c", shell],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=500,
+        env={**os.environ, **slurm_env},
+    )
+    job_id = proc.stdout.split()[-1]
+    first, second = (tmp_path / "first.out").read_text(), (tmp_path / "second.out").read_text()
+    assert (tmp_path / "first.rc").read_text().strip() == "0", first
+    assert (tmp_path / "second.rc").read_text().strip() == "0", second
+    paths = RunPaths(root / f"dali-launch-{job_id}.0")
+    assert second.count(f"resuming {paths.root} (started by `srun dali-launch task`); changed: --epochs 2") == 1
+    assert "resumed from checkpoint" in second and second.count("done: test accuracy") == 1, second
+    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
+    assert json.loads(paths.step.read_text())["step_id"] == "1"  # the step that went on in it
+    result = json.loads(paths.result.read_text())
+    assert len(result["checksums"]) == 2 and len(set(result["checksums"])) == 1
+    assert [p.name for p in root.iterdir() if p.name != ".compile-cache"] == [paths.root.name]
+
+
+def test_task_resume_of_a_run_whose_tasks_were_not_slurms_is_refused(capsys, tmp_path, small_lmdb, monkeypatch):
+    from dali_launch.launcher.config import LaunchConfig, RunConfig
+    from dali_launch.launcher.route import directory
+
+    run = RunConfig(launch=LaunchConfig(run_root=str(tmp_path / "made")))
+    paths = directory.create(run, small_lmdb, "train")
+    for key, value in {**STEP, "SLURM_PROCID": "0"}.items():
+        monkeypatch.setenv(key, value)
+    run_entry(
+        capsys,
+        tmp_path,
+        ["task", "--resume", str(paths.root)],
+        f"--resume {paths.root} was started by `dali-launch train`, whose tasks are not SLURM's; continue it with "
+        f"`dali-launch --resume {paths.root}`",
+    )
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_preempted_job_requeues_and_resumes_in_its_run_directory(slurm_env, mnist_lmdb, tmp_path):
     """USR2 to the user's job (what --signal=USR2@90 sends): the tasks checkpoint, requeue the job, and the
     same script, run again by SLURM, reopens the run directory and finishes from the checkpoint."""

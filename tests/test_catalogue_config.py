@@ -55,6 +55,12 @@ CONFIG = [
         id="decoded-cache-zero",
     ),
     pytest.param(
+        ["--decoded-cache", "512M", "--sample-order", "global"],
+        "--decoded-cache 512M keeps each reader's decoded shard, but --sample-order global reads through an "
+        "external source, which has none; leave --decoded-cache out (auto: off there), or use --sample-order shards",
+        id="decoded-cache-global-order",
+    ),
+    pytest.param(
         ["--learning-rate", "0"], "--learning-rate 0.0 is out of range; use a finite value above 0", id="lr-zero"
     ),
     pytest.param(

@@ -28,6 +28,12 @@ LAYOUT = [
         id="tasks-not-dividing-gpus",
     ),
     pytest.param(
+        ["--local", "--gpus-per-node", "1", "--processes", "2"],
+        "--tasks-per-node 2 does not divide --gpus-per-node 1; use 1 (one task per node) on its one GPU, or "
+        "--gpus-per-node 2 (one task per GPU)",
+        id="tasks-beside-one-gpu",
+    ),
+    pytest.param(
         ["--nodes", "2", "--gpus-per-node", "2", "--global-batch-size", "50"],
         "--global-batch-size 50 is not divisible by 4 devices (2 nodes × 2 GPUs); use a multiple of 4",
         id="global-batch-not-dividing",

@@ -46,6 +46,11 @@ class PlainArray(Net):
         self.scale = np.ones(784, np.float32)
 
 
+class PlainList(nnx.Module):
+    def __init__(self, num_classes, *, rngs):
+        self.layers = [nnx.Linear(784, num_classes, rngs=rngs)]
+
+
 class DictAttribute(Net):
     def __init__(self, num_classes, *, rngs):
         super().__init__(num_classes, rngs=rngs)
@@ -109,6 +114,19 @@ MODELS = [
         "(TypeError: unhashable type: 'dict'); keep static attributes hashable (tuples, not lists or dicts) "
         "and wrap arrays in nnx.Variable, lists of layers in nnx.List",
         id="nnx-state-unhashable",
+    ),
+    pytest.param(
+        ["--model", "bad_models:PlainList"],
+        "--model bad_models:PlainList: factory(num_classes=10, rngs=nnx.Rngs(seed)) raised ValueError: Found data "
+        "on value of type '<class 'list'>' assigned to static attribute 'layers' of Pytree type "
+        "'<class 'bad_models.PlainList'>'. Static attributes should not contain data values. Consider one of the "
+        "following options: 1. If the attribute is meant to be static, remove the data values of type(s): Linear "
+        "2. If the attribute is meant to be data, wrap the value with nnx.data  on assignment: "
+        "_.layers = nnx.data(...) 3. Alternatively, annotate the class attribute with nnx.data: class "
+        "PlainList(Module): layers: list = nnx.data() 4. If the container is a list or dict, try using "
+        "nnx.List(...) or nnx.Dict(...) instead. 5. Disable pytree for this class: class PlainList(Module, "
+        "pytree=False):; fix the factory",
+        id="nnx-layers-in-a-list",  # Flax's advice whole, in the one line
     ),
     pytest.param(
         ["--model", "bad_models:wide"],

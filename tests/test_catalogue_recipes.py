@@ -42,6 +42,18 @@ RECIPES = [
         id="randaugment-not-numbers",
     ),
     pytest.param(
+        ["--randaugment", "2,9", *IMAGES],
+        "--randaugment 2,9 sets RandAugment's N,M, but --augment is none; add --augment randaugment, or leave "
+        "--randaugment out",
+        id="randaugment-without-randaugment",
+    ),
+    pytest.param(
+        ["--augment", "trivialaugment", "--randaugment", "3,5", *IMAGES],
+        "--randaugment 3,5 sets RandAugment's N,M, but --augment is trivialaugment; add --augment randaugment, or "
+        "leave --randaugment out",
+        id="randaugment-with-another-augment",
+    ),
+    pytest.param(
         ["--augment", "trivialaugment"],
         "--augment trivialaugment works on RGB crops (--pipeline folders, tfrecord, webdataset or your own); "
         "--pipeline mnist gives flat grey digits; use --augment none",

@@ -76,6 +76,16 @@ def two_args(args, extra):
 def one_hot_wide(args):
     images, labels = make(args)
     return images, fn.one_hot(labels, num_classes=args.num_classes + 2)
+
+
+def images_only(args):
+    return make(args)[0]
+
+
+def two_readers(args):
+    images, labels = make(args)
+    more, _ = fn.readers.caffe2(path=args.path, name="more", **args.reader_args())
+    return images + fn.decoders.image(more, device="cpu", output_type=types.GRAY), labels
 '''
 
 
@@ -196,6 +206,18 @@ def test_bad_entry_points_fail_before_anything_is_written(
             "--pipeline mypkg.pipe:two_args cannot be called as "
             "function(args) (missing a required argument: 'extra'); see the contract in the README",
             id="pipeline-signature",
+        ),
+        pytest.param(  # these two were the task's, after the run directory was written (a "failed" run)
+            "--pipeline",
+            "mypkg.pipe:images_only",
+            "--pipeline mypkg.pipe:images_only returned DataNode; return two DataNodes: images, labels",
+            id="pipeline-one-output",
+        ),
+        pytest.param(
+            "--pipeline",
+            "mypkg.pipe:two_readers",
+            "--pipeline mypkg.pipe:two_readers has 2 readers; use exactly one, given **args.reader_args()",
+            id="pipeline-two-readers",
         ),
     ],
 )

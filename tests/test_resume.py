@@ -199,3 +199,49 @@ def test_a_moved_run_directory_keeps_working(small_lmdb, tmp_path):
     check_ok(dali_launch("--resume", str(moved), "--epochs", "2"))
     assert [json.loads(line)["epoch"] for line in (moved / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert (moved / "result.json").exists() and not (tmp_path / "a").joinpath(moved.name).exists()
+
+
+@pytest.mark.slow
+def test_a_run_resumes_by_its_name(small_lmdb, tmp_path):
+    """RUN may be the run's name as `dali-launch runs` lists it (README), as for status and logs; --run-root
+    beside it says where, and is no change of the run's."""
+    from conftest import check_ok, dali_launch, only_run
+
+    root = tmp_path / "runs"
+    check_ok(
+        dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "1", "--name", "n", "--run-root", str(root))
+    )
+    paths = only_run(root)
+    resumed = dali_launch("train", "--resume", paths.root.name, "--run-root", str(root), "--epochs", "2")
+    check_ok(resumed)
+    assert f"resuming {paths.root} " in resumed.stdout
+    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_resume_that_would_lose_what_the_run_did_is_refused(small_lmdb, tmp_path):
+    """Fewer --epochs than the checkpoint has done (config.toml was rewritten to them), and a run whose
+    checkpoints/ was deleted (it started again from step 0 without a word): each one line, exit 2, nothing
+    changed."""
+    import shutil
+
+    from conftest import check_ok, dali_launch, only_run
+
+    root = tmp_path / "runs"
+    check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "2", "--run-root", str(root)))
+    paths = only_run(root)
+    toml, metrics = paths.config_toml.read_text(), paths.metrics.read_text()
+    fewer = dali_launch("--resume", str(paths.root), "--epochs", "1")
+    assert fewer.returncode == 2 and fewer.stderr.strip().endswith(
+        f"--epochs 1 is fewer than the 2 epochs --resume {paths.root} has done; give --epochs 2 or more, or leave "
+        f"--epochs out"
+    ), fewer.stderr
+    assert paths.config_toml.read_text() == toml
+    shutil.rmtree(paths.checkpoints)
+    gone = dali_launch("--resume", paths.root.name, "--run-root", str(root), "--epochs", "3")
+    assert gone.returncode == 2 and gone.stderr.strip().endswith(
+        f"--resume {paths.root}: it trained 2 epochs (metrics.jsonl) but has no whole checkpoint left in checkpoints/, so "
+        f"it would start again from step 0; start a new run with its settings instead: dali-launch train --config "
+        f"{paths.config_toml}"
+    ), gone.stderr
+    assert paths.metrics.read_text() == metrics and paths.config_toml.read_text() == toml

@@ -41,6 +41,10 @@ def _rows(root) -> dict[str, dict]:
     return {row["run"]: row for row in json.loads(proc.stdout)}
 
 
+def rows_of(root) -> list[str]:
+    return list(_rows(root))
+
+
 def _cancelled_train_run(root, common):
     """A `train` run stopped by `dali-launch cancel`: it checkpoints, and both commands end with exit 0."""
     proc = subprocess.Popen(
@@ -113,9 +117,18 @@ def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     table = dali_launch("runs", str(root))
     check_ok(table)
     assert all(word in table.stdout for word in ("finished", "failed", "2/2", done["run"]))
+    for columns in (100, 60):  # a narrow terminal: one line a row, each name whole (status and --resume take it)
+        narrow = dali_launch("runs", str(root), env={"COLUMNS": str(columns)})
+        check_ok(narrow)
+        lines = narrow.stdout.splitlines()
+        assert len(lines) == 4 + 2 and max(map(len, lines)) <= columns, narrow.stdout  # 2 rows in 4 lines of frame
+        assert all(name in narrow.stdout for name in rows_of(root)) and "failed" in narrow.stdout
+    assert "rank 0 failed" in dali_launch("runs", str(root), env={"COLUMNS": "100"}).stdout  # its why, shortened
 
     out = tmp_path / "curves.png"
-    check_ok(dali_launch("plot", done["path"], stopped["path"], "--out", str(out)))
+    check_ok(
+        dali_launch("plot", done["run"], stopped["path"], "--run-root", str(root), "--out", str(out))
+    )  # a name, a path
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     bad = dali_launch("plot", str(tmp_path / "code"), "--out", str(out))
     assert bad.returncode == 2 and "is not a run directory" in bad.stderr

@@ -6,9 +6,11 @@ all but the head and learns too. Real runs, real data; about a minute and a half
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
-from conftest import check_ok, dali_launch, only_run
+import tomllib
+from conftest import REPO, check_ok, dali_launch, only_run
 
 from dali_launch.launcher.data.synth import SynthSpec, synth
 
@@ -44,17 +46,19 @@ def test_a_vit_with_augmentation_and_mixing_learns(learnt):
 def test_a_run_fine_tuned_onto_other_classes_loads_all_but_the_head(learnt):
     _, source, root = learnt
     synth(SynthSpec(root / "three", "folders", classes=3, train=96, test=48, seed=1, image_scale=0.1, workers=1))
+    relative = os.path.relpath(source.root, REPO) + "/"  # as docs/models.md's "$(ls -d runs/vit/*/ | tail -1)"
     proc = dali_launch(
-        "train", *VIT, "--data-dir", str(root / "three"), "--num-classes", "3", "--init-from", str(source.root),
+        "train", *VIT, "--data-dir", str(root / "three"), "--num-classes", "3", "--init-from", relative,
         "--augment", "randaugment", "--layer-decay", "0.75", "--drop-path", "0.1", "--learning-rate", "1e-3",
         "--batch-size", "32", "--epochs", "3", "--run-root", str(root / "tuned"),
     )  # fmt: skip
     check_ok(proc)
     tuned = only_run(root / "tuned")
+    assert tomllib.loads(tuned.config_toml.read_text())["train"]["init_from"] == str(source.root)  # recorded absolute
     plan = json.loads(tuned.init_from.read_text())
     assert sorted(plan["reinitialised"]) == ["params/head/bias", "params/head/kernel"] and plan["ignored"] == []
     assert len(plan["loaded"]) == 21 and plan["source"].startswith(str(source.checkpoints))
-    said = f"init from {source.root} (its checkpoint "
+    said = f"init from {source.root} (its checkpoint "  # resolved once, from where dali-launch ran
     assert said in proc.stdout and "re-initialised 2 (params/head/bias, params/head/kernel)" in proc.stdout
     epochs = [json.loads(line) for line in tuned.metrics.read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [0, 1, 2] and epochs[-1]["test_accuracy"] >= 0.6, epochs  # chance: 1/3

@@ -33,6 +33,9 @@ __all__ = [
 ]
 
 
+RANDAUGMENT_DEFAULT = "2,9"  # --randaugment unset: timm's rand-m9-n2
+
+
 @dataclass(frozen=True)
 class DataConfig:
     data_dir: str | None = opt(
@@ -128,13 +131,14 @@ class DataConfig:
         choices=("none", "randaugment", "trivialaugment", "autoaugment"),
     )
     randaugment: str = opt(
-        "2,9",
-        "--augment randaugment: N,M: N operations per image at magnitude M (0..30), as timm's rand-m9-n2.",
+        "",
+        "--augment randaugment: N,M: N operations per image at magnitude M (0..30), as timm's rand-m9-n2; "
+        "unset: 2,9. Refused with any other --augment.",
     )
 
     def randaugment_nm(self) -> tuple[int, int]:
-        """--randaugment as (N, M); ValueError when it is not two integers."""
-        n, m = (int(part) for part in self.randaugment.replace(" ", "").split(","))
+        """--randaugment as (N, M), 2,9 when unset; ValueError when it is not two integers."""
+        n, m = (int(part) for part in (self.randaugment or RANDAUGMENT_DEFAULT).replace(" ", "").split(","))
         return n, m
 
     decoded_cache: str = opt(

@@ -55,28 +55,9 @@ def python_operators(name: str, args) -> list[str]:
     """The Python operators (schema names) the pipeline's outputs depend on, found by walking its graph
     from them. A pipeline that cannot be defined here (on the CPU, without its data) shows none: the task
     reports its own error."""
-    from nvidia.dali.pipeline import Pipeline
+    from dali_launch.trainer.data import graph_check
 
-    from dali_launch.trainer import entry_points
-
-    function = entry_points.load("pipeline", name)
-    try:
-        with Pipeline(batch_size=1, num_threads=1, device_id=None):
-            outputs = function(args)
-        return sorted({kind for kind in _schemas(outputs) if kind in PYTHON_OPERATORS})
-    except Exception:  # a graph of the user's we cannot look into is not refused here
+    outputs = graph_check.define(name, args)
+    if not isinstance(outputs, (tuple, list)):
         return []
-
-
-def _schemas(outputs) -> set[str]:
-    """The schema names of every operator behind `outputs` (DataNodes): each node's `source` operator and,
-    through its inputs (argument inputs included), theirs."""
-    seen, todo, kinds = set(), list(outputs), set()
-    while todo:
-        op = getattr(todo.pop(), "source", None)
-        if op is None or id(op) in seen:
-            continue
-        seen.add(id(op))
-        kinds.add(getattr(op._op, "schema_name", type(op._op).__name__))  # DALI's operator object
-        todo.extend(op.inputs)
-    return kinds
+    return sorted({kind for kind in graph_check.operators(outputs).values() if kind in PYTHON_OPERATORS})

@@ -30,6 +30,7 @@ from dali_launch.trainer.entry_points import run_model
 from dali_launch.trainer.model import init_from
 from dali_launch.trainer.model.contract import width_error
 from dali_launch.trainer.model.forward import Forward, train_kwarg
+from dali_launch.trainer.observe import profile
 from dali_launch.trainer.observe.metrics import Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.resilience import start_point
@@ -82,6 +83,7 @@ def set_up(
     startup.mark("pipelines built")
     _warn_padding(reporter, data, auto, len(all_devices))
     example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
+    profile.check(spec, slots)
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
     mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
     asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # stage 3 too

@@ -9,6 +9,8 @@ SLURM started the tasks, so nothing is submitted. Every task takes the one route
 and exit 2 before anything is written. Process 0 then makes the run directory RUN_ROOT/NAME-JOB.STEP
 and the others wait for it: every task names it alike, and a requeued job keeps its id and numbers
 its steps again from 0, so it reopens its directory and the trainer resumes from the checkpoint.
+`srun dali-launch task --resume RUN` continues RUN (any run whose tasks SLURM started) in this step, its
+shape a change that --resume checks as for any run; process 0 reopens RUN, the others wait for it.
 Each task runs the trainer in its own process, which reads its rank from SLURM's variables
 (config.json says `slurm`), exactly as in a job dali-launch submitted.
 """
@@ -40,7 +42,7 @@ def from_step(values: Values, env=None) -> Values:
     if step is None:
         return values
     filled = Values(values)
-    filled.given = values.given
+    filled.given = set(values.given)
     if "nodes" not in values.given:
         filled["nodes"] = str(step.num_nodes)
     if "tasks_per_node" not in values.given:
@@ -49,6 +51,8 @@ def from_step(values: Values, env=None) -> Values:
         filled["gpus_per_node"] = (
             step.gpus_on_node if step.gpus_on_node and values.get("platform") != "cpu" else filled["tasks_per_node"]
         )
+    if values.get("resume"):  # the step's shape is where the run goes on: changes --resume checks (elastic)
+        filled.given |= {"nodes", "tasks_per_node", "gpus_per_node"}
     return filled
 
 
@@ -74,11 +78,10 @@ class Allocation(Train):
                 f"`dali-launch task` is one task of a SLURM job step, and this is {where}; start it as "
                 f"`{COMMAND} ...` in an sbatch script or salloc (`dali-launch slurm template` writes one)"
             )
-        if run.launch.local or run.launch.resume:
-            flag = "--local" if run.launch.local else "--resume"
+        if run.launch.local:
             raise UsageError(
-                f"{flag} does not apply to `dali-launch task`: its tasks are SLURM's; a requeued job "
-                f"resumes on its own, and `dali-launch --resume RUN_DIR` continues a run as a job of its own"
+                "--local does not apply to `dali-launch task`: its tasks are SLURM's; leave --local out, or run "
+                "`dali-launch --local ...` outside srun"
             )
         if len(set(step.tasks_per_node)) > 1:
             raise UsageError(
@@ -120,13 +123,24 @@ class Allocation(Train):
             echo(f"job {step.job_id} restarted ({step.restarts}): reopening {paths.root}")
         else:
             paths = directory.create(run, data_dir, self.spec_name, name=name)
-        write_atomic(
-            paths.step,
-            json.dumps(
-                {"job_id": step.job_id, "step_id": step.step_id, "restarts": step.restarts, "num_tasks": step.num_tasks}
-            ),
-        )
+        self._record_step(paths)
         return paths
+
+    def reopen_run_dir(self, run: RunConfig, data_dir: Path, changed: bool) -> RunPaths:
+        """`task --resume RUN`: process 0 reopens RUN (rewritten where the resumption changed it) for this
+        step; the others wait for it, as for a new run's directory."""
+        if self.step.process_id != 0:
+            return _wait_for(RunPaths(Path(run.launch.resume)), self.step, run.distributed.init_timeout_s)
+        paths = super().reopen_run_dir(run, data_dir, changed)
+        self._record_step(paths)
+        return paths
+
+    def _record_step(self, paths: RunPaths) -> None:
+        """step.json: the step (and incarnation of its job) that now runs in the directory; the other tasks
+        wait for it."""
+        step = self.step
+        record = {"job_id": step.job_id, "step_id": step.step_id, "restarts": step.restarts}
+        write_atomic(paths.step, json.dumps({**record, "num_tasks": step.num_tasks}))
 
 
 def _same(flag: str, asked: int, have: int, what: str, variable: str) -> None:
@@ -144,9 +158,10 @@ def _wait_for(paths: RunPaths, step: Step, timeout_s: int) -> RunPaths:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         try:
-            if json.loads(paths.step.read_text())["restarts"] == step.restarts:
+            record = json.loads(paths.step.read_text())  # this step's, not an earlier job's (task --resume)
+            if (record["job_id"], record["step_id"], record["restarts"]) == (step.job_id, step.step_id, step.restarts):
                 return paths
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             pass
         time.sleep(POLL_S)
     raise UsageError(

@@ -53,6 +53,7 @@ class Backend:
     spec_name: str
     started_by: str
     arrays = False  # several runs go as one job array (SLURM), not one after another
+    process_id = 0  # this process's task, where it is one task of the run (allocation.py)
 
     def check(self, run: RunConfig) -> None:
         """Checks of this mode's own, before anything is written: one UsageError each."""
@@ -66,6 +67,12 @@ class Backend:
         from dali_launch.launcher.route import directory
 
         return directory.create(run, data_dir, self.spec_name)
+
+    def reopen_run_dir(self, run: RunConfig, data_dir: Path, changed: bool) -> RunPaths:
+        """A resumed run's directory, rewritten where the resumption changed it (route/directory.py)."""
+        from dali_launch.launcher.route import directory
+
+        return directory.resume(run, data_dir, self.spec_name, changed)
 
     def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
         """Starts the run's tasks and waits for their end."""

@@ -1,4 +1,4 @@
-"""The backends by name, and the job handle of any run directory.
+"""The backends by name, the job handle of any run directory, and a run directory by what a user calls it.
 
 The name is what a run's config.json records (TaskSpec reads an older directory's `none` as `train`),
 so `--resume` continues a run in the mode it started in. Modules are imported when asked for: `--help`
@@ -7,9 +7,17 @@ and `dali-launch runs` need none of submitit.
 
 from __future__ import annotations
 
+import glob
+import json
+import re
+from pathlib import Path
+
 from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.backends.job import Job, LocalJob, read_record
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
+
+JOB_ID = re.compile(r"^\d+(_\d+)?$")  # a job, or an element of an array
 
 
 def kind(name: str) -> type[Backend]:
@@ -43,3 +51,39 @@ def attach(paths: RunPaths) -> Job:
     if read_record(paths) is not None:
         return create("slurm").attach(paths)
     return LocalJob(paths)
+
+
+def find_run(run: str, run_root: str) -> RunPaths:
+    """RUN wherever a command takes one (status, logs, cancel, --resume, plot, task --resume): a run directory
+    (any mode), a run's name under --run-root as `dali-launch runs` lists it, or a SLURM job id looked up
+    among the runs (and sweeps' runs) under --run-root; a UsageError names which it was taken for."""
+    root = Path(run_root)
+    found = [folder for folder in (Path(run), root / run) if folder.is_dir()] or _sweep_point(root, run)
+    if found:
+        if not RunPaths(found[0]).config.is_file():
+            raise UsageError(f"{found[0]} is not a run directory (no config.json); pass one that dali-launch made")
+        return RunPaths(found[0].absolute())
+    if JOB_ID.match(run):
+        for record in sorted([*root.glob("*/job.json"), *root.glob("*/*/job.json")], reverse=True):
+            if str(json.loads(record.read_text()).get("job_id")) == run:
+                return RunPaths(record.parent.absolute())
+        raise UsageError(f"no run of job {run} under --run-root {root.absolute()}; pass its run directory instead")
+    if "/" in run or run.startswith("."):
+        raise UsageError(f"{run}: no such run directory; pass one that dali-launch made (see `dali-launch runs`)")
+    raise UsageError(
+        f"no run named {run} under --run-root {root.absolute()}; pass a run directory, a run name "
+        f"`dali-launch runs {run_root}` lists, or a SLURM job id"
+    )
+
+
+def _sweep_point(root: Path, name: str) -> list[Path]:
+    """A sweep's point by the name `runs` prints under its sweep; a name two sweeps share is refused."""
+    if "/" in name or name.startswith("."):
+        return []
+    points = sorted(p for p in root.glob(f"*/{glob.escape(name)}") if (p.parent / "sweep.json").is_file())
+    if len(points) > 1:
+        named = ", ".join(str(p.relative_to(root)) for p in points)
+        raise UsageError(
+            f"{len(points)} sweeps under --run-root {root.absolute()} have a point {name}: pass one of {named}"
+        )
+    return points

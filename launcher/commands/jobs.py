@@ -7,11 +7,8 @@ run directory alone (its ranks' logs and reports; live while its launcher or pro
 
 from __future__ import annotations
 
-import glob
 import json
-import re
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,7 +20,6 @@ JobArg = Annotated[
     str,
     typer.Argument(help="A run directory (any mode), a run's name as `dali-launch runs` lists it, or a SLURM job id."),
 ]
-JOB_ID = re.compile(r"^\d+(_\d+)?$")  # a job, or an element of an array
 
 
 def status(job: JobArg, run_root: RunRoot = "runs"):
@@ -48,41 +44,10 @@ def cancel(job: JobArg, run_root: RunRoot = "runs"):
 
 
 def find(job: str, run_root: str):
-    """JOB is a run directory (any mode), a run's name under --run-root, or a SLURM job id looked up among
-    the runs (and sweeps' runs) under --run-root; a UsageError names which it was taken for."""
+    """The job handle of JOB: a run directory, a run's name or a SLURM job id (registry.find_run)."""
     from dali_launch.launcher.backends import registry
-    from dali_launch.trainer.run_dir import RunPaths
 
-    root = Path(run_root)
-    found = [folder for folder in (Path(job), root / job) if folder.is_dir()] or _sweep_point(root, job)
-    if found:
-        if not RunPaths(found[0]).config.is_file():
-            raise UsageError(f"{found[0]} is not a run directory (no config.json); pass one that dali-launch made")
-        return registry.attach(RunPaths(found[0]))
-    if JOB_ID.match(job):
-        for record in sorted([*root.glob("*/job.json"), *root.glob("*/*/job.json")], reverse=True):
-            if str(json.loads(record.read_text()).get("job_id")) == job:
-                return registry.attach(RunPaths(record.parent))
-        raise UsageError(f"no run of job {job} under --run-root {root.absolute()}; pass its run directory instead")
-    if "/" in job or job.startswith("."):
-        raise UsageError(f"{job}: no such run directory; pass one that dali-launch made (see `dali-launch runs`)")
-    raise UsageError(
-        f"no run named {job} under --run-root {root.absolute()}; pass a run directory, a run name "
-        f"`dali-launch runs {run_root}` lists, or a SLURM job id"
-    )
-
-
-def _sweep_point(root: Path, name: str) -> list[Path]:
-    """A sweep's point by the name `runs` prints under its sweep; a name two sweeps share is refused."""
-    if "/" in name or name.startswith("."):
-        return []
-    points = sorted(p for p in root.glob(f"*/{glob.escape(name)}") if (p.parent / "sweep.json").is_file())
-    if len(points) > 1:
-        named = ", ".join(str(p.relative_to(root)) for p in points)
-        raise UsageError(
-            f"{len(points)} sweeps under --run-root {root.absolute()} have a point {name}: pass one of {named}"
-        )
-    return points
+    return registry.attach(registry.find_run(job, run_root))
 
 
 def status_line(job) -> str:

@@ -56,24 +56,26 @@ def _events(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 
 def plot(
-    runs: Annotated[list[str], typer.Argument(help="Run directories.")],
+    runs: Annotated[
+        list[str], typer.Argument(help="Run directories, or runs' names as `dali-launch runs` lists them.")
+    ],
     out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png"),
+    run_root: Annotated[str, typer.Option(help="Folder holding the run directories.")] = "runs",
 ):
     """Loss, test accuracy and images/s of several runs over SGD steps, on one figure (needs dali-launch[plot])."""
-    typer.echo(f"wrote {draw(runs, out)}")
+    typer.echo(f"wrote {draw(runs, out, run_root)}")
 
 
-def draw(runs: list[str], out: Path) -> Path:
+def draw(runs: list[str], out: Path, run_root: str = "runs") -> Path:
     """Draws every run's curves and writes `out` (PNG)."""
     try:
         import matplotlib
         import tensorboard  # noqa: F401  (the events' reader)
     except ImportError as e:
         raise UsageError(f"dali-launch plot needs {e.name}; pip install 'dali-launch[plot]'") from None
-    paths = [RunPaths(Path(r)) for r in runs]
-    for p in paths:
-        if not p.config.is_file():
-            raise UsageError(f"{p.root} is not a run directory (no config.json); pass run directories dali-launch made")
+    from dali_launch.launcher.backends.registry import find_run
+
+    paths = [find_run(r, run_root) for r in runs]  # as status finds them: a directory, a name, a job id
     matplotlib.use("Agg")  # files only: no display on a login node
     import matplotlib.pyplot as plt
 

@@ -59,4 +59,6 @@ def task(values: dict):
     from dali_launch.launcher.route import launch
 
     backend = Allocation()
+    if values["resume"]:  # the run goes on in this step's tasks, not as a job of its own
+        sys.exit(launch.resume_run(from_step(values, backend.env), "task", backend))
     sys.exit(launch.launch([build(RunConfig, from_step(values, backend.env))], backend))

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-WHY_WIDTH = 70  # of the table's why column; --json has it whole
+WHY_WIDTH = 70  # of the table's why column at most; --json has it whole
+COLUMNS = ("run", "state", "mode", "topology", "epochs", "best acc", "last acc", "images/s", "wall time", "why")
+# In a narrow terminal the table keeps these first, in this order, and drops the rest (the why column shortened
+# first): a row stays one line, and the run's name, which `status`, `logs` and `--resume` take, is never cut.
+KEPT_FIRST = ("run", "state", "epochs", "best acc", "topology", "images/s", "wall time", "last acc", "mode")
+WHY_SHOWN = 30  # a failed run's why: columns of KEPT_FIRST are dropped to leave it this much
+MIN_WHY = 12  # narrower than this, the why column is left out (`status RUN` says it whole)
 COLOURS = {
     "pending": "cyan",
     "running": "cyan",
@@ -43,8 +50,10 @@ def runs(
         from rich.console import Console
 
         console = Console()
-        # Piped or in a log, Rich would squeeze the table into 80 columns: give it the width it needs.
-        (console if console.is_terminal else Console(width=250)).print(table(rows))
+        # Piped or in a log (COLUMNS unset), Rich would squeeze the table into 80 columns: it gets what it needs.
+        width = console.width if console.is_terminal or os.environ.get("COLUMNS", "").isdigit() else None
+        out = table(rows, width)
+        Console(width=max(width or 0, _table_width([c.width for c in out.columns]))).print(out)
 
 
 def collect(root: Path) -> list[dict]:
@@ -141,30 +150,70 @@ def _last_write(paths) -> float:
     return max(p.stat().st_mtime for p in files if p.exists())
 
 
-def table(rows: list[dict]):
+def table(rows: list[dict], width: int | None = None):
+    """The rows as a Rich table of one line each, fitted to `width` (None: every column, whole)."""
+    from rich.cells import cell_len
     from rich.markup import escape
     from rich.table import Table
 
-    out = Table("run", "state", "mode", "topology", "epochs", "best acc", "last acc", "images/s", "wall time", "why")
-    for r in rows:
-        if r["kind"] == "sweep":
-            axes = " ".join(f"{k.replace('_', '-')}={','.join(map(str, v))}" for k, v in r["axes"].items())
-            out.add_row(f"{r['run']}/ (sweep, {r['points']} points)", r["state"], "", axes)
-            continue
-        per = f" × {r['devices_per_process']} dev" if r["devices_per_process"] else ""
-        out.add_row(
-            f"  {r['run'].split('/')[-1]}" if r["kind"] == "point" else r["run"],
-            f"[{COLOURS[r['state']]}]{r['state']}[/]",
-            r["mode"],
-            f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
-            f"{r['epochs_done']}/{r['epochs']}",
-            _num(r["best_accuracy"], ".4f"),
-            _num(r["last_accuracy"], ".4f"),
-            _num(r["images_per_s"], ",.0f"),
-            _duration(r["wall_time_s"]),
-            escape(r["why"][:WHY_WIDTH] + ("…" if len(r["why"]) > WHY_WIDTH else "")),
-        )
+    cells = [_cells(r) for r in rows]
+    widths = {c: max(cell_len(c), *(cell_len(row.get(c, "")) for row in cells)) for c in COLUMNS}
+    widths["why"] = min(widths["why"], WHY_WIDTH)
+    shown = _fit(widths, width)
+    out = Table()
+    for column in (c for c in COLUMNS if c in shown):
+        out.add_column(column, no_wrap=True, width=shown[column], overflow="ellipsis" if column == "why" else "fold")
+    for row in cells:
+        values = {c: escape(row.get(c, "")) for c in COLUMNS if c in shown}
+        if row["state"] in COLOURS:
+            values["state"] = f"[{COLOURS[row['state']]}]{row['state']}[/]"
+        out.add_row(*values.values())
     return out
+
+
+def _fit(widths: dict[str, int], width: int | None) -> dict[str, int]:
+    """Column -> its width: as many of KEPT_FIRST as fit beside a why column of WHY_SHOWN (or the whole why,
+    if shorter), the why shortened to what they leave; none when no run has one."""
+    if width is None:
+        return widths
+    wanted = min(widths["why"], WHY_SHOWN) if widths["why"] > len("why") else 0
+    fitting = [n for n in range(3, len(KEPT_FIRST) + 1) if _room(widths, KEPT_FIRST[:n], width) >= 0] or [3]
+    beside_why = [n for n in fitting if wanted and _room(widths, KEPT_FIRST[:n], width) >= wanted]
+    n = max(beside_why or fitting)  # run, state and epochs always
+    shown = {c: widths[c] for c in KEPT_FIRST[:n]}
+    room = _room(widths, KEPT_FIRST[:n], width)
+    return {**shown, "why": min(widths["why"], room)} if wanted and room >= MIN_WHY else shown
+
+
+def _room(widths: dict[str, int], columns, width: int) -> int:
+    """What a table of `columns` leaves of `width` for one more column's text."""
+    return width - _table_width([*(widths[c] for c in columns), 0])
+
+
+def _table_width(widths: list[int]) -> int:
+    """A Rich table's width with columns this wide: a border either side, padding of one each side."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def _cells(r: dict) -> dict[str, str]:
+    """One row's cells as plain text, by column."""
+    if r["kind"] == "sweep":
+        axes = " ".join(f"{k.replace('_', '-')}={','.join(map(str, v))}" for k, v in r["axes"].items())
+        return {"run": f"{r['run']}/ (sweep, {r['points']} points)", "state": r["state"], "topology": axes}
+    per = f" × {r['devices_per_process']} dev" if r["devices_per_process"] else ""
+    why = r["why"] or ""
+    return {
+        "run": f"  {r['run'].split('/')[-1]}" if r["kind"] == "point" else r["run"],
+        "state": r["state"],
+        "mode": r["mode"],
+        "topology": f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
+        "epochs": f"{r['epochs_done']}/{r['epochs']}",
+        "best acc": _num(r["best_accuracy"], ".4f"),
+        "last acc": _num(r["last_accuracy"], ".4f"),
+        "images/s": _num(r["images_per_s"], ",.0f"),
+        "wall time": _duration(r["wall_time_s"]),
+        "why": why[:WHY_WIDTH] + ("…" if len(why) > WHY_WIDTH else ""),
+    }
 
 
 def _num(value, spec: str) -> str:

@@ -45,7 +45,7 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--reader-threads {run.data.reader_threads} must be 0 (auto) or more")
     if run.data.feed_workers < -1:
         raise UsageError(f"--feed-workers {run.data.feed_workers} must be -1 (auto), 0 (in-process) or more")
-    _decoded_cache(run.data.decoded_cache)
+    _decoded_cache(run.data, bool(launch.resume))
     if not 0 <= run.data.hw_decoder_load <= 1:
         raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
     _observe(run.observe, run.node_range[0] * run.tasks_per_node)  # ranks that exist at any count
@@ -55,11 +55,15 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
     if launch.tasks_per_node is not None and launch.tasks_per_node < 1:  # 0 must not fall back to 1
         raise UsageError(f"--tasks-per-node {launch.tasks_per_node} must be at least 1")
-    gpus, tasks = launch.gpus_per_node or 1, run.tasks_per_node
+    gpus, tasks = run.devices_per_node, run.tasks_per_node
     if tasks < 1 or gpus % tasks:
+        fix = (
+            f"or {gpus} (one task per GPU)"
+            if gpus > 1
+            else f"on its one GPU, or --gpus-per-node {tasks} (one task per GPU)"
+        )
         raise UsageError(
-            f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; "
-            f"use 1 (one task per node) or {gpus} (one task per GPU)"
+            f"--tasks-per-node {tasks} does not divide --gpus-per-node {gpus}; use 1 (one task per node) {fix}"
         )
     _global_batch(run)
     _readers(run)
@@ -77,13 +81,19 @@ def validate(run: RunConfig) -> None:
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
 
 
-def _decoded_cache(value: str) -> None:
+def _decoded_cache(data: DataConfig, resumed: bool) -> None:
     try:
-        DataConfig(decoded_cache=value).decoded_cache_mb()
+        size = data.decoded_cache_mb()
     except ValueError:
         raise UsageError(
-            f"--decoded-cache {value} is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G"
+            f"--decoded-cache {data.decoded_cache} is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G"
         ) from None
+    if size and data.sample_order == "global" and not resumed:  # a resumed run's own: an earlier version let it be
+        raise UsageError(
+            f"--decoded-cache {data.decoded_cache} keeps each reader's decoded shard, but --sample-order global "
+            f"reads through an external source, which has none; leave --decoded-cache out (auto: off there), or "
+            f"use --sample-order shards"
+        )
 
 
 def _optimizer(train: TrainConfig) -> None:

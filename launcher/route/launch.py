@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.base import Backend, Outcome, Watch
-from dali_launch.launcher.config import RunConfig, counted
+from dali_launch.launcher.config import RunConfig, absolute_paths, counted
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import resume
@@ -43,12 +43,15 @@ def with_devices(run: RunConfig) -> RunConfig:
     return dataclasses.replace(run, launch=dataclasses.replace(run.launch, gpus_per_node=1))
 
 
-def resume_run(values: Values, entry: str) -> int:
-    """`--resume RUN`: the run continues in the mode it started in, from its own configuration."""
-    how = resume.read(values, entry)
+def resume_run(values: Values, entry: str, backend: Backend | None = None) -> int:
+    """`--resume RUN`: the run continues in the mode it started in, from its own configuration; `backend`:
+    the tasks of the user's own srun step instead (`task --resume`, every task of it here)."""
+    lead = backend is None or backend.process_id == 0
+    how = resume.read(values, entry, lead)
     changes = f"; changed: {how.describe()}" if how.changes else ""
-    backend = registry.create(how.backend)
-    echo(f"resuming {how.run.launch.resume} (started by `{backend.started_by}`){changes}")
+    backend = backend or registry.create(how.backend)
+    if lead:
+        echo(f"resuming {how.run.launch.resume} (started by `{backend.started_by}`){changes}")
     return launch([how.run], backend, changed=bool(how.changes))
 
 
@@ -78,6 +81,7 @@ def launch(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep
 
 def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None) -> Started | None:
     """Checks and prepares every run, then has the backend run them; None after a dry run."""
+    runs = [absolute_paths(run) for run in runs]
     paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "")
     if paths is None:
         return None

@@ -3,7 +3,8 @@
 Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
 contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
 it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), a pipeline
-of the user's own under --deterministic (trainer/determinism.py). Then each run's
+of the user's own defined on the CPU (its outputs and readers: trainer/data/graph_check.py; under
+--deterministic its operators: trainer/determinism.py). Then each run's
 directory is created, or reopened for --resume (route/resume.py made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
@@ -19,7 +20,7 @@ from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
 from dali_launch.trainer import determinism, entry_points, flavours
-from dali_launch.trainer.data import contract
+from dali_launch.trainer.data import contract, graph_check
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import xla_options
 
@@ -35,7 +36,7 @@ def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, head
         echo(dry_run(runs, backend, data_dirs, heading))
         return None
     if first.launch.resume:
-        return [directory.resume(first, data_dirs[0], backend.spec_name, changed)]
+        return [backend.reopen_run_dir(first, data_dirs[0], changed)]
     made = []
     for run, data_dir in zip(runs, data_dirs):
         made.append(backend.make_run_dir(run, data_dir))
@@ -60,8 +61,10 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     data_dir = data_of(run)
     model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
-    if run.train.deterministic and run.data.pipeline not in entry_points.builtin("pipeline"):
-        determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir))
+    if run.data.pipeline not in entry_points.builtin("pipeline"):  # its graph, defined here: outputs, readers
+        graph_check.check(run.data.pipeline, _graph_args(run, data_dir), run.data.sample_order == "shards")
+        if run.train.deterministic:
+            determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir))
     return data_dir
 
 

@@ -23,7 +23,7 @@ def is_vit(model: str) -> bool:
 
 
 def validate(run: RunConfig) -> None:
-    _augment(run.data)
+    _augment(run.data, bool(run.launch.resume))
     _mixing(run.train, run.data)
     _vit(run.train, run.data)
     if run.train.init_from is not None and not run.launch.resume:  # a resumed run starts from its checkpoint
@@ -32,7 +32,7 @@ def validate(run: RunConfig) -> None:
         init_from.locate(run.train.init_from)
 
 
-def _augment(data: DataConfig) -> None:
+def _augment(data: DataConfig, resumed: bool) -> None:
     try:
         n, m = data.randaugment_nm()
     except ValueError:
@@ -43,6 +43,11 @@ def _augment(data: DataConfig) -> None:
         raise UsageError(
             f"--randaugment {data.randaugment} is out of range: N (operations per image) must be 1 to "
             f"{RANDAUGMENT_OPS} and M (their magnitude) 0 to {MAGNITUDE_BINS - 1}; e.g. --randaugment 2,9"
+        )
+    if data.randaugment and data.augment != "randaugment" and not resumed:  # an earlier version recorded 2,9
+        raise UsageError(
+            f"--randaugment {data.randaugment} sets RandAugment's N,M, but --augment is {data.augment}; add "
+            f"--augment randaugment, or leave --randaugment out"
         )
     if data.augment != "none" and flat(data.pipeline):
         raise UsageError(

@@ -19,12 +19,12 @@ from pathlib import Path
 from dali_launch.launcher import config_file
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.job import lock_holder
-from dali_launch.launcher.config import RunConfig, marked, task_spec
+from dali_launch.launcher.config import RunConfig, counted, marked, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values, build
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.resilience import start_point
+from dali_launch.trainer.resilience import saved, start_point
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -40,28 +40,51 @@ class Resume:
         return changed + (f" ({self.elastic})" if self.elastic else "")
 
 
-def read(values: Values, entry: str) -> Resume:
+def read(values: Values, entry: str, lead: bool = True) -> Resume:
     """How to continue the run in `values["resume"]`: its configuration, changed as allowed, and its mode.
 
-    `entry` is the command used: `train` continues only runs it started (one process here); the
-    plain command continues any run in its own mode.
+    `entry` is the command used: `train` continues only runs it started (one process here), `task` only
+    runs whose tasks SLURM started; the plain command continues any run in its own mode. `lead`: this
+    process asks whether the run is live and repairs its checkpoints (the other tasks of a step do not:
+    task 0 may have started the trainer, and its lock, by then).
     """
-    paths = RunPaths(Path(values["resume"]).absolute())
-    _check_is_run_dir(paths)
-    refuse_live(paths)
+    paths = run_dir_of(values["resume"], values.get("run_root") or "runs")
+    if lead:
+        refuse_live(paths)
     mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
     _check_entry(values, entry, paths, mode)
     recorded = _as_resolved(paths, config_file.load(str(paths.config_toml)))
     changes = _changes(values, recorded, paths)
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
+    check_progress(paths, run.train.epochs, mode.started_by)
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
-    if not run.launch.dry_run:  # the newest checkpoint whole before anything loads it; a dry run renames nothing
+    if (
+        lead and not run.launch.dry_run
+    ):  # the newest checkpoint whole before anything loads it; a dry run renames nothing
         for line in start_point.repair(paths):
             echo(line)
     low, high = run.node_range  # a --nodes range: SLURM picks the count when the job starts; each must go on
     processes = [nodes * run.tasks_per_node for nodes in range(low, high + 1)]
     elastic = start_point.check_resume(paths, spec, run.device_counts, processes)
     return Resume(run, mode.name, changes, elastic)
+
+
+def check_progress(paths: RunPaths, epochs: int, started_by: str) -> None:
+    """What the run has done must be kept: a checkpoint to go on from where it trained (else it would start
+    again from step 0 over its own metrics), and no fewer --epochs than its checkpoint has done."""
+    newest, _ = saved.newest_whole(paths, rename=False, crc=False)
+    done = len(paths.metrics.read_text().splitlines()) if paths.metrics.is_file() else 0
+    if newest is None and done:
+        raise UsageError(
+            f"--resume {paths.root}: it trained {counted(done, 'epoch')} (metrics.jsonl) but has no whole checkpoint left "
+            f"in {paths.checkpoints.name}/, so it would start again from step 0; start a new run with its settings "
+            f"instead: {started_by} --config {paths.config_toml}"
+        )
+    if newest is not None and epochs < newest.epoch:
+        raise UsageError(
+            f"--epochs {epochs} is fewer than the {newest.epoch} epochs --resume {paths.root} has done; give "
+            f"--epochs {newest.epoch} or more, or leave --epochs out"
+        )
 
 
 def _as_resolved(paths: RunPaths, recorded: dict) -> dict:
@@ -75,6 +98,16 @@ def _as_resolved(paths: RunPaths, recorded: dict) -> dict:
     if recorded.get("platform", "auto") == "auto" and resolved.get("platform") in ("cpu", "gpu"):
         return {**recorded, "platform": resolved["platform"]}
     return recorded
+
+
+def run_dir_of(run: str, run_root: str) -> RunPaths:
+    """RUN as `--resume` takes it: a run directory, else a run's name under --run-root or a SLURM job id, as
+    for `status` (registry.find_run)."""
+    if Path(run).is_dir() or "/" in run or run.startswith("."):  # a folder: --resume's own words for what it lacks
+        paths = RunPaths(Path(run).absolute())
+        _check_is_run_dir(paths)
+        return paths
+    return registry.find_run(run, run_root)
 
 
 def _check_is_run_dir(paths: RunPaths) -> None:
@@ -115,6 +148,11 @@ def _check_entry(values: Values, entry: str, paths: RunPaths, mode) -> None:
             f"--resume {paths.root} was started by `{mode.started_by}`, not `dali-launch train`; "
             f"continue it with `dali-launch --resume {paths.root}`"
         )
+    if entry == "task" and mode.spec_name != "slurm":
+        raise UsageError(
+            f"--resume {paths.root} was started by `{mode.started_by}`, whose tasks are not SLURM's; continue it "
+            f"with `dali-launch --resume {paths.root}`"
+        )
     if values.get("local") and "local" in values.given and mode.name != "local":
         raise UsageError(
             f"--resume {paths.root} was started by `{mode.started_by}`, not on local processes; "
@@ -128,7 +166,12 @@ def _changes(values: Values, recorded: dict, run: RunPaths) -> dict:
     rules, paths = marked("on_resume"), marked("path")
     for name in sorted(values.given):
         value, before, rule = values[name], recorded.get(name), rules.get(name)
-        if value == before or name in ("resume", "dry_run") or (name in paths and _same_path(value, before)):
+        # --run-root beside --resume says where RUN's name is; the run keeps its own.
+        if (
+            value == before
+            or name in ("resume", "dry_run", "run_root")
+            or (name in paths and _same_path(value, before))
+        ):
             continue
         flag = "--" + name.replace("_", "-")
         elastic = start_point.resizable(run) if elastic is None and rule == "elastic" else elastic

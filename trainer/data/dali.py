@@ -17,7 +17,7 @@ from nvidia.dali import backend, pipeline_def
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment, bad_samples, decoded_cache
+from dali_launch.trainer.data import augment, bad_samples, decoded_cache, graph_check
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
@@ -56,11 +56,9 @@ class Start:
 
 def _graph(function, args: PipelineArgs, name: str):
     """The user's (or a built-in) pipeline function inside a DALI pipeline; `name` is its --pipeline."""
-    outputs = function(args)
-    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
-        raise UsageError(f"--pipeline {name} returned {type(outputs).__name__}; return two DataNodes: images, labels")
+    outputs = graph_check.outputs_checked(function(args), name)
     augment.check_applied(args, name)
-    return tuple(outputs)
+    return outputs
 
 
 graph = pipeline_def(enable_conditionals=False)(_graph)
@@ -351,8 +349,7 @@ def epoch_size(pipe, name: str, shard_id: int, num_shards: int, feed: Feed | Non
                 f"use args.read, or --sample-order shards"
             )
         return len(feed.source)
-    if len(readers) != 1:
-        raise UsageError(f"--pipeline {name} has {len(readers)} readers; use exactly one, given **args.reader_args()")
+    graph_check.readers_checked(len(readers), name)
     meta = next(iter(readers.values()))
     if (meta["shard_id"], meta["number_of_shards"], meta["pad_last_batch"], meta["stick_to_shard"]) != (
         shard_id,

@@ -92,7 +92,7 @@ def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None
     except Exception as e:
         raise UsageError(
             f"--model {name} failed on one sample of shape {(1, *sample_shape)} ({type(e).__name__}: "
-            f"{nnx_model.first_line(e)}); make it take the pipeline's images"
+            f"{nnx_model.one_line(e)}); make it take the pipeline's images"
         ) from None
     if shape != (1, num_classes):
         raise width_error(name, shape, num_classes)

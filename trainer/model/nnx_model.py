@@ -101,7 +101,7 @@ class NnxModel:
         except Exception as e:
             raise UsageError(
                 f"--model {self.name} failed on one sample of shape {tuple(example.shape)} "
-                f"({type(e).__name__}: {first_line(e)}); make it take the pipeline's images"
+                f"({type(e).__name__}: {one_line(e)}); make it take the pipeline's images"
             ) from None
         _, *states = nnx.split(module, *(p.owns for p in self.parts))
         return logits, {p.name: p.pure(s) for p, s in zip(self.parts[:-1], states)}
@@ -149,7 +149,7 @@ def build(name: str, factory: Callable, num_classes: int):
     except Exception as e:
         raise UsageError(
             f"--model {name}: factory(num_classes={num_classes}, rngs=nnx.Rngs(seed)) raised "
-            f"{type(e).__name__}: {first_line(e)}; fix the factory"
+            f"{type(e).__name__}: {one_line(e)}; fix the factory"
         ) from None
     return found["model"]
 
@@ -189,11 +189,15 @@ def _split(name: str, factory: Callable, num_classes: int, module: nnx.Module) -
 def _unsplittable(name: str, e: Exception) -> str:
     return (
         f"--model {name}: nnx.split cannot split its module into a static graph and arrays "
-        f"({type(e).__name__}: {first_line(e)}); keep static attributes hashable (tuples, not lists or "
+        f"({type(e).__name__}: {one_line(e)}); keep static attributes hashable (tuples, not lists or "
         f"dicts) and wrap arrays in nnx.Variable, lists of layers in nnx.List"
     )
 
 
-def first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else "no message"
+def one_line(e: Exception) -> str:
+    """The error's first line; all of it, joined, when that line announces what follows (Flax's "Consider one
+    of the following options:" for a list of layers: its first line alone cut the advice before any fix)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return "no message"
+    return " ".join(lines) if lines[0].endswith(":") else lines[0]

@@ -11,7 +11,21 @@ from __future__ import annotations
 import jax
 
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
+
+
+def check(spec: TaskSpec, steps_per_epoch: int) -> None:
+    """Before the first step (the launcher cannot count the data's steps): a range that starts past the
+    run's last SGD step would trace nothing, and say nothing."""
+    steps, total = spec.observe.profile_range(), spec.train.epochs * steps_per_epoch
+    if steps is not None and steps[0] >= total:
+        first = max(0, total - 10)
+        raise UsageError(
+            f"--profile-steps {spec.observe.profile_steps} starts past the run's last SGD step {total - 1} "
+            f"({spec.train.epochs} × {steps_per_epoch} steps an epoch); trace steps below {total}, e.g. --profile-steps "
+            f"{first}:{total}"
+        )
 
 
 class Profile:
