@@ -15,7 +15,7 @@
     cut-root   (--variants ...,root) det-cut again, from det-1's compile cache and autotuning picks: a run of
                the same run root killed and resumed, as a user's is
     ops        (--variants ...,ops) no --deterministic, XLA_FLAGS=--xla_gpu_deterministic_ops=true: what
-               --deterministic set before issue 38 (autotuning off), its cost in the same session
+               --deterministic sets, alone (the session of 2026-12-03 compared it with a trial set that kept autotuning)
     base-2     (--variants ...,baseline2) the baseline again: what the defaults give twice
     data       the trainer's training pipelines built twice in one process, the first calls' pixels
                summed on the device: DALI alone, the hardware decoder's share included

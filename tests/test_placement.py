@@ -157,8 +157,8 @@ def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, g
 @pytest.mark.parametrize(
     "platform, cache, flags",
     [
-        ("gpu", "", ["--xla_gpu_exclude_nondeterministic_ops=true"]),
-        ("gpu", "off", ["--xla_gpu_deterministic_ops=true"]),  # no autotuning picks kept: no autotuning
+        ("gpu", "", ["--xla_gpu_deterministic_ops=true"]),
+        ("gpu", "off", ["--xla_gpu_deterministic_ops=true"]),
         ("cpu", "", []),
     ],
 )
@@ -166,8 +166,8 @@ def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(
     monkeypatch, tmp_path, platform, cache, flags
 ):
     """--deterministic: XLA's deterministic GPU kernels in the process environment, resolved once and recorded
-    (resolve.py: rank_map.json); CPUs need none (trainer/determinism.py). On GPUs every run keeps XLA's
-    autotuning picks in its run root's compile cache, unless that cache is off."""
+    (resolve.py: rank_map.json); CPUs need none (trainer/determinism.py). Every GPU run, with it or not, keeps
+    XLA's autotuning picks in its run root's compile cache, unless that cache is off."""
     from dali_launch.trainer import compile_cache
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.topology import Topology, configure_process_env

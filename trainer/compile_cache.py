@@ -12,9 +12,9 @@ temporary name and renamed into place. A concurrent publisher's rename replaces 
 another complete one.
 
 On GPUs XLA times candidate kernels (autotuning) at each compile, and two compiles of one program can pick
-differently: different bits. Its picks are kept in SHARED/autotune (XLA's per-fusion autotuning cache, written
-by XLA file by file), so every compile of every run of a run root picks as the first did: a rerun, a resume or
-a requeue runs the kernels its parameters were computed with, and compiles faster.
+differently. Its picks are kept in SHARED/autotune (XLA's per-fusion autotuning cache, written by XLA file
+by file): every later compile of the run root's runs, a program the persistent cache lacks or a requeue's,
+picks as the first did, without timing anything again (a ResNet-50 run kept 348 picks on an H200).
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 interrupted (on the same GPUs and layout).
 
 What varies without it, and what it sets (before JAX starts: topology.configure_process_env):
-- XLA's GPU kernels: reductions and scatters that add in the order their threads finish (atomics), and
-  convolution and GEMM algorithms that are not deterministic. `--xla_gpu_exclude_nondeterministic_ops`
-  leaves both out of every program. Autotuning, which picks among the deterministic kernels by timing
-  them at each compile, stays on: its picks are kept in the run root (compile_cache.autotune_folder, on
-  for every GPU run), so every compile of the root's runs picks the same kernels. With --compile-cache off
-  there is no such folder, and `--xla_gpu_deterministic_ops` is set instead: it also turns autotuning off,
-  so any two compiles agree, at -28 % for ResNet-50 bf16 on one H200 (4,652-4,700 images/s against
-  6,505-6,537). benchmarks/deterministic.py measures both, with the kill -9 + --resume check.
+- XLA's GPU kernels: reductions and scatters that add in the order their threads finish (atomics),
+  convolution and GEMM algorithms that are not deterministic, and autotuning, which picks kernels by
+  timing them at each compile. `--xla_gpu_deterministic_ops` excludes the first two and turns autotuning
+  off, so two compiles of one program agree. Measured on one H200 (ResNet-50 bf16, batch 256, 2026-12-03,
+  benchmarks/results/issue38/session3-deterministic-{a,b}.json): -30 % images/s, and the same cost with
+  `--xla_gpu_exclude_nondeterministic_ops` alone, which keeps autotuning: the price is the excluded kernels,
+  not autotuning. That flag's runs also agreed across fresh compiles, but XLA promises it only of this one,
+  and under it XLA kept no autotuning picks (the run root's autotune/ folder stayed empty), so nothing
+  would hold two compiles to one choice.
 What holds without anything set:
 - XLA on CPUs runs one compiled program the same way each time (docs/resilience.md);
 - DALI: readers shuffle and random operators draw from the pipeline's seed per sample, not per thread
@@ -27,17 +28,13 @@ from __future__ import annotations
 
 from dali_launch.trainer.errors import UsageError
 
-GPU_XLA_FLAGS = (("xla_gpu_exclude_nondeterministic_ops", "true"),)  # autotuning kept: its picks kept too
-NO_AUTOTUNE_FLAGS = (("xla_gpu_deterministic_ops", "true"),)  # where no picks are kept: autotuning off too
+GPU_XLA_FLAGS = (("xla_gpu_deterministic_ops", "true"),)
 PYTHON_OPERATORS = ("PythonFunction", "TorchPythonFunction", "DLTensorPythonFunction")
 
 
-def xla_flags(deterministic: bool, platform: str, picks_kept: bool = True) -> tuple[tuple[str, str], ...]:
-    """The XLA flags --deterministic sets on `platform` (gpu or cpu): none on CPUs, which need none.
-    `picks_kept`: whether the run root keeps XLA's autotuning picks (compile_cache.autotune_folder)."""
-    if not deterministic or platform != "gpu":
-        return ()
-    return GPU_XLA_FLAGS if picks_kept else NO_AUTOTUNE_FLAGS
+def xla_flags(deterministic: bool, platform: str) -> tuple[tuple[str, str], ...]:
+    """The XLA flags --deterministic sets on `platform` (gpu or cpu): none on CPUs, which need none."""
+    return GPU_XLA_FLAGS if deterministic and platform == "gpu" else ()
 
 
 def check_pipeline(name: str, args) -> None:

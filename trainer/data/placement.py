@@ -60,7 +60,7 @@ def xla_flags(spec: TaskSpec, platform: str) -> tuple[tuple[str, str], ...]:
     --deterministic's kernels (determinism.py)."""
     picks = compile_cache.autotune_folder(spec) if platform == "gpu" else None
     kept = ((compile_cache.AUTOTUNE_FLAG, str(picks)),) if picks else ()
-    return kept + determinism.xla_flags(spec.train.deterministic, platform, picks is not None)
+    return kept + determinism.xla_flags(spec.train.deterministic, platform)
 
 
 def decoder(config: DataConfig, platform: str) -> str:
