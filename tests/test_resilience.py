@@ -25,6 +25,7 @@ from conftest import (
     wait_for,
 )
 
+from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 
 pytestmark = [pytest.mark.slow]
@@ -96,6 +97,50 @@ def test_kill_9_while_a_checkpoint_is_written_resumes_to_the_same_parameters(sma
     assert _result(cut)["checksums"] == _result(whole)["checksums"]
     for epoch in range(2):
         assert seen_prints(cut, epoch) == seen_prints(whole, epoch)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_kill_9_after_a_checkpoint_then_damage_to_it_is_found_and_the_one_before_used(small_lmdb, tmp_path, damage):
+    """kill -9 just after a checkpoint committed: its file record (sizes, CRCs) was written only at the next
+    save, so the newest checkpoint of a killed run went unchecked (a truncated file: `Exception: })>.`; a
+    flipped byte: loaded, the run later stopped on NaN). The record is now part of the commit: the damage is
+    found, the checkpoint set aside, and the run resumes from the one before, saying so in one line."""
+    common = ["--data-dir", str(small_lmdb), "--epochs", "3", "--checkpoint-every-steps", "6"]
+    proc = start("train", *common, "--checkpoint-async", "on", "--run-root", str(tmp_path))
+    try:
+        committed = lambda: len(list(tmp_path.glob("*/checkpoints/*/commit_success.txt"))) >= 2
+        deadline = time.monotonic() + 120
+        while not committed() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        reap(proc)
+    paths = only_run(tmp_path)
+    assert proc.returncode == -signal.SIGKILL and not paths.result.exists()
+    steps = saved.complete_steps(paths)
+    newest = paths.checkpoints / str(steps[-1])
+    assert (newest / saved.FILES).is_file(), list(newest.iterdir())  # recorded with its commit
+    victim = max((f for f in newest.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    size, name = victim.stat().st_size, victim.relative_to(newest)
+    with victim.open("r+b") as f:
+        if damage == "truncated":
+            f.truncate(size // 2)
+        else:
+            f.seek(size // 2)
+            byte = f.read(1)
+            f.seek(size // 2)
+            f.write(bytes([byte[0] ^ 0x40]))
+    what = f"{name} is {size // 2:,} of its {size:,} bytes" if damage == "truncated" else f"{name} fails its CRC"
+    resumed = dali_launch("train", "--resume", str(paths.root))
+    check_ok(resumed)
+    line = (
+        f"checkpoint step {steps[-1]} is damaged ({what}); kept it as {paths.checkpoints}/{steps[-1]}.damaged, "
+        f"resuming from step {steps[-2]}"
+    )
+    assert line in resumed.stdout.splitlines(), resumed.stdout
+    assert f"resumed from checkpoint {steps[-2]}:" in resumed.stdout and "Traceback" not in resumed.stderr
 
 
 def _preempt_and_resume(tmp_path, common: list[str], ready, after_s: float = 0) -> None:
