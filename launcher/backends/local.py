@@ -30,6 +30,7 @@ from dali_launch.launcher.console import echo, is_chatter
 from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.observe import library_output
 from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
 from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
@@ -42,6 +43,7 @@ DRAIN_S = 5  # how long the pumps get to copy what dead ranks wrote last
 DEATH_LINES = 20  # of a rank's log, kept in the ending of a rank that died without a word
 POLL_S = 0.1
 # What stops the job politely; any other fatal signal ends the launcher, and with it the ranks.
+LIBRARY = library_output.MARK.encode()  # a rank's line its libraries' threads wrote
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
 # A rank killed by a signal records nothing; the time we reap it is only an upper bound on its death, and
 # its peers' collectives fail within milliseconds of it ("Connection reset by peer"), often recorded
@@ -133,12 +135,14 @@ class LocalRanks:
             if resumed:
                 log.write(f"--- resumed {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             for line in proc.stdout:
+                library = line.startswith(LIBRARY)  # a library's thread's: the log alone (library_output.py)
+                line = line.replace(LIBRARY, b"")
                 try:
                     log.write(line)
                     log.flush()
                 except OSError:  # a full disk: the rank's own error says so; its output must still drain
                     pass
-                if not is_chatter(line):
+                if not library and not is_chatter(line):
                     self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
 
     def _say(self, text: str) -> None:
