@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import numpy as np
 import pytest
-from conftest import check_ok, dali_launch, final_params, only_run
+from conftest import check_ok, dali_launch, final_params, only_run, reap, start
 
+from dali_launch.launcher.backends.local import REAP_SLACK_S, died_at
 from dali_launch.trainer.resilience import saved
 
 pytestmark = [pytest.mark.slow]
@@ -120,6 +122,63 @@ def test_resume_on_a_read_only_file_system_is_one_line_saying_so(small_lmdb, sma
     ], refused.stderr
     subprocess.run(["mount", "-o", "remount,rw", str(small_tmpfs)], check=True, timeout=30)
     check_ok(dali_launch("--resume", str(paths.root), "--epochs", "2"))
+
+
+REFUSED = {
+    "immutable": (
+        "Operation not permitted",
+        "make it writable (`lsattr -d` shows an immutable flag; `chattr -i` clears it)",
+        (["chattr", "+i", "{d}"],),
+        (["chattr", "-i", "{d}"],),
+    ),
+    "read-only": (
+        "Read-only file system",
+        "remount it read-write (or resume where it can be written)",
+        (["mount", "--bind", "{d}", "{d}"], ["mount", "-o", "remount,bind,ro", "{d}"]),
+        (["umount", "{d}"],),
+    ),
+}
+
+
+@multiprocess
+@pytest.mark.parametrize("how", REFUSED)
+def test_a_refused_checkpoint_write_names_the_rank_it_failed_on_and_its_cause(small_lmdb, tmp_path, how):
+    """2 processes; once the first checkpoint is complete its folder refuses writes (`chattr +i`: EPERM; a
+    read-only bind mount: EROFS). The job's line named rank 1, which only reacted (its abort once process 0
+    left was counted REAP_SLACK_S early), and said a bare PermissionError or "free space" for a read-only
+    file system. Now: rank 0, the refused write and the fix for that cause."""
+    cause, fix, apply, undo = REFUSED[how]
+    run = [*LOCAL, "--data-dir", str(small_lmdb), "--epochs", "20", "--checkpoint-every-steps", "2"]
+    proc = start(*run, "--run-root", str(tmp_path / "runs"))
+    folder = None
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("runs/*/checkpoints/[0-9]*/commit_success.txt")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        folder = only_run(tmp_path / "runs").checkpoints
+        for command in apply:
+            if subprocess.run([a.format(d=folder) for a in command], capture_output=True, timeout=30).returncode:
+                pytest.skip(f"`{' '.join(command[:2])}` is not permitted here")
+        _, err = proc.communicate(timeout=300)
+    finally:
+        reap(proc)
+        for command in undo if folder else ():
+            subprocess.run([a.format(d=folder) for a in command], capture_output=True, timeout=30)
+    first = err.strip().splitlines()[0]
+    assert proc.returncode == 1 and first.startswith("dali-launch: rank 0 failed: cannot write checkpoint "), err
+    assert f" into {folder}: {cause}; {fix}, then `dali-launch --resume {folder.parent}`: the newest " in first, first
+    assert "free space" not in first
+
+
+def test_a_death_after_a_peers_own_diagnosis_is_not_counted_before_it():
+    """The launcher's clock for a rank that died without a word: REAP_SLACK_S early (before the peers it
+    took down), but not before a peer's explained failure it came after."""
+    said = [{"rank": 0, "how": "failed", "at": 100.0, "explained": True}]
+    reacted = [{"rank": 0, "how": "failed", "at": 100.0, "explained": False}]  # a collective that failed
+    assert died_at(100.3, said) == 100.3
+    assert died_at(100.3, reacted) == died_at(100.3, []) == 100.3 - REAP_SLACK_S
+    assert died_at(99.5, said) == 99.5 - REAP_SLACK_S  # it died first
 
 
 @multiprocess

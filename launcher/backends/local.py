@@ -51,6 +51,16 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
 REAP_SLACK_S = 1.0
 
 
+def died_at(reaped_at: float, endings: list[dict]) -> float:
+    """When a rank that died without a word counts as dead: REAP_SLACK_S before we reaped it (before the
+    peers its death took down), unless a peer had by then said what went wrong in a line of ours (an
+    `explained` failure: a refused checkpoint write, say): a death after that is its consequence -- a peer
+    aborting once process 0, which hosts the coordination service, left -- and was named first."""
+    if any(e.get("explained") and e["at"] <= reaped_at for e in endings):
+        return reaped_at
+    return reaped_at - REAP_SLACK_S
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -245,7 +255,7 @@ class LocalRanks:
         explained = {e["rank"] for e in endings}
         for rank, (code, at) in list(self.exited.items()):
             if code != 0 and rank not in explained and rank not in self.killed:
-                found.append((at - REAP_SLACK_S, rank, f"rank {rank} {_how(code)}", False))
+                found.append((died_at(at, endings), rank, f"rank {rank} {_how(code)}", False))
         return sorted(found)
 
     def _outcome(self) -> Outcome:
@@ -269,12 +279,13 @@ class LocalRanks:
     def _record_deaths(self) -> None:
         """A rank that died without a word (SIGKILL: the OOM killer, say) gets its ending from us: how it
         died and the last lines of its log, where `status` and its peers look."""
-        explained = {e["rank"] for e in ending.read(self.paths, since=self.started)}
+        endings = ending.read(self.paths, since=self.started)
+        explained = {e["rank"] for e in endings}
         for rank, (code, at) in self.exited.items():
             if code != 0 and rank not in explained and rank not in self.killed:
                 log = self.paths.log(rank)
                 tail = log.read_text(errors="replace").splitlines()[-DEATH_LINES:] if log.exists() else []
-                died = at - REAP_SLACK_S  # before the peers it took down (REAP_SLACK_S)
+                died = died_at(at, endings)
                 ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=died, last_lines=tail)
 
     def _stopped(self) -> Outcome:
