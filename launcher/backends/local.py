@@ -152,8 +152,15 @@ class LocalRanks:
                     log.flush()
                 except OSError:  # a full disk: the rank's own error says so; its output must still drain
                     pass
-                if not library and not is_chatter(line):
+                if not library and not is_chatter(line) and not self._reacting(rank):
                     self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
+
+    def _reacting(self, rank: int) -> bool:
+        """Another rank ended the job in a line of ours (a refused checkpoint write, say): what this one
+        prints now is its reaction -- JAX's coordination service gone with process 0, a C++ abort's stack
+        -- and stays in its log (one small file read a line: ranks print a few lines an epoch)."""
+        cause = ending.cause(self.paths, since=self.started)
+        return cause is not None and cause.get("explained", False) and cause["rank"] != rank
 
     def _say(self, text: str) -> None:
         with self.lock, contextlib.suppress(OSError):  # a closed console is no failure of the job
