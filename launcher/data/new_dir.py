@@ -62,7 +62,7 @@ def _prefix(to_dir: Path, pid: int) -> str:
 def _remove_dead_builds(to_dir: Path) -> None:
     """The temporary folders of builds of `to_dir` on this host whose process is gone (SIGKILL)."""
     mine = f".{to_dir.name}.partial-{socket.gethostname()}-"
-    for left in to_dir.parent.glob(f"{mine}*"):
+    for left in (p for p in to_dir.parent.iterdir() if p.name.startswith(mine)):  # no glob: names may hold [ or *
         pid = left.name[len(mine) :].partition("-")[0]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(left, ignore_errors=True)
