@@ -30,3 +30,12 @@ def echo(text: str) -> None:
 
 def error(text: str) -> None:
     print(f"dali-launch: {text}", file=sys.stderr, flush=True)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (Ctrl-C's SIGINT, SIGTERM) ended a command that cleaned up after itself: `line` says
+    what it left; the command exits 128 + `signum`, as a process the signal ended would."""
+
+    def __init__(self, signum: int, line: str):
+        super().__init__(line)
+        self.signum, self.line = signum, line

@@ -44,6 +44,32 @@ def test_a_diverging_run_stops_at_the_check_point_with_its_last_good_checkpoint(
     assert ending["how"] == "failed" and "the training loss became" in ending["line"]
 
 
+@pytest.mark.slow
+def test_an_epoch_whose_every_step_is_skipped_stops_the_run_in_one_line(small_lmdb, tmp_path):
+    """--on-nan skip-step at --learning-rate 10: the first updates leave parameters that give no finite loss
+    on any batch, so a later epoch drops every step; it stopped with a ZeroDivisionError traceback (its loss
+    0/0). Now the run stops there in one line, exit 2 as --on-nan stop does, after the epochs before it
+    reported their skipped steps; the line does not advise the flag the run already has."""
+    proc = dali_launch(
+        "train", "--data-dir", str(small_lmdb), "--learning-rate", "10", "--epochs", "4",
+        "--on-nan", "skip-step", "--run-root", str(tmp_path),
+    )  # fmt: skip
+    paths = only_run(tmp_path)
+    (line,) = proc.stderr.strip().splitlines()
+    found = re.fullmatch(
+        r"dali-launch: error: the training loss or gradients were not finite in every SGD step of epoch ([123]) "
+        r"\(--on-nan skip-step dropped all 16 this task ran\), so the run stopped; the newest checkpoint, step "
+        r"(\d+), holds the parameters that did so; train again from the start with a lower --learning-rate "
+        r"\(now 10\) or normalised images",
+        line,
+    )
+    assert proc.returncode == 2 and found, proc.stderr
+    epochs = [json.loads(row) for row in paths.metrics.read_text().splitlines()]
+    assert len(epochs) == int(found.group(1)) and int(found.group(2)) == 16 * len(epochs), epochs
+    assert epochs[0]["skipped_steps"] > 0 and f"{epochs[0]['skipped_steps']} steps skipped" in proc.stdout
+    assert json.loads(paths.ending(0).read_text())["how"] == "failed"
+
+
 LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "60"]
 
 

@@ -4,6 +4,10 @@ the index files the project writes -- is what was written; the images are ImageN
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +23,7 @@ from dali_launch.trainer.data.records import tfrecord as tfrecord_source
 from dali_launch.trainer.data.records import webdataset as webdataset_source
 from dali_launch.trainer.data.records.webdataset import ascii_class_id
 
+CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 SMALL = ["--classes", "5", "--train", "40", "--test", "12", "--shard-size", "16", "--image-scale", "0.1"]
 
 
@@ -139,3 +144,75 @@ def test_a_synth_set_passes_the_checks_before_a_job(tmp_path, fmt):
 
     _synth(tmp_path / "out", fmt, "--workers", "1")
     datasets.check(tmp_path / "out", "--data-dir", fmt, num_classes=5)
+
+
+def _children(pid: int) -> set[int]:
+    """The processes `pid` started (its workers and multiprocessing's resource tracker)."""
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of `pids` still running (a zombie, its exit unread by a dead parent's reaper, is not)."""
+    running = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except FileNotFoundError:
+            continue
+        if state != "Z":
+            running.add(pid)
+    return running
+
+
+def _synth_writing(tmp_path) -> tuple[subprocess.Popen, set[int]]:
+    """A real `data synth` subprocess, in its own session as a shell's foreground job is, with its two
+    workers busy writing into its temporary folder; returns it and its children."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*CLI, "data", "synth", str(out), "--train", "3000", "--test", "10", "--classes", "10",
+         "--shard-size", "1000", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not any(tmp_path.glob(".out.*/training/*/*.jpg")) or len(_children(proc.pid)) < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    return proc, _children(proc.pid)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_ends_synth_and_its_workers_at_once_and_removes_its_files(tmp_path, signum):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to the command: it
+    was silent, SIGINT for 18-55 s while its workers wrote on, and SIGTERM left them running and 343 MB in
+    a hidden folder. Now one line at once, exit 128 + the signal, no worker left, nothing left on disk."""
+    proc, children = _synth_writing(tmp_path)
+    sent = time.monotonic()
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    print(f"{signal.Signals(signum).name}: answered {time.monotonic() - sent:.2f} s later")
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum and err.splitlines() == [
+        f"dali-launch: interrupted ({name}): {tmp_path / 'out'} not written, its partial files removed"
+    ], err
+    deadline = time.monotonic() + 10  # multiprocessing's resource tracker ends when its last client has
+    while _alive(children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(children) and not list(tmp_path.iterdir()), (children, list(tmp_path.iterdir()))
+
+
+def test_synth_killed_outright_takes_its_workers_along_and_the_next_build_clears_up(tmp_path):
+    """SIGKILL of the command, which can clean nothing: the kernel ends its workers with it (they asked
+    for PR_SET_PDEATHSIG), and the next build of the same folder removes the dead build's temporary one."""
+    proc, children = _synth_writing(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while _alive(children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(children), children
+    (left,) = tmp_path.glob(".out.*")
+    _synth(tmp_path / "out", "folders", "--workers", "1")
+    assert not left.exists() and [p.name for p in tmp_path.iterdir()] == ["out"]

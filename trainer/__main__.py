@@ -4,6 +4,7 @@ import os
 import sys
 
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.observe.library_output import tag_library_output
 from dali_launch.trainer.resilience.ending import die_with_parent
 from dali_launch.trainer.task import run_task
 from dali_launch.trainer.topology import LAUNCHER_PID
@@ -11,8 +12,9 @@ from dali_launch.trainer.topology import LAUNCHER_PID
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m dali_launch.trainer RUN_DIR")
-    if LAUNCHER_PID in os.environ:
+    if LAUNCHER_PID in os.environ:  # local mode: our launcher reads what we print
         die_with_parent(int(os.environ[LAUNCHER_PID]))
+        tag_library_output()
     try:
         run_task(sys.argv[1])
     except UsageError as e:

@@ -231,8 +231,9 @@ class ResilienceConfig:
     max_requeues: int = opt(
         3, "Times a preempted or timed-out SLURM job requeues itself from its checkpoint.", on_resume="may change"
     )
+    # 20 s: found within 24 s, few false alarms (why: resilience/watchdog.py, at BEAT_S)
     watchdog_s: int = opt(
-        60, "A rank whose heartbeat is older than this (stopped, hung, dead) stops the job.", on_resume="may change"
+        20, "A rank whose heartbeat is older than this (stopped, hung, dead) stops the job.", on_resume="may change"
     )
     on_stuck: str = opt(
         "stop",

@@ -144,8 +144,8 @@ class Loop:
                 if (call + 1) % self.check_every == 0 and call + 1 < self.data.steps:
                     self._check_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
         self._check_labels(tally)
-        loss, count = first(tally["loss"]), int(first(tally["count"]))
-        self.nan_guard.check(loss, before + self.data.steps, epoch)  # before the epoch's checkpoint
+        loss, count, skipped = first(tally["loss"]), int(first(tally["count"])), int(first(tally["skipped"]))
+        self.nan_guard.check_epoch(loss, count, skipped, before + self.data.steps, epoch)  # before its checkpoint
         self.step_log.point(before + self.data.steps, tally, wait.idle_s)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         if recorder:
@@ -162,7 +162,7 @@ class Loop:
             compile_s=compile_s,
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
-            skipped_steps=int(first(tally["skipped"])),
+            skipped_steps=skipped,
             **self._startup(compile_s is not None),
         )
 

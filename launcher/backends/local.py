@@ -30,6 +30,7 @@ from dali_launch.launcher.console import echo, is_chatter
 from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.observe import library_output
 from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
 from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
@@ -42,11 +43,22 @@ DRAIN_S = 5  # how long the pumps get to copy what dead ranks wrote last
 DEATH_LINES = 20  # of a rank's log, kept in the ending of a rank that died without a word
 POLL_S = 0.1
 # What stops the job politely; any other fatal signal ends the launcher, and with it the ranks.
+LIBRARY = library_output.MARK.encode()  # a rank's line its libraries' threads wrote
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)
 # A rank killed by a signal records nothing; the time we reap it is only an upper bound on its death, and
 # its peers' collectives fail within milliseconds of it ("Connection reset by peer"), often recorded
 # before our reaper thread wakes (4 processes on 2 cores, measured). Its death counts this much earlier.
 REAP_SLACK_S = 1.0
+
+
+def died_at(reaped_at: float, endings: list[dict]) -> float:
+    """When a rank that died without a word counts as dead: REAP_SLACK_S before we reaped it (before the
+    peers its death took down), unless a peer had by then said what went wrong in a line of ours (an
+    `explained` failure: a refused checkpoint write, say): a death after that is its consequence -- a peer
+    aborting once process 0, which hosts the coordination service, left -- and was named first."""
+    if any(e.get("explained") and e["at"] <= reaped_at for e in endings):
+        return reaped_at
+    return reaped_at - REAP_SLACK_S
 
 
 def free_port() -> int:
@@ -133,13 +145,22 @@ class LocalRanks:
             if resumed:
                 log.write(f"--- resumed {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             for line in proc.stdout:
+                library = line.startswith(LIBRARY)  # a library's thread's: the log alone (library_output.py)
+                line = line.replace(LIBRARY, b"")
                 try:
                     log.write(line)
                     log.flush()
                 except OSError:  # a full disk: the rank's own error says so; its output must still drain
                     pass
-                if not is_chatter(line):
+                if not library and not is_chatter(line) and not self._reacting(rank):
                     self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
+
+    def _reacting(self, rank: int) -> bool:
+        """Another rank ended the job in a line of ours (a refused checkpoint write, say): what this one
+        prints now is its reaction -- JAX's coordination service gone with process 0, a C++ abort's stack
+        -- and stays in its log (one small file read a line: ranks print a few lines an epoch)."""
+        cause = ending.cause(self.paths, since=self.started)
+        return cause is not None and cause.get("explained", False) and cause["rank"] != rank
 
     def _say(self, text: str) -> None:
         with self.lock, contextlib.suppress(OSError):  # a closed console is no failure of the job
@@ -241,7 +262,7 @@ class LocalRanks:
         explained = {e["rank"] for e in endings}
         for rank, (code, at) in list(self.exited.items()):
             if code != 0 and rank not in explained and rank not in self.killed:
-                found.append((at - REAP_SLACK_S, rank, f"rank {rank} {_how(code)}", False))
+                found.append((died_at(at, endings), rank, f"rank {rank} {_how(code)}", False))
         return sorted(found)
 
     def _outcome(self) -> Outcome:
@@ -265,12 +286,13 @@ class LocalRanks:
     def _record_deaths(self) -> None:
         """A rank that died without a word (SIGKILL: the OOM killer, say) gets its ending from us: how it
         died and the last lines of its log, where `status` and its peers look."""
-        explained = {e["rank"] for e in ending.read(self.paths, since=self.started)}
+        endings = ending.read(self.paths, since=self.started)
+        explained = {e["rank"] for e in endings}
         for rank, (code, at) in self.exited.items():
             if code != 0 and rank not in explained and rank not in self.killed:
                 log = self.paths.log(rank)
                 tail = log.read_text(errors="replace").splitlines()[-DEATH_LINES:] if log.exists() else []
-                died = at - REAP_SLACK_S  # before the peers it took down (REAP_SLACK_S)
+                died = died_at(at, endings)
                 ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=died, last_lines=tail)
 
     def _stopped(self) -> Outcome:

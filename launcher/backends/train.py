@@ -15,6 +15,7 @@ from dali_launch.launcher.console import is_chatter
 from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.observe import library_output
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -60,25 +61,36 @@ def _resume(paths: RunPaths) -> str:
 
 @contextlib.contextmanager
 def _also_to(log: Path):
-    """Python's stdout and stderr also go to `log` (appended: a resumed run keeps what came before)."""
+    """Python's stdout and stderr also go to `log` (appended: a resumed run keeps what came before); what
+    the libraries' own threads write goes there alone. A failed run keeps that after the task returns:
+    Orbax's and TensorStore's threads, unwinding from a refused checkpoint write, printed 350 lines of
+    tracebacks around and after the run's one line, until the process ended."""
     log.parent.mkdir(parents=True, exist_ok=True)
     streams = sys.stdout, sys.stderr
-    with log.open("a", encoding="utf-8") as file:
-        sys.stdout, sys.stderr = (_Tee(stream, file) for stream in streams)
-        try:
-            yield
-        finally:
-            sys.stdout, sys.stderr = streams
+    file = log.open("a", encoding="utf-8")
+    sys.stdout, sys.stderr = (_Tee(stream, file) for stream in streams)
+    try:
+        yield
+    except BaseException:
+        sys.stdout, sys.stderr = streams[0], _Tee(streams[1], file, ours_to_log=False)  # until the process ends
+        raise
+    else:
+        sys.stdout, sys.stderr = streams
+        file.close()
 
 
 class _Tee:
-    def __init__(self, stream, file):
-        self.stream, self.file = stream, file
+    """A stream that also writes to `file`; a library's chatter, and anything its own threads write, goes to
+    `file` alone. `ours_to_log` False: our lines go to the stream alone (the run is over, its log done)."""
+
+    def __init__(self, stream, file, ours_to_log: bool = True):
+        self.stream, self.file, self.ours_to_log = stream, file, ours_to_log
 
     def write(self, text: str) -> int:
-        if not self.file.closed:  # a logging handler made during the run may outlive it
+        ours = library_output.ours()
+        if not self.file.closed and (self.ours_to_log or not ours):  # a handler made in the run may outlive it
             self.file.write(text)
-        if is_chatter(text):  # a library's warning: in the log, not on the console
+        if not ours or is_chatter(text):  # a library's: in the log, not on the console
             return len(text)
         return self.stream.write(text)
 

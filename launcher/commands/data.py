@@ -3,12 +3,15 @@ work), and checked (data/data_check.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from dali_launch.launcher.console import Interrupted
 from dali_launch.trainer.data import formats
 
 
@@ -36,7 +39,8 @@ def prepare(
     """Turn IDX files into the Caffe2 LMDBs DALI reads (DALI_extra's db/MNIST layout), or JPEG class folders."""
     from dali_launch.launcher.data import idx
 
-    report = idx.prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction, layout=layout.value)
+    with _says_interrupted():
+        report = idx.prepare(source, target, quality=jpeg_quality, test_fraction=test_fraction, layout=layout.value)
     counts = ", ".join(f"{name} {n:,}" for name, n in report.counts.items())
     typer.echo(f"wrote {report.out_dir}: {counts}")
 
@@ -69,7 +73,20 @@ def synth(
     from dali_launch.launcher.data import synth as synthesis
 
     spec = synthesis.SynthSpec(out, layout.value, classes, train, test, seed, image_scale, shard_size, workers)
-    typer.echo(synthesis.synth(spec).line(spec))
+    with _says_interrupted():
+        report = synthesis.synth(spec)
+    typer.echo(report.line(spec))
+
+
+@contextlib.contextmanager
+def _says_interrupted():
+    """Ctrl-C or SIGTERM while a data set is written (data/new_dir.py cleaned up): one line saying what is
+    left, exit 128 + the signal (Typer would make any interrupt a silent 130)."""
+    try:
+        yield
+    except Interrupted as e:
+        print(f"dali-launch: {e.line}", file=sys.stderr, flush=True)
+        raise typer.Exit(128 + e.signum) from None
 
 
 def check(

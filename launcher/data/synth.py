@@ -9,7 +9,9 @@ split, index), so the bytes do not depend on the number of workers.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +21,9 @@ from pathlib import Path
 from dali_launch.launcher.data import new_dir, synth_images, tfrecord, webdataset
 from dali_launch.trainer.data import formats
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience.ending import die_with_parent
+
+STOP_S = 0.5  # a worker's grace after SIGTERM before SIGKILL: Ctrl-C is answered within a second
 
 
 def synth_formats() -> list[str]:
@@ -106,8 +111,37 @@ def _run(units: list[Unit], workers: int) -> list[int]:
     if workers == 1 or len(units) == 1:
         return [write_unit(unit) for unit in units]
     # spawn, not fork: the caller may hold threads (DALI's, JAX's) that fork would copy half-alive.
-    with ProcessPoolExecutor(min(workers, len(units)), mp_context=get_context("spawn")) as pool:
-        return list(pool.map(write_unit, units))
+    ours = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(
+        min(workers, len(units)), mp_context=get_context("spawn"), initializer=_worker_starts, initargs=(os.getpid(),)
+    )
+    try:
+        written = list(pool.map(write_unit, units))
+    except BaseException:  # Ctrl-C, SIGTERM (new_dir.building), a worker's error: no worker writes on
+        pool.shutdown(wait=False, cancel_futures=True)
+        _stop([p for p in multiprocessing.active_children() if p not in ours])
+        raise
+    pool.shutdown()
+    return written
+
+
+def _worker_starts(parent_pid: int) -> None:
+    """A worker ends with the command: Ctrl-C reaches every process of the terminal's group, but the
+    parent alone answers it (and stops the workers: `_stop`); a parent killed outright takes them along."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid)
+
+
+def _stop(procs: list) -> None:
+    """Workers ended now, mid-image: what they wrote is removed with the temporary folder."""
+    for proc in procs:
+        proc.terminate()
+    deadline = time.monotonic() + STOP_S
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(STOP_S)
 
 
 def class_folder(label: int, classes: int) -> str:

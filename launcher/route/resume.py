@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from dali_launch.launcher import config_file
@@ -22,6 +23,7 @@ from dali_launch.launcher.backends.job import lock_holder
 from dali_launch.launcher.config import RunConfig, counted, marked, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values, build
+from dali_launch.launcher.route.machine_checks import folder_problem
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import saved, start_point
@@ -49,6 +51,7 @@ def read(values: Values, entry: str, lead: bool = True) -> Resume:
     task 0 may have started the trainer, and its lock, by then).
     """
     paths = run_dir_of(values["resume"], values.get("run_root") or "runs")
+    check_writable(paths)
     if lead:
         refuse_live(paths)
     mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
@@ -121,6 +124,22 @@ def _check_is_run_dir(paths: RunPaths) -> None:
             f"--resume {paths.root} is not a run directory (no config.json and config.toml); pass one "
             f"that dali-launch made under --run-root"
         )
+
+
+def check_writable(paths: RunPaths) -> None:
+    """A run goes on by writing in its directory (checkpoints, logs, its lock): on a read-only file system
+    the first write was a 63-line traceback (EROFS), after the resume line."""
+    for folder in (paths.root, paths.checkpoints, paths.logs):
+        if not folder.is_dir():
+            continue
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            raise UsageError(
+                f"--resume {paths.root}: {folder} is on a read-only file system, and a run goes on by writing "
+                f"there (checkpoints, logs); remount it read-write, then resume again"
+            )
+        why = folder_problem(folder)
+        if why:
+            raise UsageError(f"--resume {paths.root}: cannot write in {folder}: {why}; fix that, then resume again")
 
 
 def refuse_live(paths: RunPaths) -> None:

@@ -20,6 +20,11 @@ previous complete checkpoint; the next `save` first waits for the write before i
 ends a task (a stop signal, the run's end) is waited for: `wait`. `take_wait_s` is the time callers
 spent blocked here, what metrics.jsonl reports per epoch (`checkpoint_wait_s`).
 
+Every checkpoint is verifiable on its own: process 0 writes its file record (saved.FILES: each file's
+size and CRC) into the temporary folder once every process's writes are in, just before Orbax's commit
+marker and rename (`RecordedCommit`), so a checkpoint killed mid-write is no checkpoint and a committed
+one always carries the record its damage is found by (a truncated or flipped file: saved.newest_whole).
+
 A write that fails in the background (a full disk) must not hang the job: Orbax's threads meet the
 other processes at barriers even on their way out of a failed write (the others then wait for a
 barrier this process never reaches, and this process's exit waits for its thread: 900 s). Its
@@ -36,6 +41,7 @@ import concurrent.futures
 import json
 import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -126,6 +132,16 @@ class FailFast:
         self.barrier(key=key, timeout_ms=timeout_ms)
 
 
+class RecordedCommit(ocp.path.atomicity.AtomicRenameTemporaryPath):
+    """Orbax's commit of a step folder (process 0, every process's writes done: marker, then rename),
+    with the folder's file record written first, in the same folder: committed means recorded."""
+
+    async def finalize(self):
+        if self.get_final().name.isdigit():  # the step's folder; its items (state, meta, ...) commit first
+            await asyncio.to_thread(saved.record_files, Path(self.get()))
+        await super().finalize()
+
+
 class Checkpointer:
     def __init__(
         self,
@@ -149,12 +165,13 @@ class Checkpointer:
             enable_async_checkpointing=asynchronous,
             multiprocessing_options=processes,
             async_options=ocp.AsyncOptions(timeout_secs=timeout_s, barrier_sync_fn=self.barrier),  # never hangs
+            temporary_path_class=RecordedCommit,  # the public atomicity_options name modes, not a class of ours
         )
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         self.paths, self.resume = paths, resume
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
         self.asynchronous, self.waited_s, self.decoded_cache = asynchronous, 0.0, decoded_cache
-        self.unrecorded: list[int] = []  # saved, their FILES not written yet (written once committed)
+        self.writing: int | None = None  # the step last saved: a refusal while it may be in flight is its
 
     def save(
         self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None, shards=None
@@ -182,28 +199,25 @@ class Checkpointer:
             meta=ocp.args.JsonSave(meta),
         )
         # Orbax first waits for the previous write: a refusal there is that checkpoint's.
-        self._guarded(
-            self.unrecorded[-1] if self.unrecorded else step, lambda: self.manager.save(step, args=args, force=True)
-        )
-        self._record_written()  # the previous checkpoint is committed now
-        self.unrecorded.append(step)
+        self._guarded(self.writing or step, lambda: self.manager.save(step, args=args, force=True))
+        self.writing = step
         if not self.asynchronous:
             self._guarded(step, self.manager.wait_until_finished)
-            self._record_written()
+            self.writing = None
         self.waited_s += time.perf_counter() - began
 
     def wait(self) -> None:
         """Until every checkpoint saved is complete on disk (at most the async timeout)."""
         began = time.perf_counter()
-        self._guarded(self.unrecorded[-1] if self.unrecorded else 0, self.manager.wait_until_finished)
-        self._record_written()
+        self._guarded(self.writing or 0, self.manager.wait_until_finished)
+        self.writing = None
         self.waited_s += time.perf_counter() - began
 
     def check(self) -> None:
         """At a check point: a write that failed in the background ends the task now, in one line."""
         if self.barrier.failed is not None:
             failed, self.barrier.failed = self.barrier.failed, None
-            self._guarded(self.unrecorded[-1] if self.unrecorded else 0, lambda: _raise(failed))
+            self._guarded(self.writing or 0, lambda: _raise(failed))
 
     def take_wait_s(self) -> float:
         """Seconds spent blocked in `save` and `wait` since the last call."""
@@ -219,15 +233,6 @@ class Checkpointer:
             if why is None:
                 raise
             raise disk.checkpoint_refused(self.paths, step, why, self.resume) from None
-
-    def _record_written(self) -> None:
-        """Each committed checkpoint's files' sizes and CRCs (saved.py), by process 0; one deleted since
-        (--keep-checkpoints) is skipped. A checkpoint killed before this is checked by its metadata alone."""
-        if jax.process_index() == 0:
-            for step in self.unrecorded:
-                if (self.paths.checkpoints / str(step)).is_dir():
-                    saved.record_files(self.paths.checkpoints / str(step))
-        self.unrecorded = []
 
     def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
         """The train state (one replica, on the host) and the epoch's tally of checkpoint `step`, restored

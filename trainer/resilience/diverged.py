@@ -10,7 +10,9 @@ is saved there, so no checkpoint ever holds a diverged state:
                          and the last good checkpoint (kept), exit non-zero
     --on-nan skip-step   the step itself drops an update whose job-wide loss or gradients are not
                          finite (step/parallel.py: its samples count as none), and counts it; the epoch
-                         line says how many
+                         line says how many; an epoch whose every step was dropped stops the run as
+                         `stop` does (its parameters no longer give a finite loss on any batch: training
+                         on would only skip every later step too)
 """
 
 from __future__ import annotations
@@ -44,17 +46,33 @@ class NanGuard:
         if math.isfinite(loss_sum) or self.spec.train.on_nan != "stop":
             self.last_good = calls_done
             return
-        self.settle_checkpoints()
-        paths = RunPaths(self.spec.run_dir)
-        newest = saved.newest(paths)
-        kept = (
-            f"the last good checkpoint is step {newest.step} ({newest.path}), kept"
-            if newest
-            else "no checkpoint was written before it"
-        )
         first, last = (self.last_good or 0) * self.k + 1, calls_done * self.k
         raise Diverged(
             f"the training loss became {loss_sum} between SGD steps {first} and {last} (epoch {epoch}), so "
-            f"the run stopped; {kept}; train again with a lower --learning-rate (now {self.spec.train.learning_rate:g}) "
-            f"or normalised images, or `dali-launch --resume {paths.root} --on-nan skip-step` to drop such steps"
+            f"the run stopped; {self._kept()}; train again with a lower --learning-rate "
+            f"(now {self.spec.train.learning_rate:g}) or normalised images, or "
+            f"`dali-launch --resume {RunPaths(self.spec.run_dir).root} --on-nan skip-step` to drop such steps"
         )
+
+    def check_epoch(self, loss_sum: float, count: float, skipped: float, calls_done: int, epoch: int) -> None:
+        """At an epoch's end: `check`, and under skip-step an epoch that counted no sample (every step
+        dropped) stops too, or its loss would be 0/0 and every later epoch the same."""
+        self.check(loss_sum, calls_done, epoch)
+        if count == 0 and skipped:
+            self.settle_checkpoints()
+            newest = saved.newest(RunPaths(self.spec.run_dir))
+            # that checkpoint's parameters are finite but gave no finite step: resuming it would do the same
+            held = f"; the newest checkpoint, step {newest.step}, holds the parameters that did so" if newest else ""
+            raise Diverged(
+                f"the training loss or gradients were not finite in every SGD step of epoch {epoch} (--on-nan "
+                f"skip-step dropped all {int(skipped)} this task ran), so the run stopped{held}; train again "
+                f"from the start with a lower --learning-rate (now {self.spec.train.learning_rate:g}) or normalised images"
+            )
+
+    def _kept(self) -> str:
+        """The last good checkpoint, named once the background writes are done (its line is the task's last)."""
+        self.settle_checkpoints()
+        newest = saved.newest(RunPaths(self.spec.run_dir))
+        if newest is None:
+            return "no checkpoint was written before it"
+        return f"the last good checkpoint is step {newest.step} ({newest.path}), kept"

@@ -8,7 +8,10 @@ and never a bare number). `--resume`, `status`, `runs` and the tasks all find th
 
 Complete is not whole: a file truncated or removed later (a full disk, a careless copy) made `--resume`
 fail with Orbax's and TensorStore's internals (once literally `Exception: })>.`). So each checkpoint
-also holds FILES, every file's size and CRC32, written once Orbax committed it; `newest_whole` checks
+also holds FILES, every file's size and CRC32, written into it as part of its commit (checkpoint.py's
+`RecordedCommit`: before Orbax's commit marker and rename, so no committed checkpoint lacks it, the
+newest of a killed run included; Orbax's own commit bookkeeping, written after it, is left out);
+`newest_whole` checks
 the newest against it before anything loads it and goes back to the newest whole one, renaming each
 damaged one STEP.damaged (kept for a look, never deleted; Orbax sees no step in that name).
 """
@@ -24,6 +27,7 @@ from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 COMMITTED = "commit_success.txt"
 FILES = "dali_launch_files.json"  # {"files": {relative path: [size, crc32]}}
+UNRECORDED = {FILES, COMMITTED, "_CHECKPOINT_METADATA"}  # Orbax writes the last two after FILES
 CHUNK = 1 << 22
 
 
@@ -95,11 +99,11 @@ def _crc(path: Path) -> int:
 
 
 def record_files(path: Path) -> None:
-    """Writes FILES for the committed checkpoint at `path` (process 0, once Orbax is done with it)."""
+    """Writes FILES into the checkpoint folder `path` (process 0, every file written, about to be committed)."""
     files = {
         str(f.relative_to(path)): [f.stat().st_size, _crc(f)]
         for f in sorted(path.rglob("*"))
-        if f.is_file() and f.name != FILES
+        if f.is_file() and str(f.relative_to(path)) not in UNRECORDED
     }
     write_atomic(path / FILES, json.dumps({"files": files}))
 

@@ -29,6 +29,13 @@ from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.topology import Topology
 
 BEAT_S = 2.0
+# --watchdog-s's default (config.py), 20: a stopped rank is named within 20 + 2 beats = 24 s, under the
+# 30 s a job may sit on one (60 took 59.4 s). Few false alarms: the heartbeat is this thread's, not a
+# step's (long steps, compiles, evaluation and checkpoints go on beside it), so 20 s is 10 beats missed
+# in a row, which only a process that cannot run Python that long misses (stopped, swapping, a call
+# holding the GIL, a touch() stuck on a shared file system); NFS's attribute cache ages a file that
+# changes every 2 s by about acregmin (3 s). Large models on busy shared file systems raise it
+# (docs/scale.md: 120).
 EXIT_WATCHDOG = 4
 
 

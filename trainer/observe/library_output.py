@@ -1,0 +1,57 @@
+"""What the libraries' own threads print goes to the run's logs alone, never the console.
+
+A checkpoint write the file system refused (full, read-only) ended in the run's one line, but under
+350 lines (`train`) or 378 (`--local`) of Orbax's and TensorStore's tracebacks and absl errors, printed
+from their own threads (and from TensorStore's C++ threads as the process ended). Python writes in the
+thread that speaks, so the rule is by thread: the task's main thread and ours (named `dali-launch-*`)
+are the run's voice; any other thread's text is kept in the log. `train` applies it itself
+(launcher/backends/train.py); a `--local` rank tags such lines with `MARK` (and the traceback it ends with), which its
+launcher strips and keeps out of the console.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+
+MARK = "\x1f"  # ASCII unit separator: never in a line of ours
+OUR_THREADS = "dali-launch"
+
+
+def ours() -> bool:
+    """Written by the task's own code: its main thread, or a thread of ours."""
+    thread = threading.current_thread()
+    return thread is threading.main_thread() or thread.name.startswith(OUR_THREADS)
+
+
+def tagged(text: str) -> str:
+    """Every (part of a) line of `text` marked as a library's."""
+    return "\n".join(MARK + part if part else part for part in text.split("\n"))
+
+
+class Tagging:
+    """A stream whose writes from other threads than ours are `tagged`."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text if ours() else tagged(text))
+        return len(text)
+
+    def __getattr__(self, name):  # flush, fileno, isatty, encoding...: the stream's
+        return getattr(self.stream, name)
+
+
+def tag_library_output() -> None:
+    """A `--local` rank: its library threads' lines tagged for its launcher (stdout and stderr are one pipe),
+    and the traceback of an error that ends it: the launcher names the first failure in one line, from the
+    culprit's log with its traceback where the error was not one of ours, and a peer's traceback (it only
+    reacted: a collective whose partner was gone) printed between was noise."""
+    sys.stdout, sys.stderr = Tagging(sys.stdout), Tagging(sys.stderr)
+    sys.excepthook = _logged
+
+
+def _logged(kind, error, trace) -> None:
+    sys.stderr.write(tagged("".join(traceback.format_exception(kind, error, trace))))
