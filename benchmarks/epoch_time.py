@@ -146,7 +146,7 @@ def run_ours(
         "run_task_s": total_s,
         "setup_s": total_s - sum(e["train_s"] + e["eval_s"] for e in per_epoch),
         "batch_size": spec.train.batch_size,
-        "eval_batch_size": spec.train.eval_batch_size,
+        "eval_batch_size": rank["resolved"]["eval_batch_per_device"],
         "reader_threads": spec.data.reader_threads,
         "run_dir": str(run_dir),
     }

@@ -18,7 +18,9 @@ CONFIG = [
     pytest.param(["--epochs", "0"], "--epochs 0 must be at least 1", id="epochs-zero"),
     pytest.param(["--epochs", "-3"], "--epochs -3 must be at least 1", id="epochs-negative"),
     pytest.param(["--batch-size", "0"], "--batch-size 0 must be at least 1", id="batch-zero"),
-    pytest.param(["--eval-batch-size", "0"], "--eval-batch-size 0 must be at least 1", id="eval-batch-zero"),
+    pytest.param(
+        ["--eval-batch-size", "-1"], "--eval-batch-size -1 must be 0 (auto) or more", id="eval-batch-negative"
+    ),
     pytest.param(
         ["--steps-per-call", "-2"], "--steps-per-call -2 must be 0 (auto) or more", id="steps-per-call-negative"
     ),

@@ -9,6 +9,7 @@ from dali_launch.launcher.route import recipe_checks
 from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConfig, TrainConfig
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
 
 
 def device_phrase(run: RunConfig) -> str:
@@ -26,7 +27,6 @@ def validate(run: RunConfig) -> None:
     _positive(
         epochs=train.epochs,
         batch_size=train.batch_size,
-        eval_batch_size=train.eval_batch_size,
         sync_every_steps=train.sync_every_steps,
         prefetch=run.data.prefetch,
         num_classes=run.data.num_classes,
@@ -191,8 +191,11 @@ def _readers_for(run: RunConfig, devices: int) -> None:
     readers, train = run.data.readers_per_device, run.train
     if readers < 0:
         raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
+    if train.eval_batch_size < 0:
+        raise UsageError(f"--eval-batch-size {train.eval_batch_size} must be 0 (auto) or more")
     per_device = train.per_device_batch(devices)
-    batches = {"--eval-batch-size": train.eval_batch_size}
+    # auto is training's batch on GPUs (divided below where given) and EVAL_CPU_BATCH on CPUs
+    batches = {"--eval-batch-size": train.eval_batch_size or EVAL_CPU_BATCH}
     if train.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
         batches = {
             "the training batch per device and call (batch × --steps-per-call)": per_device * train.steps_per_call,
