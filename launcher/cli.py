@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from dali_launch.launcher.commands import ci, config, data, jobs, plot, run, runs, slurm, sweep
+from dali_launch.launcher.commands import ci, config_show, data, jobs, plot, run, runs, slurm, sweep
 from dali_launch.trainer.errors import UsageError
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -40,7 +40,7 @@ app.command("plot")(plot.plot)
 
 GROUPS = (
     ("data", "Prepare data sets.", {"prepare": data.prepare, "synth": data.synth, "check": data.check}),
-    ("config", "Configuration files (--config FILE.toml).", {"show": config.show}),
+    ("config", "Configuration files (--config FILE.toml).", {"show": config_show.show}),
     ("sweep", "Sweeps (--sweep KEY=V1,V2,...).", {"status": sweep.status}),
     ("slurm", "SLURM scripts of your own (see `dali-launch task`).", {"template": slurm.template}),
 )

@@ -23,7 +23,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import Layout
 from dali_launch.trainer.errors import UsageError
 

@@ -178,8 +178,8 @@ def global_order_run(tmp: Path, data: Path, order: str = "global", **train) -> P
     360: its run directory, with its checkpoint as the launcher reads one before a resume (Orbax's JSON
     metadata of a complete step), so elastic resume's refusals need no real run. `order`: global, or
     shards (the default order's record, checkpoint.shard_record: 4 pipelines of 30, 3 calls done)."""
-    from dali_launch.launcher.config import LaunchConfig, RunConfig
     from dali_launch.launcher.route import directory
+    from dali_launch.launcher.run_config import LaunchConfig, RunConfig
     from dali_launch.trainer.config import DataConfig, TrainConfig
     from dali_launch.trainer.data import records
 

@@ -282,8 +282,8 @@ def test_task_resume_continues_a_run_in_this_allocation(slurm_env, small_lmdb, t
 
 
 def test_task_resume_of_a_run_whose_tasks_were_not_slurms_is_refused(capsys, tmp_path, small_lmdb, monkeypatch):
-    from dali_launch.launcher.config import LaunchConfig, RunConfig
     from dali_launch.launcher.route import directory
+    from dali_launch.launcher.run_config import LaunchConfig, RunConfig
 
     run = RunConfig(launch=LaunchConfig(run_root=str(tmp_path / "made")))
     paths = directory.create(run, small_lmdb, "train")

@@ -12,8 +12,8 @@ import sys
 import pytest
 from catalogue import check_entry, class_folders, dataset, run_entry
 
-from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.launcher.route import directory
+from dali_launch.launcher.run_config import LaunchConfig, RunConfig
 
 VITS = "--model vit-ti16, vit-s16, vit-b16"
 IMAGES = ["--pipeline", "folders", "--image-size", "32"]

@@ -10,8 +10,8 @@ import shutil
 import pytest
 from catalogue import dataset, global_order_run, good_records, run_entry
 
-from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.launcher.route import directory
+from dali_launch.launcher.run_config import LaunchConfig, RunConfig
 from dali_launch.trainer.data import records
 
 

@@ -11,7 +11,7 @@ from conftest import check_ok, dali_launch, only_run
 
 from dali_launch.launcher import config_file
 from dali_launch.launcher.cli import main
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 
 
 def _show(capsys, *args: str) -> dict:

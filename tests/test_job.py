@@ -14,9 +14,9 @@ from dali_launch.launcher.backends.slurm import batch_script, make_executor
 from dali_launch.launcher.backends.slurm_job import SlurmJob
 from dali_launch.launcher.backends.slurm_options import OPTIONS, SET_BY_US, sbatch_values
 from dali_launch.launcher.commands import jobs
-from dali_launch.launcher.config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import directory
+from dali_launch.launcher.run_config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import RunPaths, hold_lock

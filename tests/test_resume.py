@@ -13,8 +13,8 @@ import pytest
 from catalogue import run_entry, snapshot
 
 from dali_launch.launcher.cli import main
-from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.launcher.route import directory
+from dali_launch.launcher.run_config import LaunchConfig, RunConfig
 from dali_launch.trainer.config import Layout, TaskSpec, TrainConfig
 
 BACKENDS = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}

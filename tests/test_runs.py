@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.launcher.route import directory, resume
+from dali_launch.launcher.run_config import LaunchConfig, RunConfig
 from dali_launch.trainer.config import TaskSpec, TrainConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, hold_lock

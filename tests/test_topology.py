@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dali_launch.launcher.config import LaunchConfig, RunConfig
 from dali_launch.launcher.route import rank_map
+from dali_launch.launcher.run_config import LaunchConfig, RunConfig
 from dali_launch.trainer.config import Layout
 from dali_launch.trainer.topology import (
     coordinator_port,

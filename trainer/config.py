@@ -193,7 +193,7 @@ class DistributedConfig:
 
 @dataclass(frozen=True)
 class Layout:
-    """The job's layout as the launcher planned it (launcher/config.py: task_spec): no flag or --config key
+    """The job's layout as the launcher planned it (launcher/run_config.py: task_spec): no flag or --config key
     sets it. None: the task finds the value in its environment (topology.from_environment)."""
 
     backend: str = "train"  # who started the tasks, and so whose variables they read: train (one process), local, slurm

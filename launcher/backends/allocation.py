@@ -24,10 +24,10 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.base import refuse_node_range
 from dali_launch.launcher.backends.srun_step import COMMAND, Step, step_of
-from dali_launch.launcher.backends.train import Train
-from dali_launch.launcher.config import RunConfig, task_spec
+from dali_launch.launcher.backends.this_process import Train
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values
+from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher.backends.job import Job, LocalJob, RunState
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher.config import counted
+from dali_launch.launcher.run_config import counted
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths, is_locked, write_atomic

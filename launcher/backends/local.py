@@ -25,9 +25,9 @@ import time
 
 from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
 from dali_launch.launcher.backends.job import RunState, cancel_requested
-from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.console import echo, is_chatter
 from dali_launch.launcher.route.machine_checks import check_gpus
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe import library_output

@@ -23,7 +23,7 @@ JOB_ID = re.compile(r"^\d+(_\d+)?$")  # a job, or an element of an array
 def kind(name: str) -> type[Backend]:
     """The backend class of mode `name` (its class attributes say how it started runs)."""
     if name == "train":
-        from dali_launch.launcher.backends.train import Train
+        from dali_launch.launcher.backends.this_process import Train
 
         return Train
     if name == "local":

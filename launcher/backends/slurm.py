@@ -21,8 +21,8 @@ from dali_launch.launcher.backends.job import RunState, read_record, write_recor
 from dali_launch.launcher.backends.slurm_checks import check_cluster, sbatch_pair, validate_slurm
 from dali_launch.launcher.backends.slurm_job import SlurmJob
 from dali_launch.launcher.backends.slurm_options import executor_parameters, srun_args
-from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.console import echo
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 

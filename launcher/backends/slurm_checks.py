@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.slurm_options import SET_BY_US
 from dali_launch.launcher.backends.slurm_queue import QUERY_TIMEOUT_S
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.errors import UsageError
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")

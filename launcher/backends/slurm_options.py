@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.slurm_checks import sbatch_pair
 from dali_launch.launcher.backends.slurm_options import sbatch_values, srun_args
-from dali_launch.launcher.config import RunConfig, SlurmConfig, marked
 from dali_launch.launcher.options import Values
+from dali_launch.launcher.run_config import RunConfig, SlurmConfig, marked
 from dali_launch.trainer.errors import UsageError
 
 SIGNAL_S = 90  # warning before the time limit: room for a checkpoint of a large model on a slow filesystem

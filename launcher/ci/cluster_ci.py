@@ -19,7 +19,7 @@ from pathlib import Path
 from dali_launch.launcher.backends.follow import POLL_S, task_error
 from dali_launch.launcher.backends.slurm import Slurm
 from dali_launch.launcher.backends.slurm_queue import cancel, queue_state
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from dali_launch.launcher.ci.cluster_ci import CiConfig
-from dali_launch.launcher.config import RUN_OPTIONS, RunConfig
 from dali_launch.launcher.options import build, config_options
+from dali_launch.launcher.run_config import RUN_OPTIONS, RunConfig
 from dali_launch.trainer.errors import UsageError
 
 

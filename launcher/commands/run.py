@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from dali_launch.launcher.config import RUN_OPTIONS, RunConfig
 from dali_launch.launcher.options import build, config_options
 from dali_launch.launcher.route.sweep import SweepConfig
+from dali_launch.launcher.run_config import RUN_OPTIONS, RunConfig
 from dali_launch.launcher.usage import show_version
 from dali_launch.trainer.errors import UsageError
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from dali_launch.launcher.config import RUN_OPTIONS, RunConfig
 from dali_launch.launcher.options import build, config_options
+from dali_launch.launcher.run_config import RUN_OPTIONS, RunConfig
 
 
 @config_options(*RUN_OPTIONS)

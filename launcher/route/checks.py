@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from dali_launch.launcher.config import RunConfig, counted, node_range
 from dali_launch.launcher.route import recipe_checks
+from dali_launch.launcher.run_config import RunConfig, counted, node_range
 from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConfig, TrainConfig
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher import config_file
-from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.route.machine_checks import MIN_FREE_MB
+from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.route.model_check import sample_shape
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.base import Backend, Outcome, Watch
-from dali_launch.launcher.config import RunConfig, absolute_paths, counted
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import resume
 from dali_launch.launcher.route.prepare import prepare
 from dali_launch.launcher.route.sweep import Sweep, sweep_runs
+from dali_launch.launcher.run_config import RunConfig, absolute_paths, counted
 from dali_launch.trainer.run_dir import RunPaths
 
 

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.topology import missing_gpu

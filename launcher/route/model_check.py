@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dali_launch.launcher.config import RunConfig
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import formats
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Backend
-from dali_launch.launcher.config import RunConfig, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, model_check, rank_map
 from dali_launch.launcher.route.checks import validate
+from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours
 from dali_launch.trainer.data import contract, graph_check
 from dali_launch.trainer.run_dir import RunPaths

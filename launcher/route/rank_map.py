@@ -8,7 +8,7 @@ The trainer computes the same shard ids from what JAX reports; tests hold the tw
 
 from __future__ import annotations
 
-from dali_launch.launcher.config import RunConfig, counted
+from dali_launch.launcher.run_config import RunConfig, counted
 
 
 def rank_map(run: RunConfig) -> list[dict]:

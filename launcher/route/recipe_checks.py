@@ -7,8 +7,8 @@ holds them to DALI's and to model/vit.py's).
 
 from __future__ import annotations
 
-from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.route.model_check import crops, flat
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import DataConfig, TrainConfig
 from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError

@@ -20,10 +20,10 @@ from pathlib import Path
 from dali_launch.launcher import config_file
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.job import lock_holder
-from dali_launch.launcher.config import RunConfig, counted, marked, task_spec
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values, build
 from dali_launch.launcher.route.machine_checks import folder_problem
+from dali_launch.launcher.run_config import RunConfig, counted, marked, task_spec
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import saved, start_point

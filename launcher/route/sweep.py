@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Outcome, Watch
-from dali_launch.launcher.config import RunConfig
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values, build
+from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic

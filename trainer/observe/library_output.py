@@ -5,7 +5,7 @@ A checkpoint write the file system refused (full, read-only) ended in the run's 
 from their own threads (and from TensorStore's C++ threads as the process ended). Python writes in the
 thread that speaks, so the rule is by thread: the task's main thread and ours (named `dali-launch-*`)
 are the run's voice; any other thread's text is kept in the log. `train` applies it itself
-(launcher/backends/train.py); a `--local` rank tags such lines with `MARK` (and the traceback it ends with), which its
+(launcher/backends/this_process.py); a `--local` rank tags such lines with `MARK` (and the traceback it ends with), which its
 launcher strips and keeps out of the console.
 """
 
