@@ -54,13 +54,13 @@ class Training:
 
     spec: TaskSpec  # its learning rate as resolved (elastic.py's rescale rule)
     data: dali.DeviceBatches  # training's pipelines, starting at the start point
-    mode: Runner  # step/parallel.py's Pmap or Sharded: how device calls run
+    runner: Runner  # step/parallel.py's Pmap or Sharded: how device calls run
     checkpointer: Checkpointer
     evaluator: Evaluator | None  # this process's part (--eval-on all), or process 0's alone; else None
     state: TrainState  # placed on the devices: the checkpoint's, or a fresh one
     tally: dict  # the first epoch's, on the host: the checkpoint's, or a zero one
     schedule: object  # the learning rate of each optimizer update (a host function)
-    remainder: tuple | None = None  # (data, mode, steps per call) of the rest of an epoch begun on another layout
+    remainder: tuple | None = None  # (data, runner, steps per call) of the rest of an epoch begun on another layout
     slot_after_remainder: int | None = None  # the step count the next epoch starts at, where the rest ends elsewhere
 
 
@@ -85,16 +85,18 @@ def set_up(
     example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     profile.check(spec, slots)
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
-    mode_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
+    parallel_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
     asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # stage 3 too
     checkpointer = Checkpointer(
         paths, r.keep_checkpoints, asynchronous, timeout_s, auto.decoded_cache, spec.how_to_resume()
     )
-    mode = create(mode_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers)
-    rest_mode = (
-        create(mode_name, devices, all_devices, auto.remainder.batch_per_step, data.sharding_spec) if rest else None
+    runner = create(
+        parallel_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
     )
-    compiling = _compile_ahead(spec, rest_mode or mode, first, shapes)
+    rest_runner = (
+        create(parallel_name, devices, all_devices, auto.remainder.batch_per_step, data.sharding_spec) if rest else None
+    )
+    compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
     fresh = create_train_state(spec, example, slots)
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
         fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
@@ -106,7 +108,7 @@ def set_up(
         sharding=sharding,
         devices=devices,
         batch_size=auto.batch_per_device_step,
-        resolved=auto.as_dict(mode_name, asynchronous),
+        resolved=auto.as_dict(parallel_name, asynchronous),
         dali=auto.startup_phrase(spec),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
@@ -118,8 +120,8 @@ def set_up(
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step)
-    training = Training(spec, data, mode, checkpointer, evaluator, mode.place(state), tally, fresh.schedule)
-    return _with_remainder(training, rest, rest_mode, auto, start, int(state.slot), slots) if rest else training
+    training = Training(spec, data, runner, checkpointer, evaluator, runner.place(state), tally, fresh.schedule)
+    return _with_remainder(training, rest, rest_runner, auto, start, int(state.slot), slots) if rest else training
 
 
 def state_bytes(shapes) -> int:
@@ -127,13 +129,13 @@ def state_bytes(shapes) -> int:
     return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes) if hasattr(leaf, "dtype"))
 
 
-def _with_remainder(training: Training, rest, mode, auto: Resolved, start: StartPoint, slot: int, slots: int):
-    """`training` reading first the rest of an epoch begun on another layout (`rest`, stepped by `mode`),
+def _with_remainder(training: Training, rest, runner, auto: Resolved, start: StartPoint, slot: int, slots: int):
+    """`training` reading first the rest of an epoch begun on another layout (`rest`, stepped by `runner`),
     and where the step count must go after it when the rest's own steps (from `slot`) end elsewhere."""
     k, next_epoch = auto.remainder.steps_per_call, slots * (start.epoch + 1)
     ends_at = slot + (rest.steps - start.calls_done) * k
     after = next_epoch if ends_at != next_epoch else None
-    return dataclasses.replace(training, remainder=(rest, mode, k), slot_after_remainder=after)
+    return dataclasses.replace(training, remainder=(rest, runner, k), slot_after_remainder=after)
 
 
 def finish_remainder(run: Training, state):
@@ -268,7 +270,7 @@ def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int
     return state
 
 
-def _compile_ahead(spec: TaskSpec, mode, data, shapes) -> threading.Thread:
+def _compile_ahead(spec: TaskSpec, runner, data, shapes) -> threading.Thread:
     """Compiles the first device call for a state of `shapes` in a thread while the model is initialised
     (both take seconds on a cold start); the call then finds the program in XLA's persistent cache.
     Without that cache, or where the runner cannot, it does nothing."""
@@ -276,4 +278,4 @@ def _compile_ahead(spec: TaskSpec, mode, data, shapes) -> threading.Thread:
         return finished()
     batch = data.peek()
     tally = data.put([call_tally(zero_tally())] * len(data.devices))
-    return mode.compile_ahead(shapes, tally, batch["images"], batch["labels"], batch["valid"])
+    return runner.compile_ahead(shapes, tally, batch["images"], batch["labels"], batch["valid"])

@@ -49,7 +49,7 @@ def train_and_evaluate(
 def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resolved, start: StartPoint) -> dict:
     """The epoch loop from the start point, and the finish."""
     spec, data, k = run.spec, run.data, auto.steps_per_call
-    loop = Loop(spec, data, run.checkpointer, reporter, run.mode, startup, k)
+    loop = Loop(spec, data, run.checkpointer, reporter, run.runner, startup, k)
     loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0
     if run.remainder:  # an epoch begun on another layout: its rest is read with that layout's pipelines
         loop.read_with(*run.remainder)
@@ -59,10 +59,10 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
         calls_done, tally = 0, zero_tally()  # every later epoch from its start
         if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
             state = finish_remainder(run, state)
-            loop.read_with(data, run.mode, k)
+            loop.read_with(data, run.runner, k)
         if run.evaluator:
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(
-                run.mode.replica(state.variables(ema=spec.train.eval_ema))
+                run.runner.replica(state.variables(ema=spec.train.eval_ema))
             )
             metrics.eval_devices = run.evaluator.eval_devices
             metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
@@ -94,20 +94,20 @@ class Loop:
     """One epoch of training, with its check points: preemption, periodic checkpoints, device syncs."""
 
     def __init__(
-        self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, mode, startup: Startup, k: int
+        self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, runner, startup: Startup, k: int
     ):
         self.spec, self.reporter, self.checkpointer, self.startup = spec, reporter, checkpointer, startup
         self.preemption = Preemption()
-        self.read_with(data, mode, k)
+        self.read_with(data, runner, k)
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
         self.nan_guard = NanGuard(spec, k, checkpointer.wait)
 
-    def read_with(self, data, mode, k: int) -> None:
-        """The epochs from here read `data` and step with `mode`, `k` SGD steps a call (set_up.py: the rest
+    def read_with(self, data, runner, k: int) -> None:
+        """The epochs from here read `data` and step with `runner`, `k` SGD steps a call (set_up.py: the rest
         of an epoch begun on another layout is read with that layout's pipelines, then this one's)."""
-        self.data, self.sharding, self.mode, self.k = data, data.sharding, mode, k
+        self.data, self.sharding, self.runner, self.k = data, data.sharding, runner, k
         # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
         # GPUs a check point costs a host sync, so they come rarely: every 256 steps, or as often
         # as --checkpoint-every-steps asks (checkpoints are written at check points).
@@ -133,7 +133,7 @@ class Loop:
                 self.reporter.profile.before(before + call)
                 batch = wait.fetch(self.data.next, jax.tree.leaves(tally)[0])  # alive until the call donates it
                 fetched = time.perf_counter()
-                state, tally = self.mode.call(state, tally, batch["images"], batch["labels"], batch["valid"])
+                state, tally = self.runner.call(state, tally, batch["images"], batch["labels"], batch["valid"])
                 self.reporter.profile.after(before + call, tally)
                 if self.first_call:
                     compile_s = self._first_call_done(tally, fetched)
@@ -219,5 +219,5 @@ class Loop:
         order, step = order_record(self.data, epoch, calls_done), epoch * self.data.steps + calls_done
         if order:  # samples, not calls: a count that grows whatever the device count (elastic resumes)
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
-        shards, replica = shard_record(self.data, calls_done), self.mode.replica(state)
+        shards, replica = shard_record(self.data, calls_done), self.runner.replica(state)
         self.checkpointer.save(step, epoch, calls_done, replica, kept, self.data.pipes, order, shards)
