@@ -35,6 +35,20 @@ STEP = {
 # --- pure: the step, the template --------------------------------------------------------------------
 
 
+def in_salloc(shell: str, tasks_per_node: int, timeout_s: int, slurm_env: dict) -> str:
+    """`shell` run by bash inside a 2-node salloc of the local cluster (it ends with `echo $SLURM_JOB_ID`);
+    the job's id."""
+    proc = subprocess.run(
+        ["salloc", "--nodes", "2", "--ntasks-per-node", str(tasks_per_node), "bash", "-c", shell],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **slurm_env},
+    )
+    return proc.stdout.split()[-1]
+
+
 def test_step_from_srun_variables():
     assert expand_counts("2(x3),1") == (2, 2, 2, 1) and expand_counts("4") == (4,)
     step = step_of(STEP)
@@ -210,15 +224,7 @@ def test_inside_salloc_one_task_per_gpu_and_refusals(slurm_env, small_lmdb, tmp_
             "echo $SLURM_JOB_ID",
         ]
     )
-    proc = subprocess.run(
-        ["salloc", "--nodes", "2", "--ntasks-per-node", "2", "bash", "-c", shell],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env={**os.environ, **slurm_env},
-    )
-    job_id = proc.stdout.split()[-1]
+    job_id = in_salloc(shell, 2, 400, slurm_env)
     task_out = (tmp_path / "task.out").read_text()
     assert (tmp_path / "task.rc").read_text().strip() == "0", task_out
     paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
@@ -259,15 +265,7 @@ def test_task_resume_continues_a_run_in_this_allocation(slurm_env, small_lmdb, t
             "echo $SLURM_JOB_ID",
         ]
     )
-    proc = subprocess.run(
-        ["salloc", "--nodes", "2", "--ntasks-per-node", "1", "bash", "-c", shell],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=500,
-        env={**os.environ, **slurm_env},
-    )
-    job_id = proc.stdout.split()[-1]
+    job_id = in_salloc(shell, 1, 500, slurm_env)
     first, second = (tmp_path / "first.out").read_text(), (tmp_path / "second.out").read_text()
     assert (tmp_path / "first.rc").read_text().strip() == "0", first
     assert (tmp_path / "second.rc").read_text().strip() == "0", second
