@@ -1,6 +1,6 @@
 """--bad-samples skip for real: a split's undecodable samples are left out of DALI's own readers (every
 format), each other sample is trained on exactly once an epoch, and the run lists what it left out.
-What `stop` says (one line before anything starts) is in the catalogue (test_catalogue_data.py)."""
+What `stop` says (one line before anything starts) is in the catalogue (test_catalogue_formats.py)."""
 
 from __future__ import annotations
 

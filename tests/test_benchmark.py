@@ -35,12 +35,13 @@ def bench(*args: str, timeout: float, script: Path = SCRIPT) -> subprocess.Compl
 
 
 @pytest.fixture(scope="module")
-def smoke(mnist_lmdb, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    """One smoke run (the example and ours in pmap and sharded mode, 2 epochs), shared by the tests."""
+def smoke(small_lmdb, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One smoke run (the example and ours in pmap and sharded mode, 2 epochs), shared by the tests; on
+    small_lmdb (8 steps an epoch): the script's paths, not its figures, are under test."""
     out = tmp_path_factory.mktemp("bench")
     proc = bench(
         "--data",
-        str(mnist_lmdb),
+        str(small_lmdb),
         "--smoke-cpu",
         "--epochs",
         "2",
@@ -85,7 +86,8 @@ def test_plot_from_redraws_without_running(smoke):
     assert again.stdout.strip() == f"wrote {out / 'again.png'}"  # nothing ran
 
 
-def test_scaling_smoke_runs_both_layouts_with_identical_replicas(mnist_lmdb, tmp_path):
+def test_scaling_smoke_runs_both_layouts_with_identical_replicas(small_lmdb, tmp_path):
+    """Four runs (1 and 2 devices, each layout), each compiling afresh: small_lmdb keeps their epochs short."""
     out = tmp_path / "scaling.json"
     proc = bench(
         "--smoke-cpu",
@@ -98,7 +100,7 @@ def test_scaling_smoke_runs_both_layouts_with_identical_replicas(mnist_lmdb, tmp
         "--steps-per-call",
         "4",
         "--data",
-        str(mnist_lmdb),
+        str(small_lmdb),
         "--work-dir",
         str(tmp_path / "runs"),
         "--out",

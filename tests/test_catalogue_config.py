@@ -1,5 +1,5 @@
 """The catalogue of bad inputs: training flags, each refused by `dali-launch train` (catalogue.py says how
-an entry runs; the other groups are test_catalogue_data.py, _jobs.py, _other.py and _resume.py)."""
+an entry runs; the other groups are test_catalogue_data.py, _formats.py, _jobs.py, _other.py and _resume.py)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import pytest
 from catalogue import ERROR, SUBMIT, check_entry, run_entry, snapshot
 from test_catalogue_config import CONFIG
 from test_catalogue_data import DATA, _without_dac
+from test_catalogue_formats import BAD_SAMPLES, FORMATS
 from test_catalogue_jobs import LAYOUT, NODE_RANGE, SCRIPT
 from test_catalogue_recipes import RECIPES
 
@@ -194,7 +195,7 @@ def test_flavours(capsys, place, nothing_starts, monkeypatch, command, extra, me
 
 
 def test_the_catalogue_is_long_enough():
-    entries = DATA + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER + MACHINE + RECIPES
+    entries = DATA + FORMATS + BAD_SAMPLES + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER + MACHINE + RECIPES
     assert len(entries) >= 20 and len({e.id for e in entries}) == len(entries)
 
 

@@ -105,21 +105,21 @@ def test_missing_file_and_misplaced_flag(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_keeps_its_resolved_config_toml(mnist_lmdb, tmp_path, capsys):
+def test_a_run_keeps_its_resolved_config_toml(small_lmdb, tmp_path, capsys):
     """The file sets the data and the batch, a flag the learning rate; config.toml holds all three and
     repeats the run when given back as --config."""
     path = _write(
         tmp_path,
-        f"[data]\ndata_dir = {json.dumps(str(mnist_lmdb))}\n[train]\nepochs = 1\n"
+        f"[data]\ndata_dir = {json.dumps(str(small_lmdb))}\n[train]\nepochs = 1\n"
         f"batch_size = 100\n[launch]\nrun_root = {json.dumps(str(tmp_path / 'runs'))}\n",
     )
     check_ok(dali_launch("train", "--config", path, "--learning-rate", "0.05"))
     paths = only_run(tmp_path / "runs")
     spec = json.loads(paths.config.read_text())
     assert (spec["train"]["batch_size"], spec["train"]["learning_rate"], spec["train"]["epochs"]) == (100, 0.05, 1)
-    assert json.loads(paths.metrics.read_text())["train_samples"] == 8000
+    assert json.loads(paths.metrics.read_text())["train_samples"] == 800
     saved = paths.config_toml.read_text()
-    assert tomllib.loads(saved)["data"]["data_dir"] == str(mnist_lmdb.resolve())
+    assert tomllib.loads(saved)["data"]["data_dir"] == str(small_lmdb.resolve())
     assert main(["config", "show", "--config", str(paths.config_toml)]) == 0
     assert capsys.readouterr().out == saved
     assert config_file.load(str(paths.config_toml), ())["learning_rate"] == 0.05

@@ -36,10 +36,15 @@ def _result(run_root):
     return paths, json.loads(paths.result.read_text())
 
 
-def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
-    """2 processes × 2 CPU devices vs 1 process × 2 devices, both at a global batch of 200."""
-    common = ["--data-dir", str(fashion_lmdb), "--epochs", "1", "--global-batch-size", "200"]
-    single = dali_launch("train", "--gpus-per-node", "2", *common, "--run-root", str(tmp_path / "one"))
+def test_two_processes_match_one_process(small_lmdb, tmp_path):
+    """2 processes × 2 CPU devices vs 1 process × 2 devices with 2 readers each, both at a global batch of
+    200: the same 4 DALI shards, so each step averages the same 200 samples and both train the same
+    parameters (within conftest.PARAMS_*TOL). The full Fashion-MNIST over 2 processes × 2 devices is
+    test_slurm.py's two-node run; small_lmdb's 4 steps an epoch are what the tolerance allows."""
+    common = ["--data-dir", str(small_lmdb), "--epochs", "1", "--global-batch-size", "200"]
+    single = dali_launch(
+        "train", "--gpus-per-node", "2", "--readers-per-device", "2", *common, "--run-root", str(tmp_path / "one")
+    )
     check_ok(single)
     multi = dali_launch(
         "--local",
@@ -56,11 +61,13 @@ def test_two_processes_match_one_process(fashion_lmdb, tmp_path):
         str(tmp_path / "two"),
     )
     check_ok(multi)
-    _, one = _result(tmp_path / "one")
+    one_paths, _ = _result(tmp_path / "one")
     paths, two = _result(tmp_path / "two")
-    assert abs(one["final"]["test_accuracy"] - two["final"]["test_accuracy"]) <= 0.03, (one, two)
+    # One process sums 100 rows a device over 2 devices, the other 50 over 4: the biases (~5e-3 after 4 steps)
+    # parted by up to 1.5e-5 here, against 1e-3 when the one process read 2 shards (another sample order).
+    assert_same_params(one_paths, paths, atol=1e-4)
     assert len(two["checksums"]) == 4 and len(set(two["checksums"])) == 1  # every replica, every process
-    assert two["final"]["train_samples"] == 60_000 and two["final"]["test_count"] == 10_000
+    assert two["final"]["train_samples"] == 800 and two["final"]["test_count"] == 200
     ranks = json.loads(paths.rank_map.read_text())
     assert [r["device_indices"] for r in ranks] == [[0, 1], [2, 3]] and ranks[1]["num_devices"] == 4
     assert ranks[1]["devices"] == ["cpu:2048", "cpu:2049"]  # JAX's ids; shards never follow them

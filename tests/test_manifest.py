@@ -1,4 +1,4 @@
-"""trainer/manifest.py: the run manifest, written for real from this checkout and this environment."""
+"""trainer/observe/manifest.py: the run manifest, written for real from this checkout and this environment."""
 
 from __future__ import annotations
 

@@ -61,6 +61,7 @@ def wandb_history(path: str) -> tuple[str, list[int]]:
     return run_id, steps
 
 
+@pytest.mark.slow
 def test_events_and_wandb_continue_across_a_preemption(mnist_lmdb, tmp_path):
     """80 calls an epoch, a check point every 10, scalars every 20 steps: SIGUSR2 once a checkpoint
     shows epoch 0 under way, then --resume. TensorBoard shows each step of the uninterrupted run's
@@ -94,6 +95,7 @@ def test_events_and_wandb_continue_across_a_preemption(mnist_lmdb, tmp_path):
     assert logged == sorted(set(range(20, 161, 20))) and before + after == sorted(before + after)
 
 
+@pytest.mark.slow
 def test_profile_steps_write_a_readable_trace(small_lmdb, tmp_path):
     """--profile-steps 3:6 with 2 steps per call: calls 1 and 2 traced into rank 0's folder; the
     profiler's own reader parses the XSpace and the Perfetto trace is JSON with events."""

@@ -278,15 +278,17 @@ def test_slurm_scancel_checkpoints_before_the_job_ends(slurm_env, mnist_lmdb, tm
     assert f"stopped by SIGTERM; checkpoint written at step {endings[0]['step']}" in err
 
 
-def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(mnist_lmdb, tmp_path):
+def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(small_lmdb, tmp_path):
     """--checkpoint-every-min: a clock decides, every process agrees; only --keep-checkpoints stay."""
     check_ok(
         dali_launch(
             "train",
             "--data-dir",
-            str(mnist_lmdb),
+            str(small_lmdb),
             "--epochs",
             "1",
+            "--sync-every-steps",
+            "2",
             "--checkpoint-every-min",
             "0.0005",
             "--keep-checkpoints",
@@ -296,8 +298,8 @@ def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(mnist_lmdb, tmp_
         )
     )
     steps = sorted(int(p.name) for p in only_run(tmp_path).checkpoints.iterdir() if p.name.isdigit())
-    assert len(steps) == 4 and steps[-1] == 160  # 8,000 samples / 50: the epoch-end checkpoint
-    assert all(s % 10 == 0 and s < 160 for s in steps[:-1])  # mid-epoch, at check points
+    assert len(steps) == 4 and steps[-1] == 16  # 800 samples / 50: the epoch-end checkpoint
+    assert all(s % 2 == 0 and s < 16 for s in steps[:-1])  # mid-epoch, at check points (every 2 steps)
 
 
 @pytest.mark.slurm

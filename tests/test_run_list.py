@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import REPO, check_ok, dali_launch, rank_report, wait_for
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
@@ -66,6 +67,7 @@ def _cancelled_train_run(root, common):
     return root
 
 
+@pytest.mark.slow
 def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     root, common = tmp_path / "runs", ["--data-dir", str(small_lmdb), "--gpus-per-node", "2", "--log-every-steps", "4"]
     check_ok(dali_launch("train", *common, "--epochs", "2", "--name", "done", "--run-root", str(root)))

@@ -123,17 +123,17 @@ def test_sbatch_reads_the_directives_as_data(capsys, tmp_path, mnist_lmdb, slurm
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_a_job_under_hostile_paths_runs(tmp_path, mnist_lmdb, slurm_env):
+def test_a_job_under_hostile_paths_runs(tmp_path, small_lmdb, slurm_env):
     """One real submission: run directory, data set, srun and sbatch values all hostile; the job trains."""
     marks = tmp_path / "marks"
     marks.mkdir()
     data = tmp_path / f"data {_hostile(marks)}"
     data.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(mnist_lmdb, data)
+    shutil.copytree(small_lmdb, data)
     args, want = _args(tmp_path, marks, data)
     proc = dali_launch(*args, "--epochs", "1", "--time-min", "10", env=slurm_env, timeout=600)
     check_ok(proc)
     paths = only_run(Path(want["root"]))
-    assert json.loads(paths.result.read_text())["final"]["train_samples"] == 8000
+    assert json.loads(paths.result.read_text())["final"]["train_samples"] == 800
     assert json.loads(paths.config.read_text())["data"]["data_dir"] == str(data)
     assert not any(marks.iterdir()), "a hostile string ran as a shell command"

@@ -1,4 +1,4 @@
-"""Sweeps (launcher/sweep.py): the grid, its dry run, one SLURM job array with %N, local points one after another."""
+"""Sweeps (launcher/route/sweep.py): the grid, its dry run, one SLURM job array with %N, local points one after another."""
 
 from __future__ import annotations
 

@@ -139,7 +139,7 @@ def _dali_read(inputs, path, count: int) -> list[tuple[bytes, int]]:
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
 def test_a_synth_set_passes_the_checks_before_a_job(tmp_path, fmt):
-    """The catalogue (test_catalogue_data.py) breaks these sets; whole, they pass."""
+    """The catalogue (test_catalogue_formats.py) breaks these sets; whole, they pass."""
     from dali_launch.launcher.data import datasets
 
     _synth(tmp_path / "out", fmt, "--workers", "1")

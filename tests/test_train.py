@@ -49,12 +49,13 @@ def test_embedded_sample_trains_with_no_data_flags(tmp_path):
     assert spec["data"]["data_dir"] == str(tmp_path / "cache" / "mnist-t10k")
 
 
-def test_two_devices_identical_replicas_and_exactly_once_epochs(mnist_lmdb, tmp_path):
-    """2 CPU devices in one process: same parameters on both; each epoch sees every sample once."""
+def test_two_devices_identical_replicas_and_exactly_once_epochs(small_lmdb, tmp_path):
+    """2 CPU devices in one process: same parameters on both; each epoch sees every sample once (800 samples
+    in steps of 128: the last one part padding)."""
     proc = dali_launch(
         "train",
         "--data-dir",
-        str(mnist_lmdb),
+        str(small_lmdb),
         "--epochs",
         "2",
         "--gpus-per-node",
@@ -71,19 +72,19 @@ def test_two_devices_identical_replicas_and_exactly_once_epochs(mnist_lmdb, tmp_
     assert len(result["checksums"]) == 2 and len(set(result["checksums"])) == 1
     rank = json.loads(paths.rank_map.read_text())[0]
     assert rank["device_indices"] == [0, 1] and rank["num_devices"] == 2 and rank["dali_shards"] == [0, 1]
-    expected = collections.Counter(_reference_prints(mnist_lmdb / "training").tolist())
+    expected = collections.Counter(_reference_prints(small_lmdb / "training").tolist())
     for epoch in range(2):
         seen = seen_prints(paths, epoch)
         assert seen == expected, f"epoch {epoch}: {sum(seen.values())} prints, {len(seen - expected)} extra"
 
 
-def test_readers_per_device_read_every_sample_once(mnist_lmdb, tmp_path):
+def test_readers_per_device_read_every_sample_once(small_lmdb, tmp_path):
     """2 readers per device (4 shards over 2 devices) and 3 steps per call, whose last call is part
-    padding: every sample once per epoch, in the sharded mode."""
+    padding (800 samples, 8 steps of 100): every sample once per epoch, in the sharded mode."""
     proc = dali_launch(
         "train",
         "--data-dir",
-        str(mnist_lmdb),
+        str(small_lmdb),
         "--epochs",
         "2",
         "--gpus-per-node",
@@ -101,8 +102,8 @@ def test_readers_per_device_read_every_sample_once(mnist_lmdb, tmp_path):
     check_ok(proc)
     assert "(job devices [0, 1] of 2); DALI shards [0, 1, 2, 3] of 4 (2 readers per device)" in proc.stdout
     paths = only_run(tmp_path)
-    assert [e["train_samples"] for e in _metrics(paths)] == [8000, 8000]
-    expected = collections.Counter(_reference_prints(mnist_lmdb / "training").tolist())
+    assert [e["train_samples"] for e in _metrics(paths)] == [800, 800]
+    expected = collections.Counter(_reference_prints(small_lmdb / "training").tolist())
     for epoch in range(2):
         assert seen_prints(paths, epoch) == expected, epoch
     assert len(set(json.loads(paths.result.read_text())["checksums"])) == 1
@@ -144,7 +145,7 @@ def test_parallel_modes_and_fused_steps_run_the_same_sgd_steps(small_lmdb, tmp_p
         assert _metrics(paths)[0]["train_loss"] == pytest.approx(_metrics(reference)[0]["train_loss"], rel=1e-4), name
 
 
-def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_path):
+def test_cached_test_set_gives_the_accuracy_of_reading_it_again(small_lmdb, tmp_path):
     """After epoch 0 the decoded test set stays on the devices; later evaluations must score exactly
     what reading it through DALI again scores."""
     accuracies = {}
@@ -153,7 +154,7 @@ def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_
             dali_launch(
                 "train",
                 "--data-dir",
-                str(mnist_lmdb),
+                str(small_lmdb),
                 "--epochs",
                 "3",
                 "--gpus-per-node",
@@ -165,7 +166,7 @@ def test_cached_test_set_gives_the_accuracy_of_reading_it_again(mnist_lmdb, tmp_
             )
         )
         epochs = _metrics(only_run(tmp_path / cache))
-        assert [e["test_count"] for e in epochs] == [2000] * 3
+        assert [e["test_count"] for e in epochs] == [200] * 3
         accuracies[cache] = [e["test_accuracy"] for e in epochs]
     assert accuracies["1024"] == accuracies["0"] and len(set(accuracies["0"])) > 1, accuracies
 

@@ -1,4 +1,4 @@
-"""Run directories (launcher/runs.py): made once and complete, reopened for --resume, refused while live."""
+"""Run directories (launcher/route/directory.py): made once and complete, reopened for --resume, refused while live."""
 
 from __future__ import annotations
 
