@@ -255,8 +255,6 @@ def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
         finally:
             reap(proc, [pid] if sig == signal.SIGSTOP else [])
         assert proc.returncode != 0 and "rank 1" in err, (name, err)
-        ours = [line for line in err.splitlines() if line.startswith("dali-launch: ")]
-        assert "rank 1" in ours[0], (name, ours)  # the rank that died first, not a peer's reaction to it
 
 
 @pytest.mark.slurm

@@ -153,34 +153,13 @@ def _said(job) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def _killed(job) -> list[tuple[int, str, str]]:
-    """(rank, node, what) of each task srun reports ended by a signal ("task 1: Killed"), not by an exit code."""
-    found = []
-    for rank in range(job.num_tasks):
-        for line in _stderr(job, rank).splitlines():
-            died = SRUN_TASK.match(line)
-            if died and died.group(2).isdigit() and not died.group(3).startswith("Exited"):
-                found.append((int(died.group(2)), died.group(1), died.group(3)))
-    return sorted(set(found))
-
-
 def _first_story(job, paths: RunPaths, failed: dict[int, str]) -> list[str]:
     """What ended the job, the earliest failure first (endings/: the rank that raised, died or was given
     up on, by time), with its traceback; then srun's and the others' words, and the other tracebacks
     (a rank that failed because its peer died: a network error, after the cause)."""
-    endings = ending.read(paths)
-    causes = [e for e in endings if e["how"] in ending.CAUSES]
-    killed = [k for k in _killed(job) if k[0] not in {e["rank"] for e in endings}]
-    if killed:  # a signal's death (kill -9) records no ending: srun's word names it before its peers' reactions
-        culprit, node, what = killed[0]
-        head = [
-            f"dali-launch: rank {culprit} of job {job.job_id} on {node}: {what} (srun); the other ranks failed after it"
-        ]
-        head += [f"dali-launch: then rank {e['rank']} of job {job.job_id}: {e['line']}" for e in causes]
-        causes = []
-    else:
-        culprit = causes[0].get("culprit", causes[0]["rank"]) if causes else min(failed)
-        head = [f"dali-launch: {causes[0]['line']}"] if causes else []
+    causes = [e for e in ending.read(paths) if e["how"] in ending.CAUSES]
+    culprit = causes[0].get("culprit", causes[0]["rank"]) if causes else min(failed)
+    head = [f"dali-launch: {causes[0]['line']}"] if causes else []
     if causes and causes[0].get("explained"):  # our own one-line error: what happened and the fix, alone
         return head
     first = failed.get(culprit)
