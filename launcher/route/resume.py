@@ -61,9 +61,8 @@ def read(values: Values, entry: str, lead: bool = True) -> Resume:
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
     check_progress(paths, run.train.epochs, mode.started_by)
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
-    if (
-        lead and not run.launch.dry_run
-    ):  # the newest checkpoint whole before anything loads it; a dry run renames nothing
+    repairs = lead and not run.launch.dry_run  # a dry run renames nothing; another task of the step neither
+    if repairs:  # the newest checkpoint whole before anything loads it
         for line in start_point.repair(paths):
             echo(line)
     low, high = run.node_range  # a --nodes range: SLURM picks the count when the job starts; each must go on

@@ -59,8 +59,7 @@ class NanGuard:
         dropped) stops too, or its loss would be 0/0 and every later epoch the same."""
         self.check(loss_sum, calls_done, epoch)
         if count == 0 and skipped:
-            self.settle_checkpoints()
-            newest = saved.newest(RunPaths(self.spec.run_dir))
+            newest = self._newest()
             # that checkpoint's parameters are finite but gave no finite step: resuming it would do the same
             held = f"; the newest checkpoint, step {newest.step}, holds the parameters that did so" if newest else ""
             raise Diverged(
@@ -70,9 +69,13 @@ class NanGuard:
             )
 
     def _kept(self) -> str:
-        """The last good checkpoint, named once the background writes are done (its line is the task's last)."""
-        self.settle_checkpoints()
-        newest = saved.newest(RunPaths(self.spec.run_dir))
+        """The last good checkpoint, named (its line is the task's last)."""
+        newest = self._newest()
         if newest is None:
             return "no checkpoint was written before it"
         return f"the last good checkpoint is step {newest.step} ({newest.path}), kept"
+
+    def _newest(self):
+        """The run's newest checkpoint once the background writes are done (saved.newest), or None."""
+        self.settle_checkpoints()
+        return saved.newest(RunPaths(self.spec.run_dir))
