@@ -42,8 +42,9 @@ elastic          a run resumed from a checkpoint on another device count: the pe
                  call and learning-rate scale elastic.py plans for it (else None)
 remainder        shard order, resumed mid-epoch on another layout than the checkpoint's (devices, readers,
                  batch, steps per call): how the rest of that epoch is read here (data/hosting.py; else None)
-parallel         how steps run (step/parallel.py): pmap for a model with mutable collections (BatchNorm
-                 statistics) on more than one device, where each device normalises its own rows and the
+mesh             how the devices split the work (step/mesh.py), stage 3: auto is data parallel over all
+parallel         how steps run (step/parallel.py): sharded under a --mesh that shards the state; else pmap
+                 for a model with mutable collections (BatchNorm statistics) on more than one device, where each device normalises its own rows and the
                  statistics are averaged once a step; under sharded the batch is one job-wide array and
                  every BatchNorm layer all-reduces its moments inside the step (99 all-reduces in a
                  ResNet-50 step: 5,870 against 6,300 images/s per H200 on two, README). Else sharded:
@@ -114,14 +115,11 @@ class Resolved:
         """Samples per device and device call: what each device's DALI readers read together."""
         return self.batch_per_device_step * self.steps_per_call
 
-    def as_dict(self, parallel: str, checkpoint_async: bool | None = None) -> dict:
-        """What rank_map.json records: these values, and --parallel and --checkpoint-async as stage 3 resolved them."""
-        stage3 = (
-            {"parallel": parallel}
-            if checkpoint_async is None
-            else {"parallel": parallel, "checkpoint_async": checkpoint_async}
-        )
-        return {**asdict(self), **stage3}
+    def as_dict(self, parallel: str, checkpoint_async: bool | None = None, mesh: str | None = None) -> dict:
+        """What rank_map.json records: these values, and --parallel, --checkpoint-async and --mesh as stage 3
+        resolved them."""
+        stage3 = {"parallel": parallel, "checkpoint_async": checkpoint_async, "mesh": mesh}
+        return {**asdict(self), **{k: v for k, v in stage3.items() if v is not None}}
 
     def dali_phrase(self, config: DataConfig) -> str:
         """How this task's DALI pipelines run, for its start-up line."""
@@ -175,11 +173,12 @@ def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) ->
     return max(unit, round(k / unit) * unit)
 
 
-def parallel(setting: str, stateful: bool, global_devices: int) -> str:
-    """Stage 3: --parallel, where auto follows the rule above; `stateful`: the model keeps mutable collections."""
+def parallel(setting: str, stateful: bool, global_devices: int, shards_state: bool = False) -> str:
+    """Stage 3: --parallel, where auto follows the rule above; `stateful`: the model keeps mutable collections;
+    `shards_state`: --mesh shards the train state, which only one jit program over the mesh can (sharded)."""
     if setting != "auto":
         return setting
-    return "pmap" if stateful and global_devices > 1 else "sharded"
+    return "pmap" if stateful and global_devices > 1 and not shards_state else "sharded"
 
 
 ASYNC_MIN_MB = 64  # --checkpoint-async auto: a train state this large is written in the background

@@ -38,10 +38,10 @@ from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved, checkpoint_async, parallel
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step import optim
+from dali_launch.trainer.step import mesh, optim
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
 from dali_launch.trainer.step.mixing import Mixing
-from dali_launch.trainer.step.parallel import Runner, call_tally, create, finished
+from dali_launch.trainer.step.parallel import Runner, call_tally, create, finished, state_bytes
 from dali_launch.trainer.step.state import Recipe, TrainState
 from dali_launch.trainer.topology import job_devices
 
@@ -85,17 +85,11 @@ def set_up(
     example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     profile.check(spec, slots)
     shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
-    parallel_name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices))  # resolve.py, stage 3
-    asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # stage 3 too
+    asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # resolve.py, stage 3
     checkpointer = Checkpointer(
         paths, r.keep_checkpoints, asynchronous, timeout_s, auto.decoded_cache, spec.how_to_resume()
     )
-    runner = create(
-        parallel_name, devices, all_devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
-    )
-    rest_runner = (
-        create(parallel_name, devices, all_devices, auto.remainder.batch_per_step, data.sharding_spec) if rest else None
-    )
+    layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes)
     compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
     fresh = create_train_state(spec, example, slots)
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
@@ -108,7 +102,8 @@ def set_up(
         sharding=sharding,
         devices=devices,
         batch_size=auto.batch_per_device_step,
-        resolved=auto.as_dict(parallel_name, asynchronous),
+        resolved=auto.as_dict(runner.name, asynchronous, str(layout)),
+        state_bytes_per_device=runner.device_bytes(shapes),
         dali=auto.startup_phrase(spec),
     )
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
@@ -124,9 +119,19 @@ def set_up(
     return _with_remainder(training, rest, rest_runner, auto, start, int(state.slot), slots) if rest else training
 
 
-def state_bytes(shapes) -> int:
-    """The train state's bytes (parameters, optimizer state, statistics, EMA), from its abstract shapes."""
-    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes) if hasattr(leaf, "dtype"))
+def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, data, rest, shapes):
+    """--mesh and --parallel as stage 3 resolves them (resolve.py), and the runners of the epochs and of the
+    rest of an epoch begun on another layout (None without one)."""
+    layout = mesh.resolve(spec.train.mesh, len(all_devices))  # the launcher checked it: no error left here
+    name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), layout.shards_state)
+    readers, sharding = auto.readers_per_device, data.sharding_spec
+    runner = create(
+        name, devices, all_devices, auto.batch_per_device_step, sharding, readers, mesh=layout, shapes=shapes
+    )
+    if not rest:
+        return layout, runner, None
+    batch = auto.remainder.batch_per_step
+    return layout, runner, create(name, devices, all_devices, batch, sharding, mesh=layout, shapes=shapes)
 
 
 def _with_remainder(training: Training, rest, runner, auto: Resolved, start: StartPoint, slot: int, slots: int):

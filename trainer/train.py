@@ -80,7 +80,8 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
     run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
     compile_cache.publish(spec, settled_s=0)
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
-    checked = {"params": state.params, "collections": state.collections, "ema": state.ema}
+    # A sharded state (--mesh fsdp) is gathered first: each device's copy is then that of a data-parallel group.
+    checked = run.runner.whole({"params": state.params, "collections": state.collections, "ema": state.ema})
     return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
 
 

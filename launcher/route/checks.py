@@ -10,6 +10,7 @@ from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConf
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
+from dali_launch.trainer.step import mesh
 
 
 def device_phrase(run: RunConfig) -> str:
@@ -67,6 +68,7 @@ def validate(run: RunConfig) -> None:
         )
     _global_batch(run)
     _readers(run)
+    _mesh(run)
     if train.eval_cache_mb < 0:
         raise UsageError(f"--eval-cache-mb {train.eval_cache_mb} must be 0 (no cache) or more")
     if not 0 < train.learning_rate < math.inf:  # a rate that diverges is found while training (--on-nan)
@@ -79,6 +81,20 @@ def validate(run: RunConfig) -> None:
     check_mode(run.data.bad_samples, run.data.pipeline)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def _mesh(run: RunConfig) -> None:
+    """--mesh parses, spans the job's devices at every count the node range allows, and runs as one jit program."""
+    try:
+        for devices in run.device_counts:
+            layout = mesh.resolve(run.train.mesh, devices)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if layout.shards_state and run.train.parallel == "pmap":
+        raise UsageError(
+            f"--mesh {run.train.mesh} shards the train state, which --parallel pmap (one whole copy per device) "
+            "cannot; use --parallel sharded or auto"
+        )
 
 
 def _decoded_cache(data: DataConfig, resumed: bool) -> None:

@@ -86,7 +86,9 @@ class Reporter:
         if self.lead:
             self.console.print(text, markup=False)
 
-    def rank_report(self, sharding, devices: list, batch_size: int, resolved: dict, dali: str = "") -> None:
+    def rank_report(
+        self, sharding, devices: list, batch_size: int, resolved: dict, dali: str = "", state_bytes_per_device: int = 0
+    ) -> None:
         """Every process writes and prints what it is; process 0 merges the reports into rank_map.json from
         the coordination service, not from N files (each rank's own file is for the launcher's `cancel`)."""
         t = self.topology
@@ -104,6 +106,7 @@ class Reporter:
             "num_dali_shards": sharding.num_shards,
             "batch_per_device_step": batch_size,
             "resolved": resolved,
+            "state_bytes_per_device": state_bytes_per_device,  # parameters, optimizer state, EMA: as laid out
         }
         write_atomic(self.paths.rank_report(t.process_id), json.dumps(report))
         if t.num_processes > 1:
@@ -114,7 +117,7 @@ class Reporter:
             f"rank {t.process_id} on {t.host}: devices {', '.join(report['devices'])} (job devices "
             f"{report['device_indices']} of {report['num_devices']}); DALI shards "
             f"{report['dali_shards']} of {report['num_dali_shards']}{readers}; "
-            f"{_steps(resolved['steps_per_call'])} of {batch_size} per call ({resolved['parallel']})"
+            f"{_steps(resolved['steps_per_call'])} of {batch_size} per call ({_how(resolved)})"
             f"{'; ' + dali if dali else ''}",
             markup=False,
         )
@@ -190,6 +193,12 @@ class Reporter:
                 f"  start-up, s since {m.startup_since}: "
                 + ", ".join(f"{phase} {t:.1f}" for phase, t in m.startup.items())
             )
+
+
+def _how(resolved: dict) -> str:
+    """--parallel, and --mesh where it shards the train state (step/mesh.py)."""
+    mesh = resolved.get("mesh", "")
+    return f"{resolved['parallel']}, mesh {mesh}" if "fsdp" in mesh else resolved["parallel"]
 
 
 def _steps(k: int) -> str:

@@ -32,6 +32,15 @@ class StepFields:
         "BatchNorm statistics on more than one device (7 % faster for ResNet-50 on 2 H200s), else sharded.",
         choices=("auto", "sharded", "pmap"),
     )
+    mesh: str = opt(
+        "auto",
+        "How the job's devices split the work (step/mesh.py), as AXIS:COUNT parts whose counts multiply to the "
+        "device count: data (replicas of the train state) and fsdp (the state sharded over a group's devices, "
+        "ZeRO-3: each array's largest dividing dimension split, gathered for the forward pass), e.g. "
+        "data:2,fsdp:4. Every device reads its own shard of the data either way, so the SGD steps are the same. "
+        "Needs --parallel sharded (auto picks it). auto: data parallel over every device. Recorded in rank_map.json.",
+        on_resume="elastic",
+    )
     # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
     seed: int = opt(0, "Seed for parameters and data shuffling.")
     elastic_batch: str = opt(

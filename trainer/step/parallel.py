@@ -18,6 +18,7 @@ the job's already and the average is the identity.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.step import mixing
+from dali_launch.trainer.step.mesh import fsdp_dimension
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,12 @@ class Runner(Protocol):
     def replica(self, tree):
         """One replica of a placed tree: this process's first device's copy."""
 
+    def whole(self, tree):
+        """A placed tree with a whole copy of every array on every device (a sharded state gathered)."""
+
+    def device_bytes(self, shapes) -> int:
+        """The bytes a state of these abstract `shapes` takes on one device, as `place` lays it out."""
+
 
 class Pmap:
     """--parallel pmap: the state stacked over devices, one copy per device (a Runner)."""
@@ -207,21 +215,32 @@ class Pmap:
         """This process's first device's copy (device arrays)."""
         return first_row(tree)
 
+    def whole(self, tree):
+        return tree  # every device holds its own whole copy
+
+    def device_bytes(self, shapes) -> int:
+        return state_bytes(shapes)
+
 
 class Sharded:
-    """--parallel sharded: the state replicated over a job-wide mesh, one jit program for all devices (a
-    Runner). The batch's `data_sharding` (the data side's) names the mesh."""
+    """--parallel sharded: one jit program for all devices (a Runner). The batch's `data_sharding` (the data
+    side's) names the devices; `mesh` (step/mesh.py) says how the train state lies on them: replicated, or
+    sharded over its fsdp axis (`shapes`: the state's abstract arrays, which the layout is read from)."""
 
     name = "sharded"
 
-    def __init__(self, data_sharding, batch_size: int, readers: int, donate=True):
-        mesh = data_sharding.mesh
-        self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        self.call = jax.jit(
-            partial(sharded_call, batch_size=batch_size, readers=readers),
-            donate_argnums=(0, 1) if donate else (),  # the state and tally are replaced: reuse their buffers
-            out_shardings=(self.replicated, data_sharding),
-        )
+    def __init__(self, data_sharding, batch_size: int, readers: int, donate=True, mesh=None, shapes=None):
+        self.replicated = jax.sharding.NamedSharding(data_sharding.mesh, jax.sharding.PartitionSpec())
+        self.sharded = mesh is not None and mesh.shards_state
+        call = partial(sharded_call, batch_size=batch_size, readers=readers)
+        donated = (0, 1) if donate else ()  # the state and tally are replaced: reuse their buffers
+        if self.sharded:  # one sharding per array, in the state's leaf order (its functions differ run to run)
+            self.layout = state_layout(jax.tree.leaves(shapes), list(data_sharding.mesh.devices.flat), mesh)
+            self.call = jax.jit(laid_out(call, self.layout, data_sharding), donate_argnums=donated)
+        else:
+            self.layout = None
+            self.call = jax.jit(call, donate_argnums=donated, out_shardings=(self.replicated, data_sharding))
+        self._whole = jax.jit(lambda tree: tree, out_shardings=self.replicated)
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         """Compiles `call` for a state of these `shapes` and these other arguments, in a thread (into
@@ -229,24 +248,74 @@ class Sharded:
 
         def compile_() -> None:
             with contextlib.suppress(Exception):
-                spec = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated)
-                self.call.lower(jax.tree.map(spec, shapes), *args).compile()
+                abstract = lambda s, at: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=at)
+                self.call.lower(self._each(abstract, shapes), *args).compile()
 
         thread = threading.Thread(target=compile_, name="dali-launch-compile-ahead", daemon=True)
         thread.start()
         return thread
 
+    def _each(self, fn, tree):
+        """`fn(leaf, its sharding)` over a state's arrays."""
+        leaves, structure = jax.tree.flatten(tree)
+        return structure.unflatten([fn(x, at) for x, at in zip(leaves, self.layout or [self.replicated] * len(leaves))])
+
     def place(self, state):
-        """Every process holds the same host state; each puts it on its own devices."""
+        """Every process holds the same host state; each puts its part of every array on its own devices."""
 
-        def put(x):
+        def put(x, at):
             x = np.asarray(x)
-            return jax.make_array_from_callback(x.shape, self.replicated, lambda index: x[index])
+            return jax.make_array_from_callback(x.shape, at, lambda index: x[index])
 
-        return jax.tree.map(put, state)
+        return self._each(put, state)
 
     def replica(self, tree):
-        return jax.tree.map(lambda x: x.addressable_data(0), tree)
+        """One whole copy of `tree` on this process's first device; a sharded state is gathered first (what
+        checkpoints and the evaluation take: a state of any mesh)."""
+        return jax.tree.map(lambda x: x.addressable_data(0), self.whole(tree))
+
+    def whole(self, tree):
+        return self._whole(tree) if self.sharded else tree
+
+    def device_bytes(self, shapes) -> int:
+        """Each array's shard on one device (shard_shape: the largest, where a dimension splits unevenly)."""
+        leaves = jax.tree.leaves(shapes)
+        layout = self.layout or [self.replicated] * len(leaves)
+        return sum(math.prod(at.shard_shape(x.shape)) * x.dtype.itemsize for x, at in zip(leaves, layout))
+
+
+def laid_out(call, layout: list, data_sharding):
+    """`call` whose new state keeps `layout` (one sharding per array, in leaf order) and whose tally stays
+    split over the devices: constraints inside the program, as a tree of shardings given to jit would have
+    to match the state's functions too."""
+
+    def constrained(state, tally, *batch):
+        state, tally = call(state, tally, *batch)
+        leaves, structure = jax.tree.flatten(state)
+        state = structure.unflatten([jax.lax.with_sharding_constraint(x, at) for x, at in zip(leaves, layout)])
+        return state, jax.lax.with_sharding_constraint(tally, data_sharding)
+
+    return constrained
+
+
+def state_layout(leaves: list, devices: list, mesh) -> list:
+    """The sharding of each of the train state's arrays under `mesh`: its fsdp dimension (mesh.fsdp_dimension)
+    split over the fsdp axis, whole along the data axis (one copy per data-parallel group)."""
+    grid = jax.sharding.Mesh(np.array(devices).reshape(mesh.data, mesh.fsdp), ("data", "fsdp"))
+
+    def one(leaf):
+        axes = [None] * len(leaf.shape)
+        dim = fsdp_dimension(tuple(leaf.shape), mesh.fsdp)
+        if dim is not None:
+            axes[dim] = "fsdp"
+        return jax.sharding.NamedSharding(grid, jax.sharding.PartitionSpec(*axes))
+
+    return [one(leaf) for leaf in leaves]
+
+
+def state_bytes(shapes) -> int:
+    """The train state's bytes (parameters, optimizer state, statistics, EMA), from its abstract shapes."""
+    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes) if hasattr(leaf, "dtype"))
 
 
 def call_tally(tally: dict) -> dict:
@@ -264,10 +333,18 @@ def finished() -> threading.Thread:
 
 
 def create(
-    name: str, devices: list, all_devices: list, batch_size: int, data_sharding, readers: int = 1, donate=True
+    name: str,
+    devices: list,
+    all_devices: list,
+    batch_size: int,
+    data_sharding,
+    readers: int = 1,
+    donate=True,
+    mesh=None,
+    shapes=None,
 ) -> Runner:
-    """The --parallel runner `name` (pmap or sharded, resolve.parallel); `donate` False only for
-    benchmarks/step_levers.py's donation lever."""
+    """The --parallel runner `name` (pmap or sharded, resolve.parallel); `mesh` and the state's `shapes` lay
+    out a sharded runner's state (step/mesh.py); `donate` False only for benchmarks/step_levers.py's lever."""
     if name == Pmap.name:
         return Pmap(devices, all_devices, batch_size, readers, donate)
-    return Sharded(data_sharding, batch_size, readers, donate)
+    return Sharded(data_sharding, batch_size, readers, donate, mesh, shapes)

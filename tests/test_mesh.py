@@ -1,0 +1,83 @@
+"""--mesh (trainer/step/mesh.py): the train state sharded over an fsdp axis trains the SGD steps of data
+parallelism, holds 1/M of the state on each device, and its checkpoints resume on another mesh."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_same_params, check_ok, dali_launch, only_run
+
+from dali_launch.trainer.step import mesh
+
+
+def test_a_mesh_parses_and_resolves_against_the_device_count():
+    assert mesh.parse("auto") is None
+    assert mesh.resolve("auto", 8) == mesh.Mesh(data=8)
+    assert mesh.resolve("data:2,fsdp:4", 8) == mesh.Mesh(data=2, fsdp=4)
+    assert str(mesh.resolve("fsdp:4", 4)) == "fsdp:4" and mesh.resolve("fsdp:4", 4).shards_state
+    assert mesh.resolve("fsdp:4", 8) == mesh.Mesh(data=2, fsdp=4)  # data takes what the others leave
+    assert not mesh.resolve("data:4", 4).shards_state
+    for bad, said in (
+        ("fsdp:3", "spans 3 devices but the job has 8"),
+        ("data:1,fsdp:4", "spans 4 devices but the job has 8"),
+        ("fsdp:0", "COUNT a positive integer"),
+        ("fsdp:2,fsdp:4", "once each"),
+        ("model:8", "AXIS one of data, fsdp, tensor"),
+        ("data:4,tensor:2", "the tensor axis is not supported yet"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            mesh.resolve(bad, 8)
+
+
+def test_fsdp_splits_the_largest_dividing_dimension_of_large_arrays_only():
+    assert mesh.fsdp_dimension((784, 1024), 4) == 1
+    assert mesh.fsdp_dimension((4096, 10), 4) == 0  # 10 does not divide by 4
+    assert mesh.fsdp_dimension((1023, 17), 4) is None  # neither does: whole on every device
+    assert mesh.fsdp_dimension((1024,), 4) is None  # a bias: too small to be worth a gather
+    assert mesh.fsdp_dimension((784, 1024), 1) is None
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--mesh", "fsdp:3"], "--mesh fsdp:3 spans 3 devices but the job has 2"),
+        (["--mesh", "fsdp:2", "--parallel", "pmap"], "--mesh fsdp:2 shards the train state, which --parallel pmap"),
+    ],
+)
+def test_a_mesh_that_cannot_run_is_refused_in_one_line_before_anything_is_written(tmp_path, flags, said):
+    proc = dali_launch("train", "--gpus-per-node", "2", *flags, "--run-root", str(tmp_path / "runs"))
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+ADAMW = ["--optimizer", "adamw", "--learning-rate", "1e-3", "--batch-size", "25", "--init-timeout-s", "120"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resumes_on_another_mesh(
+    small_lmdb, tmp_path
+):
+    """8 CPU devices in 2 jax.distributed processes: the example's MLP with AdamW (two moments a parameter),
+    its state sharded over fsdp:4, against the same run data parallel; then the sharded run resumed for a
+    second epoch on data:4,fsdp:2. (The MLP, not a ViT: the same sharding rule, a tenth of the compile.)"""
+    common = ["--local", "--processes", "2", "--gpus-per-node", "8", *ADAMW, "--data-dir", str(small_lmdb)]
+    replicated, sharded = tmp_path / "dp", tmp_path / "fsdp"
+    check_ok(dali_launch(*common, "--epochs", "1", "--run-root", str(replicated)))
+    proc = dali_launch(*common, "--epochs", "1", "--mesh", "fsdp:4", "--run-root", str(sharded))
+    check_ok(proc)
+    assert "(sharded, mesh data:2,fsdp:4)" in proc.stdout, proc.stdout
+    dp, fsdp = only_run(replicated), only_run(sharded)
+    loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
+    assert loss(fsdp) == pytest.approx(loss(dp), rel=1e-5)
+    assert_same_params(dp, fsdp)  # the checkpoint holds the whole state: gathered, in the old format
+    first_rank = lambda paths: json.loads(paths.rank_map.read_text())[0]
+    assert [first_rank(p)["resolved"]["mesh"] for p in (dp, fsdp)] == ["data:8", "data:2,fsdp:4"]
+    whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, fsdp))
+    # The kernels and their AdamW moments are split in four; biases, norms and the step count stay whole.
+    assert whole / 4 < quarter < whole / 4 * 1.05, (whole, quarter)
+    check_ok(dali_launch("--resume", str(fsdp.root), "--epochs", "2", "--mesh", "data:4,fsdp:2"))
+    epochs = [json.loads(line) for line in fsdp.metrics.read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == [0, 1] and epochs[-1]["train_samples"] == 800, epochs
+    assert first_rank(fsdp)["resolved"]["mesh"] == "data:4,fsdp:2"

@@ -1,0 +1,88 @@
+"""--mesh: how the job's devices split the work, data × fsdp (issue 41; the tensor axis is not built yet).
+
+    data    replicas: each group of devices holds a whole copy of the train state
+    fsdp    within a group the train state is sharded (ZeRO-3, as MaxText's and big_vision's `fsdp`
+            axis): each array's largest dimension that divides is split over the group's devices, XLA
+            gathers the parameters for the forward pass and reduce-scatters the gradients
+
+Every device still reads its own global shard of the data (the batch is split over data × fsdp, as it
+is over the devices today), so the SGD steps are those of data parallelism: the same samples, the same
+sums, only the state's layout differs. The state is gathered whole for checkpoints and evaluation
+(`Sharded.replica`), so checkpoints keep their format and resume on any mesh.
+
+Light: no JAX at import, the launcher parses and checks the setting before any job is queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AXES = ("data", "fsdp", "tensor")
+FSDP_MIN_ELEMENTS = 1 << 14  # smaller arrays (biases, norms) stay whole: gathering them costs more than they weigh
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Device counts along each axis; their product is the job's device count."""
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.fsdp * self.tensor
+
+    @property
+    def shards_state(self) -> bool:
+        return self.fsdp > 1
+
+    def __str__(self) -> str:
+        return ",".join(f"{axis}:{getattr(self, axis)}" for axis in AXES if getattr(self, axis) > 1) or "data:1"
+
+
+def parse(setting: str) -> Mesh | None:
+    """--mesh as given: None for auto, else the axes' counts (an axis left out counts 1)."""
+    if setting == "auto":
+        return None
+    sizes = {}
+    for part in setting.split(","):
+        axis, _, count = part.strip().partition(":")
+        if axis not in AXES or not count.isdigit() or int(count) < 1 or axis in sizes:
+            raise ValueError(
+                f"--mesh {setting!r}: each part is AXIS:COUNT, once each, AXIS one of {', '.join(AXES)} and COUNT "
+                "a positive integer (e.g. --mesh data:2,fsdp:4), or auto"
+            )
+        sizes[axis] = int(count)
+    if sizes.get("tensor", 1) > 1:
+        raise ValueError(f"--mesh {setting!r}: the tensor axis is not supported yet; use data and fsdp")
+    return Mesh(**sizes)
+
+
+def resolve(setting: str, devices: int) -> Mesh:
+    """--mesh for a job of `devices`: auto is data parallel over all of them (the model is taken to fit one
+    device: no memory estimate picks FSDP yet). A mesh without a data count takes the devices the others
+    leave (fsdp:4 on 8 devices: data:2,fsdp:4, as MaxText's -1); one whose product is not `devices` is refused."""
+    mesh = parse(setting)
+    if mesh is None:
+        return Mesh(data=devices)
+    if "data:" not in setting and devices % mesh.devices == 0:
+        mesh = Mesh(data=devices // mesh.devices, fsdp=mesh.fsdp, tensor=mesh.tensor)
+    if mesh.devices != devices:
+        raise ValueError(
+            f"--mesh {setting} spans {mesh.devices} devices but the job has {devices}; make the product of its "
+            f"counts {devices} (or a divisor of it, without a data count), or use --mesh auto"
+        )
+    return mesh
+
+
+def fsdp_dimension(shape: tuple[int, ...], fsdp: int) -> int | None:
+    """The dimension of an array of `shape` that --mesh's fsdp axis splits: its largest one that `fsdp`
+    divides, for an array of FSDP_MIN_ELEMENTS or more; None: the array stays whole on every device."""
+    size = 1
+    for n in shape:
+        size *= n
+    if fsdp == 1 or size < FSDP_MIN_ELEMENTS:
+        return None
+    fits = [i for i, n in enumerate(shape) if n % fsdp == 0]
+    return max(fits, key=lambda i: shape[i]) if fits else None
