@@ -209,22 +209,8 @@ def _one_compile_cache(tmp_path_factory):
     each run root: the suite's runs compile the same programs again and again. Tests of the default unset it."""
     from dali_launch.trainer import compile_cache
 
-    base = tmp_path_factory.getbasetemp()
-    # Under pytest-xdist each worker has its own basetemp below one shared folder: the workers share one cache
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    folder = shared / "compile-cache"
-    folder.mkdir(exist_ok=True)
-    os.environ[compile_cache.ENV] = str(folder)
+    os.environ[compile_cache.ENV] = str(tmp_path_factory.mktemp("compile-cache"))
     yield
-
-
-def pytest_collection_modifyitems(config, items):
-    """For `-n 2 --dist loadgroup` (.ci/run): a file's tests stay on one worker, so its module fixtures train
-    once; every SLURM test runs on one worker, one at a time, as the test cluster's two nodes need (each
-    test waits for the queue to drain, and cancels what is left in it)."""
-    for item in items:
-        slurm = item.get_closest_marker("slurm") or "slurm_env" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("slurm" if slurm else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="module")
