@@ -2,8 +2,9 @@
 
     pmap     one replica of the state per device; each device's program sees its own rows and sums
              losses and gradients over the job with `lax.psum`.
-    sharded  one jit program over a job-wide mesh: the state is replicated, the batch is split over
-             the devices by its NamedSharding, and XLA inserts the all-reduce itself.
+    sharded  one jit program over a job-wide mesh: the state is replicated (or, under --mesh with an
+             fsdp axis, sharded: step/mesh.py), the batch is split over the devices by its NamedSharding,
+             and XLA inserts the all-reduce (the gathers and reduce-scatters) itself.
 
 Both take the same device call (DALI batch (devices, rows, ...), rows = --steps-per-call steps of
 --batch-size, and its `valid` mask, which the data side computes for either --sample-order) and make the same SGD steps: step j is rows [j*B, (j+1)*B) of every device, the loss
