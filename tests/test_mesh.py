@@ -61,7 +61,7 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
 ):
     """8 CPU devices in 2 jax.distributed processes: the example's MLP with AdamW (two moments a parameter),
     its state sharded over fsdp:4, against the same run data parallel; then the sharded run resumed for a
-    second epoch on data:4,fsdp:2. (The MLP, not a ViT: the same sharding rule, a tenth of the compile.)"""
+    second epoch on 4 devices as data:2,fsdp:2 and a third on one device. (The MLP, not a ViT: the same sharding rule, a tenth of the compile.)"""
     common = ["--local", "--processes", "2", "--gpus-per-node", "8", *ADAMW, "--data-dir", str(small_lmdb)]
     replicated, sharded = tmp_path / "dp", tmp_path / "fsdp"
     check_ok(dali_launch(*common, "--epochs", "1", "--run-root", str(replicated)))
@@ -77,7 +77,12 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, fsdp))
     # The kernels and their AdamW moments are split in four; biases, norms and the step count stay whole.
     assert whole / 4 < quarter < whole / 4 * 1.05, (whole, quarter)
-    check_ok(dali_launch("--resume", str(fsdp.root), "--epochs", "2", "--mesh", "data:4,fsdp:2"))
+    # Its checkpoint on another mesh of fewer devices (the global batch kept), then on one device
+    fewer = ["--gpus-per-node", "4", "--processes", "2", "--mesh", "data:2,fsdp:2"]
+    check_ok(dali_launch("--resume", str(fsdp.root), "--epochs", "2", *fewer))
+    assert first_rank(fsdp)["resolved"]["mesh"] == "data:2,fsdp:2"
+    one = ["--gpus-per-node", "1", "--processes", "1", "--mesh", "auto"]
+    check_ok(dali_launch("--resume", str(fsdp.root), "--epochs", "3", *one))
+    assert first_rank(fsdp)["resolved"]["mesh"] == "data:1"
     epochs = [json.loads(line) for line in fsdp.metrics.read_text().splitlines()]
-    assert [e["epoch"] for e in epochs] == [0, 1] and epochs[-1]["train_samples"] == 800, epochs
-    assert first_rank(fsdp)["resolved"]["mesh"] == "data:4,fsdp:2"
+    assert [e["epoch"] for e in epochs] == [0, 1, 2] and {e["train_samples"] for e in epochs} == {800}, epochs
