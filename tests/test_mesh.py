@@ -61,7 +61,7 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
 ):
     """8 CPU devices in 2 jax.distributed processes: the example's MLP with AdamW (two moments a parameter),
     its state sharded over fsdp:4, against the same run data parallel; then the sharded run resumed for a
-    second epoch on 4 devices as data:2,fsdp:2 and a third on one device. (The MLP, not a ViT: the same sharding rule, a tenth of the compile.)"""
+    second epoch on 4 devices as data:2,fsdp:2 and a third on one device; and --init-from it onto fsdp:2. (The MLP, not a ViT: the same sharding rule, a tenth of the compile.)"""
     common = ["--local", "--processes", "2", "--gpus-per-node", "8", *ADAMW, "--data-dir", str(small_lmdb)]
     replicated, sharded = tmp_path / "dp", tmp_path / "fsdp"
     check_ok(dali_launch(*common, "--epochs", "1", "--run-root", str(replicated)))
@@ -86,3 +86,10 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     assert first_rank(fsdp)["resolved"]["mesh"] == "data:1"
     epochs = [json.loads(line) for line in fsdp.metrics.read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [0, 1, 2] and {e["train_samples"] for e in epochs} == {800}, epochs
+    # --init-from it onto a sharded mesh of its own (its parameters; a fresh AdamW): every array loaded
+    tuned = tmp_path / "tuned"
+    check_ok(dali_launch("train", *ADAMW, "--data-dir", str(small_lmdb), "--gpus-per-node", "2", "--mesh", "fsdp:2",
+                         "--init-from", str(fsdp.root), "--epochs", "1", "--run-root", str(tuned)))  # fmt: skip
+    plan = json.loads(only_run(tuned).init_from.read_text())
+    assert len(plan["loaded"]) == 8 and plan["reinitialised"] == [] == plan["ignored"], plan  # 4 kernels, 4 biases
+    assert loss(only_run(tuned))[0] < loss(fsdp)[0] / 2, (loss(only_run(tuned)), loss(fsdp))  # a fresh start: 1.9
