@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import assert_same_params, check_ok, dali_launch, only_run
 
-from dali_launch.trainer.step import mesh
+from dali_launch.trainer.step import memory_fit, mesh
 
 
 def test_a_mesh_parses_and_resolves_against_the_device_count():
@@ -93,3 +93,18 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     plan = json.loads(only_run(tuned).init_from.read_text())
     assert len(plan["loaded"]) == 8 and plan["reinitialised"] == [] == plan["ignored"], plan  # 4 kernels, 4 biases
     assert loss(only_run(tuned))[0] < loss(fsdp)[0] / 2, (loss(only_run(tuned)), loss(fsdp))  # a fresh start: 1.9
+
+
+@pytest.mark.slow
+def test_a_state_too_large_for_its_mesh_stops_in_one_line_naming_the_mesh_that_fits(small_lmdb, tmp_path):
+    """The MLP with AdamW: 9.5 MiB of parameters, 28 MiB of state, 38 MiB with its gradients. On devices of a
+    20 MiB pool (DALI_LAUNCH_DEVICE_MEMORY_MB: CPU devices say none, a GPU says its own) the data-parallel
+    mesh is refused before the state is placed, and the fsdp count it names trains."""
+    env = {memory_fit.ENV: "20"}
+    common = [*ADAMW, "--data-dir", str(small_lmdb), "--gpus-per-node", "4", "--epochs", "1"]
+    proc = dali_launch("train", *common, "--run-root", str(tmp_path / "refused"), env=env)
+    assert proc.returncode == 2, proc.stderr
+    said = "the train state and its gradients need 37.8 MiB per device under --mesh data:4 (activations not counted)"
+    assert said in proc.stderr and proc.stderr.strip().endswith("--mesh fsdp:2 would need about 18.9 MiB"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    check_ok(dali_launch("train", *common, "--mesh", "fsdp:2", "--run-root", str(tmp_path / "fits"), env=env))

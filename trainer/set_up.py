@@ -38,7 +38,7 @@ from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved, checkpoint_async, parallel
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step import mesh, optim
+from dali_launch.trainer.step import memory_fit, mesh, optim
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
 from dali_launch.trainer.step.mixing import Mixing
 from dali_launch.trainer.step.parallel import Runner, call_tally, create, finished, state_bytes
@@ -121,13 +121,16 @@ def set_up(
 
 def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, data, rest, shapes):
     """--mesh and --parallel as stage 3 resolves them (resolve.py), and the runners of the epochs and of the
-    rest of an epoch begun on another layout (None without one)."""
+    rest of an epoch begun on another layout (None without one); a mesh whose state cannot fit stops here."""
     layout = mesh.resolve(spec.train.mesh, len(all_devices))  # the launcher checked it: no error left here
     name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), layout.shards_state)
     readers, sharding = auto.readers_per_device, data.sharding_spec
     runner = create(
         name, devices, all_devices, auto.batch_per_device_step, sharding, readers, mesh=layout, shapes=shapes
     )
+    params = state_bytes(shapes.params)
+    pool = memory_fit.pool_bytes(devices[0])
+    memory_fit.check(layout, len(all_devices), runner.device_bytes(shapes), state_bytes(shapes), params, pool)
     if not rest:
         return layout, runner, None
     batch = auto.remainder.batch_per_step

@@ -1,0 +1,50 @@
+"""Whether the train state fits each device under --mesh, checked once the state's shapes are known and before
+it is placed: a state too large for the mesh stops in one line that names the fsdp count that would fit,
+where XLA would otherwise fail at its first allocation with a page of buffer sizes.
+
+Counted: the state as laid out (parameters, optimizer state, EMA, statistics: runner.device_bytes) and
+the gradients (the parameters' bytes over the fsdp count: reduce-scattered). Not counted: activations,
+which depend on the batch and XLA's rematerialisation; so a state that passes may still not fit.
+The room is XLA's pool on the device (its `bytes_limit`); CPU devices do not say, and are not checked
+unless DALI_LAUNCH_DEVICE_MEMORY_MB gives a pool (the test suite's stand-in for a GPU's memory).
+"""
+
+from __future__ import annotations
+
+import os
+
+from dali_launch.trainer.errors import UsageError
+
+ENV = "DALI_LAUNCH_DEVICE_MEMORY_MB"
+GIB, MIB = 1 << 30, 1 << 20
+
+
+def pool_bytes(device) -> int | None:
+    """XLA's memory pool on `device` ($DALI_LAUNCH_DEVICE_MEMORY_MB where given), None where unknown."""
+    given = os.environ.get(ENV)
+    if given:
+        return int(given) << 20
+    stats = device.memory_stats() or {}  # CPU devices: None
+    return stats.get("bytes_limit")
+
+
+def check(mesh, devices: int, state_per_device: int, state_total: int, param_bytes: int, pool: int | None) -> None:
+    """Refuses a `mesh` whose state and gradients per device exceed `pool`, naming the fsdp count that fits."""
+    need = state_per_device + param_bytes // mesh.fsdp
+    if pool is None or need <= pool:
+        return
+    fits = [
+        k for k in range(mesh.fsdp + 1, devices + 1) if devices % k == 0 and (state_total + param_bytes) / k <= pool
+    ]
+    if fits:
+        fix = f"--mesh fsdp:{fits[0]} would need about {size((state_total + param_bytes) / fits[0])}"
+    else:
+        fix = f"no fsdp count over these {devices} devices fits it: use more devices, a smaller model or bf16"
+    raise UsageError(
+        f"the train state and its gradients need {size(need)} per device under --mesh {mesh} (activations not "
+        f"counted) but a device has {size(pool)}; {fix}"
+    )
+
+
+def size(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
