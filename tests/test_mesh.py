@@ -96,15 +96,21 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
 
 
 @pytest.mark.slow
-def test_a_state_too_large_for_its_mesh_stops_in_one_line_naming_the_mesh_that_fits(small_lmdb, tmp_path):
+def test_a_state_too_large_for_a_device_is_sharded_by_auto_and_refused_in_one_line_on_a_mesh_given(
+    small_lmdb, tmp_path
+):
     """The MLP with AdamW: 9.5 MiB of parameters, 28 MiB of state, 38 MiB with its gradients. On devices of a
-    20 MiB pool (DALI_LAUNCH_DEVICE_MEMORY_MB: CPU devices say none, a GPU says its own) the data-parallel
-    mesh is refused before the state is placed, and the fsdp count it names trains."""
+    20 MiB pool (DALI_LAUNCH_DEVICE_MEMORY_MB: CPU devices say none, a GPU says its own), --mesh auto shards
+    the state over the fewest devices that hold it, and a data-parallel mesh given is refused before the
+    state is placed, naming that fsdp count."""
     env = {memory_fit.ENV: "20"}
     common = [*ADAMW, "--data-dir", str(small_lmdb), "--gpus-per-node", "4", "--epochs", "1"]
-    proc = dali_launch("train", *common, "--run-root", str(tmp_path / "refused"), env=env)
+    proc = dali_launch("train", *common, "--mesh", "data:4", "--run-root", str(tmp_path / "refused"), env=env)
     assert proc.returncode == 2, proc.stderr
     said = "the train state and its gradients need 37.8 MiB per device under --mesh data:4 (activations not counted)"
     assert said in proc.stderr and proc.stderr.strip().endswith("--mesh fsdp:2 would need about 18.9 MiB"), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    check_ok(dali_launch("train", *common, "--mesh", "fsdp:2", "--run-root", str(tmp_path / "fits"), env=env))
+    proc = dali_launch("train", *common, "--run-root", str(tmp_path / "auto"), env=env)
+    check_ok(proc)
+    assert "(sharded, mesh data:2,fsdp:2)" in proc.stdout, proc.stdout
+    assert json.loads(only_run(tmp_path / "auto").rank_map.read_text())[0]["resolved"]["mesh"] == "data:2,fsdp:2"

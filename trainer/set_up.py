@@ -123,14 +123,15 @@ def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, d
     """--mesh and --parallel as stage 3 resolves them (resolve.py), and the runners of the epochs and of the
     rest of an epoch begun on another layout (None without one); a mesh whose state cannot fit stops here."""
     layout = mesh.resolve(spec.train.mesh, len(all_devices))  # the launcher checked it: no error left here
+    params, total, pool = state_bytes(shapes.params), state_bytes(shapes), memory_fit.pool_bytes(devices[0])
+    if mesh.parse(spec.train.mesh) is None and spec.train.parallel != "pmap":  # auto: data parallel while it fits
+        layout = memory_fit.fitting(layout, len(all_devices), total, params, pool)
     name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), layout.shards_state)
     readers, sharding = auto.readers_per_device, data.sharding_spec
     runner = create(
         name, devices, all_devices, auto.batch_per_device_step, sharding, readers, mesh=layout, shapes=shapes
     )
-    params = state_bytes(shapes.params)
-    pool = memory_fit.pool_bytes(devices[0])
-    memory_fit.check(layout, len(all_devices), runner.device_bytes(shapes), state_bytes(shapes), params, pool)
+    memory_fit.check(layout, len(all_devices), runner.device_bytes(shapes), total, params, pool)
     if not rest:
         return layout, runner, None
     batch = auto.remainder.batch_per_step

@@ -38,7 +38,9 @@ class StepFields:
         "device count: data (replicas of the train state) and fsdp (the state sharded over a group's devices, "
         "ZeRO-3: each array's largest dividing dimension split, gathered for the forward pass), e.g. "
         "data:2,fsdp:4. Every device reads its own shard of the data either way, so the SGD steps are the same. "
-        "Needs --parallel sharded (auto picks it). auto: data parallel over every device. Recorded in rank_map.json.",
+        "Needs --parallel sharded (auto picks it). auto: data parallel while the train state and its gradients fit "
+        "a device (XLA's pool; activations not counted), else fsdp over the fewest devices that hold them. "
+        "Recorded in rank_map.json.",
         on_resume="elastic",
     )
     # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.

@@ -1,6 +1,7 @@
 """Whether the train state fits each device under --mesh, checked once the state's shapes are known and before
-it is placed: a state too large for the mesh stops in one line that names the fsdp count that would fit,
-where XLA would otherwise fail at its first allocation with a page of buffer sizes.
+it is placed: --mesh auto shards it over the fewest devices that hold it, and a mesh given that cannot hold
+it stops in one line that names the fsdp count that would fit, where XLA would otherwise fail at its first
+allocation with a page of buffer sizes.
 
 Counted: the state as laid out (parameters, optimizer state, EMA, statistics: runner.device_bytes) and
 the gradients (the parameters' bytes over the fsdp count: reduce-scattered). Not counted: activations,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.step.mesh import Mesh
 
 ENV = "DALI_LAUNCH_DEVICE_MEMORY_MB"
 GIB, MIB = 1 << 30, 1 << 20
@@ -28,14 +30,27 @@ def pool_bytes(device) -> int | None:
     return stats.get("bytes_limit")
 
 
+def fitting(mesh, devices: int, state_total: int, param_bytes: int, pool: int | None):
+    """--mesh auto's pick: `mesh` (data parallel) while its state and gradients fit `pool`, else the fewest
+    fsdp devices that hold them (the smallest count divides a node's devices first), else `mesh` (`check`
+    then says that nothing fits)."""
+    if pool is None or state_total + param_bytes <= pool:
+        return mesh
+    fits = _fsdp_counts(1, devices, state_total + param_bytes, pool)
+    return Mesh(data=devices // fits[0], fsdp=fits[0]) if fits else mesh
+
+
+def _fsdp_counts(above: int, devices: int, whole: int, pool: int) -> list[int]:
+    """The fsdp counts above `above` that divide `devices` and fit `whole` bytes split over them into `pool`."""
+    return [k for k in range(above + 1, devices + 1) if devices % k == 0 and whole / k <= pool]
+
+
 def check(mesh, devices: int, state_per_device: int, state_total: int, param_bytes: int, pool: int | None) -> None:
     """Refuses a `mesh` whose state and gradients per device exceed `pool`, naming the fsdp count that fits."""
     need = state_per_device + param_bytes // mesh.fsdp
     if pool is None or need <= pool:
         return
-    fits = [
-        k for k in range(mesh.fsdp + 1, devices + 1) if devices % k == 0 and (state_total + param_bytes) / k <= pool
-    ]
+    fits = _fsdp_counts(mesh.fsdp, devices, state_total + param_bytes, pool)
     if fits:
         fix = f"--mesh fsdp:{fits[0]} would need about {size((state_total + param_bytes) / fits[0])}"
     else:

@@ -60,8 +60,8 @@ def parse(setting: str) -> Mesh | None:
 
 
 def resolve(setting: str, devices: int) -> Mesh:
-    """--mesh for a job of `devices`: auto is data parallel over all of them (the model is taken to fit one
-    device: no memory estimate picks FSDP yet). A mesh without a data count takes the devices the others
+    """--mesh for a job of `devices`: auto is data parallel over all of them (where the state does not fit
+    a device, step/memory_fit.py shards it). A mesh without a data count takes the devices the others
     leave (fsdp:4 on 8 devices: data:2,fsdp:4, as MaxText's -1); one whose product is not `devices` is refused."""
     mesh = parse(setting)
     if mesh is None:
