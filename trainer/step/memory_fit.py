@@ -54,7 +54,8 @@ def check(mesh, devices: int, state_per_device: int, state_total: int, param_byt
     if fits:
         fix = f"--mesh fsdp:{fits[0]} would need about {size((state_total + param_bytes) / fits[0])}"
     else:
-        fix = f"no fsdp count over these {devices} devices fits it: use more devices, a smaller model or bf16"
+        job = "the job's one device" if devices == 1 else f"the job's {devices} devices"
+        fix = f"no fsdp count over {job} fits it: use more devices, a smaller model or bf16"
     raise UsageError(
         f"the train state and its gradients need {size(need)} per device under --mesh {mesh} (activations not "
         f"counted) but a device has {size(pool)}; {fix}"
