@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import check_ok, dali_launch, only_run
+from conftest import REPO, check_ok, dali_launch, only_run
 
 
 @pytest.mark.slow
@@ -44,11 +44,11 @@ def test_cnn_recipe_beats_the_mlp_on_fashion_mnist(fashion_lmdb, tmp_path):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
-    """`data prepare --format folders`, then ResNet-18 on the folders pipeline (random resized crops)
-    in 2 jax.distributed processes, in bf16 (the pipeline hands over float16): every sample once, identical
-    replicas. One epoch: ResNet-18's start-up (initialisation and compile, a minute here) is its price, a
-    second epoch only 16 s more of it; every sample once per epoch of the folders pipeline, epoch after
-    epoch, is test_formats_train.py's."""
+    """`data prepare --format folders`, then a ResNet with BatchNorm (resnet50's blocks, bn_models.tiny_resnet:
+    ResNet-18 took a minute to start here) on the folders pipeline (random resized crops) in 2
+    jax.distributed processes, in bf16 (the pipeline hands over float16): every sample once, identical
+    replicas. One epoch; every sample once per epoch of the folders pipeline, epoch after epoch, is
+    test_formats_train.py's."""
     idx, train_labels, _ = small_idx
     check_ok(dali_launch("data", "prepare", "--format", "folders", "--from", str(idx), "--to", str(tmp_path / "tree")))
     start = time.monotonic()
@@ -63,7 +63,7 @@ def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
         "--pipeline",
         "folders",
         "--model",
-        "resnet18",
+        "bn_models:tiny_resnet",
         "--precision",
         "bf16",
         "--image-size",
@@ -78,9 +78,10 @@ def test_folders_pipeline_resnet_in_two_processes(small_idx, tmp_path):
         "32",
         "--run-root",
         str(tmp_path / "runs"),
+        env={"PYTHONPATH": str(REPO / "tests")},  # bn_models, as a user's package
     )
     check_ok(proc)
-    print(f"resnet18 on folders, 2 processes: {time.monotonic() - start:.0f} s")
+    print(f"tiny resnet on folders, 2 processes: {time.monotonic() - start:.0f} s")
     paths = only_run(tmp_path / "runs")
     epochs = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
     assert [(e["train_samples"], e["test_count"]) for e in epochs] == [(250, 70)]
