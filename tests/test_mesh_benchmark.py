@@ -1,0 +1,42 @@
+"""benchmarks/mesh_step.py (issue 41's GPU benchmark), end to end with --smoke-cpu: ViT-B/16's fsdp layout
+against the replicated step (A B B A) and the largest-ViT ladder (each rung a child process), at tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO, check_ok
+
+
+def test_mesh_step_smoke_times_the_layout_abba_and_a_ladder_rung_in_its_own_process(tmp_path):
+    out = tmp_path / "mesh_step.json"
+    argv = ["--smoke-cpu", "--seconds", "0.05", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "mesh_step.py"), *argv],
+        capture_output=True,
+        cwd=REPO,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    assert "without optimizer-state offload" in doc["offload"] and doc["environment"]["jax"]
+    cost = doc["fsdp_cost"]
+    assert cost["order"] == ["replicated", "fsdp-layout", "fsdp-layout", "replicated"]
+    assert [s["contender"] for s in cost["segments"]] == cost["order"]
+    assert all(s["images_per_s"] > 0 and s["calls"] >= 3 for s in cost["segments"]), cost["segments"]
+    for name in ("replicated", "fsdp-layout"):
+        c = cost["contenders"][name]
+        assert c["images_per_s"] > 0 and c["compile_s"] > 0 and c["state_bytes_per_device"] > 0, c
+    assert "layout path" in cost["contenders"]["fsdp-layout"]["runner"]
+    assert cost["ratio"] > 0 and cost["target_pct"] == 3.0 and isinstance(cost["meets_target"], bool)
+    largest = doc["largest"]
+    (rung,) = largest["rungs"]
+    assert rung["status"] == "trains" and largest["largest_that_trains"] == rung["name"], rung
+    for key in ("params", "state_bytes", "gradient_bytes", "memory_fit_need_bytes", "images_per_s", "compile_s"):
+        assert rung[key] > 0, (key, rung)
+    assert rung["memory_fit_need_bytes"] == rung["state_bytes"] + rung["gradient_bytes"]
+    assert rung["memory_fit"].startswith("passes") and "offload" in largest["offload"]
