@@ -24,6 +24,11 @@ from dali_launch.trainer.run_dir import RunPaths
 # test's captured output, which pytest closes after it, and the next test's set-up then fails on it.
 pytest_plugins = ["catalogue"]  # the bad-input catalogue's fixtures, shared by its test files
 
+# A shell that starts the suite in the background (`bash .ci/run &`) ignores SIGINT in it, and an ignored
+# signal stays ignored across exec: every CLI the tests start would then ignore the Ctrl-C they send it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 FASHION_IDX = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
