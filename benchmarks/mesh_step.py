@@ -2,8 +2,8 @@
 """Issue 41 on one GPU: the fsdp layout's cost on ViT-B/16, and the largest ViT that trains at batch 256.
 
 Step only, as benchmarks/step_levers.py: random float16 images already on the device (what the DALI
-pipeline gives under --precision bf16), the trainer's own train state (set_up.create_train_state's
-recipe, rebuilt here because set_up imports DALI) and its device call (trainer/step/parallel.py's
+pipeline gives under --precision bf16), the trainer's own train state (step/initial_state.state_maker,
+which is free of DALI) and its device call (trainer/step/parallel.py's
 Sharded runner), bf16 compute on float32 parameters, AdamW, 1000 classes, 224×224 images, batch 256,
 the steps per call and XLA options the trainer gives that batch on a GPU (5; command buffers off, as
 --cuda-graphs auto with nvJPEG). No DALI is imported.
@@ -120,46 +120,18 @@ class Setup:
 
 
 def fresh_state(setup: Setup):
-    """set_up.create_train_state's body (set_up imports DALI): the model, Forward, AdamW and its schedule and
-    the Recipe as the trainer makes them. Returns (fresh, example): the init as a function of a one-sample
-    batch, for jax.eval_shape (the abstract state) or jit on the host's CPU (the real one, as the trainer)."""
-    import jax
+    """The trainer's own initial state (step/initial_state.state_maker: free of DALI) for AdamW at this setup.
+    Returns (fresh, example): the init as a function of a one-sample batch, for jax.eval_shape (the abstract
+    state) or jit on the host's CPU (the real one, as the trainer)."""
     import numpy as np
 
     from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-    from dali_launch.trainer.entry_points import run_model
-    from dali_launch.trainer.model.forward import Forward, train_kwarg
-    from dali_launch.trainer.step import optim
-    from dali_launch.trainer.step.mixing import Mixing
-    from dali_launch.trainer.step.state import Recipe, TrainState
+    from dali_launch.trainer.step.initial_state import state_maker
 
     train = TrainConfig(model=model_name(setup.model), precision=setup.precision, optimizer="adamw")
     data = DataConfig(num_classes=setup.num_classes, image_size=setup.image_size)
     spec = TaskSpec(run_dir="unused", data=data, train=train)
-    t = spec.train
-    model = run_model(spec)
-    forward = Forward(model, t.precision)
-    train_kwargs = {name: False for name in [train_kwarg(model)] if name}
-    mixing = Mixing(t.mixup, t.cutmix)
-    recipe = Recipe(
-        accumulate_steps=t.accumulate_steps,
-        ema_decay=t.ema_decay,
-        label_smoothing=t.label_smoothing,
-        skip_nonfinite=t.on_nan == "skip-step",
-        mixing=mixing,
-        num_classes=setup.num_classes,
-    )
-    tx, schedule = optim.optimizer(t), optim.schedule(t, 1000)
-
-    def fresh(example):
-        params_key = jax.random.PRNGKey(t.seed)
-        dropout_key = jax.random.fold_in(params_key, 1)
-        rngs = {"params": params_key, "dropout": dropout_key}
-        logits, variables = model.init_with_output(rngs, example, **train_kwargs)
-        rng = jax.random.fold_in(dropout_key, 2)
-        return logits, TrainState.create(dict(variables), rng, forward, tx, schedule, recipe)
-
-    return fresh, np.zeros((1, setup.image_size, setup.image_size, 3), np.float16)
+    return state_maker(spec, 1000), np.zeros((1, setup.image_size, setup.image_size, 3), np.float16)
 
 
 class LaidOut:

@@ -20,16 +20,12 @@ from functools import partial
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, records, remainder, shards
 from dali_launch.trainer.data.hosting import ShardLayout
-from dali_launch.trainer.entry_points import run_model
 from dali_launch.trainer.model import init_from
-from dali_launch.trainer.model.contract import width_error
-from dali_launch.trainer.model.forward import Forward, train_kwarg
 from dali_launch.trainer.observe import profile
 from dali_launch.trainer.observe.metrics import Reporter
 from dali_launch.trainer.observe.startup import Startup
@@ -38,11 +34,11 @@ from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved, checkpoint_async, parallel
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step import memory_fit, mesh, optim
+from dali_launch.trainer.step import memory_fit, mesh
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
-from dali_launch.trainer.step.mixing import Mixing
+from dali_launch.trainer.step.initial_state import create_train_state
 from dali_launch.trainer.step.parallel import Runner, call_tally, create, finished, state_bytes
-from dali_launch.trainer.step.state import Recipe, TrainState
+from dali_launch.trainer.step.state import TrainState
 from dali_launch.trainer.topology import job_devices
 
 COMPILE_AHEAD_WAIT_S = 300  # past this the first call compiles by itself
@@ -242,40 +238,6 @@ def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, repor
             extra = {"remainder": rest.as_dict()} if rest else {}
             with RunPaths(spec.run_dir).elastic.open("a") as out:
                 out.write(json.dumps({**record, **start.plan.as_dict(), **extra}) + "\n")
-    return state
-
-
-def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
-    """The model initialised on `example`, a zero batch of one sample shaped like the pipeline's images,
-    with the optimizer and schedule for epochs of `slots_per_epoch` SGD steps."""
-    t = spec.train
-    model = run_model(spec)
-    forward = Forward(model, t.precision)
-    train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
-    mixing = Mixing(t.mixup, t.cutmix)
-    recipe = Recipe(
-        accumulate_steps=t.accumulate_steps,
-        ema_decay=t.ema_decay,
-        label_smoothing=t.label_smoothing,
-        skip_nonfinite=t.on_nan == "skip-step",
-        mixing=mixing,
-        num_classes=spec.data.num_classes,
-    )
-    tx, schedule = optim.optimizer(t), optim.schedule(t, slots_per_epoch)
-
-    def fresh(example):
-        params_key = jax.random.PRNGKey(t.seed)  # as before dropout existed: the same initial parameters
-        dropout_key = jax.random.fold_in(params_key, 1)
-        rngs = {"params": params_key, "dropout": dropout_key}
-        logits, variables = model.init_with_output(rngs, example, **train_kwargs)
-        rng = jax.random.fold_in(dropout_key, 2)
-        return logits, TrainState.create(dict(variables), rng, forward, tx, schedule, recipe)
-
-    # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
-    # Eager, each of their operations would compile on its own for the device, seconds of a start-up.
-    logits, state = jax.jit(fresh, backend="cpu")(example)
-    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
-        raise width_error(t.model, jnp.shape(logits), spec.data.num_classes)
     return state
 
 
