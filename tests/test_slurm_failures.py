@@ -6,7 +6,9 @@ while following a job."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 import textwrap
 
@@ -17,6 +19,10 @@ from test_allocation import _sbatch
 from test_checkpoint_failures import fill_run_root_then_resume, resume_after_damage
 from test_endings import FAILING
 
+from dali_launch.launcher.backends import slurm_queue
+from dali_launch.launcher.backends.job import JobRecord
+from dali_launch.launcher.backends.slurm_job import SlurmJob
+from dali_launch.launcher.backends.slurm_queue import RELEASE_TIMEOUT_S
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -97,3 +103,25 @@ def test_ctrl_c_while_following_says_the_job_goes_on(slurm_env, small_lmdb, tmp_
         proc.kill()
         for record in tmp_path.glob("*/job.json"):
             dali_launch("cancel", json.loads(record.read_text())["job_id"], "--run-root", str(tmp_path), env=slurm_env)
+
+
+def test_resume_waits_for_a_job_slurm_is_still_reaping(slurm_env, tmp_path, monkeypatch):
+    """A job's tasks have stopped, but it stays COMPLETING while slurmd reaps them (KillWait: 5 s on the test
+    cluster, 30 s by default). `--resume` refused it in that window (CI of stop 45, right after the launcher's
+    own scancel); the job handle now says so and waits, bounded, until SLURM has let it go. A job whose
+    batch script ignores SIGTERM holds that state for KillWait after scancel."""
+    script = tmp_path / "deaf.sh"
+    script.write_text("#!/bin/bash\ntrap '' TERM\nsleep 120 & wait; sleep 120\n")
+    job_id, _ = _sbatch(script, slurm_env, wait=False)
+    wait_for(lambda: squeue(slurm_env, job_id) == "RUNNING", timeout_s=60)
+    subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, check=True, timeout=30)
+    wait_for(lambda: squeue(slurm_env, job_id) == "COMPLETING", timeout_s=10)
+    for name, value in slurm_env.items():
+        monkeypatch.setenv(name, value)
+    said = []
+    SlurmJob(RunPaths(tmp_path / "run"), JobRecord(job_id, tmp_path)).settle(said.append)
+    assert said == [
+        f"job {job_id} is ending (COMPLETING: SLURM reaps its tasks); waiting up to {RELEASE_TIMEOUT_S} s for it "
+        "to leave the queue"
+    ]
+    assert slurm_queue.queue_state(job_id) is None

@@ -157,6 +157,9 @@ class Job:
         """PENDING or RUNNING while a job runs in the directory, else None."""
         raise NotImplementedError
 
+    def settle(self, say=print) -> None:
+        """Waits (bounded) for a job that has stopped but is not yet released, saying so; most never need to."""
+
     def state(self) -> RunState:
         if self.paths.result.exists():
             return RunState.FINISHED

@@ -49,6 +49,15 @@ class SlurmJob(Job):
         # RUNNING, COMPLETING, ... and UNKNOWN (squeue did not answer in time): running, so never resumed twice
         return RunState.PENDING if word in WAITING else RunState.RUNNING
 
+    def settle(self, say=print) -> None:
+        """A job whose tasks have ended but that SLURM still reaps (COMPLETING): waited for, bounded."""
+        if self.queue_state() == "COMPLETING" and not lock_holder(self.paths):
+            say(
+                f"job {self.job_id} is ending (COMPLETING: SLURM reaps its tasks); waiting up to "
+                f"{slurm_queue.RELEASE_TIMEOUT_S} s for it to leave the queue"
+            )
+            slurm_queue.wait_until_gone(self.job_id)
+
     def ended(self) -> RunState:
         accounted = slurm_queue.accounting_state(self.job_id) or ""
         cancelled = accounted.startswith("CANCELLED") or follow.cancelled_at(self.submitit_job()) is not None

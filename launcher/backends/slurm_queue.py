@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 QUERY_TIMEOUT_S = 30  # every squeue/sacct/scancel call is bounded
+# A job whose tasks ended stays COMPLETING while slurmd reaps them (KillWait, 30 s by default) and runs
+# the epilogue; --resume waits this long for it rather than refusing a run that has in fact stopped.
+RELEASE_TIMEOUT_S = 90
 
 
 def queue_state(job_id: str) -> str | None:
@@ -27,6 +31,17 @@ def queue_state(job_id: str) -> str | None:
         return None
     states = out.stdout.split()
     return states[0] if states else None
+
+
+def wait_until_gone(job_id: str, timeout_s: float = RELEASE_TIMEOUT_S, poll_s: float = 0.5) -> bool:
+    """Whether the job left the queue within `timeout_s`: after its tasks ended (or our scancel), so
+    that the next command on its run directory does not find it COMPLETING."""
+    deadline = time.monotonic() + timeout_s
+    while queue_state(job_id) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def accounting_state(job_id: str) -> str | None:

@@ -145,6 +145,7 @@ def refuse_live(paths: RunPaths) -> None:
     """A run directory a job still runs in is refused: its launcher or a task holds its lock, or its SLURM
     job is still queued (locks may not cross NFS hosts). The job handle's state decides, as for `status`."""
     job = registry.attach(paths)
+    job.settle(echo)
     state = job.live_state()
     if state is None:
         return
