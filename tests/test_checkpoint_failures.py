@@ -70,6 +70,7 @@ def fill_run_root_then_resume(job: list[str], data, tmpfs, env=None) -> subproce
     run = [*job, "--data-dir", str(data), "--epochs", "4", "--keep-checkpoints", "3"]
     failed = dali_launch(*run, "--run-root", str(tmpfs), env=env)
     paths = only_run(tmpfs)
+    assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
     (line,) = failed.stderr.strip().splitlines()
     assert failed.returncode == 1 and line.startswith("dali-launch: rank 0 failed: cannot write checkpoint "), failed
     assert f"into {paths.checkpoints}: No space left on device" in line and f"--resume {paths.root}" in line, line
@@ -103,6 +104,7 @@ def test_a_full_run_root_under_train_says_one_line_and_keeps_the_librarys_text_i
     refusal of `train`), nothing else of Orbax's on the terminal; its tracebacks in logs/rank-0.log."""
     failed = dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "4", "--run-root", str(small_tmpfs))
     paths = only_run(small_tmpfs)
+    assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
     (line,) = failed.stderr.strip().splitlines()
     assert failed.returncode == 2 and line.startswith("dali-launch: error: cannot write checkpoint "), failed.stderr
     assert f"into {paths.checkpoints}: No space left on device (" in line and "free space on that file" in line, line

@@ -20,7 +20,7 @@ from pathlib import Path
 from dali_launch.launcher.backends.job import started_tasks
 from dali_launch.launcher.backends.slurm_queue import cancel, queue_state, wait_until_gone
 from dali_launch.launcher.console import is_chatter
-from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
@@ -79,7 +79,8 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             else:
                 story = _first_story(job, paths, failed)
             print("\n".join(story), file=sys.stderr, flush=True)
-            wait_until_gone(job.job_id)  # so that `--resume` right after us does not find it COMPLETING
+            if wait_until_gone(job.job_id):  # so that `--resume` right after us does not find it COMPLETING
+                saved.drop_unfinished(paths)  # its writers gone: what a refused write's peers added after
             return 1
         if gone:
             break

@@ -193,7 +193,10 @@ class LocalRanks:
                     break
                 time.sleep(POLL_S)
         self._drain()
-        return self._outcome()
+        outcome = self._outcome()
+        if outcome.state is RunState.FAILED and len(self.exited) == len(self.procs):
+            saved.drop_unfinished(self.paths)  # its writers gone: what a refused write's peers added after
+        return outcome
 
     @contextlib.contextmanager
     def _stop_signals(self):

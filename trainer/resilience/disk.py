@@ -52,8 +52,7 @@ def _why(why: str, where: Path) -> str:
 
 def checkpoint_refused(paths: RunPaths, step: int, why: str, resume: str) -> UsageError:
     """The one line for checkpoint `step` that could not be written; its half-written folder removed."""
-    for tmp in paths.checkpoints.glob(f"{step}.orbax-checkpoint-tmp*"):
-        shutil.rmtree(tmp, ignore_errors=True)
+    saved.drop_unfinished(paths, step)
     newest = saved.newest(paths)
     kept = f"the newest checkpoint, step {newest.step}, is whole" if newest else "no checkpoint was written before it"
     return UsageError(

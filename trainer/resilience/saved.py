@@ -19,6 +19,7 @@ damaged one STEP.damaged (kept for a look, never deleted; Orbax sees no step in 
 from __future__ import annotations
 
 import json
+import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 COMMITTED = "commit_success.txt"
+TMP = ".orbax-checkpoint-tmp"  # Orbax's suffix of a step folder until its commit renames it
 FILES = "dali_launch_files.json"  # {"files": {relative path: [size, crc32]}}
 UNRECORDED = {FILES, COMMITTED, "_CHECKPOINT_METADATA"}  # Orbax writes the last two after FILES
 CHUNK = 1 << 22
@@ -67,6 +69,16 @@ def complete_steps(paths: RunPaths) -> list[int]:
     if not folder.is_dir():
         return []
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and (p / COMMITTED).is_file())
+
+
+def drop_unfinished(paths: RunPaths, step: int | None = None) -> None:
+    """The half-written checkpoint folders (STEP.orbax-checkpoint-tmp-*: of `step`, else all) removed. Only
+    where no process writes them any more: a refused write's other threads, or another rank's, may still
+    add to its folder (the space its removal frees lets them), so the launcher sweeps again once the
+    failed job's processes are gone."""
+    if paths.checkpoints.is_dir():
+        for tmp in paths.checkpoints.glob(f"{'*' if step is None else step}{TMP}*"):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read(paths: RunPaths, step: int) -> Saved:
