@@ -4,23 +4,15 @@ against the replicated step (A B B A) and the largest-ViT ladder (each rung a ch
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from conftest import REPO, check_ok
+from test_benchmark import bench
 
 
 def test_mesh_step_smoke_times_the_layout_abba_and_a_ladder_rung_in_its_own_process(tmp_path):
     out = tmp_path / "mesh_step.json"
     argv = ["--smoke-cpu", "--seconds", "0.05", "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "mesh_step.py"), *argv],
-        capture_output=True,
-        cwd=REPO,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = bench(*argv, timeout=300, script=REPO / "benchmarks" / "mesh_step.py")
     check_ok(proc)
     doc = json.loads(out.read_text())
     assert "without optimizer-state offload" in doc["offload"] and doc["environment"]["jax"]
