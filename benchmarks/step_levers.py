@@ -20,6 +20,8 @@ lever, so a run cut short keeps the levers it measured):
 `--smoke-cpu` runs every lever on CPU devices with docs/models.md's BatchNorm MLP (bn_models, tests/ on
 PYTHONPATH) in fp32 on 8x8 images, batches of 4, 6 and 8 (XLA:CPU compiles bf16 convolutions for
 minutes): it checks the script, its numbers mean nothing. `--levers a,b` runs some (the baseline always).
+`--trace DIR` profiles two more calls of each lever into DIR/LEVER; `kernel_time.py DIR/baseline
+DIR/deterministic` then says which kinds of kernel take the time the lever adds.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from pathlib import Path
 from report import environment, listed
 
 OFF_GRAPHS = {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets while nvJPEG runs on the GPU
+DETERMINISTIC = {
+    "xla_gpu_deterministic_ops": "true"
+}  # trainer/determinism.py's GPU_XLA_FLAGS (a test holds them equal)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,24 @@ def levers() -> list[Lever]:
         ),
         Lever("batchnorm-compute", "resolve.py's BATCHNORM_STATS['gpu'] = 'compute'", batchnorm_stats="compute"),
         Lever("no-donation", "nothing: donation stays (it saves a copy of the state)", donate=False),
+        # --deterministic's price, and what might lower it (issue 38: -30 % in training, explained by kernel)
+        Lever("deterministic", "determinism.GPU_XLA_FLAGS: what --deterministic costs", options=opts(**DETERMINISTIC)),
+        Lever(
+            "exclude-nondeterministic",
+            "determinism.GPU_XLA_FLAGS: the kernels excluded, autotuning kept",
+            options=opts(xla_gpu_exclude_nondeterministic_ops="true"),
+        ),
+        Lever(
+            "deterministic-nhwc",
+            "determinism.GPU_XLA_FLAGS with NHWC convolutions (their deterministic kernels may be faster)",
+            options=opts(**DETERMINISTIC, xla_gpu_force_conv_nhwc="true"),
+        ),
+        Lever(
+            "deterministic-bn-compute",
+            "resolve.py's BATCHNORM_STATS under --deterministic",
+            options=opts(**DETERMINISTIC),
+            batchnorm_stats="compute",
+        ),
         Lever("baseline-again", "- (the run's drift)"),
     ]
 
@@ -117,8 +140,8 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     return mode, mode.place(fresh), tally, (images, labels, valid)
 
 
-def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: float) -> dict:
-    """Compile `lever`'s call, run it twice, then time it for about `seconds`."""
+def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: float, trace: Path | None) -> dict:
+    """Compile `lever`'s call, run it twice, then time it for about `seconds` (then trace it into `trace`)."""
     import jax
 
     from dali_launch.trainer.step.xla_options import typed
@@ -138,6 +161,11 @@ def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: 
     jax.block_until_ready(tally)
     elapsed = time.perf_counter() - began
     images = calls * lever.batch * lever.steps
+    if trace:  # two more calls under the profiler: benchmarks/kernel_time.py says where their GPU time went
+        with jax.profiler.trace(str(trace / lever.name), create_perfetto_trace=True):
+            for _ in range(2):
+                state, tally = call(state, tally, *batch)
+            jax.block_until_ready(tally)
     del call, state, tally, batch
     gc.collect()
     return {
@@ -151,15 +179,15 @@ def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: 
 
 def table(rows: list[dict]) -> str:
     base = next((r["images_per_s"] for r in rows if r["name"] == "baseline" and "error" not in r), None)
-    head = f"{'lever':<20}{'images/s':>10}{'x baseline':>12}{'ms/step':>9}{'compile s':>11}  if it wins"
+    head = f"{'lever':<26}{'images/s':>10}{'x baseline':>12}{'ms/step':>9}{'compile s':>11}  if it wins"
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['name']:<20}{'failed':>10}  {r['error']}")
+            lines.append(f"{r['name']:<26}{'failed':>10}  {r['error']}")
             continue
         ratio = f"{r['images_per_s'] / base:.3f}" if base else "-"
         lines.append(
-            f"{r['name']:<20}{r['images_per_s']:>10,.0f}{ratio:>12}{r['ms_per_step']:>9.2f}{r['compile_s']:>11.1f}"
+            f"{r['name']:<26}{r['images_per_s']:>10,.0f}{ratio:>12}{r['ms_per_step']:>9.2f}{r['compile_s']:>11.1f}"
             f"  {r['decides']}"
         )
     return "\n".join(lines)
@@ -174,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     names = tuple(lever.name for lever in levers())
     parser.add_argument("--levers", type=listed(choices=names), help="Only these levers (and the baseline).")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--trace", type=Path, help="Profile 2 calls of each lever into TRACE/LEVER (kernel_time.py).")
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU devices, a tiny model: checks the script only.")
     args = parser.parse_args(argv)
     if args.smoke_cpu:
@@ -186,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     for lever in chosen:
         lever = smoke(lever) if args.smoke_cpu else lever
         try:
-            rows.append(measure(lever, args.model, args.image_size, args.precision, args.seconds))
+            rows.append(measure(lever, args.model, args.image_size, args.precision, args.seconds, args.trace))
         except Exception as e:  # another lever may still run: XLA may refuse an option this version lacks
             rows.append({**lever.__dict__, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
         print(table(rows).splitlines()[-1], flush=True)

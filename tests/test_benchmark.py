@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, check_ok
 
+from dali_launch.trainer import determinism
+
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "benchmarks" / "epoch_time.py"
@@ -205,8 +207,8 @@ def test_step_levers_smoke_times_each_kind_of_lever_against_the_baseline(tmp_pat
     (the batch, XLA options, BatchNorm statistics, donation) and the baseline twice, each with its ratio to
     the first baseline. A subset: XLA:CPU compiles every lever anew."""
     out = tmp_path / "levers.json"
-    chosen = "batch-384,autotune-0,batchnorm-compute,no-donation"
-    argv = ["--smoke-cpu", "--seconds", "0.1", "--levers", chosen, "--out", str(out)]
+    chosen = "batch-384,autotune-0,batchnorm-compute,no-donation,deterministic"
+    argv = ["--smoke-cpu", "--seconds", "0.1", "--levers", chosen, "--out", str(out), "--trace", str(tmp_path / "t")]
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "step_levers.py"), *argv],
         capture_output=True,
@@ -224,6 +226,9 @@ def test_step_levers_smoke_times_each_kind_of_lever_against_the_baseline(tmp_pat
     assert rows["baseline"]["options"] == {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets
     assert rows["autotune-0"]["options"] == {"xla_gpu_enable_command_buffer": "", "xla_gpu_autotune_level": "0"}
     assert rows["batch-384"]["batch"] == 6 and rows["no-donation"]["donate"] is False
+    assert rows["deterministic"]["options"] == {**rows["baseline"]["options"], **dict(determinism.GPU_XLA_FLAGS)}
+    traced = {p.parts[-5] for p in (tmp_path / "t").glob("*/plugins/profile/*/*.trace.json.gz")}
+    assert traced == set(rows), traced  # kernel_time.py's input, one per lever
     assert "x baseline" in doc["table"] and doc["table"] in proc.stdout
 
 
