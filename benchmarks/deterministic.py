@@ -137,9 +137,8 @@ def before_runs(args, root: Path) -> dict:
 def mid_epoch_checkpoint(run_root: Path, epoch: int) -> dict | None:
     """A complete checkpoint part way through `epoch` (Orbax's committed step, read as saved.py reads it)."""
     for meta in sorted(run_root.glob("*/checkpoints/*/meta/metadata")):
-        step = (
-            meta.parent.parent
-        )  # whole once renamed: Orbax writes commit_success.txt into STEP.orbax-checkpoint-tmp-*
+        # whole once renamed: Orbax writes commit_success.txt into STEP.orbax-checkpoint-tmp-* first
+        step = meta.parent.parent
         if step.name.isdigit() and (step / "commit_success.txt").exists():
             record = json.loads(meta.read_text())
             if record["epoch"] == epoch and record["calls_done"] > 0:

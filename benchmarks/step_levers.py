@@ -39,9 +39,8 @@ from pathlib import Path
 from report import environment, listed
 
 OFF_GRAPHS = {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets while nvJPEG runs on the GPU
-DETERMINISTIC = {
-    "xla_gpu_deterministic_ops": "true"
-}  # trainer/determinism.py's GPU_XLA_FLAGS (a test holds them equal)
+# trainer/determinism.py's GPU_XLA_FLAGS (a test holds them equal)
+DETERMINISTIC = {"xla_gpu_deterministic_ops": "true"}
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,13 @@ def busiest(spans: list[dict], where) -> list[dict]:
     return sorted(max(threads.values(), key=lambda es: sum(e["dur"] for e in es)), key=lambda e: e["ts"])
 
 
+def gpu_stream(spans: list[dict], processes: dict, path: str) -> list[dict]:
+    """The busiest GPU stream's events (XLA's compute stream); ValueError for a trace without one."""
+    if not any("GPU" in name for name in processes.values()):
+        raise ValueError(f"{path} holds no GPU stream (a run on CPU devices?); profile a GPU run")
+    return busiest(spans, lambda e: "GPU" in processes.get(e["pid"], ""))
+
+
 def gaps(stream: list[dict], longer_than_us: float) -> tuple[float, list[tuple[float, float]]]:
     """The stream's busy time and its idle intervals longer than `longer_than_us`."""
     busy, found, end = 0.0, [], stream[0]["ts"]
@@ -57,9 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--show", type=int, default=20, help="Gaps listed, the longest first.")
     args = parser.parse_args(argv)
     spans, processes, threads = load(args.trace)
-    if not any("GPU" in name for name in processes.values()):
-        parser.error(f"{args.trace} holds no GPU stream (a run on CPU devices?); profile a GPU run")
-    stream = busiest(spans, lambda e: "GPU" in processes.get(e["pid"], ""))
+    try:
+        stream = gpu_stream(spans, processes, args.trace)
+    except ValueError as e:
+        parser.error(str(e))
     host = busiest(spans, lambda e: "GPU" not in processes.get(e["pid"], ""))
     span = stream[-1]["ts"] + stream[-1]["dur"] - stream[0]["ts"]
     busy, idle = gaps(stream, args.min_gap_ms * 1e3)

@@ -18,6 +18,7 @@ import submitit  # noqa: F401 - see below
 
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.data.idx import load_split, prepare, read_idx, write_lmdb
+from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 
 # submitit's logger keeps the stream it finds at import: imported first inside a test, that is the
@@ -177,6 +178,13 @@ def rank_pid(run_root: Path, rank: int) -> int:
 def has_checkpoint(run_root: Path) -> bool:
     """A step checkpoint exists in the run under `run_root` (a signal after it lands mid-run)."""
     return any(p.name.isdigit() for p in run_root.glob("*/checkpoints/*"))
+
+
+def whole_checkpoints(run_root: Path) -> int:
+    """How many whole checkpoints the runs of `run_root` hold, by the trainer's rule (saved.complete_steps:
+    renamed from the tmp folder Orbax writes commit_success.txt into first); 0 before any run exists."""
+    runs = [p for p in run_root.iterdir() if _a_run(p)] if run_root.is_dir() else []
+    return sum(len(saved.complete_steps(RunPaths(run))) for run in runs)
 
 
 def wait_for(probe, timeout_s: float):

@@ -11,11 +11,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import check_ok, dali_launch, final_params, only_run, reap, start
+from conftest import check_ok, dali_launch, final_params, has_checkpoint, only_run, reap, start
 
 from dali_launch.launcher.backends.local import REAP_SLACK_S, died_at
 from dali_launch.trainer.resilience import saved
-from dali_launch.trainer.run_dir import RunPaths
 
 pytestmark = [pytest.mark.slow]
 multiprocess = pytest.mark.multiprocess
@@ -158,8 +157,7 @@ def test_a_refused_checkpoint_write_names_the_rank_it_failed_on_and_its_cause(sm
     folder = None
     try:
         deadline = time.monotonic() + 120
-        # the first one whole (renamed from its tmp folder, into which Orbax writes commit_success.txt)
-        while not any(saved.complete_steps(RunPaths(run)) for run in (tmp_path / "runs").glob("*")):
+        while not has_checkpoint(tmp_path / "runs"):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.01)
         folder = only_run(tmp_path / "runs").checkpoints

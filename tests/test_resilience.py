@@ -24,6 +24,7 @@ from conftest import (
     start,
     stop_when,
     wait_for,
+    whole_checkpoints,
 )
 
 from dali_launch.trainer.resilience import saved
@@ -109,8 +110,7 @@ def test_kill_9_after_a_checkpoint_then_damage_to_it_is_found_and_the_one_before
     common = ["--data-dir", str(small_lmdb), "--epochs", "3", "--checkpoint-every-steps", "6"]
     proc = start("train", *common, "--checkpoint-async", "on", "--run-root", str(tmp_path))
     try:
-        # whole = renamed from its tmp folder: Orbax writes commit_success.txt into the tmp folder first
-        committed = lambda: sum(len(saved.complete_steps(RunPaths(run))) for run in tmp_path.iterdir()) >= 2
+        committed = lambda: whole_checkpoints(tmp_path) >= 2
         deadline = time.monotonic() + 120
         while not committed() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
