@@ -51,6 +51,7 @@ class Lever:
     steps: int = 5  # per call: --steps-per-call auto for 256 (1,200 samples a call, resolve.py)
     options: dict = field(default_factory=lambda: dict(OFF_GRAPHS))  # as --xla-options writes them
     batchnorm_stats: str = "float32"
+    pool_grad: str = "scatter"  # --pool-grad (model/pooling.py)
     donate: bool = True
 
 
@@ -96,6 +97,16 @@ def levers() -> list[Lever]:
             options=opts(**DETERMINISTIC),
             batchnorm_stats="compute",
         ),
+        # The stem pool's gradient without a scatter (model/pooling.py): --pool-grad auto under each
+        Lever(
+            "pool-masks", "resolve.py's POOL_GRAD['gpu'] (--pool-grad auto without --deterministic)", pool_grad="masks"
+        ),
+        Lever(
+            "deterministic-pool-masks",
+            "--pool-grad auto under --deterministic (masks)",
+            options=opts(**DETERMINISTIC),
+            pool_grad="masks",
+        ),
         Lever("baseline-again", "- (the run's drift)"),
     ]
 
@@ -121,10 +132,10 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     from dali_launch.trainer.step import parallel
 
     rows = lever.batch * lever.steps
-    key = (model, image_size, precision, lever.batchnorm_stats)  # the batch does not change the state
+    key = (model, image_size, precision, lever.batchnorm_stats, lever.pool_grad)  # the batch does not change the state
     if key not in _FRESH:
-        stats = lever.batchnorm_stats
-        spec = TaskSpec(run_dir="unused", train=TrainConfig(model=model, precision=precision, batchnorm_stats=stats))
+        chosen = {"batchnorm_stats": lever.batchnorm_stats, "pool_grad": lever.pool_grad}
+        spec = TaskSpec(run_dir="unused", train=TrainConfig(model=model, precision=precision, **chosen))
         _FRESH[key] = create_train_state(spec, np.zeros((1, image_size, image_size, 3), np.float16), 1000)
     fresh = _FRESH[key]
     mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))

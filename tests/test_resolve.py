@@ -96,6 +96,7 @@ def test_resolve_records_every_auto_value():
         "elastic": None,
         "xla_options": {},  # XLA's defaults on CPUs
         "batchnorm_stats": "float32",
+        "pool_grad": "masks",  # the stem pool's gradient on CPUs (resolve.POOL_GRAD)
         "decoded_cache": "off",  # auto keeps no host table on CPUs (resolve.AUTO_KINDS)
         "decoded_cache_mb": 0,
         "decoded_cache_note": "off (auto: no host cache was measured faster than decoding on CPUs; --decoded-cache SIZE keeps one)",

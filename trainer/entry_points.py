@@ -84,7 +84,8 @@ def create_model(name: str, num_classes: int, adapter: str | None = None, **opti
     return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER, options)
 
 
-MODEL_OPTIONS = ("drop_path", "vit_pool", "attention", "batchnorm_stats")  # TrainConfig fields a model factory may name
+# TrainConfig fields a model factory may name
+MODEL_OPTIONS = ("drop_path", "vit_pool", "attention", "batchnorm_stats", "pool_grad")
 
 
 def model_options(train) -> dict:

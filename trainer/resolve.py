@@ -42,6 +42,8 @@ elastic          a run resumed from a checkpoint on another device count: the pe
                  call and learning-rate scale elastic.py plans for it (else None)
 remainder        shard order, resumed mid-epoch on another layout than the checkpoint's (devices, readers,
                  batch, steps per call): how the rest of that epoch is read here (data/hosting.py; else None)
+pool_grad        the gradient of the built-in ResNets' stem max pool (model/pooling.py): POOL_GRAD by platform,
+                 masks under --deterministic (XLA:GPU's deterministic scatter was 16 ms of a 52 ms ResNet-50 step)
 mesh             how the devices split the work (step/mesh.py), stage 3: auto is data parallel over all
 parallel         how steps run (step/parallel.py): sharded under a --mesh that shards the state; else pmap
                  for a model with mutable collections (BatchNorm statistics) on more than one device, where each device normalises its own rows and the
@@ -72,6 +74,9 @@ from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
 BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers.py's batchnorm-compute lever
+# masks: 0.31x select_and_scatter's time on 2 CPU cores (`python benchmarks/pool_grad.py --batch 32`); on GPUs without
+# --deterministic not measured yet (benchmarks/step_levers.py's pool-masks lever).
+POOL_GRAD = {"gpu": "scatter", "cpu": "masks"}
 OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
 # What auto turns on where it fits, by platform: only a kind measured faster than decoding every epoch there
 # (benchmarks/against.py; tests/test_decoded_cache.py holds this table to benchmarks/results/issue38/'s runs).
@@ -103,6 +108,7 @@ class Resolved:
     elastic: dict | None = None
     xla_options: dict = dataclasses.field(default_factory=dict)  # stage 1's (placement.Placement)
     batchnorm_stats: str = "float32"  # float32 or compute
+    pool_grad: str = "scatter"  # scatter or masks
     decoded_cache: str = "off"  # off, host (this process's decoded shards in host memory) or decoder (DALI's)
     decoded_cache_mb: int = 0  # host: the estimated decoded shards; decoder: its size per device
     decoded_cache_note: str = ""  # why, for the start-up line
@@ -151,7 +157,7 @@ class Resolved:
 
     def train_config(self, config: TrainConfig) -> TrainConfig:
         """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
-        the BatchNorm statistics' precision and --attention resolved (what the model is built from:
+        the BatchNorm statistics' precision, the stem pool's gradient and --attention resolved (what the model is built from:
         entry_points.model_options)."""
         lr, chosen = config.learning_rate * self.lr_scale, self.attention or config.attention
         return dataclasses.replace(
@@ -159,6 +165,7 @@ class Resolved:
             learning_rate=lr,
             attention=chosen,
             batchnorm_stats=self.batchnorm_stats,
+            pool_grad=self.pool_grad,
             eval_batch_size=self.eval_batch_per_device,
         )
 
@@ -206,6 +213,13 @@ def feed_workers(setting: int, order: str, cores_per_device: int, readers: int, 
 def batchnorm_stats(setting: str, platform: str) -> str:
     """--batchnorm-stats, where auto follows BATCHNORM_STATS."""
     return BATCHNORM_STATS[platform] if setting == "auto" else setting
+
+
+def pool_grad(setting: str, platform: str, deterministic: bool) -> str:
+    """--pool-grad, where auto follows POOL_GRAD, and masks under --deterministic."""
+    if setting != "auto":
+        return setting
+    return "masks" if deterministic else POOL_GRAD[platform]
 
 
 def decoded_cache(
@@ -291,6 +305,7 @@ def resolve(
         elastic=plan.as_dict() if plan and plan.changed else None,
         xla_options=where.xla_options,
         batchnorm_stats=batchnorm_stats(spec.train.batchnorm_stats, where.platform),
+        pool_grad=pool_grad(spec.train.pool_grad, where.platform, spec.train.deterministic),
         decoded_cache=kept[0],
         decoded_cache_mb=kept[1],
         decoded_cache_note=kept[2],

@@ -38,6 +38,8 @@ import math
 import flax.linen as nn
 import jax.numpy as jnp
 
+from dali_launch.trainer.model.pooling import stem_pool
+
 
 class MLP(nn.Module):
     """784-784-1024-1024-10 with ReLUs, as in DALI's "Training neural network with DALI and Flax"."""
@@ -113,6 +115,7 @@ class ResNet18(nn.Module):
     num_classes: int = 10
     width: int = 64
     stages: tuple[int, ...] = (2, 2, 2, 2)
+    pool_grad: str = "scatter"  # --pool-grad resolved (model/pooling.py)
 
     @nn.compact
     def __call__(self, x):
@@ -121,7 +124,7 @@ class ResNet18(nn.Module):
         x = nn.Conv(self.width, (3, 3) if small else (7, 7), 1 if small else 2, use_bias=False)(x)
         x = nn.relu(_norm(x))
         if not small:
-            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = stem_pool(x, self.pool_grad)
         for stage, blocks in enumerate(self.stages):
             for block in range(blocks):
                 x = ResidualBlock(self.width * 2**stage, 2 if stage and not block else 1)(x)

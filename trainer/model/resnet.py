@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from dali_launch.trainer.model.models import as_images
+from dali_launch.trainer.model.pooling import stem_pool
 
 
 def batch_norm(train: bool, float32_stats: bool):
@@ -53,6 +54,7 @@ class ResNet(nn.Module):
     stages: tuple[int, ...] = (3, 4, 6, 3)
     width: int = 64
     float32_stats: bool = True  # --batchnorm-stats (resnet50's factory sets it)
+    pool_grad: str = "scatter"  # --pool-grad resolved (model/pooling.py)
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -62,13 +64,14 @@ class ResNet(nn.Module):
         x = nn.Conv(self.width, (3, 3) if small else (7, 7), 1 if small else 2, use_bias=False)(x)
         x = nn.relu(batch_norm(train, self.float32_stats)()(x))
         if not small:
-            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = stem_pool(x, self.pool_grad)
         for stage, blocks in enumerate(self.stages):
             for block in range(blocks):
                 x = Bottleneck(self.width * 2**stage, 2 if stage and not block else 1, self.float32_stats)(x, train)
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
-def resnet50(num_classes: int, batchnorm_stats: str = "float32") -> ResNet:
-    """`batchnorm_stats` (--batchnorm-stats resolved: float32 or compute) sets the statistics' precision."""
-    return ResNet(num_classes=num_classes, float32_stats=batchnorm_stats != "compute")
+def resnet50(num_classes: int, batchnorm_stats: str = "float32", pool_grad: str = "scatter") -> ResNet:
+    """`batchnorm_stats` (--batchnorm-stats resolved: float32 or compute) sets the statistics' precision,
+    `pool_grad` (--pool-grad resolved) the stem pool's gradient."""
+    return ResNet(num_classes=num_classes, float32_stats=batchnorm_stats != "compute", pool_grad=pool_grad)

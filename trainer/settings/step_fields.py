@@ -65,6 +65,14 @@ class StepFields:
         "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
         choices=("auto", "float32", "compute"),
     )
+    pool_grad: str = opt(
+        "auto",
+        "How the gradient of the ImageNet stem's 3x3/2 max pool is computed in the built-in resnet50 and resnet18 "
+        "(model/pooling.py): scatter (JAX's select_and_scatter) or masks (nine offset masks, no scatter: XLA's "
+        "deterministic scatter cost --deterministic most of its price on the GPU). auto (resolve.py's POOL_GRAD): "
+        "masks on CPUs and under --deterministic, else scatter until benchmarks/step_levers.py measures masks faster.",
+        choices=("auto", "scatter", "masks"),
+    )
     on_nan: str = opt(
         "stop",
         "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's check points with no "
