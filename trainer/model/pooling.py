@@ -1,7 +1,7 @@
 """The ImageNet stem's 3x3 stride-2 max pool, with a gradient that needs no scatter (`--pool-grad masks`).
 
 JAX differentiates reduce_window's max through select_and_scatter. Under XLA's deterministic ops
-(--deterministic) XLA:GPU rewrites that scatter into a sort-based form: 16 ms of a 52 ms ResNet-50
+(--deterministic) XLA:GPU rewrites that scatter into a sort-like form: 16 ms of a 52 ms ResNet-50
 step on one H200 (benchmarks/results/issue38/session5-kernel_time-det.txt), nearly all of the flag's
 cost. Here the gradient is built from the nine window offsets instead: for each offset, in row-major
 order, the positions where the window's maximum sits and no earlier offset matched (select_and_scatter's
@@ -10,8 +10,6 @@ Slices, compares, selects, pads and adds in a fixed order: deterministic without
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -67,9 +65,7 @@ def _bwd(saved, g):
         for dj in range(WINDOW):
             hit = (_window(xp, di, dj, out_h, out_w) == y) & ~taken
             taken = taken | hit
-            # Back to the padded input's positions: every STRIDE-th one from (di, dj).
-            spread = partial(_spread, shape=xp.shape, di=di, dj=dj)
-            grad = grad + spread(jnp.where(hit, g, zero))
+            grad = grad + _spread(jnp.where(hit, g, zero), xp.shape, di, dj)
     (top, _), (left, _) = pads
     return (grad[:, top : top + x.shape[1], left : left + x.shape[2]],)
 
