@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -52,9 +51,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mesh_calls import LaidOut, Setup, compiled, fresh_state, memory, replace_model, runner, timed, warm
 from report import environment, listed
 
-OFF_GRAPHS = {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets while nvJPEG runs on the GPU
 OFFLOAD = "not built: every rung is without optimizer-state offload (and without rematerialisation)"
 TARGET_PCT = 3.0  # issue 41: the fsdp layout over one device costs at most this against the replicated step
 TAG = "MESH_STEP_JSON "  # a child's result line on stdout
@@ -97,134 +96,10 @@ def factory(name: str):
     return make
 
 
-def model_name(name: str) -> str:
-    """--model for `name`: a built-in name as it is, a rung as this module's factory (benchmarks/ is on
-    sys.path: the script's folder)."""
-    return name if name.startswith("vit-") and name[4:] in ("ti16", "s16", "b16") else f"mesh_step:{name}"
-
-
 def __getattr__(name: str):  # `mesh_step:vit-l16` etc. for entry_points.load (module-level getattr)
     if name in RUNGS or name in SMOKE_RUNGS:
         return factory(name)
     raise AttributeError(name)
-
-
-@dataclass(frozen=True)
-class Setup:
-    model: str
-    batch: int
-    image_size: int
-    precision: str
-    steps: int  # SGD steps per device call
-    num_classes: int = 1000
-
-
-def fresh_state(setup: Setup):
-    """The trainer's own initial state (step/initial_state.state_maker: free of DALI) for AdamW at this setup.
-    Returns (fresh, example): the init as a function of a one-sample batch, for jax.eval_shape (the abstract
-    state) or jit on the host's CPU (the real one, as the trainer)."""
-    import numpy as np
-
-    from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-    from dali_launch.trainer.step.initial_state import state_maker
-
-    train = TrainConfig(model=model_name(setup.model), precision=setup.precision, optimizer="adamw")
-    data = DataConfig(num_classes=setup.num_classes, image_size=setup.image_size)
-    spec = TaskSpec(run_dir="unused", data=data, train=train)
-    return state_maker(spec, 1000), np.zeros((1, setup.image_size, setup.image_size, 3), np.float16)
-
-
-class LaidOut:
-    """A step/mesh.Mesh of one device whose state is laid out as an fsdp mesh's: Sharded then takes its
-    fsdp branch (state_layout, laid_out) where Mesh(fsdp=1).shards_state would keep it replicated."""
-
-    data = fsdp = tensor = devices = 1
-    shards_state = True
-
-    def __str__(self) -> str:
-        return "fsdp:1 (layout path)"
-
-
-def runner(setup: Setup, device, shapes, layout: bool):
-    """The trainer's Sharded runner on `device` (parallel.create, as set_up makes it) and a call's batch."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from dali_launch.trainer.data.rows import AXIS
-    from dali_launch.trainer.step import parallel
-
-    mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))
-    data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-    mode = parallel.create(
-        "sharded", [device], [device], setup.batch, data, mesh=LaidOut() if layout else None, shapes=shapes
-    )
-    rows = setup.batch * setup.steps
-    side = setup.image_size
-    images = jax.jit(lambda key: jax.random.normal(key, (1, rows, side, side, 3), jnp.float16), out_shardings=data)(
-        jax.random.PRNGKey(1)
-    )
-    labels = jax.device_put(np.arange(rows, dtype=np.int32)[None] % setup.num_classes, data)
-    valid = jax.device_put(np.ones((1, rows), np.float32), data)
-    zero = {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
-    # ^ checkpoint.zero_tally (resilience/checkpoint.py imports DALI and Orbax)
-    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), parallel.call_tally(zero))
-    return mode, tally, (images, labels, valid)
-
-
-def compiled(mode, shapes, tally, batch):
-    """`mode.call` compiled for a state of `shapes` laid out as `mode` places it, and the seconds it took."""
-    import jax
-
-    from dali_launch.trainer.step.xla_options import typed
-
-    leaves, structure = jax.tree.flatten(shapes)
-    layout = mode.layout or [mode.replicated] * len(leaves)
-    abstract = structure.unflatten(
-        [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=at) for x, at in zip(leaves, layout)]
-    )
-    began = time.perf_counter()
-    call = mode.call.lower(abstract, tally, *batch).compile(compiler_options=typed(OFF_GRAPHS))
-    return call, time.perf_counter() - began
-
-
-def timed(call, state, tally, batch, rows: int, seconds: float, at_least: int = 3):
-    """`call` run for about `seconds` (at least `at_least` calls): (state, tally, images/s, calls, seconds)."""
-    import jax
-
-    began = time.perf_counter()
-    state, tally = call(state, tally, *batch)
-    jax.block_until_ready(tally)
-    calls = max(at_least, math.ceil(seconds / (time.perf_counter() - began))) - 1
-    for _ in range(calls):
-        state, tally = call(state, tally, *batch)
-    jax.block_until_ready(tally)
-    elapsed = time.perf_counter() - began
-    return state, tally, (calls + 1) * rows / elapsed, calls + 1, elapsed
-
-
-def warm(call, state, tally, batch, calls: int = 2):
-    import jax
-
-    for _ in range(calls):
-        state, tally = call(state, tally, *batch)
-    jax.block_until_ready(tally)
-    return state, tally
-
-
-def memory(call, device) -> dict:
-    """XLA's compiled buffers of `call` and the device's counters (None where the device does not say)."""
-    out = {}
-    try:
-        analysis = call.memory_analysis()
-        for key in ("argument", "output", "temp", "alias", "generated_code"):
-            out[f"xla_{key}_bytes"] = int(getattr(analysis, f"{key}_size_in_bytes"))
-    except Exception:  # some backends keep no analysis
-        pass
-    stats = device.memory_stats() or {}
-    out["peak_bytes_in_use"] = stats.get("peak_bytes_in_use")
-    out["pool_bytes"] = stats.get("bytes_limit")
-    return out
 
 
 def fsdp_cost(setup: Setup, seconds: float) -> dict:
@@ -470,10 +345,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         print(f"wrote {args.out}")
     return 1 if failed else 0
-
-
-def replace_model(setup: Setup, name: str) -> Setup:
-    return Setup(name, setup.batch, setup.image_size, setup.precision, setup.steps, setup.num_classes)
 
 
 if __name__ == "__main__":

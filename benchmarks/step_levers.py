@@ -128,8 +128,8 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     from dali_launch.trainer.config import TaskSpec, TrainConfig
     from dali_launch.trainer.data.rows import AXIS
     from dali_launch.trainer.resilience.checkpoint import zero_tally
-    from dali_launch.trainer.set_up import create_train_state
     from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.step.initial_state import create_train_state
 
     rows = lever.batch * lever.steps
     key = (model, image_size, precision, lever.batchnorm_stats, lever.pool_grad)  # the batch does not change the state
