@@ -17,7 +17,7 @@ import pytest
 from dali_launch.trainer.config import TaskSpec, TrainConfig
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.entry_points import create_model
-from dali_launch.trainer.model.pooling import max_pool_3x3_s2
+from dali_launch.trainer.model.pooling import max_pool_3x3_s2, stem_pool
 from dali_launch.trainer.resolve import pool_grad, resolve
 
 
@@ -40,6 +40,17 @@ def test_the_pool_and_its_gradient_are_jaxs(shape, dtype, ties):
     # Where windows overlap, the same contributions are added in another order: equal within rounding.
     tolerance = 0.04 if dtype == jnp.bfloat16 else 1e-6
     np.testing.assert_allclose(np.float32(our_back(g)[0]), np.float32(back(g)[0]), atol=tolerance)
+
+
+@pytest.mark.parametrize("grad", ["scatter", "masks"])
+def test_both_forms_give_jaxs_gradient_inside_jit(grad):
+    """The models' own call (stem_pool) differentiated inside jit, as a train step does: a reduce_window whose
+    identity was a traced array was a generic reduction JAX cannot differentiate ("Linearization failed"),
+    which broke every ResNet step with --pool-grad scatter, the GPU default, while CPUs took masks."""
+    x = jnp.round(jax.random.normal(jax.random.PRNGKey(2), (2, 9, 8, 3)) * 2)  # ties too
+    theirs = jax.jit(jax.grad(lambda x: jax_pool(x).sum()))(x)
+    ours = jax.jit(jax.grad(lambda x: stem_pool(x, grad).sum()))(x)
+    np.testing.assert_allclose(ours, theirs, atol=1e-6)
 
 
 def test_its_gradient_has_no_scatter():

@@ -38,9 +38,10 @@ def _window(xp, di: int, dj: int, out_h: int, out_w: int):
 
 
 def _forward(x):
-    return lax.reduce_window(
-        x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, WINDOW, WINDOW, 1), (1, STRIDE, STRIDE, 1), "SAME"
-    )
+    # The identity as a Python float, as flax's pooling passes it: JAX then recognises the max monoid and
+    # differentiates through select_and_scatter. A jnp.array here is a tracer under jit, the reduction a
+    # generic one, and its gradient "Linearization failed" (--pool-grad scatter broke that way).
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, WINDOW, WINDOW, 1), (1, STRIDE, STRIDE, 1), "SAME")
 
 
 @jax.custom_vjp
