@@ -171,17 +171,27 @@ def _script(tmp_path: Path, data: Path, *flags: str, env: dict) -> Path:
     return script
 
 
+# The states a job ends in (squeue keeps ended jobs for the test cluster's MinJobAge, an hour).
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
+
+
 def _sbatch(script: Path, env: dict, wait: bool) -> tuple[str, subprocess.CompletedProcess]:
+    """The script submitted; with `wait`, once the job has ended: its return code 0 when it COMPLETED (as
+    `sbatch --wait` says, without its polling's back-off: ~10 s for a 1 s job, test_slurm_cluster.py)."""
     out = script.parent / "slurm-%j.out"
     proc = subprocess.run(
-        ["sbatch", "--parsable", f"--output={out}", *(["--wait"] if wait else []), str(script)],
+        ["sbatch", "--parsable", f"--output={out}", str(script)],
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, **env},
         cwd=script.parent,
     )
-    return proc.stdout.split(";")[0].strip().splitlines()[0], proc
+    job_id = proc.stdout.split(";")[0].strip().splitlines()[0]
+    if wait:
+        ended = wait_for(lambda: (state := squeue(env, job_id)) in ENDED and state, timeout_s=300)
+        proc = subprocess.CompletedProcess(proc.args, 0 if ended == "COMPLETED" else 1, proc.stdout, proc.stderr)
+    return job_id, proc
 
 
 def _output(tmp_path: Path, job_id: str) -> str:
@@ -210,33 +220,51 @@ def test_user_sbatch_script_runs_two_nodes_to_the_end(slurm_env, small_lmdb, tmp
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_inside_salloc_one_task_per_gpu_and_refusals(slurm_env, small_lmdb, tmp_path):
-    """One salloc of 2 nodes × 2 tasks: `srun ... task` trains with 4 tasks of one device each; `srun ... train`
+def test_inside_salloc_one_task_per_gpu_a_task_resume_in_the_next_step_and_refusals(slurm_env, small_lmdb, tmp_path):
+    """One salloc of 2 nodes × 2 tasks: `srun ... task` trains with 4 tasks of one device each; `srun ... task
+    --resume RUN` goes on in the allocation's next step (it was refused; only `dali-launch --resume`, a new job,
+    could), RUN given by its name: the epoch done is kept, the second trained, one result; `srun ... train`
     and a --nodes larger than the allocation are refused by every task, with nothing written."""
     cli = f"{sys.executable} -m dali_launch.launcher.cli"
     common = f"{' '.join(CPU)} --data-dir {small_lmdb}"
+    root = tmp_path / "runs"
+    run = RunPaths(root / "dali-launch-$SLURM_JOB_ID.0")  # its files as the shell names them
     shell = "\n".join(
         [
-            f"srun {cli} task --gpus-per-node 2 {common} --run-root {tmp_path}/runs > {tmp_path}/task.out 2>&1",
+            f"srun {cli} task --gpus-per-node 2 {common} --run-root {root} > {tmp_path}/task.out 2>&1",
             f"echo $? > {tmp_path}/task.rc",
+            f"cp {run.result} {tmp_path}/first-result.json; cp {run.rank_map} {tmp_path}/first-ranks.json",
+            f"srun {cli} task --resume dali-launch-$SLURM_JOB_ID.0 --run-root {root} --epochs 2 "
+            f"> {tmp_path}/second.out 2>&1; echo $? > {tmp_path}/second.rc",
             f"srun {cli} train {common} --run-root {tmp_path}/refused > {tmp_path}/train.out 2>&1; echo $? > {tmp_path}/train.rc",
             f"srun {cli} task --nodes 3 {common} --run-root {tmp_path}/refused > {tmp_path}/big.out 2>&1; echo $? > {tmp_path}/big.rc",
             "echo $SLURM_JOB_ID",
         ]
     )
-    job_id = in_salloc(shell, 2, 400, slurm_env)
+    job_id = in_salloc(shell, 2, 500, slurm_env)
     task_out = (tmp_path / "task.out").read_text()
     assert (tmp_path / "task.rc").read_text().strip() == "0", task_out
-    paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
-    ranks = json.loads(paths.rank_map.read_text())
+    paths = RunPaths(root / f"dali-launch-{job_id}.0")
+    ranks = json.loads((tmp_path / "first-ranks.json").read_text())
     assert [(r["host"], len(r["devices"]), r["device_indices"]) for r in ranks] == [
         ("node1", 1, [0]),
         ("node1", 1, [1]),
         ("node2", 1, [2]),
         ("node2", 1, [3]),
     ]
+    first = json.loads((tmp_path / "first-result.json").read_text())
+    assert len(first["checksums"]) == 4 and len(set(first["checksums"])) == 1
+
+    second = (tmp_path / "second.out").read_text()
+    assert (tmp_path / "second.rc").read_text().strip() == "0", second
+    assert second.count(f"resuming {paths.root} (started by `srun dali-launch task`); changed: --epochs 2") == 1
+    assert "resumed from checkpoint" in second and second.count("done: test accuracy") == 1, second
+    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
+    assert json.loads(paths.step.read_text())["step_id"] == "1"  # the step that went on in it
     result = json.loads(paths.result.read_text())
     assert len(result["checksums"]) == 4 and len(set(result["checksums"])) == 1
+    assert [p.name for p in root.iterdir() if p.name != ".compile-cache"] == [paths.root.name]
+
     for name, needle in (
         ("train", "`dali-launch train` runs one process, but this is task"),
         ("big", "--nodes 3 asks for more than the 2 nodes of this job step"),
@@ -245,38 +273,6 @@ def test_inside_salloc_one_task_per_gpu_and_refusals(slurm_env, small_lmdb, tmp_
         assert (tmp_path / f"{name}.rc").read_text().strip() != "0" and out.count(needle) == 4, out
         assert "Traceback" not in out
     assert not (tmp_path / "refused").exists()
-
-
-@pytest.mark.slurm
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_task_resume_continues_a_run_in_this_allocation(slurm_env, small_lmdb, tmp_path):
-    """`srun dali-launch task --resume RUN` in the user's own salloc: a run begun by `srun dali-launch task`
-    goes on in the allocation's next step (it was refused; only `dali-launch --resume`, a new job, could),
-    RUN given by its name; the epoch done is kept, the second trained, one result."""
-    cli = f"{sys.executable} -m dali_launch.launcher.cli"
-    root = tmp_path / "runs"
-    shell = "\n".join(
-        [
-            f"srun {cli} task {' '.join(CPU)} --data-dir {small_lmdb} --run-root {root} > {tmp_path}/first.out 2>&1",
-            f"echo $? > {tmp_path}/first.rc",
-            f"srun {cli} task --resume dali-launch-$SLURM_JOB_ID.0 --run-root {root} --epochs 2 "
-            f"> {tmp_path}/second.out 2>&1; echo $? > {tmp_path}/second.rc",
-            "echo $SLURM_JOB_ID",
-        ]
-    )
-    job_id = in_salloc(shell, 1, 500, slurm_env)
-    first, second = (tmp_path / "first.out").read_text(), (tmp_path / "second.out").read_text()
-    assert (tmp_path / "first.rc").read_text().strip() == "0", first
-    assert (tmp_path / "second.rc").read_text().strip() == "0", second
-    paths = RunPaths(root / f"dali-launch-{job_id}.0")
-    assert second.count(f"resuming {paths.root} (started by `srun dali-launch task`); changed: --epochs 2") == 1
-    assert "resumed from checkpoint" in second and second.count("done: test accuracy") == 1, second
-    assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
-    assert json.loads(paths.step.read_text())["step_id"] == "1"  # the step that went on in it
-    result = json.loads(paths.result.read_text())
-    assert len(result["checksums"]) == 2 and len(set(result["checksums"])) == 1
-    assert [p.name for p in root.iterdir() if p.name != ".compile-cache"] == [paths.root.name]
 
 
 def test_task_resume_of_a_run_whose_tasks_were_not_slurms_is_refused(capsys, tmp_path, small_lmdb, monkeypatch):

@@ -41,28 +41,6 @@ def resume_after_damage(paths, env=None) -> tuple[subprocess.CompletedProcess, i
     return resumed, step, what
 
 
-@multiprocess
-def test_a_damaged_newest_checkpoint_is_kept_aside_and_the_run_resumes_from_the_one_before(small_lmdb, tmp_path):
-    """2 epochs (8 calls each; checkpoints at calls 4, 8, 12, 16): the last one's biggest file cut in half;
-    --resume says so in one line, renames it 16.damaged, resumes from 12 and ends bit-identical."""
-    run = [*LOCAL, "--data-dir", str(small_lmdb), "--epochs", "2", "--checkpoint-every-steps", "4"]
-    check_ok(dali_launch(*run, "--run-root", str(tmp_path)))
-    paths = only_run(tmp_path)
-    uninterrupted = final_params(paths)
-    steps = saved.complete_steps(paths)
-    resumed, step, what = resume_after_damage(paths)
-    check_ok(resumed)
-    line = (
-        f"checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, "
-        f"resuming from step {steps[-2]}"
-    )
-    assert line in resumed.stdout.splitlines(), resumed.stdout
-    assert (paths.checkpoints / f"{step}.damaged").is_dir() and saved.complete_steps(paths)[-1] == step
-    again = final_params(paths)  # the step written again by the resumed run
-    assert all(np.array_equal(uninterrupted[k], again[k]) for k in uninterrupted)
-    assert "Traceback" not in resumed.stderr
-
-
 def fill_run_root_then_resume(job: list[str], data, tmpfs, env=None) -> subprocess.CompletedProcess:
     """`job` (local or SLURM flags) on `data` with its run root on `tmpfs`, which fills at the third
     checkpoint: one line naming the run root and the fix (the rest, Orbax's thread's traceback, is in the
@@ -93,10 +71,29 @@ def only_ours_on_the_console(proc: subprocess.CompletedProcess, log) -> None:
 
 
 @multiprocess
-def test_a_full_run_root_stops_with_one_line_and_resumes_once_there_is_room(small_lmdb, small_tmpfs):
-    """2 local processes; the SLURM side is test_slurm_failures'."""
+def test_a_full_run_root_stops_with_one_line_and_resumes_once_there_is_room_then_a_damaged_newest_checkpoint_is_kept_aside(
+    small_lmdb, small_tmpfs
+):
+    """2 local processes; the SLURM side is test_slurm_failures'. The run finished, the biggest file of its last
+    checkpoint is cut in half: --resume says so in one line, renames it STEP.damaged, resumes from the one
+    before and ends bit-identical."""
     failed = fill_run_root_then_resume(LOCAL, small_lmdb, small_tmpfs)
-    only_ours_on_the_console(failed, only_run(small_tmpfs).log(0))
+    paths = only_run(small_tmpfs)
+    only_ours_on_the_console(failed, paths.log(0))
+
+    uninterrupted = final_params(paths)
+    steps = saved.complete_steps(paths)
+    resumed, step, what = resume_after_damage(paths)
+    check_ok(resumed)
+    line = (
+        f"checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, "
+        f"resuming from step {steps[-2]}"
+    )
+    assert line in resumed.stdout.splitlines(), resumed.stdout
+    assert (paths.checkpoints / f"{step}.damaged").is_dir() and saved.complete_steps(paths)[-1] == step
+    again = final_params(paths)  # the step written again by the resumed run
+    assert all(np.array_equal(uninterrupted[k], again[k]) for k in uninterrupted)
+    assert "Traceback" not in resumed.stderr
 
 
 def test_a_full_run_root_under_train_says_one_line_and_keeps_the_librarys_text_in_the_log(small_lmdb, small_tmpfs):

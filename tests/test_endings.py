@@ -145,11 +145,11 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2], ids=["SIGTERM", "SIGUSR2"])
-def test_a_job_that_finishes_within_the_grace_is_reported_finished(mnist_lmdb, tmp_path, sig):
-    """A one-epoch run with no check point inside its epoch (10 fused calls): asked to stop once both
-    ranks are up, it finishes instead, and says so (exit 0)."""
+def test_a_job_that_finishes_within_the_grace_is_reported_finished(small_lmdb, tmp_path, sig):
+    """A one-epoch run with no check point inside its epoch (800 digits: 1 fused call of 8 steps): asked to
+    stop once both ranks are up, it finishes instead, and says so (exit 0)."""
     proc = _start(
-        ["--epochs", "1", "--steps-per-call", "8", "--sync-every-steps", "1000", "--data-dir", str(mnist_lmdb)],
+        ["--epochs", "1", "--steps-per-call", "8", "--sync-every-steps", "1000", "--data-dir", str(small_lmdb)],
         tmp_path,
     )
     try:

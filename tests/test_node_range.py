@@ -13,10 +13,12 @@ import textwrap
 import pytest
 from conftest import has_checkpoint, only_run, rank_report, reap, seen_prints, squeue, start, wait_for
 
-# Each step waits a little, so the job is still mid-epoch when the test preempts it. On CPU devices the
-# trainer acts on a signal only at check points (every --sync-every-steps device calls, default 10): an
-# epoch here is 8 calls, so the test checks at every call, or the signal waits for an epoch's end.
+# Each step of the first start waits a little, so the job is still mid-epoch when the test preempts it (the
+# requeued start, once the first has ended and the test removed the marker file, runs at full speed). On CPU
+# devices the trainer acts on a signal only at check points (every --sync-every-steps device calls, default
+# 10): an epoch here is 8 calls, so the test checks at every call, or the signal waits for an epoch's end.
 SLOW = """
+import os
 import time
 
 import flax.linen as nn
@@ -28,7 +30,7 @@ class Small(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        jax.debug.callback(lambda _: time.sleep(1.5), x[0, 0])
+        jax.debug.callback(lambda _: os.path.exists(MARKER) and time.sleep(1.5), x[0, 0])
         x = nn.relu(nn.Dense(64)(x.reshape(x.shape[0], -1)))
         return nn.Dense(self.num_classes)(x)
 
@@ -47,7 +49,9 @@ def _scontrol(env: dict, *args: str) -> None:
 @pytest.mark.multiprocess
 def test_a_requeue_with_fewer_nodes_continues_each_sample_once(slurm_env, small_lmdb, tmp_path):
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "slow.py").write_text(textwrap.dedent(SLOW))
+    marker = tmp_path / "slow-steps"
+    marker.touch()
+    (tmp_path / "pkg" / "slow.py").write_text(textwrap.dedent(SLOW) + f"\nMARKER = {str(marker)!r}\n")
     env = {**os.environ, **slurm_env, "PYTHONPATH": str(tmp_path / "pkg")}
     args = ["--nodes", "1-2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15", "--epochs", "2"]
     args += ["--global-batch-size", "100", "--record-samples", "--model", "slow:small"]
@@ -65,6 +69,7 @@ def test_a_requeue_with_fewer_nodes_continues_each_sample_once(slurm_env, small_
         subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
         # SLURM holds a requeued batch job back ~2 minutes (its credential lifetime): let it start now
         wait_for(lambda: squeue(env, job_id) == "PENDING", timeout_s=180)
+        marker.unlink()  # the first start has ended: the requeued one need not wait
         _scontrol(env, "update", f"JobId={job_id}", "StartTime=now")
         out, err = proc.communicate(timeout=300)
     finally:

@@ -191,12 +191,8 @@ def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
         os.kill(pid, 0)
 
 
-@pytest.mark.slurm
-@pytest.mark.multiprocess
-def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp_path):
-    """USR2 through SLURM: every rank agrees on a step, checkpoints, the job requeues itself and the
-    next incarnation finishes with the uninterrupted run's parameters."""
-    common = [
+def _slurm_requeue_job(mnist_lmdb) -> list[str]:
+    return [
         "--nodes",
         "2",
         "--gpus-per-node",
@@ -213,8 +209,23 @@ def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, tmp
         "0",
         "--record-samples",
     ]
-    check_ok(dali_launch(*common, "--run-root", str(tmp_path / "whole"), env=slurm_env))
-    whole = only_run(tmp_path / "whole")
+
+
+@pytest.fixture(scope="module")
+def slurm_whole(slurm_env, mnist_lmdb, tmp_path_factory) -> RunPaths:
+    """A finished 2-node SLURM run of 2 epochs, never interrupted: the requeued run's reference, and the run
+    that `--resume` submits again by hand (which leaves its result as it was: it asserts so)."""
+    root = tmp_path_factory.mktemp("slurm-whole")
+    check_ok(dali_launch(*_slurm_requeue_job(mnist_lmdb), "--run-root", str(root), env=slurm_env))
+    return only_run(root)
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_slurm_requeue_resumes_to_the_same_parameters(slurm_env, mnist_lmdb, slurm_whole, tmp_path):
+    """USR2 through SLURM: every rank agrees on a step, checkpoints, the job requeues itself and the
+    next incarnation finishes with the uninterrupted run's parameters."""
+    common, whole = _slurm_requeue_job(mnist_lmdb), slurm_whole
     proc, job_id = start(*common, "--run-root", str(tmp_path / "cut"), env=slurm_env), None
     try:
         wait_for(lambda: rank_report(tmp_path / "cut", 1), timeout_s=120)
@@ -304,14 +315,10 @@ def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(small_lmdb, tmp_
 
 
 @pytest.mark.slurm
-def test_slurm_resume_by_hand_continues_the_run(slurm_env, mnist_lmdb, tmp_path):
+def test_slurm_resume_by_hand_continues_the_run(slurm_env, slurm_whole, tmp_path):
     """`dali-launch --resume RUN_DIR` submits the run again from its directory alone (no other flag);
     it resumes from its checkpoint. A flag that would change the run (its data) is refused."""
-    job = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "10"]
-    check_ok(
-        dali_launch(*job, "--epochs", "1", "--data-dir", str(mnist_lmdb), "--run-root", str(tmp_path), env=slurm_env)
-    )
-    paths = only_run(tmp_path)
+    paths = slurm_whole
     before = _result(paths)
     refused = dali_launch("--resume", str(paths.root), "--data-dir", str(tmp_path / "elsewhere"), env=slurm_env)
     assert refused.returncode == 2 and "--data-dir" in refused.stderr and "another run" in refused.stderr

@@ -202,9 +202,13 @@ def test_a_moved_run_directory_keeps_working(small_lmdb, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_resumes_by_its_name(small_lmdb, tmp_path):
+def test_a_run_resumes_by_its_name_and_a_resume_that_would_lose_what_it_did_is_refused(small_lmdb, tmp_path):
     """RUN may be the run's name as `dali-launch runs` lists it (README), as for status and logs; --run-root
-    beside it says where, and is no change of the run's."""
+    beside it says where, and is no change of the run's. Then, of that run: fewer --epochs than the checkpoint
+    has done (config.toml was rewritten to them), and the run with its checkpoints/ deleted (it started again
+    from step 0 without a word): each one line, exit 2, nothing changed."""
+    import shutil
+
     from conftest import check_ok, dali_launch, only_run
 
     root = tmp_path / "runs"
@@ -217,19 +221,6 @@ def test_a_run_resumes_by_its_name(small_lmdb, tmp_path):
     assert f"resuming {paths.root} " in resumed.stdout
     assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
 
-
-@pytest.mark.slow
-def test_a_resume_that_would_lose_what_the_run_did_is_refused(small_lmdb, tmp_path):
-    """Fewer --epochs than the checkpoint has done (config.toml was rewritten to them), and a run whose
-    checkpoints/ was deleted (it started again from step 0 without a word): each one line, exit 2, nothing
-    changed."""
-    import shutil
-
-    from conftest import check_ok, dali_launch, only_run
-
-    root = tmp_path / "runs"
-    check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "2", "--run-root", str(root)))
-    paths = only_run(root)
     toml, metrics = paths.config_toml.read_text(), paths.metrics.read_text()
     fewer = dali_launch("--resume", str(paths.root), "--epochs", "1")
     assert fewer.returncode == 2 and fewer.stderr.strip().endswith(

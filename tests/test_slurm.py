@@ -31,7 +31,7 @@ def test_two_nodes_train_fashion_mnist(slurm_env, fashion_lmdb, tmp_path):
     assert [(r["host"], r["device_indices"]) for r in ranks] == [("node1", [0, 1]), ("node2", [2, 3])]
 
 
-def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, mnist_lmdb, tmp_path):
+def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, small_lmdb, tmp_path):
     args = [
         *CPU_JOB,
         "--tasks-per-node",
@@ -39,7 +39,7 @@ def test_one_task_per_gpu_and_dry_run_is_what_is_submitted(slurm_env, mnist_lmdb
         "--epochs",
         "1",
         "--data-dir",
-        str(mnist_lmdb),
+        str(small_lmdb),
         "--setup",
         "echo 'setup ran; $HOME stays literal'",
     ]
@@ -82,7 +82,7 @@ def test_status_logs_and_cancel_a_live_job(slurm_env, mnist_lmdb, tmp_path):
     wait_for(lambda: ": cancelled" in dali_launch("status", job_id, *common, env=slurm_env).stdout, timeout_s=60)
 
 
-def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):
+def test_a_cancelled_job_ends_the_follow_loop(slurm_env, small_lmdb, tmp_path):
     follow = subprocess.Popen(
         [
             sys.executable,
@@ -90,9 +90,9 @@ def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):
             "dali_launch.launcher.cli",
             *CPU_JOB,
             "--epochs",
-            "200",
+            "2000",  # the 800 digits' epochs: running still when the test cancels it
             "--data-dir",
-            str(mnist_lmdb),
+            str(small_lmdb),
             "--run-root",
             str(tmp_path),
         ],
@@ -111,10 +111,10 @@ def test_a_cancelled_job_ends_the_follow_loop(slurm_env, mnist_lmdb, tmp_path):
     assert follow.returncode == 1 and f"job {job_id} ended without a result" in err, err
 
 
-def test_a_failing_task_surfaces_its_traceback(slurm_env, mnist_lmdb, tmp_path):
+def test_a_failing_task_surfaces_its_traceback(slurm_env, small_lmdb, tmp_path):
     """The data set vanishes between submission and start (a scratch purge): the task's own error comes back."""
     data = tmp_path / "scratch"
-    shutil.copytree(mnist_lmdb, data)
+    shutil.copytree(small_lmdb, data)
     proc = dali_launch(
         *CPU_JOB,
         "--data-dir",
@@ -133,7 +133,7 @@ def test_a_failing_task_surfaces_its_traceback(slurm_env, mnist_lmdb, tmp_path):
     assert "training" in proc.stderr.split("Traceback")[-1]
 
 
-def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_path):
+def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, small_lmdb, tmp_path):
     """`dali-launch ci` against the local cluster: pytest on a node plus a 2-node training run."""
     import xml.etree.ElementTree as ET
 
@@ -163,11 +163,11 @@ def test_cluster_ci_writes_junit_with_real_results(slurm_env, mnist_lmdb, tmp_pa
     (pytest_suite,) = suites.values()
     assert int(pytest_suite.get("tests")) >= 10 and pytest_suite.get("failures") == "0"
     assert "training rank 1: exit 0" in proc.stdout and "test job: exit 0" in proc.stdout
-    bad = dali_launch(
+    bad = dali_launch(  # 800 digits: no accuracy near 0.999
         "ci",
         *CPU_JOB,
         "--data-dir",
-        str(mnist_lmdb),
+        str(small_lmdb),
         "--run-root",
         str(tmp_path / "runs"),
         "--tests",
