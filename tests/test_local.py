@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,12 +78,13 @@ def test_two_processes_match_one_process(small_lmdb, tmp_path):
     assert all(paths.log(r).read_text() for r in range(2))
 
 
-def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path):
-    """--parallel sharded over 2 processes × 1 CPU device: one jit program whose all-reduce crosses
-    processes (gloo) trains the parameters of pmap in one process with 2 devices (within
-    conftest.PARAMS_*TOL: two programs), and keeps both processes' replicas bit-identical."""
+@pytest.fixture(scope="module")
+def sharded_two(small_lmdb, tmp_path_factory):
+    """One epoch of small_lmdb on 1 process × 2 devices and, --parallel sharded, on 2 processes × 1 device (4 steps
+    a call): the sharded test's two runs; the resume test continues a copy of the second."""
+    root = tmp_path_factory.mktemp("sharded-two")
     common = ["--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--steps-per-call", "4"]
-    check_ok(dali_launch("train", *common, "--run-root", str(tmp_path / "one")))
+    check_ok(dali_launch("train", *common, "--run-root", str(root / "one")))
     multi = dali_launch(
         "--local",
         "--processes",
@@ -93,10 +95,18 @@ def test_sharded_mode_across_processes_matches_one_process(small_lmdb, tmp_path)
         "60",
         *common,
         "--run-root",
-        str(tmp_path / "two"),
+        str(root / "two"),
     )
     check_ok(multi)
-    (one_paths, _), (paths, two) = _result(tmp_path / "one"), _result(tmp_path / "two")
+    return root, multi
+
+
+def test_sharded_mode_across_processes_matches_one_process(sharded_two):
+    """--parallel sharded over 2 processes × 1 CPU device: one jit program whose all-reduce crosses
+    processes (gloo) trains the parameters of pmap in one process with 2 devices (within
+    conftest.PARAMS_*TOL: two programs), and keeps both processes' replicas bit-identical."""
+    root, multi = sharded_two
+    (one_paths, _), (paths, two) = _result(root / "one"), _result(root / "two")
     # Each rank's start line under its own prefix; gloo's connection lines only in the logs
     assert "[rank 1] rank 1 on " in multi.stdout and "[rank 0] rank 1 on " not in multi.stdout
     assert "[Gloo]" not in multi.stdout and "[Gloo] Rank" in paths.log(1).read_text()
@@ -176,27 +186,11 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
     assert "not all 2 processes reached the coordinator at 127.0.0.1:29517 within 5 s" in proc.stderr
 
 
-def test_a_local_run_resumes_from_its_directory_and_reports_itself(small_lmdb, tmp_path):
-    """`dali-launch --resume RUN` of a local run needs no other flag and runs locally again; status and
-    logs read a local run from its directory."""
-    check_ok(
-        dali_launch(
-            "--local",
-            "--gpus-per-node",
-            "2",
-            "--processes",
-            "2",
-            "--epochs",
-            "1",
-            "--data-dir",
-            str(small_lmdb),
-            "--init-timeout-s",
-            "60",
-            "--run-root",
-            str(tmp_path),
-        )
-    )
-    paths = only_run(tmp_path)
+def test_a_local_run_resumes_from_its_directory_and_reports_itself(sharded_two, tmp_path):
+    """`dali-launch --resume RUN` of a local run (a copy of the sharded test's 2-process run, one epoch) needs no
+    other flag and runs locally again; status and logs read a local run from its directory."""
+    root, _ = sharded_two
+    paths = RunPaths(shutil.copytree(only_run(root / "two").root, tmp_path / "runs" / only_run(root / "two").root.name))
     resumed = dali_launch("--resume", str(paths.root), "--epochs", "2")
     check_ok(resumed)
     assert f"resuming {paths.root} (started by `dali-launch --local`); changed: --epochs 2" in resumed.stdout

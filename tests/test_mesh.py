@@ -71,7 +71,10 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     dp, fsdp = only_run(replicated), only_run(sharded)
     loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
     assert loss(fsdp) == pytest.approx(loss(dp), rel=1e-5)
-    assert_same_params(dp, fsdp)  # the checkpoint holds the whole state: gathered, in the old format
+    # The whole state, gathered, in the old format. fsdp sums each step's gradients in other groups (reduce-scatter
+    # over fsdp, then data): 1 of the 1,048,576 Dense_2 kernel entries parted by 1.16e-5 here at daa279d, past
+    # PARAMS_ATOL, the same in every run.
+    assert_same_params(dp, fsdp, atol=1e-4)
     first_rank = lambda paths: json.loads(paths.rank_map.read_text())[0]
     assert [first_rank(p)["resolved"]["mesh"] for p in (dp, fsdp)] == ["data:8", "data:2,fsdp:4"]
     whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, fsdp))

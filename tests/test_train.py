@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
 
 import numpy as np
 import pytest
 from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
 
 from dali_launch.trainer import compile_cache
+from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 
 pytestmark = pytest.mark.slow
@@ -49,25 +51,22 @@ def test_embedded_sample_trains_with_no_data_flags(tmp_path):
     assert spec["data"]["data_dir"] == str(tmp_path / "cache" / "mnist-t10k")
 
 
-def test_two_devices_identical_replicas_and_exactly_once_epochs(small_lmdb, tmp_path):
+TWO_DEVICES = ["--epochs", "2", "--gpus-per-node", "2", "--batch-size", "64", "--record-samples"]
+
+
+@pytest.fixture(scope="module")
+def two_devices(small_lmdb, tmp_path_factory) -> RunPaths:
+    """2 CPU devices in one process, 2 epochs of small_lmdb in steps of 128, the test set kept on the devices after
+    epoch 0 (--eval-cache-mb's default, 1024): the exactly-once test's run, and the cached test set's."""
+    root = tmp_path_factory.mktemp("two-devices")
+    check_ok(dali_launch("train", "--data-dir", str(small_lmdb), *TWO_DEVICES, "--run-root", str(root)))
+    return only_run(root)
+
+
+def test_two_devices_identical_replicas_and_exactly_once_epochs(small_lmdb, two_devices):
     """2 CPU devices in one process: same parameters on both; each epoch sees every sample once (800 samples
     in steps of 128: the last one part padding)."""
-    proc = dali_launch(
-        "train",
-        "--data-dir",
-        str(small_lmdb),
-        "--epochs",
-        "2",
-        "--gpus-per-node",
-        "2",
-        "--batch-size",
-        "64",
-        "--record-samples",
-        "--run-root",
-        str(tmp_path),
-    )
-    check_ok(proc)
-    paths = only_run(tmp_path)
+    paths = two_devices
     result = json.loads(paths.result.read_text())
     assert len(result["checksums"]) == 2 and len(set(result["checksums"])) == 1
     rank = json.loads(paths.rank_map.read_text())[0]
@@ -78,30 +77,26 @@ def test_two_devices_identical_replicas_and_exactly_once_epochs(small_lmdb, tmp_
         assert seen == expected, f"epoch {epoch}: {sum(seen.values())} prints, {len(seen - expected)} extra"
 
 
-def test_readers_per_device_read_every_sample_once(small_lmdb, tmp_path):
+READERS = ["--gpus-per-node", "2", "--readers-per-device", "2"]
+SHARDED_FUSED = ["--parallel", "sharded", "--steps-per-call", "3"]
+
+
+@pytest.fixture(scope="module")
+def readers_sharded(small_lmdb, tmp_path_factory) -> tuple[subprocess.CompletedProcess, RunPaths]:
+    """2 readers per device, --parallel sharded with 3 steps per call, 2 epochs with --record-samples: the
+    readers' exactly-once run, and the fused sharded contender of the same SGD steps (its epoch 0)."""
+    root = tmp_path_factory.mktemp("readers-sharded")
+    argv = ["train", "--data-dir", str(small_lmdb), "--epochs", "2", *READERS, *SHARDED_FUSED, "--record-samples"]
+    proc = dali_launch(*argv, "--run-root", str(root))
+    check_ok(proc)
+    return proc, only_run(root)
+
+
+def test_readers_per_device_read_every_sample_once(small_lmdb, readers_sharded):
     """2 readers per device (4 shards over 2 devices) and 3 steps per call, whose last call is part
     padding (800 samples, 8 steps of 100): every sample once per epoch, in the sharded mode."""
-    proc = dali_launch(
-        "train",
-        "--data-dir",
-        str(small_lmdb),
-        "--epochs",
-        "2",
-        "--gpus-per-node",
-        "2",
-        "--readers-per-device",
-        "2",
-        "--steps-per-call",
-        "3",
-        "--parallel",
-        "sharded",
-        "--record-samples",
-        "--run-root",
-        str(tmp_path),
-    )
-    check_ok(proc)
+    proc, paths = readers_sharded
     assert "(job devices [0, 1] of 2); DALI shards [0, 1, 2, 3] of 4 (2 readers per device)" in proc.stdout
-    paths = only_run(tmp_path)
     assert [e["train_samples"] for e in _metrics(paths)] == [800, 800]
     expected = collections.Counter(_reference_prints(small_lmdb / "training").tolist())
     for epoch in range(2):
@@ -109,64 +104,52 @@ def test_readers_per_device_read_every_sample_once(small_lmdb, tmp_path):
     assert len(set(json.loads(paths.result.read_text())["checksums"])) == 1
 
 
-def test_parallel_modes_and_fused_steps_run_the_same_sgd_steps(small_lmdb, tmp_path):
+def test_parallel_modes_and_fused_steps_run_the_same_sgd_steps(small_lmdb, readers_sharded, tmp_path):
     """Against one pmapped step per call: steps fused per call with padding-only steps, pmapped or
     --parallel sharded (one jit over a mesh), run the same SGD steps, so they train the same parameters
     (within conftest.PARAMS_*TOL: different programs may round differently). Two readers per device:
-    a call holds each reader's rows end to end, and the steps take them in sample order whatever K is."""
+    a call holds each reader's rows end to end, and the steps take them in sample order whatever K is.
+    The sharded contender is the readers' run above, compared at its epoch 0's end (--record-samples reads
+    the batches on the host: the same program)."""
     contenders = {
         "reference": ["--parallel", "pmap", "--steps-per-call", "1"],
         "pmap-fused": ["--parallel", "pmap", "--steps-per-call", "7"],  # 8 steps: 7, then 1 + 6 padding
-        "sharded-fused": ["--parallel", "sharded", "--steps-per-call", "3"],
     }
     runs = {}
     for name, flags in contenders.items():
-        check_ok(
-            dali_launch(
-                "train",
-                "--data-dir",
-                str(small_lmdb),
-                "--epochs",
-                "1",
-                "--gpus-per-node",
-                "2",
-                "--readers-per-device",
-                "2",
-                *flags,
-                "--run-root",
-                str(tmp_path / name),
-            )
-        )
+        argv = ["train", "--data-dir", str(small_lmdb), "--epochs", "1", *READERS, *flags]
+        check_ok(dali_launch(*argv, "--run-root", str(tmp_path / name)))
         runs[name] = only_run(tmp_path / name)
-        assert _metrics(runs[name])[0]["train_samples"] == 800
+    runs["sharded-fused"] = readers_sharded[1]
     reference = runs.pop("reference")
+    last = saved.newest(reference).step  # epoch 0's end: 8 steps
     for name, paths in runs.items():
-        assert_same_params(reference, paths)
+        assert _metrics(paths)[0]["train_samples"] == 800
+        assert_same_params(reference, paths, steps=(last, _epoch_end(paths, 0)))
         assert _metrics(paths)[0]["train_loss"] == pytest.approx(_metrics(reference)[0]["train_loss"], rel=1e-4), name
 
 
-def test_cached_test_set_gives_the_accuracy_of_reading_it_again(small_lmdb, tmp_path):
-    """After epoch 0 the decoded test set stays on the devices; later evaluations must score exactly
-    what reading it through DALI again scores."""
+def _epoch_end(paths: RunPaths, epoch: int) -> int:
+    """The step of the checkpoint written at `epoch`'s end."""
+    (end,) = [
+        s
+        for s in saved.complete_steps(paths)
+        if (saved.read(paths, s).epoch, saved.read(paths, s).calls_done) == (epoch + 1, 0)
+    ]
+    return end
+
+
+def test_cached_test_set_gives_the_accuracy_of_reading_it_again(small_lmdb, two_devices, tmp_path):
+    """After epoch 0 the decoded test set stays on the devices (the two-device run above, --eval-cache-mb's
+    default); epoch 1's evaluation must score exactly what reading it through DALI again scores (the same run
+    with --eval-cache-mb 0: the same program, the same parameters)."""
+    argv = ["train", "--data-dir", str(small_lmdb), *TWO_DEVICES, "--eval-cache-mb", "0"]
+    check_ok(dali_launch(*argv, "--run-root", str(tmp_path)))
     accuracies = {}
-    for cache in ("1024", "0"):
-        check_ok(
-            dali_launch(
-                "train",
-                "--data-dir",
-                str(small_lmdb),
-                "--epochs",
-                "3",
-                "--gpus-per-node",
-                "2",
-                "--eval-cache-mb",
-                cache,
-                "--run-root",
-                str(tmp_path / cache),
-            )
-        )
-        epochs = _metrics(only_run(tmp_path / cache))
-        assert [e["test_count"] for e in epochs] == [200] * 3
+    for cache, paths in (("1024", two_devices), ("0", only_run(tmp_path))):
+        assert json.loads(paths.config.read_text())["train"]["eval_cache_mb"] == int(cache)
+        epochs = _metrics(paths)
+        assert [e["test_count"] for e in epochs] == [200] * 2
         accuracies[cache] = [e["test_accuracy"] for e in epochs]
     assert accuracies["1024"] == accuracies["0"] and len(set(accuracies["0"])) > 1, accuracies
 
