@@ -10,7 +10,9 @@ What varies without it, and what it sets (before JAX starts: topology.configure_
   `--xla_gpu_exclude_nondeterministic_ops` alone, which keeps autotuning: the price is the excluded kernels,
   not autotuning. That flag's runs also agreed across fresh compiles, but XLA promises it only of this one,
   and under it XLA kept no autotuning picks (the run root's autotune/ folder stayed empty), so nothing
-  would hold two compiles to one choice.
+  would hold two compiles to one choice. Nearly all of the -30 % was XLA's deterministic form of one
+  scatter, the stem max pool's gradient; resolve.pool_grad gives it without a scatter under this flag, and
+  the cost went to nothing (6,199 against 6,137 images/s, 2026-12-05, session7-det.json).
 What holds without anything set:
 - XLA on CPUs runs one compiled program the same way each time (docs/resilience.md);
 - DALI: readers shuffle and random operators draw from the pipeline's seed per sample, not per thread

@@ -74,8 +74,9 @@ from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
 CALL_SAMPLES = 1200
 MAX_STEPS = 64
 BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers.py's batchnorm-compute lever
-# masks: 0.31x select_and_scatter's time on 2 CPU cores (`python benchmarks/pool_grad.py --batch 32`); on GPUs without
-# --deterministic not measured yet (benchmarks/step_levers.py's pool-masks lever).
+# masks: 0.31x select_and_scatter's time on 2 CPU cores (`python benchmarks/pool_grad.py --batch 32`); on one H200
+# ResNet-50's step gave 7,038 images/s with masks against 7,029 with the scatter, one run: not faster, so the GPU
+# keeps JAX's own (benchmarks/results/issue38/session7-step_levers.json). Under --deterministic masks everywhere.
 POOL_GRAD = {"gpu": "scatter", "cpu": "masks"}
 OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
 # What auto turns on where it fits, by platform: only a kind measured faster than decoding every epoch there
