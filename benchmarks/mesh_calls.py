@@ -11,8 +11,8 @@ OFF_GRAPHS = {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto se
 
 
 def model_name(name: str) -> str:
-    """--model for `name`: a built-in name as it is, a rung as this module's factory (benchmarks/ is on
-    sys.path: the script's folder)."""
+    """--model for `name`: a built-in name as it is, a rung as mesh_step.py's factory (its module-level
+    __getattr__; benchmarks/ is on sys.path: the script's folder)."""
     return name if name.startswith("vit-") and name[4:] in ("ti16", "s16", "b16") else f"mesh_step:{name}"
 
 

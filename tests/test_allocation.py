@@ -175,9 +175,8 @@ def _script(tmp_path: Path, data: Path, *flags: str, env: dict) -> Path:
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
 
 
-def _sbatch(script: Path, env: dict, wait: bool) -> tuple[str, subprocess.CompletedProcess]:
-    """The script submitted; with `wait`, once the job has ended: its return code 0 when it COMPLETED (as
-    `sbatch --wait` says, without its polling's back-off: ~10 s for a 1 s job, test_slurm_cluster.py)."""
+def _sbatch(script: Path, env: dict) -> str:
+    """The script submitted from its folder (its output in slurm-JOBID.out there): the job's id."""
     out = script.parent / "slurm-%j.out"
     proc = subprocess.run(
         ["sbatch", "--parsable", f"--output={out}", str(script)],
@@ -187,11 +186,13 @@ def _sbatch(script: Path, env: dict, wait: bool) -> tuple[str, subprocess.Comple
         env={**os.environ, **env},
         cwd=script.parent,
     )
-    job_id = proc.stdout.split(";")[0].strip().splitlines()[0]
-    if wait:
-        ended = wait_for(lambda: (state := squeue(env, job_id)) in ENDED and state, timeout_s=300)
-        proc = subprocess.CompletedProcess(proc.args, 0 if ended == "COMPLETED" else 1, proc.stdout, proc.stderr)
-    return job_id, proc
+    return proc.stdout.split(";")[0].strip().splitlines()[0]
+
+
+def _ended(env: dict, job_id: str, timeout_s: float) -> str:
+    """The job's state once it has ended, polled: `sbatch --wait` backs off (~10 s for a 1 s job,
+    test_slurm_cluster.py)."""
+    return wait_for(lambda: (state := squeue(env, job_id)) in ENDED and state, timeout_s=timeout_s)
 
 
 def _output(tmp_path: Path, job_id: str) -> str:
@@ -203,9 +204,10 @@ def _output(tmp_path: Path, job_id: str) -> str:
 @pytest.mark.multiprocess
 def test_user_sbatch_script_runs_two_nodes_to_the_end(slurm_env, small_lmdb, tmp_path):
     """The template, sbatch'ed as a user would: srun starts 2 tasks on 2 nodes, one run directory, one result."""
-    job_id, proc = _sbatch(_script(tmp_path, small_lmdb, env=slurm_env), slurm_env, wait=True)
+    job_id = _sbatch(_script(tmp_path, small_lmdb, env=slurm_env), slurm_env)
+    state = _ended(slurm_env, job_id, timeout_s=300)
     out = _output(tmp_path, job_id)
-    assert proc.returncode == 0, out
+    assert state == "COMPLETED", out
     paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
     assert [p.name for p in (tmp_path / "runs").iterdir() if p.name != ".compile-cache"] == [paths.root.name]
     result = json.loads(paths.result.read_text())
@@ -300,7 +302,7 @@ def test_preempted_job_requeues_and_resumes_in_its_run_directory(slurm_env, mnis
     same script, run again by SLURM, reopens the run directory and finishes from the checkpoint."""
     env = {**os.environ, **slurm_env}
     script = _script(tmp_path, mnist_lmdb, "--checkpoint-every-steps", "0", "--epochs", "2", env=slurm_env)
-    job_id, _ = _sbatch(script, slurm_env, wait=False)
+    job_id = _sbatch(script, slurm_env)
     paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
     wait_for(lambda: paths.rank_report(1).exists(), timeout_s=120)
     time.sleep(2)
@@ -308,9 +310,9 @@ def test_preempted_job_requeues_and_resumes_in_its_run_directory(slurm_env, mnis
     # SLURM holds a requeued batch job back ~2 minutes (its credential lifetime); the test lets it start now.
     wait_for(lambda: squeue(env, job_id) == "PENDING", timeout_s=120)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
-    wait_for(lambda: squeue(env, job_id) in ("COMPLETED", "FAILED", "CANCELLED"), timeout_s=240)
+    state = _ended(slurm_env, job_id, timeout_s=240)
     out = _output(tmp_path, job_id)
-    assert squeue(env, job_id) == "COMPLETED", out
+    assert state == "COMPLETED", out
     assert f"job {job_id} requeued (1/3)" in out and f"job {job_id} restarted (1): reopening {paths.root}" in out
     assert "resumed from checkpoint" in out and out.count("done: test accuracy") == 1
     assert [p.name for p in (tmp_path / "runs").iterdir() if p.name != ".compile-cache"] == [paths.root.name]

@@ -190,7 +190,8 @@ def test_a_local_run_resumes_from_its_directory_and_reports_itself(sharded_two, 
     """`dali-launch --resume RUN` of a local run (a copy of the sharded test's 2-process run, one epoch) needs no
     other flag and runs locally again; status and logs read a local run from its directory."""
     root, _ = sharded_two
-    paths = RunPaths(shutil.copytree(only_run(root / "two").root, tmp_path / "runs" / only_run(root / "two").root.name))
+    run = only_run(root / "two").root
+    paths = RunPaths(shutil.copytree(run, tmp_path / "runs" / run.name))
     resumed = dali_launch("--resume", str(paths.root), "--epochs", "2")
     check_ok(resumed)
     assert f"resuming {paths.root} (started by `dali-launch --local`); changed: --epochs 2" in resumed.stdout

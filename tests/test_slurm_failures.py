@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 from conftest import check_ok, dali_launch, final_params, only_run, squeue, start, wait_for
-from test_allocation import _sbatch
+from test_allocation import _ended, _sbatch
 from test_checkpoint_failures import fill_run_root_then_resume, resume_after_damage
 from test_endings import FAILING
 
@@ -68,9 +68,10 @@ def test_an_srun_task_run_resumes_from_a_login_node_past_a_damaged_checkpoint(sl
         f"srun --kill-on-bad-exit=1 {sys.executable} -m dali_launch.launcher.cli task --epochs 2 "
         f"--checkpoint-every-steps 4 --data-dir {small_lmdb} --run-root {tmp_path / 'runs'}\n"
     )
-    job_id, proc = _sbatch(script, slurm_env, wait=True)
+    job_id = _sbatch(script, slurm_env)
+    state = _ended(slurm_env, job_id, timeout_s=300)
     paths = RunPaths(tmp_path / "runs" / f"dali-launch-{job_id}.0")
-    assert proc.returncode == 0 and paths.result.exists(), (tmp_path / f"slurm-{job_id}.out").read_text()
+    assert state == "COMPLETED" and paths.result.exists(), (tmp_path / f"slurm-{job_id}.out").read_text()
     uninterrupted, steps = final_params(paths), saved.complete_steps(paths)
     resumed, step, what = resume_after_damage(paths, env=slurm_env)
     check_ok(resumed)
@@ -112,7 +113,7 @@ def test_resume_waits_for_a_job_slurm_is_still_reaping(slurm_env, tmp_path, monk
     batch script ignores SIGTERM holds that state for KillWait after scancel."""
     script = tmp_path / "deaf.sh"
     script.write_text("#!/bin/bash\ntrap '' TERM\nsleep 120 & wait; sleep 120\n")
-    job_id, _ = _sbatch(script, slurm_env, wait=False)
+    job_id = _sbatch(script, slurm_env)
     wait_for(lambda: squeue(slurm_env, job_id) == "RUNNING", timeout_s=60)
     subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, check=True, timeout=30)
     wait_for(lambda: squeue(slurm_env, job_id) == "COMPLETING", timeout_s=10)

@@ -132,9 +132,9 @@ def test_parallel_modes_and_fused_steps_run_the_same_sgd_steps(small_lmdb, reade
 def _epoch_end(paths: RunPaths, epoch: int) -> int:
     """The step of the checkpoint written at `epoch`'s end."""
     (end,) = [
-        s
-        for s in saved.complete_steps(paths)
-        if (saved.read(paths, s).epoch, saved.read(paths, s).calls_done) == (epoch + 1, 0)
+        c.step
+        for c in (saved.read(paths, s) for s in saved.complete_steps(paths))
+        if (c.epoch, c.calls_done) == (epoch + 1, 0)
     ]
     return end
 
