@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import dataclass
 
-OFF_GRAPHS = {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets while nvJPEG runs on the GPU
+from report import OFF_GRAPHS
 
 
 def model_name(name: str) -> str:

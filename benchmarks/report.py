@@ -9,6 +9,7 @@ import platform
 from pathlib import Path
 
 PARALLEL = ("pmap", "sharded")
+OFF_GRAPHS = {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets while nvJPEG runs on the GPU
 
 
 def read_epochs(metrics: Path) -> list[dict]:

@@ -36,9 +36,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from report import environment, listed
+from report import OFF_GRAPHS, environment, listed
 
-OFF_GRAPHS = {"xla_gpu_enable_command_buffer": ""}  # what --cuda-graphs auto sets while nvJPEG runs on the GPU
 # trainer/determinism.py's GPU_XLA_FLAGS (a test holds them equal)
 DETERMINISTIC = {"xla_gpu_deterministic_ops": "true"}
 
