@@ -6,11 +6,11 @@
 # resnet) ResNet-50 bf16 `dali-launch train` on 25,600 synthetic JPEGs, batch 256, 5 epochs: the defaults,
 #         --decoder cpu (DALI off the GPU: is the data wait DALI's share of the GPU?), and batch 512 at
 #         learning rate 0.2 (the linear rule);
-# mlp)    the MNIST MLP on Fashion-MNIST, the defaults against f9d8d52 and NVIDIA's example (benchmarks/against.py);
-# after)  benchmarks/startup.py on this tree against the code of HEAD before the change (/tmp/stage/code/head).
+# mlp)    the MNIST MLP on Fashion-MNIST, the defaults against f9d8d52 and NVIDIA's example (benchmarks/against.py).
+# notriton) the same MLP, the defaults against Triton's GEMMs off (what shortened the cold start).
 case "$1" in
-  start|resnet|mlp|after) ;;
-  *) echo "usage: session8.sh start|resnet|mlp|after" >&2; exit 2 ;;
+  start|resnet|mlp|notriton) ;;
+  *) echo "usage: session8.sh start|resnet|mlp|notriton" >&2; exit 2 ;;
 esac
 source benchmarks/results/issue38/gpu-setup.sh >/dev/null
 cd benchmarks
@@ -46,16 +46,8 @@ PY
   mlp)
     timeout 330 python3 against.py --data /tmp/fmnist --epochs 5 --passes 2 --example \
       --code f9d8d52=/tmp/stage/code/f9d8d52 --out $OUT/against.json | tail -8 ;;
-  after)
-    for code in head this; do
-      if [ $code = head ]; then mkdir -p /tmp/dl-head/dali_launch && touch /tmp/dl-head/dali_launch/__init__.py
-        ln -sfn /tmp/stage/code/head/launcher /tmp/dl-head/dali_launch/launcher
-        ln -sfn /tmp/stage/code/head/trainer /tmp/dl-head/dali_launch/trainer; path=/tmp/dl-head:/tmp/site
-      else path=$PYTHONPATH; fi
-      for pass in 1 2; do
-        PYTHONPATH=$path timeout 100 python3 startup.py --data /tmp/fmnist --epochs 2 \
-          --out $OUT/startup-$code-$pass.json | tail -4
-      done
-    done ;;
+  notriton)
+    timeout 300 python3 against.py --data /tmp/fmnist --epochs 5 --passes 2 \
+      --variant notriton="--xla-options xla_gpu_enable_triton_gemm=false" --out $OUT/against-notriton.json | tail -6 ;;
 esac
 true
