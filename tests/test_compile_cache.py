@@ -1,14 +1,20 @@
 """XLA's persistent compilation cache (trainer/compile_cache.py): a run's own folder, shared through one that only
-ever holds whole files, so runs writing at once do no harm. The end-to-end run is in test_train.py."""
+ever holds whole files, so runs writing at once do no harm; every process of a job writes its own programs.
+The end-to-end run is in test_train.py."""
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
+import pytest
+from conftest import check_ok, dali_launch
+
 from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec, TrainConfig
+from dali_launch.trainer.run_dir import RunPaths
 
 
 def test_the_default_is_the_run_roots_and_off_is_none(tmp_path, monkeypatch):
@@ -57,3 +63,21 @@ def test_publishers_at_once_leave_one_whole_file(tmp_path):
         assert (shared / "jit_same-9-cache").read_bytes() in contents
         assert [p.name for p in shared.iterdir()] == ["jit_same-9-cache"]
         (shared / "jit_same-9-cache").unlink()
+
+
+@pytest.mark.multiprocess
+def test_a_warm_two_process_run_compiles_nothing_on_either_process(small_lmdb, tmp_path):
+    """Process 1 hashes a program differently from process 0 on CPUs, and JAX writes from process 0 alone: its
+    entries are written too (compile_cache.every_process_writes), so the second run of a run root finds every
+    program it compiled on each process. JAX names each miss in the rank logs (`jax_explain_cache_misses`)."""
+    env = {**os.environ, "JAX_EXPLAIN_CACHE_MISSES": "1"}
+    common = ["--local", "--gpus-per-node", "2", "--processes", "2", "--data-dir", str(small_lmdb), "--epochs", "1"]
+    common += ["--compile-cache", str(tmp_path / "xla"), "--run-root", str(tmp_path / "runs")]
+    for _ in range(2):
+        check_ok(dali_launch(*common, env=env))
+    second = sorted(p for p in (tmp_path / "runs").iterdir() if p.name.startswith("dali-launch-"))[-1]
+    for rank in (0, 1):
+        log = RunPaths(second).log(rank).read_text()
+        missed = re.findall(r"PERSISTENT COMPILATION CACHE MISS for '(jit_\w+)'", log)
+        assert not {"jit_fresh", "jit_sharded_call", "jit_eval_call"} & set(missed), (rank, missed)
+    assert not list((tmp_path / "xla").glob(".*.tmp"))  # every entry renamed into place whole

@@ -15,6 +15,12 @@ On GPUs XLA times candidate kernels (autotuning) at each compile, and two compil
 differently. Its picks are kept in SHARED/autotune (XLA's per-fusion autotuning cache, written by XLA file
 by file): every later compile of the run root's runs, a program the persistent cache lacks or a requeue's,
 picks as the first did, without timing anything again (a ResNet-50 run kept 348 picks on an H200).
+
+JAX writes entries from process 0 alone, but another process's keys can differ from process 0's for the same
+program: on CPUs each process hashes the job's topology as it sees it, and a program on one process's own
+devices (the model's init) names other devices on each. Such a process found nothing and compiled everything
+at every start (a 2-process run's rank 1: 9 s of compiles on the 2-core machine, warm). So every other process
+writes its own entries too (`every_process_writes`), each under a temporary name renamed into place.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ MIN_COMPILE_S = 0.2  # JAX's default (1 s) would leave the MLP's steps out on a 
 MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's own setting: where given, it wins
 AUTOTUNE = "autotune"  # in the shared folder: XLA's autotuning picks, one file per fused kernel
 AUTOTUNE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
+ENTRY_SUFFIX = "-cache"  # JAX's file cache: KEY-cache
 SETTLED_S = 2.0  # an entry this recent may still be being written (a compile in a thread): published later
 
 
@@ -79,6 +86,34 @@ def point_jax_at(folder: Path) -> None:
     # autotuning folder is set with XLA's flags instead (autotune_folder, placement.py).
     with contextlib.suppress(AttributeError):
         jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
+
+
+def every_process_writes(folder: Path | None) -> None:
+    """On a process other than 0, the entries it compiles written to `folder` (the run's) as process 0's are:
+    JAX's writer skips them. Where JAX's internals are not as expected, JAX is left as it is."""
+    import jax
+
+    try:
+        from jax._src import compilation_cache, compiler
+        from jax._src.config import persistent_cache_min_compile_time_secs as min_compile_s
+
+        combine, compress = compilation_cache.combine_executable_and_time, compilation_cache.compress_executable
+    except (ImportError, AttributeError):
+        return
+    if folder is None or jax.process_index() == 0 or not hasattr(compiler, "_cache_write"):
+        return
+
+    def write(cache_key, compile_time_s, module_name, backend, executable, host_callbacks) -> None:
+        target = folder / f"{cache_key}{ENTRY_SUFFIX}"
+        if host_callbacks or compile_time_s < min_compile_s.value or target.exists():
+            return
+        with contextlib.suppress(Exception):  # an entry not written: the next run compiles the program again
+            serialized = (
+                executable.serialize() if hasattr(executable, "serialize") else backend.serialize_executable(executable)
+            )
+            _write_whole(compress(combine(serialized, int(compile_time_s))), target)
+
+    compiler._cache_write = write
 
 
 def link_all(shared: Path, mine: Path) -> None:
@@ -129,13 +164,25 @@ def _link(source: Path, target: Path) -> None:
         _copy_whole(source, target)
 
 
+def _write_whole(data: bytes, target: Path) -> None:
+    """`data` in `target`, whole (_replace_whole)."""
+    _replace_whole(target, lambda out: out.write(data))
+
+
 def _copy_whole(source: Path, target: Path) -> None:
-    """`source` copied to a temporary file of its own beside `target`, then renamed to it: readers see the old
-    file or the new one, whole; a publisher at the same time renames a whole file of its own."""
+    """`source` copied to `target`, whole (_replace_whole); a publisher at the same time renames a whole file
+    of its own."""
+    with source.open("rb") as into:
+        _replace_whole(target, lambda out: shutil.copyfileobj(into, out))
+
+
+def _replace_whole(target: Path, fill) -> None:
+    """`fill(file)` writes a temporary file of its own beside `target`, then it is renamed to it: readers see
+    the old file or the new one, whole."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "wb") as out, source.open("rb") as into:
-            shutil.copyfileobj(into, out)
+        with os.fdopen(fd, "wb") as out:
+            fill(out)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

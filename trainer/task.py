@@ -74,9 +74,10 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.train import train_and_evaluate
 
-    compile_cache.use(spec)  # before anything compiles
+    cache = compile_cache.use(spec)  # before anything compiles
     startup.mark("imports")
     initialize(topology, spec.distributed)
+    compile_cache.every_process_writes(cache)  # after initialize: which process this is
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
     if topology.process_id == 0:
