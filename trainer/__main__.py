@@ -5,7 +5,7 @@ import sys
 
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
-from dali_launch.trainer.resilience.ending import die_with_parent
+from dali_launch.trainer.resilience.ending import die_with_parent, leave
 from dali_launch.trainer.task import run_task
 from dali_launch.trainer.topology import LAUNCHER_PID
 
@@ -19,3 +19,4 @@ if __name__ == "__main__":
         run_task(sys.argv[1])
     except UsageError as e:
         sys.exit(f"dali-launch: error: {e}")
+    leave(0)  # the work is done: no interpreter teardown of XLA's and DALI's state

@@ -31,6 +31,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -200,10 +201,23 @@ def failures_recorded(paths: RunPaths, rank: int, several_processes: bool):
 
 
 def _exit_now(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def leave(code: int) -> None:
+    """Ends a process whose work is done, as the interpreter would but without its teardown: threads that
+    are not daemons joined, the atexit handlers run (JAX's, logging's, ours), the standard streams flushed
+    (a `train` log's tee with them), then `os._exit`. Unloading XLA's and DALI's native state took 0.4-0.5 s
+    of every trainer process on the 2-core machine (after `done:`, before the exit); a run's own files are
+    closed by then (the reporter's, the checkpointer's)."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    _exit_now(code)
 
 
 def die_with_parent(parent_pid: int) -> None:
