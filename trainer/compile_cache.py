@@ -20,7 +20,8 @@ JAX writes entries from process 0 alone, but another process's keys can differ f
 program: on CPUs each process hashes the job's topology as it sees it, and a program on one process's own
 devices (the model's init) names other devices on each. Such a process found nothing and compiled everything
 at every start (a 2-process run's rank 1: 9 s of compiles on the 2-core machine, warm). So every other process
-writes its own entries too (`every_process_writes`), each under a temporary name renamed into place.
+writes its own entries too (`every_process_writes`), each under a temporary name renamed into place, at the
+end of an epoch and only where process 0 has not written the same key.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's own sett
 AUTOTUNE = "autotune"  # in the shared folder: XLA's autotuning picks, one file per fused kernel
 AUTOTUNE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
 ENTRY_SUFFIX = "-cache"  # JAX's file cache: KEY-cache
+_PENDING: list = []  # (entry, compile time, backend, executable) kept by every_process_writes' hook
 SETTLED_S = 2.0  # an entry this recent may still be being written (a compile in a thread): published later
 
 
@@ -89,31 +91,47 @@ def point_jax_at(folder: Path) -> None:
 
 
 def every_process_writes(folder: Path | None) -> None:
-    """On a process other than 0, the entries it compiles written to `folder` (the run's) as process 0's are:
-    JAX's writer skips them. Where JAX's internals are not as expected, JAX is left as it is."""
+    """On a process other than 0, the programs it compiles are kept (JAX's writer skips them) and written to
+    `folder` (the run's) by `write_pending`. Where JAX's internals are not as expected, JAX is left as it is."""
     import jax
 
     try:
-        from jax._src import compilation_cache, compiler
+        from jax._src import compiler
         from jax._src.config import persistent_cache_min_compile_time_secs as min_compile_s
-
-        combine, compress = compilation_cache.combine_executable_and_time, compilation_cache.compress_executable
-    except (ImportError, AttributeError):
+    except ImportError:
         return
     if folder is None or jax.process_index() == 0 or not hasattr(compiler, "_cache_write"):
         return
 
-    def write(cache_key, compile_time_s, module_name, backend, executable, host_callbacks) -> None:
-        target = folder / f"{cache_key}{ENTRY_SUFFIX}"
-        if host_callbacks or compile_time_s < min_compile_s.value or target.exists():
-            return
+    def keep(cache_key, compile_time_s, module_name, backend, executable, host_callbacks) -> None:
+        if not host_callbacks and compile_time_s >= min_compile_s.value:
+            _PENDING.append((folder / f"{cache_key}{ENTRY_SUFFIX}", int(compile_time_s), backend, executable))
+
+    compiler._cache_write = keep
+
+
+def write_pending() -> int:
+    """The programs this process kept since the last call, each written whole where no file has its key:
+    before the epoch's last barrier, so process 0 publishes them after it. Written only then, when process 0's
+    entries are on disk: on GPUs, where every process may hash a program alike, N processes do not each write
+    what process 0 wrote. Returns how many were written."""
+    if not _PENDING:  # process 0, or JAX's internals not as expected
+        return 0
+    from jax._src import compilation_cache
+
+    written = 0
+    while _PENDING:
+        target, compile_time_s, backend, executable = _PENDING.pop()
+        if target.exists():
+            continue
         with contextlib.suppress(Exception):  # an entry not written: the next run compiles the program again
             serialized = (
                 executable.serialize() if hasattr(executable, "serialize") else backend.serialize_executable(executable)
             )
-            _write_whole(compress(combine(serialized, int(compile_time_s))), target)
-
-    compiler._cache_write = write
+            entry = compilation_cache.combine_executable_and_time(serialized, compile_time_s)
+            _write_whole(compilation_cache.compress_executable(entry), target)
+            written += 1
+    return written
 
 
 def link_all(shared: Path, mine: Path) -> None:

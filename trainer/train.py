@@ -69,6 +69,7 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
         last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps
         metrics.learning_rate = float(run.schedule(last_update))
+        compile_cache.write_pending()  # another process's programs, before process 0 publishes (after the barrier)
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
         metrics.checkpoint_wait_s = run.checkpointer.take_wait_s()  # the last epoch's end checkpoint and this one's
         metrics.bad_samples = sum(len(scan.bad) for scan in data.left_out)  # training's own pipelines'
