@@ -267,6 +267,11 @@ def test_slurm_kill_9_and_sigstop_stop_the_job(slurm_env, mnist_lmdb, tmp_path):
         finally:
             reap(proc, [pid] if sig == signal.SIGSTOP else [])
         assert proc.returncode != 0 and "rank 1" in err, (name, err)
+        if sig == signal.SIGKILL:  # no ending of its own: srun's word names it first, not rank 0's network error
+            first = next(line for line in err.splitlines() if line.startswith("dali-launch:"))
+            assert "rank 1 on " in first and "was killed first (srun: Killed)" in first, err
+            status = dali_launch("status", str(only_run(root).root), env=slurm_env)
+            assert "rank 1 on " in status.stdout and "Killed" in status.stdout, status.stdout
 
 
 @pytest.mark.slurm

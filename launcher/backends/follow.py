@@ -72,14 +72,16 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             # killed first) is not the cause.
             cancelled = cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
+            gone = wait_until_gone(job.job_id)  # so that `--resume` right after us does not find it COMPLETING
             _print_new(tails, echo)
             failed = _failure(job, paths, every_rank=True) or failed  # once, at the end: every rank's word
             if cancelled:
                 story = [*_said(job), f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled}"]
             else:
+                _record_killed(job, paths)  # srun's word is complete now: the job has left the queue
                 story = _first_story(job, paths, failed)
             print("\n".join(story), file=sys.stderr, flush=True)
-            if wait_until_gone(job.job_id):  # so that `--resume` right after us does not find it COMPLETING
+            if gone:
                 saved.drop_unfinished(paths)  # its writers gone: what a refused write's peers added after
             return 1
         if gone:
@@ -143,16 +145,36 @@ def _said(job) -> list[str]:
     """What to read first: srun's word on tasks that died ("task 1: Killed") and our tasks' one-line
     errors (watchdog, timeouts); a rank that fails only because a peer died comes after them."""
     lines = []
-    for rank in range(job.num_tasks):
-        for line in _stderr(job, rank).splitlines():
-            died = SRUN_TASK.match(line)
-            if died:  # srun counts tasks as we count ranks
-                node, tasks, what = died.groups()
-                several = "," in tasks or "-" in tasks  # "tasks 2-3", not "task 15"
-                lines.append(f"dali-launch: rank{'s' if several else ''} {tasks} on {node}: {what} (srun)")
-            elif line.startswith("dali-launch: "):
-                lines.append(line)
+    for line in _stderr_lines(job):
+        died = SRUN_TASK.match(line)
+        if died:  # srun counts tasks as we count ranks
+            node, tasks, what = died.groups()
+            several = "," in tasks or "-" in tasks  # "tasks 2-3", not "task 15"
+            lines.append(f"dali-launch: rank{'s' if several else ''} {tasks} on {node}: {what} (srun)")
+        elif line.startswith("dali-launch: "):
+            lines.append(line)
     return list(dict.fromkeys(lines))
+
+
+def _stderr_lines(job):
+    """Every rank's stderr, line by line, rank 0's first (where srun writes its own, in the order it saw)."""
+    for rank in range(job.num_tasks):
+        yield from _stderr(job, rank).splitlines()
+
+
+def _record_killed(job, paths: RunPaths) -> None:
+    """A rank that a signal killed (kill -9, the OOM killer) records no ending, and its peers' network errors
+    that follow would be taken for the cause. srun names the tasks that ended in the order it saw them: where
+    its first is a rank that a signal ended without a word, that rank's ending is recorded from srun's, before
+    every other (they reacted to it), as the local launcher records its reaper's (backends/local.py)."""
+    first = next(filter(None, map(SRUN_TASK.match, _stderr_lines(job))), None)
+    if first is None or not first.group(2).isdigit() or first.group(3).startswith("Exited with exit code"):
+        return
+    rank, node, what = int(first.group(2)), first.group(1), first.group(3)
+    if rank >= job.num_tasks or ending.of(paths, rank) is not None:
+        return
+    at = min((e["at"] for e in ending.read(paths)), default=time.time()) - 0.001
+    ending.record(paths, rank, ending.FAILED, f"rank {rank} on {node} was killed first (srun: {what})", at=at)
 
 
 def _first_story(job, paths: RunPaths, failed: dict[int, str]) -> list[str]:
