@@ -14,6 +14,7 @@ import signal
 import subprocess
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from conftest import alive, check_ok, dali_launch, has_checkpoint, only_run, rank_pid, reap, start, wait_for
@@ -74,14 +75,35 @@ def _rank_pids(root) -> list[int]:
     return [rank_pid(root, r) for r in range(2)]
 
 
+def _feed_workers(pid: int) -> list[int]:
+    """The DALI feed workers a rank spawned (multiprocessing's spawn_main), by the kernel's list of its children."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(c) for c in children if b"spawn_main" in _cmdline(int(c))]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 @pytest.mark.parametrize("how", ["kill -9", "kill -9 of its process group"])
 def test_a_killed_launcher_takes_its_ranks_and_unlocks_the_run(mnist_lmdb, tmp_path, how):
     """While it runs, the run refuses --resume (one line, exit 2); the launcher's SIGKILL ends every
-    rank within seconds (PR_SET_PDEATHSIG), and the run can be resumed again."""
-    proc = _start(["--epochs", "50", "--data-dir", str(mnist_lmdb)], tmp_path)
+    rank within seconds (PR_SET_PDEATHSIG), and the run can be resumed again. A plain kill -9 reaches the
+    launcher alone: the ranks' DALI feed workers (--sample-order global) end with the ranks, as they do."""
+    feeding = ["--sample-order", "global", "--feed-workers", "1"] if how == "kill -9" else []
+    proc = _start(["--epochs", "50", "--data-dir", str(mnist_lmdb), *feeding], tmp_path)
     pids = []
     try:
         pids = _rank_pids(tmp_path)
+        if feeding:  # every rank's worker started, before anything is killed
+            wait_for(lambda: all(_feed_workers(pid) for pid in pids), timeout_s=60)
+            pids += [w for pid in pids for w in _feed_workers(pid)]
         paths = only_run(tmp_path)
         started = time.monotonic()
         refused = dali_launch(*LOCAL, "--resume", str(paths.root), timeout=60)
@@ -91,7 +113,7 @@ def test_a_killed_launcher_takes_its_ranks_and_unlocks_the_run(mnist_lmdb, tmp_p
         (os.killpg if "group" in how else os.kill)(proc.pid, signal.SIGKILL)
         killed = time.monotonic()
         wait_for(lambda: not any(alive(pid) for pid in pids), timeout_s=30)
-        print(f"{how}: every rank gone {time.monotonic() - killed:.2f} s after the launcher")
+        print(f"{how}: every rank (and feed worker) gone {time.monotonic() - killed:.2f} s after the launcher")
         wait_for(lambda: _unlocked(paths), timeout_s=10)  # the kernel dropped the locks with their holders
     finally:
         reap(proc, pids)
