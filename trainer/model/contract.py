@@ -5,15 +5,14 @@ device taken, so the launcher checks a user's factory before anything is written
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.model import nnx_model
 from dali_launch.trainer.model.forward import train_kwarg
 
 # How an NNX model reaches the trainer: "split" (nnx_model.py: split once, merged at trace time) or
@@ -32,20 +31,25 @@ def make(
     """The module `factory` makes: a flax.linen.Module, or for an nnx.Module its adapter;
     `takes_rngs`: the factory names an `rngs` parameter (entry_points.takes_rngs); `options`: the
     model flags a Linen factory names (entry_points.model_options)."""
-    if takes_rngs:
+    if takes_rngs:  # Flax's NNX, imported for models of it alone (0.1 s of every other process's start)
+        from dali_launch.trainer.model import nnx_model
+
         model = nnx_model.build(name, factory, num_classes)
+        if isinstance(model, nnx_model.NnxModel):
+            if adapter == "bridge":
+                from dali_launch.trainer.model.nnx_bridge import Bridged
+
+                return Bridged(factory, num_classes)
+            return model
     else:
         model = _linen(name, factory, num_classes, options or {})
-    if isinstance(model, nnx_model.NnxModel):
-        if adapter == "bridge":
-            from dali_launch.trainer.model.nnx_bridge import Bridged
+    nnx = sys.modules.get("flax.nnx")  # an nnx.Module was made with NNX imported
+    if nnx is not None and isinstance(model, nnx.Module):
+        from dali_launch.trainer.model.nnx_model import CALL
 
-            return Bridged(factory, num_classes)
-        return model
-    if isinstance(model, nnx.Module):
         raise UsageError(
             f"--model {name} returned a flax.nnx.Module but takes no rngs; give it an `rngs` parameter and "
-            f"build the module with it: the trainer calls {nnx_model.CALL}"
+            f"build the module with it: the trainer calls {CALL}"
         )
     if not isinstance(model, nn.Module):
         raise UsageError(
@@ -90,9 +94,11 @@ def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None
     except UsageError:
         raise
     except Exception as e:
+        from dali_launch.trainer.model.nnx_model import one_line
+
         raise UsageError(
             f"--model {name} failed on one sample of shape {(1, *sample_shape)} ({type(e).__name__}: "
-            f"{nnx_model.one_line(e)}); make it take the pipeline's images"
+            f"{one_line(e)}); make it take the pipeline's images"
         ) from None
     if shape != (1, num_classes):
         raise width_error(name, shape, num_classes)

@@ -16,17 +16,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dali_launch.trainer.model.nnx_model import NnxModel
-
 TRAIN_KWARGS = ("train", "training")
 DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 
 
 def train_kwarg(module: nn.Module) -> str | None:
     """The name of the module's `train`/`training` parameter, if its `__call__` has one. An NNX model's
-    adapter takes `train` and switches the module with NNX's own train() / eval() (nnx_model.py)."""
-    if isinstance(module, NnxModel):
-        return "train"
+    adapter says so itself (nnx_model.py: NNX, 0.1 s of imports, is loaded only for models of it)."""
+    if fixed := getattr(module, "TRAIN_KWARG", None):
+        return fixed
     try:
         parameters = inspect.signature(type(module).__call__).parameters
     except (TypeError, ValueError):

@@ -68,6 +68,7 @@ def _at(tree: dict, path: tuple):
 class NnxModel:
     """An nnx.Module as the trainer calls a Linen one (see the module's docstring)."""
 
+    TRAIN_KWARG = "train"  # what forward.train_kwarg finds: the adapter switches NNX's train() / eval()
     name: str  # the --model value, for messages
     factory: Callable
     num_classes: int
