@@ -24,6 +24,7 @@ from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths
 
 POLL_S = 1.0
+SRUN_WORD_S = 10  # a failed job's wait to leave the queue (srun then has written its lines) before we tell its story
 FOLLOWED_PER_POLL = 8  # ranks' logs read per poll besides rank 0's: a job of up to 9 ranks is read whole each time
 SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 CANCELLED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT (\S+) \*\*\*")  # slurmstepd's line for a scancel
@@ -72,16 +73,16 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             # killed first) is not the cause.
             cancelled = cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
-            gone = wait_until_gone(job.job_id)  # so that `--resume` right after us does not find it COMPLETING
+            gone = wait_until_gone(job.job_id, timeout_s=SRUN_WORD_S)  # srun's last words written
             _print_new(tails, echo)
             failed = _failure(job, paths, every_rank=True) or failed  # once, at the end: every rank's word
             if cancelled:
                 story = [*_said(job), f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled}"]
             else:
-                _record_killed(job, paths)  # srun's word is complete now: the job has left the queue
+                _record_killed(job, paths)  # srun's word is complete once the job has left the queue
                 story = _first_story(job, paths, failed)
             print("\n".join(story), file=sys.stderr, flush=True)
-            if gone:
+            if gone or wait_until_gone(job.job_id):  # so that `--resume` right after us does not find it COMPLETING
                 saved.drop_unfinished(paths)  # its writers gone: what a refused write's peers added after
             return 1
         if gone:
