@@ -81,3 +81,21 @@ def test_a_warm_two_process_run_compiles_nothing_on_either_process(small_lmdb, t
         missed = re.findall(r"PERSISTENT COMPILATION CACHE MISS for '(jit_\w+)'", log)
         assert not {"jit_fresh", "jit_sharded_call", "jit_eval_call"} & set(missed), (rank, missed)
     assert not list((tmp_path / "xla").glob(".*.tmp"))  # every entry renamed into place whole
+
+
+def test_the_kept_programs_hook_takes_jaxs_writer_calls_of_either_version(tmp_path, monkeypatch):
+    """JAX 0.10 calls its writer with `host_callbacks` last, 0.11 without it (a 2-process run on the GPU
+    machine's JAX 0.11.2 failed on the hook before it took a default): both calls are kept, a program
+    with host callbacks or one compiled too fast for the cache is not."""
+    import jax
+    from jax._src import compiler
+
+    monkeypatch.setattr(compiler, "_cache_write", compiler._cache_write)  # restored after the test
+    monkeypatch.setattr(compile_cache, "_PENDING", [])
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    compile_cache.every_process_writes(tmp_path)
+    compiler._cache_write("jit_a-1", 5.0, "jit_a", "backend", "executable")  # JAX 0.11
+    compiler._cache_write("jit_b-2", 5.0, "jit_b", "backend", "executable", [])  # JAX 0.10
+    compiler._cache_write("jit_c-3", 5.0, "jit_c", "backend", "executable", ["a callback"])
+    compiler._cache_write("jit_d-4", 0.01, "jit_d", "backend", "executable")
+    assert [entry.name for entry, *_ in compile_cache._PENDING] == ["jit_a-1-cache", "jit_b-2-cache"]

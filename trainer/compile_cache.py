@@ -43,6 +43,7 @@ MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's own sett
 AUTOTUNE = "autotune"  # in the shared folder: XLA's autotuning picks, one file per fused kernel
 AUTOTUNE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
 ENTRY_SUFFIX = "-cache"  # JAX's file cache: KEY-cache
+JAX_WRITER_PARAMETERS = ["cache_key", "compile_time_secs", "module_name", "backend", "executable"]
 _PENDING: list = []  # (entry, compile time, backend, executable) kept by every_process_writes' hook
 SETTLED_S = 2.0  # an entry this recent may still be being written (a compile in a thread): published later
 
@@ -92,20 +93,25 @@ def point_jax_at(folder: Path) -> None:
 
 def every_process_writes(folder: Path | None) -> None:
     """On a process other than 0, the programs it compiles are kept (JAX's writer skips them) and written to
-    `folder` (the run's) by `write_pending`. Where JAX's internals are not as expected, JAX is left as it is."""
+    `folder` (the run's) by `write_pending`. Where JAX's internals are not as expected, JAX is left as it is:
+    its writer's first parameters are checked by name (JAX 0.10 passes `host_callbacks` after them, 0.11 not)."""
+    import inspect
+
     import jax
 
     try:
         from jax._src import compiler
         from jax._src.config import persistent_cache_min_compile_time_secs as min_compile_s
-    except ImportError:
+
+        parameters = list(inspect.signature(compiler._cache_write).parameters)
+    except (ImportError, AttributeError, TypeError, ValueError):
         return
-    if folder is None or jax.process_index() == 0 or not hasattr(compiler, "_cache_write"):
+    if folder is None or jax.process_index() == 0 or parameters[:5] != JAX_WRITER_PARAMETERS:
         return
 
-    def keep(cache_key, compile_time_s, module_name, backend, executable, host_callbacks) -> None:
-        if not host_callbacks and compile_time_s >= min_compile_s.value:
-            _PENDING.append((folder / f"{cache_key}{ENTRY_SUFFIX}", int(compile_time_s), backend, executable))
+    def keep(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks=()) -> None:
+        if not host_callbacks and compile_time_secs >= min_compile_s.value:
+            _PENDING.append((folder / f"{cache_key}{ENTRY_SUFFIX}", int(compile_time_secs), backend, executable))
 
     compiler._cache_write = keep
 
