@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 SHARED = ".compile-cache"  # in the run root: hidden, and no run directory (`dali-launch runs` skips it)
 ENV = "DALI_LAUNCH_COMPILE_CACHE"  # the default folder instead of the run root's
@@ -135,7 +135,7 @@ def write_pending() -> int:
                 executable.serialize() if hasattr(executable, "serialize") else backend.serialize_executable(executable)
             )
             entry = compilation_cache.combine_executable_and_time(serialized, compile_time_s)
-            _write_whole(compilation_cache.compress_executable(entry), target)
+            write_atomic(target, compilation_cache.compress_executable(entry))
             written += 1
     return written
 
@@ -188,25 +188,13 @@ def _link(source: Path, target: Path) -> None:
         _copy_whole(source, target)
 
 
-def _write_whole(data: bytes, target: Path) -> None:
-    """`data` in `target`, whole (_replace_whole)."""
-    _replace_whole(target, lambda out: out.write(data))
-
-
 def _copy_whole(source: Path, target: Path) -> None:
-    """`source` copied to `target`, whole (_replace_whole); a publisher at the same time renames a whole file
-    of its own."""
-    with source.open("rb") as into:
-        _replace_whole(target, lambda out: shutil.copyfileobj(into, out))
-
-
-def _replace_whole(target: Path, fill) -> None:
-    """`fill(file)` writes a temporary file of its own beside `target`, then it is renamed to it: readers see
-    the old file or the new one, whole."""
+    """`source` copied to a temporary file of its own beside `target`, then renamed to it: readers see the old
+    file or the new one, whole; a publisher at the same time renames a whole file of its own."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "wb") as out:
-            fill(out)
+        with os.fdopen(fd, "wb") as out, source.open("rb") as into:
+            shutil.copyfileobj(into, out)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
