@@ -161,6 +161,15 @@ def reap(proc: subprocess.Popen, pids=()) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from /proc (each thread lists the children it started)."""
+    children = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            children |= {int(c) for c in f.read().split()}
+    return children.union(*(descendants(c) for c in children)) if children else children
+
+
 def alive(pid: int) -> bool:
     """The process runs (or is stopped); a zombie waiting for its parent is dead."""
     try:

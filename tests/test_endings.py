@@ -17,7 +17,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, check_ok, dali_launch, has_checkpoint, only_run, rank_pid, reap, start, wait_for
+from conftest import (
+    alive,
+    check_ok,
+    dali_launch,
+    descendants,
+    has_checkpoint,
+    only_run,
+    rank_pid,
+    reap,
+    start,
+    wait_for,
+)
 
 from dali_launch.launcher.route import resume
 from dali_launch.trainer.errors import UsageError
@@ -76,12 +87,12 @@ def _rank_pids(root) -> list[int]:
 
 
 def _feed_workers(pid: int) -> list[int]:
-    """The DALI feed workers a rank spawned (multiprocessing's spawn_main), by the kernel's list of its children."""
+    """The DALI feed workers a rank spawned (multiprocessing's spawn_main) among the processes below it."""
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
+        below = descendants(pid)
+    except OSError:  # the rank itself is gone
         return []
-    return [int(c) for c in children if b"spawn_main" in _cmdline(int(c))]
+    return [c for c in below if b"spawn_main" in _cmdline(c)]
 
 
 def _cmdline(pid: int) -> bytes:

@@ -16,6 +16,7 @@ from conftest import (
     assert_same_params,
     check_ok,
     dali_launch,
+    descendants,
     only_run,
     rank_pid,
     rank_report,
@@ -127,15 +128,6 @@ def test_sharded_mode_across_processes_matches_one_process(sharded_two):
     assert times == sorted(times) and first["first_step_s"] == times[-1] > 0
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every process below `pid`, from /proc (each thread lists the children it started)."""
-    children = set()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            children |= {int(c) for c in f.read().split()}
-    return children.union(*(_descendants(c) for c in children)) if children else children
-
-
 def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
     """...and takes the DALI workers that read its global order (--feed-workers): nothing outlives the job."""
     args = ["--sample-order", "global", "--feed-workers", "1"]
@@ -144,7 +136,7 @@ def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
     try:
         pid = rank_pid(tmp_path, 1)
         time.sleep(3)  # mid-epoch
-        workers = _descendants(pid)
+        workers = descendants(pid)
         assert workers, "rank 1 started no DALI workers"
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
