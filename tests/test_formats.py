@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +190,20 @@ def test_a_toy_format_registered_alone_is_in_every_derived_table(tmp_path, monke
     assert f"{split}/00000001-1.toy is a truncated JPEG" in capsys.readouterr().out
     kept, scan = bad_samples.screen("toy", formats.reader_of("toy", split)[1], "skip", "1")
     assert [b.index for b in scan.bad] == [1] and len(records.open_source("toy", kept)) == 3
+
+
+def test_the_launcher_prepares_a_built_in_pipeline_without_dali_or_jax(small_lmdb, tmp_path):
+    """The launcher's pre-flight checks take a built-in pipeline's word from its name (every one keeps a
+    decoded cache), so a `--local` or SLURM launcher does not import DALI (0.4 s) or JAX beside its ranks."""
+    from dali_launch.trainer.data import pipelines
+    from dali_launch.trainer.data.contract import Pipeline
+
+    for name, target in entry_points.builtin("pipeline").items():
+        found = getattr(pipelines, target.partition(":")[2])
+        assert isinstance(found, Pipeline) and found.cacheable, name
+    args = ["--local", "--processes", "2", "--gpus-per-node", "2", "--dry-run", "--data-dir", str(small_lmdb)]
+    argv = [sys.executable, "-X", "importtime", "-m", "dali_launch.launcher.cli", *args, "--run-root", str(tmp_path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "dali_launch.launcher.route.prepare" in imported and not imported & {"nvidia.dali", "jax", "flax"}
