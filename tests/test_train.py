@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -173,6 +174,34 @@ def test_compile_cache_is_written_and_can_be_off(small_lmdb, tmp_path):
     assert linked == programs  # hard links: the same files
     assert not (tmp_path / "off" / ".compile-cache").exists()
     assert not RunPaths(only_run(tmp_path / "off").root).compile_cache.exists()
+
+
+_COUNT_COLLECTIONS = """
+import atexit, collections, gc, json, os, sys
+made = collections.Counter()
+gc.callbacks.append(lambda phase, info: phase == "stop" and made.update([info["generation"]]))
+said = lambda: f"collections: {json.dumps([made[g] for g in range(3)])} {gc.get_freeze_count()}\\n"
+atexit.register(lambda: os.write(1, said().encode()))  # run last: the streams may be closed by then
+from dali_launch.launcher import cli
+sys.argv[0] = "dali-launch"
+cli.run()
+"""
+
+
+def test_a_task_collects_garbage_rarely_and_never_walks_its_imports(small_lmdb, tmp_path):
+    """trainer/heap.py: after the imports their objects are frozen, and the first generation collects every
+    20,000 allocations, not 700; DALI's exit handler (a full collection before a teardown that os._exit
+    skips) is not run. A `train` of the MLP made 529, 48 and 5 collections of the three generations
+    before, 118, 10 and 1 after (most of them the launcher's own imports, before the task's start)."""
+    argv = ["train", "--data-dir", str(small_lmdb), "--epochs", "1", "--run-root", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-c", _COUNT_COLLECTIONS, *argv], capture_output=True, text=True, timeout=300
+    )
+    check_ok(proc)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("collections: "))
+    counts, frozen = line.removeprefix("collections: ").rsplit(" ", 1)
+    young, middle, full = json.loads(counts)
+    assert young + middle + full < 200 and full <= 1 and int(frozen) > 100_000, line
 
 
 def _reference_prints(path) -> np.ndarray:

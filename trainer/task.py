@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dali_launch.trainer import compile_cache, flavours
+from dali_launch.trainer import compile_cache, flavours, heap
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
@@ -32,6 +32,7 @@ from dali_launch.trainer.topology import (
 def run_task(run_dir: str, log: str | None = None) -> dict:
     """`log`: the file this process's output also goes to, where the caller writes it itself (`train`)."""
     startup = Startup()
+    heap.fewer_collections()
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
@@ -75,6 +76,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     from dali_launch.trainer.train import train_and_evaluate
 
     cache = compile_cache.use(spec)  # before anything compiles
+    heap.freeze_imports()
     startup.mark("imports")
     initialize(topology, spec.distributed)
     compile_cache.every_process_writes(cache)  # after initialize: which process this is
