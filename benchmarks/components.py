@@ -147,8 +147,8 @@ def steps(count: int) -> list[dict]:
     import numpy as np
 
     from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
-    from dali_launch.trainer.set_up import create_train_state
     from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.step.initial_state import create_train_state
 
     spec = TaskSpec(run_dir="unused", data=DataConfig(), train=TrainConfig())
     initial = jax.tree.map(np.asarray, create_train_state(spec, np.zeros((1, 784), np.float32), count))

@@ -104,8 +104,8 @@ def pipelines_and_step(spec, gpus: int):
     from dali_launch.trainer.resilience.checkpoint import zero_tally
     from dali_launch.trainer.resolve import parallel as resolve_parallel
     from dali_launch.trainer.resolve import resolve
-    from dali_launch.trainer.set_up import create_train_state
     from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.step.initial_state import create_train_state
 
     devices = jax.local_devices()[:gpus]
     auto = resolve(spec, place(spec, devices[0].platform), gpus, gpus, 1)

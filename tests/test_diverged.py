@@ -13,8 +13,8 @@ import pytest
 from conftest import dali_launch, final_params, only_run
 
 from dali_launch.trainer.config import TaskSpec, TrainConfig
-from dali_launch.trainer.set_up import create_train_state
 from dali_launch.trainer.step import parallel
+from dali_launch.trainer.step.initial_state import create_train_state
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.set_up import create_train_state
+from dali_launch.trainer.step.initial_state import create_train_state
 from dali_launch.trainer.step.evaluate import Evaluator
 
 spec = TaskSpec.load(sys.argv[1])

@@ -16,7 +16,6 @@ import json
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import jax
@@ -36,7 +35,7 @@ from dali_launch.trainer.resolve import Resolved, checkpoint_async, parallel
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import memory_fit, mesh
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
-from dali_launch.trainer.step.initial_state import create_train_state
+from dali_launch.trainer.step.initial_state import InitialState
 from dali_launch.trainer.step.parallel import Runner, call_tally, create, finished, state_bytes
 from dali_launch.trainer.step.state import TrainState
 from dali_launch.trainer.topology import job_devices
@@ -80,14 +79,15 @@ def set_up(
     _warn_padding(reporter, data, auto, len(all_devices))
     example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     profile.check(spec, slots)
-    shapes = jax.eval_shape(partial(create_train_state, spec, slots_per_epoch=slots), example)  # not computed
+    initial = InitialState(spec, example, slots)  # traced once: its shapes now, its values below
+    shapes = initial.shapes
     asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # resolve.py, stage 3
     checkpointer = Checkpointer(
         paths, r.keep_checkpoints, asynchronous, timeout_s, auto.decoded_cache, spec.how_to_resume()
     )
     layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes)
     compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
-    fresh = create_train_state(spec, example, slots)
+    fresh = initial.create()
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
         fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())

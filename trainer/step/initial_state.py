@@ -4,7 +4,6 @@ Free of DALI and the data side, so benchmarks of the step alone build the traine
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
@@ -46,12 +45,25 @@ def state_maker(spec: TaskSpec, slots_per_epoch: int):
     return fresh
 
 
+class InitialState:
+    """The trainer's initial state (state_maker), traced once: its `shapes` at once (what the runners and the
+    step's compile ahead need, nothing computed), its values from `create()`. Checked against --num-classes
+    by the init's own forward pass, at the trace."""
+
+    def __init__(self, spec: TaskSpec, example: np.ndarray, slots_per_epoch: int):
+        # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
+        # Eager, each of their operations would compile on its own for the device, seconds of a start-up.
+        self._traced = jax.jit(state_maker(spec, slots_per_epoch), backend="cpu").trace(example)
+        self._example = example
+        logits, state = self._traced.out_info
+        if logits.shape != (1, spec.data.num_classes):
+            raise width_error(spec.train.model, logits.shape, spec.data.num_classes)
+        self.shapes: TrainState = jax.tree.map(lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), state)
+
+    def create(self) -> TrainState:
+        return self._traced.lower().compile()(self._example)[1]
+
+
 def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
-    """The trainer's initial state (state_maker), checked against --num-classes by its own forward pass."""
-    t, fresh = spec.train, state_maker(spec, slots_per_epoch)
-    # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
-    # Eager, each of their operations would compile on its own for the device, seconds of a start-up.
-    logits, state = jax.jit(fresh, backend="cpu")(example)
-    if jnp.shape(logits) != (1, spec.data.num_classes):  # the init's own forward pass: no extra cost
-        raise width_error(t.model, jnp.shape(logits), spec.data.num_classes)
-    return state
+    """The trainer's initial state, computed (InitialState)."""
+    return InitialState(spec, example, slots_per_epoch).create()
