@@ -58,7 +58,11 @@ class InitialState:
         logits, state = self._traced.out_info
         if logits.shape != (1, spec.data.num_classes):
             raise width_error(spec.train.model, logits.shape, spec.data.num_classes)
-        self.shapes: TrainState = jax.tree.map(lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), state)
+        # as jax.eval_shape gave them (a weak type kept), without the trace's CPU placement: the step compiles
+        # ahead for the run's own devices
+        self.shapes: TrainState = jax.tree.map(
+            lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype, weak_type=o.weak_type), state
+        )
 
     def create(self) -> TrainState:
         return self._traced.lower().compile()(self._example)[1]
