@@ -11,9 +11,10 @@ import shutil
 import numpy as np
 import pytest
 from catalogue import NOT_AN_IMAGE, replace_image, synth_set
-from conftest import REPO, check_ok, dali_launch, only_run, seen_prints
+from conftest import REPO, check_ok, dali_launch
 from nvidia.dali import fn, pipeline_def
 from nvidia.dali import tfrecord as tfrec
+from run_readers import only_run, seen_prints
 from test_formats_train import PIPELINES, SMALL_IMAGES, _whole_split
 
 from dali_launch.trainer.data import bad_samples, formats, records, sample_scan

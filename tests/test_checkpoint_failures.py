@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 import pytest
-from conftest import check_ok, dali_launch, final_params, has_checkpoint, only_run, reap, start
+from conftest import check_ok, dali_launch, reap, start
+from run_readers import final_params, has_checkpoint, only_run
 
 from dali_launch.launcher.backends.local import REAP_SLACK_S, died_at
 from dali_launch.trainer.resilience import saved

@@ -7,7 +7,8 @@ import json
 
 import pytest
 import tomllib
-from conftest import check_ok, dali_launch, only_run
+from conftest import check_ok, dali_launch
+from run_readers import only_run
 
 from dali_launch.launcher import config_file
 from dali_launch.launcher.cli import main

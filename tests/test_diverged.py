@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import dali_launch, final_params, only_run
+from conftest import dali_launch
+from run_readers import final_params, only_run
 
 from dali_launch.trainer.config import TaskSpec, TrainConfig
 from dali_launch.trainer.step import parallel

@@ -22,7 +22,8 @@ import jax
 import numpy as np
 import pytest
 from catalogue import ORDER_KEYS
-from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints, start_point_without_jax
+from conftest import check_ok, dali_launch
+from run_readers import assert_same_params, only_run, seen_prints, start_point_without_jax
 
 from dali_launch.trainer.data.global_order import Layout, permutation
 from dali_launch.trainer.errors import UsageError

@@ -17,18 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
-    alive,
-    check_ok,
-    dali_launch,
-    descendants,
-    has_checkpoint,
-    only_run,
-    rank_pid,
-    reap,
-    start,
-    wait_for,
-)
+from conftest import alive, check_ok, dali_launch, descendants, reap, start, wait_for
+from run_readers import has_checkpoint, only_run, rank_pid
 
 from dali_launch.launcher.route import resume
 from dali_launch.trainer.errors import UsageError

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run
+from conftest import REPO, check_ok, dali_launch
+from run_readers import only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

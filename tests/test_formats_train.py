@@ -8,8 +8,9 @@ import collections
 
 import numpy as np
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run, seen_prints
+from conftest import REPO, check_ok, dali_launch
 from nvidia.dali import fn, pipeline_def
+from run_readers import only_run, seen_prints
 from unaugmented_pipelines import folders, tfrecord, webdataset
 
 from dali_launch.trainer.data import pipelines, records

@@ -11,19 +11,8 @@ import sys
 import time
 
 import pytest
-from conftest import (
-    alive,
-    assert_same_params,
-    check_ok,
-    dali_launch,
-    descendants,
-    only_run,
-    rank_pid,
-    rank_report,
-    reap,
-    start,
-    wait_for,
-)
+from conftest import alive, check_ok, dali_launch, descendants, reap, start, wait_for
+from run_readers import assert_same_params, only_run, rank_pid, rank_report
 
 from dali_launch.trainer.config import DistributedConfig, Layout, TaskSpec
 from dali_launch.trainer.resilience import saved

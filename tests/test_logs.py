@@ -12,7 +12,8 @@ import termios
 import time
 
 import pytest
-from conftest import CLI, REPO, only_run
+from conftest import CLI, REPO
+from run_readers import only_run
 
 from dali_launch.launcher.console import is_chatter
 

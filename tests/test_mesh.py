@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import assert_same_params, check_ok, dali_launch, only_run
+from conftest import check_ok, dali_launch
+from run_readers import assert_same_params, only_run
 
 from dali_launch.trainer.step import memory_fit, mesh
 

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run
+from conftest import REPO, check_ok, dali_launch
+from run_readers import only_run
 
 DOCS = REPO / "docs" / "models.md"
 SECTION = "## A Flax NNX model of your own"

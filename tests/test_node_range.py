@@ -11,7 +11,8 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import has_checkpoint, only_run, rank_report, reap, seen_prints, squeue, start, wait_for
+from conftest import reap, squeue, start, wait_for
+from run_readers import has_checkpoint, only_run, rank_report, seen_prints
 
 # Each step of the first start waits a little, so the job is still mid-epoch when the test preempts it (the
 # requeued start, once the first has ended and the test removed the marker file, runs at full speed). On CPU

@@ -11,7 +11,8 @@ import struct
 import time
 
 import pytest
-from conftest import check_ok, dali_launch, has_checkpoint, only_run, start, stop_when
+from conftest import check_ok, dali_launch, start, stop_when
+from run_readers import has_checkpoint, only_run
 
 WANDB = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}  # a W&B run on disk, no account
 STEP_TAGS = ("train/loss", "train/learning_rate", "perf/images_per_s", "perf/step_time_ms", "perf/data_wait_fraction")

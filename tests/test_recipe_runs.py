@@ -9,7 +9,8 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO, check_ok, dali_launch, only_run
+from conftest import REPO, check_ok, dali_launch
+from run_readers import only_run
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 from catalogue import dataset, encoded_image, run_entry
-from conftest import check_ok, dali_launch, only_run
+from conftest import check_ok, dali_launch
+from run_readers import only_run
 
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.data import idx

@@ -11,21 +11,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import (
-    check_ok,
-    dali_launch,
-    has_checkpoint,
-    only_run,
-    rank_pid,
-    rank_report,
-    reap,
-    seen_prints,
-    squeue,
-    start,
-    stop_when,
-    wait_for,
-    whole_checkpoints,
-)
+from conftest import check_ok, dali_launch, reap, squeue, start, stop_when, wait_for
+from run_readers import has_checkpoint, only_run, rank_pid, rank_report, seen_prints, whole_checkpoints
 
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths

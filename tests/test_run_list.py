@@ -9,7 +9,8 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, check_ok, dali_launch, rank_report, wait_for
+from conftest import REPO, check_ok, dali_launch, wait_for
+from run_readers import rank_report
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 

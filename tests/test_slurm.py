@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import check_ok, dali_launch, only_run, wait_for
+from conftest import check_ok, dali_launch, wait_for
+from run_readers import only_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
 CPU_JOB = ["--nodes", "2", "--gpus-per-node", "2", "--platform", "cpu", "--time-min", "15"]

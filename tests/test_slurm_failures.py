@@ -14,7 +14,8 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import check_ok, dali_launch, final_params, only_run, squeue, start, wait_for
+from conftest import check_ok, dali_launch, squeue, start, wait_for
+from run_readers import final_params, only_run
 from test_allocation import _ended, _sbatch
 from test_checkpoint_failures import fill_run_root_then_resume, resume_after_damage
 from test_endings import FAILING

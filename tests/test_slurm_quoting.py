@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import check_ok, dali_launch, only_run
+from conftest import check_ok, dali_launch
+from run_readers import only_run
 
 from dali_launch.launcher.cli import main
 

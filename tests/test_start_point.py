@@ -14,7 +14,7 @@ import json
 
 import pytest
 from catalogue import dataset, global_order_run
-from conftest import start_point_without_jax
+from run_readers import start_point_without_jax
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data.hosting import Remainder, ShardLayout

@@ -8,16 +8,8 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import (
-    REPO,
-    assert_same_params,
-    check_ok,
-    dali_launch,
-    has_checkpoint,
-    only_run,
-    start,
-    stop_when,
-)
+from conftest import REPO, check_ok, dali_launch, start, stop_when
+from run_readers import assert_same_params, has_checkpoint, only_run
 from test_resilience import _result
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import assert_same_params, check_ok, dali_launch, only_run, seen_prints
+from conftest import check_ok, dali_launch
+from run_readers import assert_same_params, only_run, seen_prints
 
 from dali_launch.trainer import compile_cache
 from dali_launch.trainer.resilience import saved

@@ -10,7 +10,8 @@ import os
 
 import pytest
 import tomllib
-from conftest import REPO, check_ok, dali_launch, only_run
+from conftest import REPO, check_ok, dali_launch
+from run_readers import only_run
 
 from dali_launch.launcher.data.synth import SynthSpec, synth
 
