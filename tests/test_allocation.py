@@ -222,28 +222,24 @@ def test_user_sbatch_script_runs_two_nodes_to_the_end(slurm_env, small_lmdb, tmp
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_inside_salloc_one_task_per_gpu_a_task_resume_in_the_next_step_and_refusals(slurm_env, small_lmdb, tmp_path):
-    """One salloc of 2 nodes × 2 tasks: `srun ... task` trains with 4 tasks of one device each; `srun ... task
-    --resume RUN` goes on in the allocation's next step (it was refused; only `dali-launch --resume`, a new job,
-    could), RUN given by its name: the epoch done is kept, the second trained, one result; `srun ... train`
-    and a --nodes larger than the allocation are refused by every task, with nothing written."""
+def test_inside_salloc_one_task_per_gpu_a_task_resume_in_a_new_allocation_and_refusals(slurm_env, small_lmdb, tmp_path):
+    """A salloc of 2 nodes × 2 tasks: `srun ... task` trains with 4 tasks of one device each. A second salloc,
+    a new job: `srun ... task --resume RUN` (RUN by its name, the first job's) goes on there: the epoch done is
+    kept, the second trained, one result, the new job's step recorded. In it `srun ... train` and a --nodes
+    larger than the allocation are refused by every task, with nothing written."""
     cli = f"{sys.executable} -m dali_launch.launcher.cli"
     common = f"{' '.join(CPU)} --data-dir {small_lmdb}"
     root = tmp_path / "runs"
     run = RunPaths(root / "dali-launch-$SLURM_JOB_ID.0")  # its files as the shell names them
-    shell = "\n".join(
+    first_shell = "\n".join(
         [
             f"srun {cli} task --gpus-per-node 2 {common} --run-root {root} > {tmp_path}/task.out 2>&1",
             f"echo $? > {tmp_path}/task.rc",
             f"cp {run.result} {tmp_path}/first-result.json; cp {run.rank_map} {tmp_path}/first-ranks.json",
-            f"srun {cli} task --resume dali-launch-$SLURM_JOB_ID.0 --run-root {root} --epochs 2 "
-            f"> {tmp_path}/second.out 2>&1; echo $? > {tmp_path}/second.rc",
-            f"srun {cli} train {common} --run-root {tmp_path}/refused > {tmp_path}/train.out 2>&1; echo $? > {tmp_path}/train.rc",
-            f"srun {cli} task --nodes 3 {common} --run-root {tmp_path}/refused > {tmp_path}/big.out 2>&1; echo $? > {tmp_path}/big.rc",
             "echo $SLURM_JOB_ID",
         ]
     )
-    job_id = in_salloc(shell, 2, 500, slurm_env)
+    job_id = in_salloc(first_shell, 2, 300, slurm_env)
     task_out = (tmp_path / "task.out").read_text()
     assert (tmp_path / "task.rc").read_text().strip() == "0", task_out
     paths = RunPaths(root / f"dali-launch-{job_id}.0")
@@ -257,12 +253,24 @@ def test_inside_salloc_one_task_per_gpu_a_task_resume_in_the_next_step_and_refus
     first = json.loads((tmp_path / "first-result.json").read_text())
     assert len(first["checksums"]) == 4 and len(set(first["checksums"])) == 1
 
+    second_shell = "\n".join(
+        [
+            f"srun {cli} task --resume {paths.root.name} --run-root {root} --epochs 2 "
+            f"> {tmp_path}/second.out 2>&1; echo $? > {tmp_path}/second.rc",
+            f"srun {cli} train {common} --run-root {tmp_path}/refused > {tmp_path}/train.out 2>&1; echo $? > {tmp_path}/train.rc",
+            f"srun {cli} task --nodes 3 {common} --run-root {tmp_path}/refused > {tmp_path}/big.out 2>&1; echo $? > {tmp_path}/big.rc",
+            "echo $SLURM_JOB_ID",
+        ]
+    )
+    second_job = in_salloc(second_shell, 2, 300, slurm_env)
+    assert second_job != job_id
     second = (tmp_path / "second.out").read_text()
     assert (tmp_path / "second.rc").read_text().strip() == "0", second
     assert second.count(f"resuming {paths.root} (started by `srun dali-launch task`); changed: --epochs 2") == 1
     assert "resumed from checkpoint" in second and second.count("done: test accuracy") == 1, second
     assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
-    assert json.loads(paths.step.read_text())["step_id"] == "1"  # the step that went on in it
+    step = json.loads(paths.step.read_text())  # the new job's step went on in the first job's directory
+    assert (step["job_id"], step["step_id"]) == (second_job, "0"), step
     result = json.loads(paths.result.read_text())
     assert len(result["checksums"]) == 4 and len(set(result["checksums"])) == 1
     assert [p.name for p in root.iterdir() if p.name != ".compile-cache"] == [paths.root.name]
