@@ -17,15 +17,18 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
 CPU_JOB = ["--nodes", "2", "--gpus-per-node", "2", "--platform", "cpu", "--time-min", "15"]
 
 
-def test_two_nodes_train_fashion_mnist(slurm_env, fashion_lmdb, tmp_path):
+def test_two_nodes_train_fashion_mnist(slurm_env, fashion_subset, tmp_path):
+    """The job of the README's first line, on 2 nodes × 2 devices of the test cluster: real Fashion-MNIST
+    classes (6,000 of its images: the whole set took 37 s an epoch on CI's two cores), every sample each
+    epoch, one result back at the submitter, 4 identical replicas; 2 epochs reach 0.81 here."""
     proc = dali_launch(
-        *CPU_JOB, "--epochs", "1", "--data-dir", str(fashion_lmdb), "--run-root", str(tmp_path), env=slurm_env
+        *CPU_JOB, "--epochs", "2", "--data-dir", str(fashion_subset), "--run-root", str(tmp_path), env=slurm_env
     )
     check_ok(proc)
     paths = only_run(tmp_path)
     result = json.loads(paths.result.read_text())
-    assert result["final"]["test_accuracy"] >= 0.75 and result["final"]["test_count"] == 10_000
-    assert result["final"]["train_samples"] == 60_000
+    assert result["final"]["test_accuracy"] >= 0.75 and result["final"]["test_count"] == 1_000
+    assert [json.loads(line)["train_samples"] for line in paths.metrics.read_text().splitlines()] == [6_000, 6_000]
     assert len(result["checksums"]) == 4 and len(set(result["checksums"])) == 1
     assert f"done: test accuracy {result['final']['test_accuracy']:.4f}" in proc.stdout  # back at the submitter
     ranks = json.loads(paths.rank_map.read_text())
