@@ -177,9 +177,9 @@ def test_accumulating_4_steps_of_50_is_one_step_of_200(small_lmdb, tmp_path):
 def test_small_resnet_with_batchnorm_learns_fashion_mnist(fashion_subset, tmp_path):
     """A real recipe on real classes: resnet50's bottleneck blocks and BatchNorm in a tiny ResNet
     (bn_models.tiny_resnet), SGD-Nesterov with a warm-up and a cosine decay, weight decay and label smoothing,
-    3 epochs of 6,000 Fashion-MNIST images on 2 devices (--parallel auto: pmap, each device's own batch
-    statistics). Measured here: test accuracy 0.50, 0.64, 0.72 after epochs 1-3 (1,000 test images; chance
-    0.1), ~40 s."""
+    2 epochs of 6,000 Fashion-MNIST images on 2 devices (--parallel auto: pmap, each device's own batch
+    statistics). Measured here: test accuracy 0.49, 0.65 after epochs 1-2 (1,000 test images; chance 0.1),
+    ~30 s (3 epochs reached 0.72 in ~40 s)."""
     check_ok(
         dali_launch(
             "train",
@@ -188,7 +188,7 @@ def test_small_resnet_with_batchnorm_learns_fashion_mnist(fashion_subset, tmp_pa
             "--model",
             "bn_models:tiny_resnet",
             "--epochs",
-            "3",
+            "2",
             "--optimizer",
             "nesterov",
             "--learning-rate",
@@ -216,5 +216,5 @@ def test_small_resnet_with_batchnorm_learns_fashion_mnist(fashion_subset, tmp_pa
     assert losses == sorted(losses, reverse=True), epochs
     (rank,) = json.loads(paths.rank_map.read_text())
     assert rank["resolved"]["parallel"] == "pmap"  # --parallel auto: BatchNorm on 2 devices
-    assert [e["test_count"] for e in epochs] == [1000] * 3
-    assert epochs[-1]["test_accuracy"] >= 0.65 and epochs[-1]["learning_rate"] < 0.01, epochs
+    assert [e["test_count"] for e in epochs] == [1000] * 2
+    assert epochs[-1]["test_accuracy"] >= 0.58 and epochs[-1]["learning_rate"] < 0.01, epochs
