@@ -12,6 +12,7 @@ CHATTER = re.compile(
     r"(\[Gloo\] "  # gloo, once per collective's connection
     r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]]+\] "  # glog's info and warnings (XLA, TensorFlow); errors stay
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|submitit (INFO|WARNING|ERROR) \(|(INFO|WARNING|ERROR):submitit:"  # its word on a task (the story is ours)
     r"|(Warning: )?NaN or Inf found in input tensor)"  # tensorboardX, for a diverged loss (--on-nan says it once)
 )
 

@@ -59,6 +59,29 @@ def test_a_rank_that_fails_on_its_own_shows_its_traceback(tmp_path, capsys, canc
     assert "cancelled" not in err and cancels == ["77"]  # the others would wait for the dead rank
 
 
+def test_the_console_gets_the_runs_own_lines_and_logs_get_every_line(tmp_path, capsys, cancels, monkeypatch):
+    """A submitted task's library threads' lines (tagged: library_output.py), srun's lines (the story retells
+    them) and, once rank 0 ended the job in a line of ours, rank 1's reaction stay off the followed console;
+    `dali-launch logs` prints every line, untagged."""
+    from dali_launch.launcher.commands.jobs import print_logs
+    from dali_launch.trainer.observe.library_output import tagged
+
+    orbax = tagged("Traceback (most recent call last):\n\nOSError: [Errno 28] No space left on device\n")
+    said = {0: "epoch 0: loss 2.0\n" + orbax + "srun: error: node1: task 0: Exited\n", 1: ""}
+    job = fake_job(tmp_path, said, {0: "Traceback (most recent call last):\nOSError: [Errno 28] No space left"})
+    (tmp_path / "1.err").write_text("F1206 client.h:80] Terminating process because the JAX distributed service\n")
+    ending.record(RunPaths(tmp_path), 0, ending.FAILED, "cannot write checkpoint: No space left", explained=True)
+    monkeypatch.setattr(follow, "queue_state", lambda job_id: None)
+    shown = []
+    assert follow.follow(job, RunPaths(tmp_path), timeout_s=10, echo=shown.append) == 1
+    assert shown == ["[rank 0] epoch 0: loss 2.0"], shown
+    assert capsys.readouterr().err.strip() == "dali-launch: cannot write checkpoint: No space left"
+    logs = []
+    job.logs, job.name = (lambda rank: [job.task(rank).paths.stderr]), "job 77"
+    print_logs(job, 0, None, logs.append)
+    assert logs[1:4] == ["Traceback (most recent call last):", "", "OSError: [Errno 28] No space left on device"]
+
+
 def test_each_poll_reads_rank_0_and_a_bounded_turn_of_the_others():
     tails = [(rank, f"tail-{rank}") for rank in range(20)]
     polls = [follow._due(tails, poll) for poll in range(3)]

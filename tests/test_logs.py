@@ -25,6 +25,8 @@ from dali_launch.launcher.console import is_chatter
         ("I1201 23:01:52.123456  1234 gloo_context.cc:61] ready", True),
         ("W0000 00:00:1733100000.123456   4242 cuda_executor.cc:1040] numa node", True),
         ("Warning: NaN or Inf found in input tensor.", True),
+        ("submitit INFO (2026-12-06 03:44:40,747) - Starting with JobEnvironment(job_id=1926)", True),
+        ("ERROR:submitit:Submitted job triggered an exception", True),
         ("E1201 23:01:52.123456  1234 cuda_driver.cc:101] failed to allocate 80.0G", False),  # errors stay
         ("epoch 0: loss 0.1234  test accuracy 0.9", False),
         ("dali-launch: error: rank 1 failed: RuntimeError: boom", False),

@@ -17,7 +17,7 @@ import pytest
 from conftest import check_ok, dali_launch, squeue, start, wait_for
 from run_readers import final_params, only_run
 from test_allocation import _ended, _sbatch
-from test_checkpoint_failures import fill_run_root_then_resume, resume_after_damage
+from test_checkpoint_failures import fill_run_root_then_resume, only_ours_on_the_console, resume_after_damage
 from test_endings import FAILING
 
 from dali_launch.launcher.backends import slurm_queue
@@ -53,8 +53,14 @@ def test_a_full_run_root_stops_the_job_in_one_line_and_it_resumes_once_there_is_
     slurm_env, small_lmdb, small_tmpfs
 ):
     """As in local mode (both nodes of the test cluster are this machine): one line, then `--resume` submits
-    again and finishes the run once there is room."""
-    fill_run_root_then_resume(JOB, small_lmdb, small_tmpfs, env=slurm_env)
+    again and finishes the run once there is room. The console that followed the job shows the run's own
+    lines: Orbax's threads' tracebacks and submitit's word (300 lines of them) are in rank 0's log alone."""
+    failed = fill_run_root_then_resume(JOB, small_lmdb, small_tmpfs, env=slurm_env)
+    first_job = min(
+        (d for d in only_run(small_tmpfs).submitit.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)
+    )
+    only_ours_on_the_console(failed, first_job / f"{first_job.name}_0_log.err")
+    assert "submitit" not in failed.stdout and "epoch 1: loss" in failed.stdout
 
 
 def test_an_srun_task_run_resumes_from_a_login_node_past_a_damaged_checkpoint(slurm_env, small_lmdb, tmp_path):

@@ -1,7 +1,7 @@
 """What every task runs: read the spec, find its place in the job, train, report how it ended.
 
 Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through submitit calls
-`run_task(RUN_DIR)`. Either way the spec on disk is the only input, so a task can be re-run by hand.
+`run_followed_task(RUN_DIR)`. Either way the spec on disk is the only input, so a task can be re-run by hand.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dali_launch.trainer import compile_cache, flavours, heap
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.observe.library_output import tag_library_output
 from dali_launch.trainer.observe.manifest import write_manifest
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.resilience import disk, ending, start_point
@@ -51,6 +52,14 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
                 lock.close()
     ending.record(paths, topology.process_id, ending.DONE)
     return result
+
+
+def run_followed_task(run_dir: str) -> dict:
+    """A submitted SLURM job's task, whose launcher follows its output from files: what its libraries' threads
+    print (and the traceback it may end with) is tagged, as a --local rank's is, so that the console keeps
+    the run's own lines and the log keeps everything (observe/library_output.py)."""
+    tag_library_output()
+    return run_task(run_dir)
 
 
 def _lock(paths: RunPaths):

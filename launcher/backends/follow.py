@@ -20,6 +20,7 @@ from pathlib import Path
 from dali_launch.launcher.backends.job import started_tasks
 from dali_launch.launcher.backends.slurm_queue import cancel, queue_state, wait_until_gone
 from dali_launch.launcher.console import is_chatter
+from dali_launch.trainer.observe.library_output import is_tagged, untagged
 from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -64,7 +65,7 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
     tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in range(job.num_tasks)]
     deadline, polls = time.monotonic() + timeout_s, 0
     while True:
-        _print_new(_due(tails, polls), echo)
+        _print_new(_due(tails, polls), echo, paths)
         polls += 1
         gone = queue_state(job.job_id) is None
         failed = _failure(job, paths, every_rank=gone)
@@ -74,7 +75,7 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             cancelled = cancelled_at(job)
             cancel(job.job_id)  # the other ranks would wait on the dead one until their timeouts
             gone = wait_until_gone(job.job_id, timeout_s=SRUN_WORD_S)  # srun's last words written
-            _print_new(tails, echo)
+            _print_new(tails, echo, paths)
             failed = _failure(job, paths, every_rank=True) or failed  # once, at the end: every rank's word
             if cancelled:
                 story = [*_said(job), f"dali-launch: job {job.job_id} ended without a result: cancelled at {cancelled}"]
@@ -96,7 +97,7 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             )
             return 1
         time.sleep(POLL_S)
-    _print_new(tails, echo)
+    _print_new(tails, echo, paths)
     return _ending(job, paths)
 
 
@@ -121,11 +122,18 @@ def _failure(job, paths: RunPaths, every_rank: bool) -> dict[int, str]:
     return {r: e for r in ranks if (e := task_error(job, r))}
 
 
-def _print_new(tails, echo) -> None:
+def _print_new(tails, echo, paths: RunPaths) -> None:
+    """New lines of the run's own voice. Not a library's (tagged by the task: the logs keep them, `dali-launch
+    logs` shows them), not srun's (the job's story retells them), and, once a rank ended the job in a line of
+    ours (a refused checkpoint write), not the other ranks' reactions to it (a C++ abort's stack), as the
+    local launcher does (backends/local.py). One small file read a poll (process 0 removes an earlier job's
+    cause as it starts, before any rank speaks: ending.clear)."""
+    cause = ending.cause(paths)
+    explained = cause["rank"] if cause and cause.get("explained") else None
     for rank, *files in tails:
         for tail in files:
             for line in tail.lines():
-                if not is_chatter(line):  # `dali-launch logs` shows it all
+                if explained in (None, rank) and not (is_tagged(line) or is_chatter(line) or line.startswith("srun: ")):
                     echo(f"[rank {rank}] {line}")
 
 
@@ -190,7 +198,10 @@ def _first_story(job, paths: RunPaths, failed: dict[int, str]) -> list[str]:
     first = failed.get(culprit)
     story = [*head, *([f"dali-launch: rank {culprit} of job {job.job_id} failed:", first.rstrip()] if first else [])]
     if not first:  # it died without a result (a signal): its own stderr's last lines
-        story += [f"dali-launch: the last lines rank {culprit} wrote:", *_stderr(job, culprit).splitlines()[-20:]]
+        story += [
+            f"dali-launch: the last lines rank {culprit} wrote:",
+            *untagged(_stderr(job, culprit)).splitlines()[-20:],
+        ]
     story += _said(job)
     for rank, error in sorted(failed.items()):
         if rank != culprit:

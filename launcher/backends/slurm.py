@@ -196,10 +196,10 @@ def follow_timeout_s(run: RunConfig) -> int:
 
 def submit(run: RunConfig, paths: RunPaths):
     """Submits the run's tasks; a refused new submission leaves no run directory."""
-    from dali_launch.trainer.task import run_task
+    from dali_launch.trainer.task import run_followed_task
 
     try:
-        job = make_executor(run, paths.submitit).submit(run_task, str(paths.root))
+        job = make_executor(run, paths.submitit).submit(run_followed_task, str(paths.root))
     except Exception as e:
         if not run.launch.resume:
             shutil.rmtree(paths.root, ignore_errors=True)

@@ -67,6 +67,7 @@ def status_line(job) -> str:
 def print_logs(job, rank: int | None, follow_s: float | None, echo=print) -> None:
     """Prints rank logs (all ranks prefixed, or one); with follow, until the run ends (or follow_s passes)."""
     from dali_launch.launcher.backends.follow import LogTail
+    from dali_launch.trainer.observe.library_output import untagged  # a SLURM task's library lines: shown here
 
     ranks = [rank] if rank is not None else list(range(job.num_tasks))
     if any(r < 0 or r >= job.num_tasks for r in ranks):
@@ -75,12 +76,12 @@ def print_logs(job, rank: int | None, follow_s: float | None, echo=print) -> Non
     deadline = time.monotonic() + (follow_s or 0)
     while True:
         for r, tail in tails:
-            for line in tail.lines():
+            for line in map(untagged, tail.lines()):
                 echo(line if rank is not None else f"[rank {r}] {line}")
         if follow_s is None or not job.state().live or time.monotonic() > deadline:
             break
         time.sleep(1)
     for r, tail in tails:  # the last line may lack its newline
         if tail.partial:
-            text = tail.partial.decode(errors="replace")
+            text = untagged(tail.partial.decode(errors="replace"))
             echo(text if rank is not None else f"[rank {r}] {text}")

@@ -5,8 +5,8 @@ A checkpoint write the file system refused (full, read-only) ended in the run's 
 from their own threads (and from TensorStore's C++ threads as the process ended). Python writes in the
 thread that speaks, so the rule is by thread: the task's main thread and ours (named `dali-launch-*`)
 are the run's voice; any other thread's text is kept in the log. `train` applies it itself
-(launcher/backends/this_process.py); a `--local` rank tags such lines with `MARK` (and the traceback it ends with), which its
-launcher strips and keeps out of the console.
+(launcher/backends/this_process.py); a `--local` rank or a submitted SLURM task tags such lines with `MARK` (and
+the traceback it ends with); its launcher keeps them out of the console, and `dali-launch logs` shows them untagged.
 """
 
 from __future__ import annotations
@@ -25,9 +25,18 @@ def ours() -> bool:
     return thread is threading.main_thread() or thread.name.startswith(OUR_THREADS)
 
 
+def is_tagged(line: str) -> bool:
+    return line.startswith(MARK)
+
+
+def untagged(text: str) -> str:
+    return text.replace(MARK, "")
+
+
 def tagged(text: str) -> str:
-    """Every (part of a) line of `text` marked as a library's."""
-    return "\n".join(MARK + part if part else part for part in text.split("\n"))
+    """Every (part of a) line of `text` marked as a library's, blank lines too (print's lone "\n" among them)."""
+    parts = text.split("\n")
+    return "\n".join(MARK + part if part or k < len(parts) - 1 else part for k, part in enumerate(parts))
 
 
 class Tagging:
@@ -45,8 +54,8 @@ class Tagging:
 
 
 def tag_library_output() -> None:
-    """A `--local` rank: its library threads' lines tagged for its launcher (stdout and stderr are one pipe),
-    and the traceback of an error that ends it: the launcher names the first failure in one line, from the
+    """A `--local` rank or a submitted SLURM task: its library threads' lines tagged for its launcher, and the
+    traceback of an error that ends it: the launcher names the first failure in one line, from the
     culprit's log with its traceback where the error was not one of ours, and a peer's traceback (it only
     reacted: a collective whose partner was gone) printed between was noise."""
     sys.stdout, sys.stderr = Tagging(sys.stdout), Tagging(sys.stderr)
