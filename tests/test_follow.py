@@ -82,6 +82,31 @@ def test_the_console_gets_the_runs_own_lines_and_logs_get_every_line(tmp_path, c
     assert logs[1:4] == ["Traceback (most recent call last):", "", "OSError: [Errno 28] No space left on device"]
 
 
+def test_a_job_slurm_keeps_queued_or_requeues_is_not_cancelled_one_running_too_long_is(
+    tmp_path, capsys, cancels, monkeypatch
+):
+    """The follower's bound is a start's run, not the queue's wait: a job queued (a busy cluster) or requeued
+    (SLURM's time-limit warning; seen on the test cluster: a --time-min 1 job requeued every minute, held
+    ~2 min between starts) past it goes on; one that runs past it is cancelled; one queued past
+    QUEUED_FOLLOW_S is left queued."""
+    job, paths = fake_job(tmp_path, {0: "", 1: ""}, {}), RunPaths(tmp_path)
+    monkeypatch.setattr(follow, "POLL_S", 0.01)
+    states = iter(["PENDING"] * 30 + ["RUNNING"] * 3 + ["REQUEUED"] * 30 + ["RUNNING"] * 3)
+    monkeypatch.setattr(follow, "queue_state", lambda job_id: next(states, None))
+    follow.follow(job, paths, timeout_s=0.1, echo=lambda line: None)
+    assert cancels == [] and "cancelled it" not in capsys.readouterr().err
+
+    monkeypatch.setattr(follow, "queue_state", lambda job_id: "RUNNING")
+    assert follow.follow(job, paths, timeout_s=0.1, echo=lambda line: None) == 1
+    assert cancels == ["77"] and "job 77 still running past its time limit; cancelled it" in capsys.readouterr().err
+
+    monkeypatch.setattr(follow, "queue_state", lambda job_id: "PENDING")
+    monkeypatch.setattr(follow, "QUEUED_FOLLOW_S", 0.1)
+    assert follow.follow(job, paths, timeout_s=0.05, echo=lambda line: None) == 1
+    err = capsys.readouterr().err
+    assert cancels == ["77"] and "job 77 still waits in the queue" in err and "it stays queued" in err, err
+
+
 def test_each_poll_reads_rank_0_and_a_bounded_turn_of_the_others():
     tails = [(rank, f"tail-{rank}") for rank in range(20)]
     polls = [follow._due(tails, poll) for poll in range(3)]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher.backends.job import started_tasks
-from dali_launch.launcher.backends.slurm_queue import cancel, queue_state, wait_until_gone
+from dali_launch.launcher.backends.slurm_queue import QUEUED_FOLLOW_S, WAITING, cancel, queue_state, wait_until_gone
 from dali_launch.launcher.console import is_chatter
 from dali_launch.trainer.observe.library_output import is_tagged, untagged
 from dali_launch.trainer.resilience import ending, saved
@@ -61,13 +61,19 @@ def task_error(job, rank: int) -> str | None:
 
 
 def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
-    """Prints every rank's output as it comes; returns the exit code the command should end with."""
+    """Prints every rank's output as it comes; returns the exit code the command should end with.
+    `timeout_s` bounds each start of the job (it runs again after a requeue); the queue's wait has its own bound."""
     tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in range(job.num_tasks)]
-    deadline, polls = time.monotonic() + timeout_s, 0
+    deadline, queued_until, polls = time.monotonic() + timeout_s, time.monotonic() + QUEUED_FOLLOW_S, 0
     while True:
         _print_new(_due(tails, polls), echo, paths)
         polls += 1
-        gone = queue_state(job.job_id) is None
+        state = queue_state(job.job_id)
+        gone = state is None
+        if (
+            state in WAITING
+        ):  # queued, or requeued (a time limit's warning, a preemption): its clock starts when it runs
+            deadline = time.monotonic() + timeout_s
         failed = _failure(job, paths, every_rank=gone)
         if failed:
             # Read before our own scancel: a rank that failed because the job was cancelled (its peer
@@ -88,17 +94,27 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
             return 1
         if gone:
             break
-        if time.monotonic() > deadline:
-            cancel(job.job_id)
-            print(
-                f"dali-launch: job {job.job_id} still running after {timeout_s:.0f} s; cancelled it",
-                file=sys.stderr,
-                flush=True,
-            )
-            return 1
+        late = _out_of_time(job, paths, state in WAITING, time.monotonic() > deadline, time.monotonic() > queued_until)
+        if late:
+            return late
         time.sleep(POLL_S)
     _print_new(tails, echo, paths)
     return _ending(job, paths)
+
+
+def _out_of_time(job, paths: RunPaths, waiting: bool, ran_too_long: bool, queued_too_long: bool) -> int | None:
+    """A job that ran past its bound has outlived SLURM's own time limit: cancelled. One that SLURM keeps
+    queued past QUEUED_FOLLOW_S stays queued; the follower stops and says how to reach it. Else None."""
+    if waiting and queued_too_long:
+        say = f"job {job.job_id} still waits in the queue after {QUEUED_FOLLOW_S // 3600} h; it stays queued"
+        say += f"; follow it with `dali-launch logs {paths.root} --follow`, or stop it with `dali-launch cancel {paths.root}`"
+    elif ran_too_long and not waiting:
+        cancel(job.job_id)
+        say = f"job {job.job_id} still running past its time limit; cancelled it"
+    else:
+        return None
+    print(f"dali-launch: {say}", file=sys.stderr, flush=True)
+    return 1
 
 
 def _due(tails: list, polls: int) -> list:

@@ -97,9 +97,8 @@ class Slurm(Backend):
         watch.submitted([job.job_id for job in jobs])
         if runs[0].slurm.detach:
             return [Outcome(RunState.PENDING, report=False) for _ in runs]
-        waves = -(-len(runs) // self._parallel(len(runs)))
         try:
-            return self._wait_array(paths, watch, follow_timeout_s(runs[0]) * waves)
+            return self._wait_array(paths, watch, follow_timeout_s(runs[0]))
         except KeyboardInterrupt:
             print(
                 f"dali-launch: interrupted: the sweep's job array {jobs[0].job_id.split('_')[0]} goes on running; "
@@ -110,7 +109,9 @@ class Slurm(Backend):
             raise SystemExit(130) from None
 
     def _wait_array(self, paths: list[RunPaths], watch: Watch, timeout_s: float) -> list[Outcome]:
-        """Until every element has left the queue (or the deadline: the rest are cancelled), saying each end."""
+        """Until every element has left the queue, saying each end. `timeout_s` bounds an element's run: the
+        deadline moves on while any element waits in the queue (the array's waves, a busy cluster, a requeue);
+        past it the rest have outlived SLURM's own time limit and are cancelled."""
         jobs, outcomes = [self.attach(p) for p in paths], {}
         end = time.monotonic() + timeout_s
         while len(outcomes) < len(jobs):
@@ -120,10 +121,10 @@ class Slurm(Backend):
                     continue
                 if late:
                     slurm_queue.cancel(job.job_id)
-                    print(
-                        f"dali-launch: {job.name} still running after {timeout_s:.0f} s; cancelled it", file=sys.stderr
-                    )
+                    print(f"dali-launch: {job.name} still running past its time limit; cancelled it", file=sys.stderr)
                 state = job.state()
+                if state is RunState.PENDING:
+                    end = time.monotonic() + timeout_s
                 if late or not state.live:
                     outcomes[i] = Outcome(state, code=0 if state is RunState.FINISHED else 1, report=False)
                     watch.ended(i, outcomes[i])

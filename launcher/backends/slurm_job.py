@@ -11,10 +11,8 @@ from pathlib import Path
 
 from dali_launch.launcher.backends import follow, slurm_queue
 from dali_launch.launcher.backends.job import Job, JobRecord, RunState, ended_state, lock_holder, request_cancel
+from dali_launch.launcher.backends.slurm_queue import WAITING
 from dali_launch.trainer.run_dir import RunPaths
-
-# squeue's states of a job that waits to run (again); every other state it lists is a job that runs.
-WAITING = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "CONFIGURING", "SUSPENDED"}
 
 
 class SlurmJob(Job):

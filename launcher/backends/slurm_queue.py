@@ -14,6 +14,11 @@ QUERY_TIMEOUT_S = 30  # every squeue/sacct/scancel call is bounded
 # A job whose tasks ended stays COMPLETING while slurmd reaps them (KillWait, 30 s by default) and runs
 # the epilogue; --resume waits this long for it rather than refusing a run that has in fact stopped.
 RELEASE_TIMEOUT_S = 90
+# squeue's states of a job that waits to run (again); every other state it lists is a job that runs.
+WAITING = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "CONFIGURING", "SUSPENDED"}
+# How long a follower waits for a job that SLURM keeps queued (a busy cluster) before it stops following
+# it; the job stays queued.
+QUEUED_FOLLOW_S = 86400
 
 
 def queue_state(job_id: str) -> str | None:
