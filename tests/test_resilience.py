@@ -282,6 +282,28 @@ def test_slurm_scancel_checkpoints_before_the_job_ends(slurm_env, mnist_lmdb, tm
     assert f"stopped by SIGTERM; checkpoint written at step {endings[0]['step']}" in err
 
 
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_slurms_own_time_limit_warns_and_the_job_checkpoints(slurm_env, small_lmdb, tmp_path):
+    """SLURM's own time limit, not a signal we send: --time-min 1 is inside the warning's 90 s (--signal
+    USR2@90), so slurmctld sends it at its next time-limit check (every 30 s); with --max-requeues 0 every
+    rank checkpoints and the job ends there, resumable. (With requeues left it goes back into the queue and
+    starts again, each start up to its time limit: seen by hand on this cluster, held ~2 min between
+    starts, which the follower waits out: test_follow.py.)"""
+    job = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "1", "--max-requeues", "0"]
+    proc = dali_launch(*job, "--epochs", "1000", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path),
+                       env=slurm_env, timeout=150)  # fmt: skip
+    paths = only_run(tmp_path)
+    endings = [json.loads(paths.ending(r).read_text()) for r in range(2)]
+    assert [e["how"] for e in endings] == ["stopped"] * 2 and endings[0]["step"] == endings[1]["step"], proc.stderr
+    assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1] == (
+        f"dali-launch: job {json.loads((paths.root / 'job.json').read_text())['job_id']} preempted; checkpoint "
+        f"written at step {endings[0]['step']} (--max-requeues 0 reached); resume with `dali-launch --resume "
+        f"{paths.root}`"
+    )
+    assert saved.newest(paths).step == endings[0]["step"] and not paths.result.exists()
+
+
 def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(small_lmdb, tmp_path):
     """--checkpoint-every-min: a clock decides, every process agrees; only --keep-checkpoints stay."""
     check_ok(
