@@ -30,7 +30,7 @@ def _result(run_root):
 def test_two_processes_match_one_process(small_lmdb, tmp_path):
     """2 processes × 2 CPU devices vs 1 process × 2 devices with 2 readers each, both at a global batch of
     200: the same 4 DALI shards, so each step averages the same 200 samples and both train the same
-    parameters (within conftest.PARAMS_*TOL). The full Fashion-MNIST over 2 processes × 2 devices is
+    parameters (within run_readers.PARAMS_*TOL). The full Fashion-MNIST over 2 processes × 2 devices is
     test_slurm.py's two-node run; small_lmdb's 4 steps an epoch are what the tolerance allows."""
     common = ["--data-dir", str(small_lmdb), "--epochs", "1", "--global-batch-size", "200"]
     single = dali_launch(
@@ -94,7 +94,7 @@ def sharded_two(small_lmdb, tmp_path_factory):
 def test_sharded_mode_across_processes_matches_one_process(sharded_two):
     """--parallel sharded over 2 processes × 1 CPU device: one jit program whose all-reduce crosses
     processes (gloo) trains the parameters of pmap in one process with 2 devices (within
-    conftest.PARAMS_*TOL: two programs), and keeps both processes' replicas bit-identical."""
+    run_readers.PARAMS_*TOL: two programs), and keeps both processes' replicas bit-identical."""
     root, multi = sharded_two
     (one_paths, _), (paths, two) = _result(root / "one"), _result(root / "two")
     # Each rank's start line under its own prefix; gloo's connection lines only in the logs

@@ -190,7 +190,8 @@ class _Stop:
 @pytest.mark.slow
 def test_a_moved_run_directory_keeps_working(small_lmdb, tmp_path):
     """config.json names where the run was made; a run moved elsewhere resumes where it is now."""
-    from conftest import check_ok, dali_launch, only_run
+    from conftest import check_ok, dali_launch
+    from run_readers import only_run
 
     check_ok(dali_launch("train", "--data-dir", str(small_lmdb), "--epochs", "1", "--run-root", str(tmp_path / "a")))
     moved = tmp_path / "b" / "moved"
@@ -209,7 +210,8 @@ def test_a_run_resumes_by_its_name_and_a_resume_that_would_lose_what_it_did_is_r
     from step 0 without a word): each one line, exit 2, nothing changed."""
     import shutil
 
-    from conftest import check_ok, dali_launch, only_run
+    from conftest import check_ok, dali_launch
+    from run_readers import only_run
 
     root = tmp_path / "runs"
     check_ok(

@@ -109,7 +109,7 @@ def test_readers_per_device_read_every_sample_once(small_lmdb, readers_sharded):
 def test_parallel_modes_and_fused_steps_run_the_same_sgd_steps(small_lmdb, readers_sharded, tmp_path):
     """Against one pmapped step per call: steps fused per call with padding-only steps, pmapped or
     --parallel sharded (one jit over a mesh), run the same SGD steps, so they train the same parameters
-    (within conftest.PARAMS_*TOL: different programs may round differently). Two readers per device:
+    (within run_readers.PARAMS_*TOL: different programs may round differently). Two readers per device:
     a call holds each reader's rows end to end, and the steps take them in sample order whatever K is.
     The sharded contender is the readers' run above, compared at its epoch 0's end (--record-samples reads
     the batches on the host: the same program)."""
