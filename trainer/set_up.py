@@ -87,7 +87,7 @@ def set_up(
     )
     layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes)
     compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
-    fresh = initial.create()
+    fresh = initial.create() if start.step is None else initial.placeholders()  # a resume: the checkpoint's values
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
         fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())

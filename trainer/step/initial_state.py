@@ -67,6 +67,11 @@ class InitialState:
     def create(self) -> TrainState:
         return self._traced.lower().compile()(self._example)[1]
 
+    def placeholders(self) -> TrainState:
+        """The state's structure as uninitialised host arrays: what a checkpoint is restored into, without
+        lowering, compiling or running the init whose values the checkpoint replaces."""
+        return jax.tree.map(lambda s: np.empty(s.shape, s.dtype), self.shapes)
+
 
 def create_train_state(spec: TaskSpec, example: np.ndarray, slots_per_epoch: int) -> TrainState:
     """The trainer's initial state, computed (InitialState)."""
