@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -123,15 +124,14 @@ def test_a_killed_launcher_takes_its_ranks_and_unlocks_the_run(mnist_lmdb, tmp_p
 def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     """SIGINT to the launcher: every rank checkpoints at the next check point and stops; the launcher
     says where and how to resume. The resumed run appends to the ranks' logs, and its first, partial
-    epoch reports the images and time of its own part."""
+    epoch reports the images and time of its own part. Rank 1's programs, which it writes itself (JAX
+    writes process 0's), were written as it stopped mid-epoch: the resumed rank 1 compiles no step."""
     # 160 calls an epoch; the signal comes once a checkpoint at call 20 shows epoch 0 under way
-    proc = _start(
-        ["--epochs", "2", "--batch-size", "25", "--checkpoint-every-steps", "20", "--data-dir", str(mnist_lmdb)],
-        tmp_path,
-    )
+    run = ["--epochs", "2", "--batch-size", "25", "--checkpoint-every-steps", "20", "--data-dir", str(mnist_lmdb)]
+    proc = _start([*run, "--compile-cache", str(tmp_path / "xla")], tmp_path / "runs")
     try:
-        pids = _rank_pids(tmp_path)
-        wait_for(lambda: has_checkpoint(tmp_path), timeout_s=120)
+        pids = _rank_pids(tmp_path / "runs")
+        wait_for(lambda: has_checkpoint(tmp_path / "runs"), timeout_s=120)
         proc.send_signal(signal.SIGINT)
         asked = time.monotonic()
         _, err = proc.communicate(timeout=90)
@@ -139,7 +139,7 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     finally:
         reap(proc)
     print(f"SIGINT: launcher done {took:.2f} s later")
-    paths = only_run(tmp_path)
+    paths = only_run(tmp_path / "runs")
     last = err.strip().splitlines()[-1]
     assert proc.returncode == 130 and last.startswith(
         "dali-launch: interrupted (SIGINT); checkpoint written at step "
@@ -150,7 +150,7 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
 
     command = shlex.split(last.split("resume with `")[1].rstrip("`"))
     assert command[0] == "dali-launch"
-    resumed = dali_launch(*command[1:])
+    resumed = dali_launch(*command[1:], env={"JAX_EXPLAIN_CACHE_MISSES": "1"})
     check_ok(resumed)
     assert "resumed from checkpoint" in resumed.stdout
     for rank, before in enumerate(first_logs):
@@ -158,6 +158,8 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
         assert (
             log.startswith(before) and "--- resumed" in log[len(before) :] and f"rank {rank} on" in log[len(before) :]
         )
+        missed = re.findall(r"PERSISTENT COMPILATION CACHE MISS for '(jit_\w+)'", log[len(before) :])
+        assert "jit_sharded_call" not in missed, (rank, missed)
     metrics = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [0, 1] and metrics[1]["resumed_at_call"] is None
     partial = metrics[0]

@@ -21,7 +21,8 @@ program: on CPUs each process hashes the job's topology as it sees it, and a pro
 devices (the model's init) names other devices on each. Such a process found nothing and compiled everything
 at every start (a 2-process run's rank 1: 9 s of compiles on the 2-core machine, warm). So every other process
 writes its own entries too (`every_process_writes`), each under a temporary name renamed into place, at the
-end of an epoch and only where process 0 has not written the same key.
+end of an epoch and as the task ends, however it ends (a stop, a requeue, an error: its resumption starts
+warm), and only where process 0 has not written the same key.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
                 raise
             raise disk.write_refused(paths, e, spec.how_to_resume()) from None
         finally:
+            compile_cache.write_pending()  # a stopped or failed task's programs too: its resumption starts warm
             if lock:
                 lock.close()
     ending.record(paths, topology.process_id, ending.DONE)
