@@ -15,6 +15,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 from dali_launch.trainer.config import DistributedConfig, Layout
@@ -290,6 +291,8 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
     watchdog.start()
     ids = topology.local_device_ids
     try:
+        if topology.process_id != 0:
+            _wait_for_coordinator(topology.coordinator_address)
         jax.distributed.initialize(
             coordinator_address=topology.coordinator_address,
             num_processes=topology.num_processes,
@@ -301,6 +304,19 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
         )
     finally:
         watchdog.cancel()
+
+
+def _wait_for_coordinator(address: str, poll_s: float = 0.02) -> None:
+    """Until process 0's coordination service accepts connections (our watchdog bounds the wait). A client
+    that reaches for it earlier is refused and backs off for about a second in gRPC: every process then
+    waited for it (two processes, one 0.5 s ahead of process 0: 1.1 s to initialize, then 0.5 s)."""
+    host, port = address.rsplit(":", 1)
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=1.0).close()
+            return
+        except OSError:
+            time.sleep(poll_s)
 
 
 def _die(message: str) -> None:
