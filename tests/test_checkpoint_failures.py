@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -219,3 +220,21 @@ def test_a_thread_unwinding_from_a_failed_write_does_not_wait_at_orbaxs_barrier(
         finally:
             fail_fast(key="b", timeout_ms=1)
     assert met == ["a"] and raised.value is refused and fail_fast.failed is refused
+
+
+def test_leave_ends_the_process_past_a_thread_that_raises_its_failure_again_from_join():
+    """Orbax's threads raise their failure again from join() (a refused write): `ending.leave` still exits with
+    the code it was given and prints nothing (in CI a full disk's one line was followed by 40 lines of it)."""
+    code = """
+import threading
+import time
+from dali_launch.trainer.resilience.ending import leave
+class Failed(threading.Thread):
+    def join(self, timeout=None):
+        super().join(timeout)
+        raise ValueError("Checkpoint directory does not exist")
+Failed(target=time.sleep, args=(0.3,)).start()  # alive when leave() joins it
+leave(3)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "", ""), proc.stderr

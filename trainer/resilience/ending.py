@@ -215,7 +215,10 @@ def leave(code: int) -> None:
     closed by then (the reporter's, the checkpointer's)."""
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+            # Orbax's threads raise their own failure again from join(): a refused checkpoint write the run's
+            # one line has told (a `train` on a full disk printed its 40-line traceback after that line).
+            with contextlib.suppress(Exception):
+                thread.join()
     if dali := sys.modules.get("nvidia.dali.backend"):  # its handler: a full collection (0.12 s) for a teardown
         atexit.unregister(getattr(dali, "_unload_dali", None))  # that os._exit skips
     atexit._run_exitfuncs()
