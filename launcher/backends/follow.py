@@ -70,9 +70,8 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
         polls += 1
         state = queue_state(job.job_id)
         gone = state is None
-        if (
-            state in WAITING
-        ):  # queued, or requeued (a time limit's warning, a preemption): its clock starts when it runs
+        # Queued, or requeued (a time limit's warning, a preemption): its clock starts when it runs.
+        if state in WAITING:
             deadline = time.monotonic() + timeout_s
         failed = _failure(job, paths, every_rank=gone)
         if failed:
