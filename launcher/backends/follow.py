@@ -143,8 +143,7 @@ def _print_new(tails, echo, paths: RunPaths) -> None:
     ours (a refused checkpoint write), not the other ranks' reactions to it (a C++ abort's stack), as the
     local launcher does (backends/local.py). One small file read a poll (process 0 removes an earlier job's
     cause as it starts, before any rank speaks: ending.clear)."""
-    cause = ending.cause(paths)
-    explained = cause["rank"] if cause and cause.get("explained") else None
+    explained = ending.explained_by(paths)
     for rank, *files in tails:
         for tail in files:
             for line in tail.lines():

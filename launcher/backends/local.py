@@ -159,8 +159,8 @@ class LocalRanks:
         """Another rank ended the job in a line of ours (a refused checkpoint write, say): what this one
         prints now is its reaction -- JAX's coordination service gone with process 0, a C++ abort's stack
         -- and stays in its log (one small file read a line: ranks print a few lines an epoch)."""
-        cause = ending.cause(self.paths, since=self.started)
-        return cause is not None and cause.get("explained", False) and cause["rank"] != rank
+        explainer = ending.explained_by(self.paths, since=self.started)
+        return explainer is not None and explainer != rank
 
     def _say(self, text: str) -> None:
         with self.lock, contextlib.suppress(OSError):  # a closed console is no failure of the job

@@ -77,6 +77,13 @@ def cause(paths: RunPaths, since: float = 0.0) -> dict | None:
     return found if found["at"] >= since else None
 
 
+def explained_by(paths: RunPaths, since: float = 0.0) -> int | None:
+    """The rank that ended the job in a line of ours (a refused checkpoint write, say), or None: what the others
+    print after it is their reaction, which the launchers keep in the logs."""
+    found = cause(paths, since)
+    return found["rank"] if found and found.get("explained") else None
+
+
 def of(paths: RunPaths, rank: int) -> dict | None:
     """How `rank` ended (its fault dump's `failed` if a fatal signal ended it), or None while it has not."""
     try:
