@@ -110,10 +110,10 @@ class Slurm(Backend):
 
     def _wait_array(self, paths: list[RunPaths], watch: Watch, timeout_s: float) -> list[Outcome]:
         """Until every element has left the queue, saying each end. `timeout_s` bounds an element's run: the
-        deadline moves on while any element waits in the queue (the array's waves, a busy cluster, a requeue);
-        past it the rest have outlived SLURM's own time limit and are cancelled."""
+        deadline moves on while any element waits in the queue (the array's waves, a busy cluster, a requeue),
+        for up to slurm_queue.QUEUED_FOLLOW_S; past it the rest are cancelled."""
         jobs, outcomes = [self.attach(p) for p in paths], {}
-        end = time.monotonic() + timeout_s
+        end, queued_until = time.monotonic() + timeout_s, time.monotonic() + slurm_queue.QUEUED_FOLLOW_S
         while len(outcomes) < len(jobs):
             late = time.monotonic() > end
             for i, job in enumerate(jobs):
@@ -121,9 +121,12 @@ class Slurm(Backend):
                     continue
                 if late:
                     slurm_queue.cancel(job.job_id)
-                    print(f"dali-launch: {job.name} still running past its time limit; cancelled it", file=sys.stderr)
+                    print(
+                        f"dali-launch: {job.name} not done past its time limit (or a day queued); cancelled it",
+                        file=sys.stderr,
+                    )
                 state = job.state()
-                if state is RunState.PENDING:
+                if state is RunState.PENDING and time.monotonic() < queued_until:
                     end = time.monotonic() + timeout_s
                 if late or not state.live:
                     outcomes[i] = Outcome(state, code=0 if state is RunState.FINISHED else 1, report=False)
