@@ -77,3 +77,19 @@ def test_the_local_launcher_names_a_killed_rank_before_the_peers_it_took_down(tm
     ranks.exited = {3: (-9, time.time() + 0.04)}
     assert [culprit for _, culprit, _, _ in ranks._causes()] == [3, 2]
     assert ranks._causes()[0][2] == "rank 3 was killed by SIGKILL"
+
+
+def test_the_local_launcher_does_not_name_a_rank_whose_watchdog_left_on_the_cause(tmp_path):
+    """Rank 1 raises; rank 0's watchdog sees the cause within a beat and exits (EXIT_WATCHDOG) without an
+    ending of its own, reaped 0.3 s after rank 1's failure: counted as an unexplained death it would be
+    dated REAP_SLACK_S early and named first (a CI run's "rank 0 exited with code 4")."""
+    from dali_launch.launcher.backends.local import LocalRanks
+
+    paths = RunPaths(tmp_path)
+    ranks = LocalRanks(None, paths)
+    ranks.started = time.time() - 10
+    ending.record(paths, 1, ending.FAILED, "rank 1 failed: RuntimeError: rank 1 fails mid-epoch (injected)")
+    ranks.exited = {0: (ending.EXIT_WATCHDOG, time.time() + 0.3), 1: (1, time.time() + 0.5)}
+    assert [culprit for _, culprit, _, _ in ranks._causes()] == [1]
+    ranks._record_deaths()
+    assert ending.of(paths, 0) is None

@@ -262,10 +262,8 @@ class LocalRanks:
             for e in endings
             if e["how"] in ending.CAUSES
         ]
-        explained = {e["rank"] for e in endings}
-        for rank, (code, at) in list(self.exited.items()):
-            if code != 0 and rank not in explained and rank not in self.killed:
-                found.append((died_at(at, endings), rank, f"rank {rank} {_how(code)}", False))
+        for rank, (code, at) in self._unexplained_deaths(endings):
+            found.append((died_at(at, endings), rank, f"rank {rank} {_how(code)}", False))
         return sorted(found)
 
     def _outcome(self) -> Outcome:
@@ -286,17 +284,26 @@ class LocalRanks:
         log = self.paths.log(culprit).read_text(errors="replace") if self.paths.log(culprit).exists() else ""
         return Outcome(RunState.FAILED, f"{what}\nhow each rank ended: {ends}\n{traceback_of(log)}", 1)
 
+    def _unexplained_deaths(self, endings: list[dict]) -> list[tuple[int, tuple[int, float]]]:
+        """Ranks that exited badly without an ending, other than those we killed and those whose watchdog
+        left on the job's cause (EXIT_WATCHDOG): such a rank reacts, and its exit, often within a second of
+        the cause, would otherwise count REAP_SLACK_S early and be named before the rank that failed."""
+        explained = {e["rank"] for e in endings}
+        return [
+            (rank, (code, at))
+            for rank, (code, at) in self.exited.items()
+            if code not in (0, ending.EXIT_WATCHDOG) and rank not in explained and rank not in self.killed
+        ]
+
     def _record_deaths(self) -> None:
         """A rank that died without a word (SIGKILL: the OOM killer, say) gets its ending from us: how it
         died and the last lines of its log, where `status` and its peers look."""
         endings = ending.read(self.paths, since=self.started)
-        explained = {e["rank"] for e in endings}
-        for rank, (code, at) in self.exited.items():
-            if code != 0 and rank not in explained and rank not in self.killed:
-                log = self.paths.log(rank)
-                tail = log.read_text(errors="replace").splitlines()[-DEATH_LINES:] if log.exists() else []
-                died = died_at(at, endings)
-                ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=died, last_lines=tail)
+        for rank, (code, at) in self._unexplained_deaths(endings):
+            log = self.paths.log(rank)
+            tail = log.read_text(errors="replace").splitlines()[-DEATH_LINES:] if log.exists() else []
+            died = died_at(at, endings)
+            ending.record(self.paths, rank, ending.FAILED, f"rank {rank} {_how(code)}", at=died, last_lines=tail)
 
     def _stopped(self) -> Outcome:
         """After a stop signal or a cancel: the step the ranks checkpointed at, and how to go on from it.

@@ -41,6 +41,7 @@ from dali_launch.trainer.run_dir import RunPaths, write_atomic
 DONE, FAILED, STOPPED, VERDICT = "done", "failed", "stopped", "verdict"
 CAUSES = (FAILED, VERDICT)  # endings that end the whole job
 EXIT_FAILED = 1
+EXIT_WATCHDOG = 4  # the watchdog left on the job's cause or its own verdict (watchdog.py)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 

@@ -36,7 +36,6 @@ BEAT_S = 2.0
 # holding the GIL, a touch() stuck on a shared file system); NFS's attribute cache ages a file that
 # changes every 2 s by about acregmin (3 s). Large models on busy shared file systems raise it
 # (docs/scale.md: 120).
-EXIT_WATCHDOG = 4
 
 
 class Watchdog:
@@ -116,4 +115,4 @@ class Watchdog:
         print(f"dali-launch: error: {what}; {how}", file=sys.stderr, flush=True)
         if job and stale:  # a failed rank's exit already ends the step (srun --kill-on-bad-exit)
             (scheduler.requeue if requeue else scheduler.cancel)(self.topology)
-        os._exit(EXIT_WATCHDOG)
+        os._exit(ending.EXIT_WATCHDOG)
