@@ -19,13 +19,15 @@ def test_a_mesh_parses_and_resolves_against_the_device_count():
     assert str(mesh.resolve("fsdp:4", 4)) == "fsdp:4" and mesh.resolve("fsdp:4", 4).shards_state
     assert mesh.resolve("fsdp:4", 8) == mesh.Mesh(data=2, fsdp=4)  # data takes what the others leave
     assert not mesh.resolve("data:4", 4).shards_state
+    assert mesh.resolve("fsdp:2,tensor:2", 8) == mesh.Mesh(data=2, fsdp=2, tensor=2)
+    assert mesh.resolve("tensor:2", 2).shards_state
     for bad, said in (
         ("fsdp:3", "spans 3 devices but the job has 8"),
         ("data:1,fsdp:4", "spans 4 devices but the job has 8"),
         ("fsdp:0", "COUNT a positive integer"),
         ("fsdp:2,fsdp:4", "once each"),
         ("model:8", "AXIS one of data, fsdp, tensor"),
-        ("data:4,tensor:2", "the tensor axis is not supported yet"),
+        ("data:4,tensor:4", "spans 16 devices but the job has 8"),
     ):
         with pytest.raises(ValueError, match=said):
             mesh.resolve(bad, 8)
@@ -39,9 +41,39 @@ def test_fsdp_splits_the_largest_dividing_dimension_of_large_arrays_only():
     assert mesh.fsdp_dimension((784, 1024), 1) is None
 
 
+def test_the_tensor_axis_splits_a_vits_attention_by_heads_and_its_mlp_by_units():
+    """vit-s16's parameters as the trainer holds them (the blocks stacked over depth, axis 0): every block
+    projection and MLP kernel is split over tensor:2 along its heads or hidden units, the rest is not."""
+    import jax
+
+    from dali_launch.trainer.entry_points import create_model
+
+    shapes = jax.eval_shape(
+        lambda: create_model("vit-s16", 10).init(jax.random.key(0), jax.numpy.zeros((1, 32, 32, 3)))
+    )
+    split = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
+        name = jax.tree_util.keystr(path, simple=True, separator="/").removeprefix("params/Transformer/encoderblock/")
+        split[name] = (leaf.shape, mesh.tensor_dimension(name, leaf.shape, 2))
+    heads = "MultiHeadDotProductAttention_0"
+    assert split[f"{heads}/query/kernel"] == ((12, 384, 6, 64), 2) and split[f"{heads}/value/bias"] == ((12, 6, 64), 1)
+    assert split[f"{heads}/out/kernel"] == ((12, 6, 64, 384), 1) and split[f"{heads}/out/bias"][1] is None
+    assert split["MlpBlock_0/Dense_0/kernel"] == ((12, 384, 1536), 2) and split["MlpBlock_0/Dense_0/bias"][1] == 1
+    assert split["MlpBlock_0/Dense_1/kernel"] == ((12, 1536, 384), 1) and split["MlpBlock_0/Dense_1/bias"][1] is None
+    assert (
+        sum(d is not None for _, d in split.values()) == 10
+    )  # q, k, v (kernel, bias), out, the MLP: 2 kernels, 1 bias
+    assert mesh.tensor_dimension(f"{heads}/query/kernel", (12, 384, 6, 64), 4) is None  # 4 does not divide 6 heads
+    assert mesh.fsdp_dimension((12, 384, 1536), 2, taken=2) == 1  # fsdp takes another dimension
+
+
 @pytest.mark.parametrize(
     "flags, said",
     [
+        (
+            ["--mesh", "tensor:2"],
+            "--mesh tensor:2: the tensor axis splits attention heads and MLP blocks, which --model mlp",
+        ),
         (["--mesh", "fsdp:3"], "--mesh fsdp:3 spans 3 devices but the job has 2"),
         (["--mesh", "fsdp:2", "--parallel", "pmap"], "--mesh fsdp:2 shards the train state, which --parallel pmap"),
     ],
@@ -118,3 +150,41 @@ def test_a_state_too_large_for_a_device_is_sharded_by_auto_and_refused_in_one_li
     check_ok(proc)
     assert "(sharded, mesh data:2,fsdp:2)" in proc.stdout, proc.stdout
     assert json.loads(only_run(tmp_path / "auto").rank_map.read_text())[0]["resolved"]["mesh"] == "data:2,fsdp:2"
+
+
+@pytest.fixture(scope="module")
+def four_classes(tmp_path_factory):
+    """96 small 4-class images as folders: a ViT's 12 steps (2 epochs at a global batch of 32) on CPU."""
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+
+    root = tmp_path_factory.mktemp("four") / "set"
+    synth(SynthSpec(root, "folders", classes=4, train=96, test=32, image_scale=0.1, workers=1))
+    return root
+
+
+VIT_S = ["--pipeline", "folders", "--image-size", "32", "--model", "vit-s16", "--num-classes", "4", *ADAMW[:4]]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_vit_on_fsdp_and_tensor_axes_takes_the_data_parallel_steps_on_a_quarter_of_the_memory(four_classes, tmp_path):
+    """ViT-S on 8 CPU devices in 2 processes, data parallel and as data:2,fsdp:2,tensor:2 (attention split by
+    heads, the MLP by units, each tensor group gathering its rows): the same loss, each device holding a
+    quarter of the state; each run's checkpoint then resumed on 2 devices, the sharded one as tensor:2."""
+    common = ["--local", "--processes", "2", "--gpus-per-node", "8", *VIT_S, "--batch-size", "4"]
+    common += ["--init-timeout-s", "120", "--data-dir", str(four_classes), "--epochs", "1"]
+    check_ok(dali_launch(*common, "--run-root", str(tmp_path / "dp")))
+    proc = dali_launch(*common, "--mesh", "fsdp:2,tensor:2", "--run-root", str(tmp_path / "tp"))
+    check_ok(proc)
+    assert "(sharded, mesh data:2,fsdp:2,tensor:2)" in proc.stdout, proc.stdout
+    dp, tp = only_run(tmp_path / "dp"), only_run(tmp_path / "tp")
+    first_rank = lambda paths: json.loads(paths.rank_map.read_text())[0]
+    whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, tp))
+    assert whole / 4 < quarter < whole / 4 * 1.05, (whole, quarter)
+    for run, layout in ((dp, "auto"), (tp, "tensor:2")):
+        check_ok(dali_launch("--resume", str(run.root), "--epochs", "2", "--processes", "1", "--gpus-per-node", "2",
+                             "--mesh", layout))  # fmt: skip
+    assert first_rank(tp)["resolved"]["mesh"] == "tensor:2"
+    loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
+    assert len(loss(tp)) == 2 and loss(tp) == pytest.approx(loss(dp), rel=1e-5), (loss(dp), loss(tp))
+    assert_same_params(dp, tp, atol=1e-4)

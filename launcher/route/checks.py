@@ -6,6 +6,7 @@ import math
 
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConfig, TrainConfig
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
@@ -94,6 +95,13 @@ def _mesh(run: RunConfig) -> None:
         raise UsageError(
             f"--mesh {run.train.mesh} shards the train state, which --parallel pmap (one whole copy per device) "
             "cannot; use --parallel sharded or auto"
+        )
+    model = run.train.model
+    if layout.tensor > 1 and model in entry_points.MODELS and model not in entry_points.TENSOR_SPLIT:
+        raise UsageError(
+            f"--mesh {run.train.mesh}: the tensor axis splits attention heads and MLP blocks, which --model {model} "
+            f"has none of; use fsdp instead (--mesh fsdp:{layout.tensor * layout.fsdp}), or a ViT "
+            f"({', '.join(entry_points.TENSOR_SPLIT)})"
         )
 
 

@@ -47,7 +47,7 @@ def _fsdp_counts(above: int, devices: int, whole: int, pool: int) -> list[int]:
 
 def check(mesh, devices: int, state_per_device: int, state_total: int, param_bytes: int, pool: int | None) -> None:
     """Refuses a `mesh` whose state and gradients per device exceed `pool`, naming the fsdp count that fits."""
-    need = state_per_device + param_bytes // mesh.fsdp
+    need = state_per_device + param_bytes * state_per_device // state_total  # gradients lie as the parameters do
     if pool is None or need <= pool:
         return
     fits = _fsdp_counts(mesh.fsdp, devices, state_total + param_bytes, pool)

@@ -1,13 +1,17 @@
-"""--mesh: how the job's devices split the work, data × fsdp (issue 41; the tensor axis is not built yet).
+"""--mesh: how the job's devices split the work, data × fsdp × tensor (issue 41).
 
     data    replicas: each group of devices holds a whole copy of the train state
     fsdp    within a group the train state is sharded (ZeRO-3, as MaxText's and big_vision's `fsdp`
             axis): each array's largest dimension that divides is split over the group's devices, XLA
             gathers the parameters for the forward pass and reduce-scatters the gradients
+    tensor  Megatron's split of a transformer block (TENSOR_RULES): attention by heads, the MLP by its
+            hidden units, so each device computes its part of every sample's block and XLA all-reduces
+            the block's output over the group; the group's devices are adjacent (a node's, over NVLink)
 
-Every device still reads its own global shard of the data (the batch is split over data × fsdp, as it
-is over the devices today), so the SGD steps are those of data parallelism: the same samples, the same
-sums, only the state's layout differs. The state is gathered whole for checkpoints and evaluation
+Every device still reads its own global shard of the data (the batch is split over all the devices, as
+without a mesh): a tensor group gathers its devices' rows inside the step, so each of its devices sees
+the group's rows, and the SGD steps are those of data parallelism: the same samples, the same sums,
+only the layout differs. The state is gathered whole for checkpoints and evaluation
 (`Sharded.replica`), so checkpoints keep their format and resume on any mesh.
 
 Light: no JAX at import, the launcher parses and checks the setting before any job is queued.
@@ -15,10 +19,22 @@ Light: no JAX at import, the launcher parses and checks the setting before any j
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 AXES = ("data", "fsdp", "tensor")
 FSDP_MIN_ELEMENTS = 1 << 14  # smaller arrays (biases, norms) stay whole: gathering them costs more than they weigh
+# (a parameter's path, as "/".join of its keys, searched; the dimension the tensor axis splits, from the end) in
+# the names Flax gives: nn.MultiHeadDotProductAttention's projections by heads ((embed, heads, head_dim) in,
+# (heads, head_dim, embed) out), an `MlpBlock`'s first Dense by its outputs and its second by its inputs
+# (vit.py; a user's model that names its layers so is split the same way). The optimizer's moments carry the
+# same path under their own prefix. The other arrays are whole on a tensor group (FSDP may still split them).
+TENSOR_RULES = (
+    (re.compile(r"MultiHeadDotProductAttention_\d+/(query|key|value)/(kernel|bias)$"), -2),
+    (re.compile(r"MultiHeadDotProductAttention_\d+/out/kernel$"), -3),
+    (re.compile(r"MlpBlock_\d+/Dense_0/(kernel|bias)$"), -1),
+    (re.compile(r"MlpBlock_\d+/Dense_1/kernel$"), -2),
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +51,7 @@ class Mesh:
 
     @property
     def shards_state(self) -> bool:
-        return self.fsdp > 1
+        return self.fsdp > 1 or self.tensor > 1
 
     def __str__(self) -> str:
         return ",".join(f"{axis}:{getattr(self, axis)}" for axis in AXES if getattr(self, axis) > 1) or "data:1"
@@ -54,8 +70,6 @@ def parse(setting: str) -> Mesh | None:
                 "a positive integer (e.g. --mesh data:2,fsdp:4), or auto"
             )
         sizes[axis] = int(count)
-    if sizes.get("tensor", 1) > 1:
-        raise ValueError(f"--mesh {setting!r}: the tensor axis is not supported yet; use data and fsdp")
     return Mesh(**sizes)
 
 
@@ -76,13 +90,25 @@ def resolve(setting: str, devices: int) -> Mesh:
     return mesh
 
 
-def fsdp_dimension(shape: tuple[int, ...], fsdp: int) -> int | None:
+def fsdp_dimension(shape: tuple[int, ...], fsdp: int, taken: int | None = None) -> int | None:
     """The dimension of an array of `shape` that --mesh's fsdp axis splits: its largest one that `fsdp`
-    divides, for an array of FSDP_MIN_ELEMENTS or more; None: the array stays whole on every device."""
+    divides, other than `taken` (the tensor axis's), for an array of FSDP_MIN_ELEMENTS or more; None: the
+    array stays whole on every device of its group."""
     size = 1
     for n in shape:
         size *= n
     if fsdp == 1 or size < FSDP_MIN_ELEMENTS:
         return None
-    fits = [i for i, n in enumerate(shape) if n % fsdp == 0]
+    fits = [i for i, n in enumerate(shape) if n % fsdp == 0 and i != taken]
     return max(fits, key=lambda i: shape[i]) if fits else None
+
+
+def tensor_dimension(path: str, shape: tuple[int, ...], tensor: int) -> int | None:
+    """The dimension of the array at `path` that --mesh's tensor axis splits (TENSOR_RULES), where `tensor`
+    divides it; None: whole on every device of a tensor group."""
+    if tensor == 1:
+        return None
+    for rule, from_end in TENSOR_RULES:
+        if rule.search(path) and len(shape) >= -from_end and shape[from_end] % tensor == 0:
+            return len(shape) + from_end
+    return None

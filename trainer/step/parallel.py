@@ -31,12 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import jax_utils
+from jax.sharding import PartitionSpec as P
 
 from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.step import mixing
-from dali_launch.trainer.step.mesh import fsdp_dimension
+from dali_launch.trainer.step.mesh import fsdp_dimension, tensor_dimension
 
 
 @dataclass(frozen=True)
@@ -159,14 +160,16 @@ def pmap_call(state, tally, images, labels, valid, batch_size: int, readers: int
     return state, advance(tally, rows, loss, count, skipped, label_check.fold(tally["labels"], labels))
 
 
-def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: int):
-    """The whole job's view of a call (jit): images (devices, rows, ...), valid (devices, rows)."""
+def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: int, rows_at=None):
+    """The whole job's view of a call (jit): images (devices, rows, ...), valid (devices, rows). `rows_at`: where
+    a step's rows lie (a mesh with a tensor axis: each tensor group's rows on each of its devices)."""
     rows = images.shape[1] // readers
 
     def steps(x):  # (devices, k*B, ...) -> (k, devices*B, ...): step j takes samples j*B.. of every device
         x = jax.vmap(partial(sample_order, readers=readers))(x)
         per_step = x.reshape(x.shape[0], -1, batch_size, *x.shape[2:]).swapaxes(0, 1)
-        return per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
+        per_step = per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
+        return per_step if rows_at is None else jax.lax.with_sharding_constraint(per_step, rows_at)
 
     job = replace(JIT_JOB, devices=images.shape[0])  # each device's rows mix among themselves
     state, loss, count, skipped = sgd_steps(state, steps(images), steps(labels), steps(valid), job)
@@ -236,7 +239,10 @@ class Sharded:
         call = partial(sharded_call, batch_size=batch_size, readers=readers)
         donated = (0, 1) if donate else ()  # the state and tally are replaced: reuse their buffers
         if self.sharded:  # one sharding per array, in the state's leaf order (its functions differ run to run)
-            self.layout = state_layout(jax.tree.leaves(shapes), list(data_sharding.mesh.devices.flat), mesh)
+            grid = device_grid(list(data_sharding.mesh.devices.flat), mesh)
+            self.layout = state_layout(shapes, grid)
+            if mesh.tensor > 1:
+                call = partial(call, rows_at=jax.sharding.NamedSharding(grid, P(None, ("data", "fsdp"))))
             self.call = jax.jit(laid_out(call, self.layout, data_sharding), donate_argnums=donated)
         else:
             self.layout = None
@@ -299,19 +305,36 @@ def laid_out(call, layout: list, data_sharding):
     return constrained
 
 
-def state_layout(leaves: list, devices: list, mesh) -> list:
-    """The sharding of each of the train state's arrays under `mesh`: its fsdp dimension (mesh.fsdp_dimension)
-    split over the fsdp axis, whole along the data axis (one copy per data-parallel group)."""
-    grid = jax.sharding.Mesh(np.array(devices).reshape(mesh.data, mesh.fsdp), ("data", "fsdp"))
+def device_grid(devices: list, mesh) -> jax.sharding.Mesh:
+    """The job's devices, in the data side's order, as a data × fsdp × tensor grid: a tensor group is
+    consecutive devices (a process's, where it divides them), then an fsdp group."""
+    return jax.sharding.Mesh(np.array(devices).reshape(mesh.data, mesh.fsdp, mesh.tensor), ("data", "fsdp", "tensor"))
 
-    def one(leaf):
+
+def state_layout(shapes, grid: jax.sharding.Mesh) -> list:
+    """The sharding of each of the train state's arrays (in leaf order) on `grid`: its tensor dimension
+    (mesh.tensor_dimension, read from its path) split over the tensor axis, its fsdp dimension
+    (mesh.fsdp_dimension, another one) over the fsdp axis, whole along the data axis (one copy per group)."""
+    fsdp, tensor = grid.shape["fsdp"], grid.shape["tensor"]
+
+    def one(path, leaf):
         axes = [None] * len(leaf.shape)
-        dim = fsdp_dimension(tuple(leaf.shape), mesh.fsdp)
-        if dim is not None:
-            axes[dim] = "fsdp"
-        return jax.sharding.NamedSharding(grid, jax.sharding.PartitionSpec(*axes))
+        across = tensor_dimension(jax.tree_util.keystr(path, simple=True, separator="/"), tuple(leaf.shape), tensor)
+        if across is not None:
+            axes[across] = "tensor"
+        within = fsdp_dimension(tuple(leaf.shape), fsdp, taken=across)
+        if within is not None:
+            axes[within] = "fsdp"
+        return jax.sharding.NamedSharding(grid, P(*axes))
 
-    return [one(leaf) for leaf in leaves]
+    layout = [one(path, leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]]
+    if tensor > 1 and not any("tensor" in at.spec for at in layout):
+        raise UsageError(
+            f"--mesh tensor:{tensor} splits attention projections (nn.MultiHeadDotProductAttention's) and MLP blocks "
+            "(an MlpBlock's Dense_0 and Dense_1) by heads or units that the count divides, and this model has none; "
+            "use the fsdp axis instead, or name its layers so (step/mesh.py)"
+        )
+    return layout
 
 
 def state_bytes(shapes) -> int:
