@@ -37,7 +37,9 @@ class StepFields:
         "How the job's devices split the work (step/mesh.py), as AXIS:COUNT parts whose counts multiply to the "
         "device count: data (replicas of the train state) and fsdp (the state sharded over a group's devices, "
         "ZeRO-3: each array's largest dividing dimension split, gathered for the forward pass), e.g. "
-        "data:2,fsdp:4. Every device reads its own shard of the data either way, so the SGD steps are the same. "
+        "data:2,fsdp:4, and tensor (a transformer block split as Megatron does: attention by heads, the MLP by "
+        "units; the ViTs, or a model naming its layers as they do). Every device reads its own shard of the "
+        "data either way, so the SGD steps are the same. "
         "Needs --parallel sharded (auto picks it). auto: data parallel while the train state and its gradients fit "
         "a device (XLA's pool; activations not counted), else fsdp over the fewest devices that hold them. "
         "Recorded in rank_map.json.",
