@@ -136,10 +136,10 @@ def test_a_state_too_large_for_a_device_is_sharded_by_auto_and_refused_in_one_li
     small_lmdb, tmp_path
 ):
     """The MLP with AdamW: 9.5 MiB of parameters, 28 MiB of state, 38 MiB with its gradients. On devices of a
-    20 MiB pool (DALI_LAUNCH_DEVICE_MEMORY_MB: CPU devices say none, a GPU says its own), --mesh auto shards
+    34 MiB pool (DALI_LAUNCH_DEVICE_MEMORY_MB: CPU devices say none, a GPU says its own), --mesh auto shards
     the state over the fewest devices that hold it, and a data-parallel mesh given is refused before the
     state is placed, naming that fsdp count."""
-    env = {memory_fit.ENV: "20"}
+    env = {memory_fit.ENV: "34"}  # fsdp:2's compiled step, its parameters gathered, needs 28.5 MiB
     common = [*ADAMW, "--data-dir", str(small_lmdb), "--gpus-per-node", "4", "--epochs", "1"]
     proc = dali_launch("train", *common, "--mesh", "data:4", "--run-root", str(tmp_path / "refused"), env=env)
     assert proc.returncode == 2, proc.stderr
@@ -188,3 +188,16 @@ def test_a_vit_on_fsdp_and_tensor_axes_takes_the_data_parallel_steps_on_a_quarte
     loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
     assert len(loss(tp)) == 2 and loss(tp) == pytest.approx(loss(dp), rel=1e-5), (loss(dp), loss(tp))
     assert_same_params(dp, tp, atol=1e-4)
+
+
+def test_a_step_whose_activations_do_not_fit_is_refused_before_the_state_is_placed(tmp_path):
+    """The MLP's state and gradients (28.5 MiB with momentum) fit a 60 MiB pool, but XLA's compiled step needs
+    92.5 MiB at 2000 samples a step: refused in one line, from the compile-ahead's own count, with XLA's count
+    at half the batch (53.2 MiB), which fits; at that batch it trains."""
+    env = {memory_fit.ENV: "60"}
+    proc = dali_launch("train", "--batch-size", "2000", "--epochs", "1", "--run-root", str(tmp_path / "big"), env=env)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("dali-launch: error: the training step needs") and "of activations, gradients" in line, line
+    assert "at 2000 samples per device and step) but a device has 60.0 MiB; --batch-size 1000 fits" in line, line
+    check_ok(dali_launch("train", "--batch-size", "1000", "--epochs", "1", "--run-root", str(tmp_path / "ok"), env=env))

@@ -1,11 +1,17 @@
-"""Whether the train state fits each device under --mesh, checked once the state's shapes are known and before
-it is placed: --mesh auto shards it over the fewest devices that hold it, and a mesh given that cannot hold
-it stops in one line that names the fsdp count that would fit, where XLA would otherwise fail at its first
-allocation with a page of buffer sizes.
+"""Whether a step fits each device under --mesh, checked twice before the state is placed, where XLA would
+otherwise fail at its first allocation with a page of buffer sizes.
 
-Counted: the state as laid out (parameters, optimizer state, EMA, statistics: runner.device_bytes) and
-the gradients (the parameters' bytes over the fsdp count: reduce-scattered). Not counted: activations,
-which depend on the batch and XLA's rematerialisation; so a state that passes may still not fit.
+1. The train state, once its shapes are known (`fitting`, `check`): the state as laid out (parameters,
+   optimizer state, EMA, statistics: runner.device_bytes) and its gradients (the parameters' bytes in
+   the state's proportion per device). --mesh auto shards the state over the fewest devices that hold
+   it; a mesh given that cannot stops in one line naming the fsdp count that would fit.
+2. The compiled step (`check_step`), once the compile-ahead thread has it: XLA's own count of its
+   buffers on one device (arguments, temporaries: activations, gradients, gathered parameters, and
+   outputs that reuse no donated argument), which the first call must allocate. One that exceeds the
+   pool stops in one line with XLA's count at half the batch (compiled then), and whether that fits.
+   Without the compile-ahead (--compile-cache off, --parallel pmap, a compile past its wait) the first
+   call finds out.
+
 The room is XLA's pool on the device (its `bytes_limit`); CPU devices do not say, and are not checked
 unless DALI_LAUNCH_DEVICE_MEMORY_MB gives a pool (the test suite's stand-in for a GPU's memory).
 """
@@ -60,6 +66,48 @@ def check(mesh, devices: int, state_per_device: int, state_total: int, param_byt
         f"the train state and its gradients need {size(need)} per device under --mesh {mesh} (activations not "
         f"counted) but a device has {size(pool)}; {fix}"
     )
+
+
+def step_buffers(compiled) -> tuple[int, int] | None:
+    """XLA's count of a compiled step's buffers on one device: (its arguments, the rest: activations and other
+    temporaries, outputs that do not reuse a donated argument); None where the backend gives none."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # not every backend implements it
+        return None
+    if stats is None:
+        return None
+    rest = stats.temp_size_in_bytes + max(0, stats.output_size_in_bytes - stats.alias_size_in_bytes)
+    return stats.argument_size_in_bytes, rest
+
+
+def check_step(buffers: tuple[int, int] | None, pool: int | None, mesh, batch: int, buffers_at) -> None:
+    """Refuses a compiled step (`buffers`, step_buffers) that exceeds `pool`, before the state is placed: its
+    first call could not allocate them. `buffers_at(b)`: the same step's at b samples per device and step,
+    which says whether half the batch would fit."""
+    if buffers is None or pool is None or sum(buffers) <= pool:
+        return
+    arguments, rest = buffers
+    raise UsageError(
+        f"the training step needs {size(arguments + rest)} per device under --mesh {mesh} (XLA's count: "
+        f"{size(arguments)} of train state and batch, {size(rest)} of activations, gradients and other temporaries, "
+        f"at {batch} samples per device and step) but a device has {size(pool)}; "
+        f"{_batch_that_fits(batch, buffers_at, pool)}"
+    )
+
+
+def _batch_that_fits(batch: int, buffers_at, pool: int) -> str:
+    """The fix, from XLA's count at half the batch: a compiled count, not a line through two (XLA's buffers do
+    not grow linearly with the batch: the MLP on CPU needed 38.5, 42.1, 53.2 and 92.5 MiB at 332, 664, 1000
+    and 2000 samples)."""
+    half = batch // 2
+    other = buffers_at(half) if half else None
+    shard = "shard the state over more devices (--mesh fsdp:M; a ViT's blocks: tensor:K)"
+    if other is None:
+        return f"use a smaller --batch-size, bf16, or {shard}"
+    if sum(other) <= pool:
+        return f"--batch-size {half} fits (XLA's count there: {size(sum(other))}); or use bf16, or {shard}"
+    return f"at --batch-size {half} it would still need {size(sum(other))}: {shard}, use bf16 or a smaller batch"
 
 
 def size(n: float) -> str:

@@ -36,7 +36,7 @@ from jax.sharding import PartitionSpec as P
 from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.step import mixing
+from dali_launch.trainer.step import memory_fit, mixing
 from dali_launch.trainer.step.mesh import fsdp_dimension, tensor_dimension
 
 
@@ -203,6 +203,7 @@ class Pmap:
     """--parallel pmap: the state stacked over devices, one copy per device (a Runner)."""
 
     name = "pmap"
+    buffers = None  # compiled at its first call: no count ahead of it (so memory_fit.check_step never asks buffers_at)
 
     def __init__(self, devices: list, all_devices: list, batch_size: int, readers: int, donate=True):
         self.devices = devices
@@ -236,31 +237,57 @@ class Sharded:
     def __init__(self, data_sharding, batch_size: int, readers: int, donate=True, mesh=None, shapes=None):
         self.replicated = jax.sharding.NamedSharding(data_sharding.mesh, jax.sharding.PartitionSpec())
         self.sharded = mesh is not None and mesh.shards_state
-        call = partial(sharded_call, batch_size=batch_size, readers=readers)
-        donated = (0, 1) if donate else ()  # the state and tally are replaced: reuse their buffers
+        self.data_sharding, self.readers, self.donate, self.batch_size = data_sharding, readers, donate, batch_size
+        self.rows_at = self.layout = None
         if self.sharded:  # one sharding per array, in the state's leaf order (its functions differ run to run)
             grid = device_grid(list(data_sharding.mesh.devices.flat), mesh)
             self.layout = state_layout(shapes, grid)
             if mesh.tensor > 1:
-                call = partial(call, rows_at=jax.sharding.NamedSharding(grid, P(None, ("data", "fsdp"))))
-            self.call = jax.jit(laid_out(call, self.layout, data_sharding), donate_argnums=donated)
-        else:
-            self.layout = None
-            self.call = jax.jit(call, donate_argnums=donated, out_shardings=(self.replicated, data_sharding))
+                self.rows_at = jax.sharding.NamedSharding(grid, P(None, ("data", "fsdp")))
+        self.call = self._jit(batch_size)
         self._whole = jax.jit(lambda tree: tree, out_shardings=self.replicated)
+        self.buffers = None  # (arguments, temporaries) of the compiled call, once compile_ahead has them
+        self._ahead = None  # what compile_ahead compiled for: (the state's shapes, the other arguments)
+
+    def _jit(self, batch_size: int):
+        """The device call of `batch_size` samples per device and step, jitted."""
+        call = partial(sharded_call, batch_size=batch_size, readers=self.readers, rows_at=self.rows_at)
+        donated = (0, 1) if self.donate else ()  # the state and tally are replaced: reuse their buffers
+        if self.sharded:
+            return jax.jit(laid_out(call, self.layout, self.data_sharding), donate_argnums=donated)
+        return jax.jit(call, donate_argnums=donated, out_shardings=(self.replicated, self.data_sharding))
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         """Compiles `call` for a state of these `shapes` and these other arguments, in a thread (into
-        XLA's persistent cache, where the real call finds it); a failure here is the real call's to report."""
+        XLA's persistent cache, where the real call finds it), and keeps its buffers' bytes on a device
+        (`buffers`, memory_fit.step_buffers); a failure here is the real call's to report."""
+        self._ahead = (shapes, args)
 
         def compile_() -> None:
             with contextlib.suppress(Exception):
-                abstract = lambda s, at: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=at)
-                self.call.lower(self._each(abstract, shapes), *args).compile()
+                self.buffers = memory_fit.step_buffers(self.call.lower(self._abstract(shapes), *args).compile())
 
         thread = threading.Thread(target=compile_, name="dali-launch-compile-ahead", daemon=True)
         thread.start()
         return thread
+
+    def buffers_at(self, batch: int) -> tuple[int, int] | None:
+        """`buffers` of the call compile_ahead compiled, at `batch` samples per device and step instead (as many
+        steps a call): compiled now, for memory_fit.check_step's second point."""
+        shapes, (tally, *rows) = self._ahead
+        scaled = [
+            jax.ShapeDtypeStruct(
+                (x.shape[0], x.shape[1] // self.batch_size * batch, *x.shape[2:]), x.dtype, sharding=x.sharding
+            )
+            for x in rows
+        ]
+        try:
+            return memory_fit.step_buffers(self._jit(batch).lower(self._abstract(shapes), tally, *scaled).compile())
+        except Exception:  # a batch the call cannot take (the readers' split): no second point
+            return None
+
+    def _abstract(self, shapes):
+        return self._each(lambda s, at: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=at), shapes)
 
     def _each(self, fn, tree):
         """`fn(leaf, its sharding)` over a state's arrays."""
