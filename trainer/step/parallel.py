@@ -182,9 +182,13 @@ class Runner(Protocol):
 
     name: str
     call: Callable  # (state, tally, images, labels, valid) -> (state, tally): one device call of k SGD steps
+    buffers: tuple[int, int] | None  # XLA's count of the call's buffers on a device, once compile_ahead has it
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         """The first call compiled in a thread for a state of `shapes` (a finished thread where it cannot)."""
+
+    def buffers_at(self, batch: int) -> tuple[int, int] | None:
+        """XLA's count of the compiled call's buffers at `batch` samples per device and step (None: none)."""
 
     def place(self, state):
         """The host state on this process's devices, laid out as `call` takes it."""
@@ -203,7 +207,7 @@ class Pmap:
     """--parallel pmap: the state stacked over devices, one copy per device (a Runner)."""
 
     name = "pmap"
-    buffers = None  # compiled at its first call: no count ahead of it (so memory_fit.check_step never asks buffers_at)
+    buffers = None  # compiled at its first call: no count ahead of it
 
     def __init__(self, devices: list, all_devices: list, batch_size: int, readers: int, donate=True):
         self.devices = devices
@@ -212,6 +216,9 @@ class Pmap:
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         return finished()  # pmap compiles at its first call: its ahead-of-time program is not the one it calls
+
+    def buffers_at(self, batch: int) -> None:
+        return None
 
     def place(self, state):
         return jax_utils.replicate(state, devices=self.devices)
