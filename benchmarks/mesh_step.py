@@ -109,7 +109,7 @@ def fsdp_cost(setup: Setup, seconds: float) -> dict:
     device = jax.local_devices()[0]
     fresh, example = fresh_state(setup)
     shapes = jax.eval_shape(fresh, example)[1]
-    host = jax.jit(fresh, backend="cpu")(example)[1]
+    host = jax.jit(fresh)(jax.device_put(example, jax.local_devices(backend="cpu")[0]))[1]
     contenders = {"replicated": False, "fsdp-layout": True}
     runs, texts = {}, {}
     for name, layout in contenders.items():
@@ -198,7 +198,7 @@ def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False) -> d
             out |= {"status": "out of memory", "error": f"{short}: not run (--run-anyway runs it)"}
             return out
         began = time.perf_counter()
-        host = jax.jit(fresh, backend="cpu")(example)[1]
+        host = jax.jit(fresh)(jax.device_put(example, jax.local_devices(backend="cpu")[0]))[1]
         state = mode.place(host)
         del host
         out["init_and_place_s"] = time.perf_counter() - began

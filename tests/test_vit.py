@@ -92,7 +92,8 @@ def test_a_cudnn_form_traced_in_float32_takes_xla_kernel():
     for form in ("cudnn", "cudnn-padded"):
         np.testing.assert_array_equal(attention.attend(q, k, v, form), want)
     model = create_model("vit-ti16", 4, attention="cudnn")
-    variables = jax.jit(lambda x: model.init(KEYS, x), backend="cpu")(jnp.zeros((1, 32, 32, 3), jnp.float16))
+    cpu = jax.local_devices(backend="cpu")[0]
+    variables = jax.jit(lambda x: model.init(KEYS, x))(jax.device_put(np.zeros((1, 32, 32, 3), np.float16), cpu))
     assert variables["params"]["head"]["kernel"].shape == (192, 4)
 
 

@@ -53,7 +53,12 @@ class InitialState:
     def __init__(self, spec: TaskSpec, example: np.ndarray, slots_per_epoch: int):
         # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
         # Eager, each of their operations would compile on its own for the device, seconds of a start-up.
-        self._traced = jax.jit(state_maker(spec, slots_per_epoch), backend="cpu").trace(example)
+        # (jit's backend= is deprecated: the example, committed to the CPU, places the program there.)
+        self._cpu = jax.local_devices(backend="cpu")[0]
+        on_cpu = jax.ShapeDtypeStruct(
+            example.shape, example.dtype, sharding=jax.sharding.SingleDeviceSharding(self._cpu)
+        )
+        self._traced = jax.jit(state_maker(spec, slots_per_epoch)).trace(on_cpu)
         self._example = example
         logits, state = self._traced.out_info
         if logits.shape != (1, spec.data.num_classes):
@@ -65,7 +70,7 @@ class InitialState:
         )
 
     def create(self) -> TrainState:
-        return self._traced.lower().compile()(self._example)[1]
+        return self._traced.lower().compile()(jax.device_put(self._example, self._cpu))[1]
 
     def placeholders(self) -> TrainState:
         """The state's structure as uninitialised host arrays: what a checkpoint is restored into, without
