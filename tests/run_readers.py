@@ -65,8 +65,22 @@ def final_params(paths: RunPaths, step: int | None = None) -> dict:
 
     manager = ocp.CheckpointManager(paths.checkpoints.absolute())
     step = manager.latest_step() if step is None else step
-    state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
-    return flatten_dict(state["params"], sep="/")
+    return flatten_dict(checkpoint_state(paths, step)["params"], sep="/")
+
+
+def checkpoint_state(paths: RunPaths, step: int) -> dict:
+    """Checkpoint `step`'s train state as a state dict of numpy arrays, whatever mesh wrote it (a state sharded
+    over several processes restores only into arrays asked for: not into the saving job's devices, here)."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    tree = paths.checkpoints.absolute() / str(step) / "state"
+    checkpointer = ocp.PyTreeCheckpointer()
+    metadata = checkpointer.metadata(tree)
+    structure = dict(getattr(metadata, "item_metadata", metadata))
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), structure)
+    return checkpointer.restore(tree, args=ocp.args.PyTreeRestore(restore_args=as_numpy))
 
 
 _START_POINT = """

@@ -181,6 +181,9 @@ def test_a_vit_on_fsdp_and_tensor_axes_takes_the_data_parallel_steps_on_a_quarte
     first_rank = lambda paths: json.loads(paths.rank_map.read_text())[0]
     whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, tp))
     assert whole / 4 < quarter < whole / 4 * 1.05, (whole, quarter)
+    # Written as it lies, each process its shards (Orbax's ocdbt.process_N), not gathered to process 0
+    writers = lambda paths: {p.name for p in (paths.checkpoints / "3" / "state").iterdir() if "process_" in p.name}
+    assert writers(tp) == {"ocdbt.process_0", "ocdbt.process_1"} and writers(dp) == {"ocdbt.process_0"}
     for run, layout in ((dp, "auto"), (tp, "tensor:2")):
         check_ok(dali_launch("--resume", str(run.root), "--epochs", "2", "--processes", "1", "--gpus-per-node", "2",
                              "--mesh", layout))  # fmt: skip

@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 from conftest import REPO, check_ok, dali_launch, start, stop_when
-from run_readers import assert_same_params, has_checkpoint, only_run
+from run_readers import assert_same_params, checkpoint_state, has_checkpoint, only_run
 from test_resilience import _result
 
 pytestmark = pytest.mark.slow
@@ -22,12 +22,11 @@ def _metrics(paths) -> list[dict]:
 
 
 def _checkpoint_state(paths) -> dict:
-    import orbax.checkpoint as ocp
     from flax.traverse_util import flatten_dict
 
-    manager = ocp.CheckpointManager(paths.checkpoints.absolute())
-    state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
-    return flatten_dict(state, sep="/")
+    from dali_launch.trainer.resilience import saved
+
+    return flatten_dict(checkpoint_state(paths, saved.newest(paths).step), sep="/")
 
 
 @pytest.mark.multiprocess

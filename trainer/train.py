@@ -221,5 +221,5 @@ class Loop:
         order, step = order_record(self.data, epoch, calls_done), epoch * self.data.steps + calls_done
         if order:  # samples, not calls: a count that grows whatever the device count (elastic resumes)
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
-        shards, replica = shard_record(self.data, calls_done), self.runner.replica(state)
-        self.checkpointer.save(step, epoch, calls_done, replica, kept, self.data.pipes, order, shards)
+        shards, saved = shard_record(self.data, calls_done), self.runner.saved(state)
+        self.checkpointer.save(step, epoch, calls_done, saved, kept, self.data.pipes, order, shards)

@@ -1,6 +1,7 @@
 """Checkpoints: everything a resumed run needs, written atomically by Orbax, the last K kept.
 
-Saved: one replica of the train state (every replica is identical), the epoch's running tally
+Saved: one replica of the train state (every replica is identical; under a --mesh that shards it, the
+state as it lies, each process writing its own shards), the epoch's running tally
 (position in the shard, loss and sample sums), the epoch and the device calls done in it, and every
 process's DALI reader positions (DALI pipeline checkpointing). Under --sample-order global it also
 holds `order`: the epoch's position in the global order and what elastic.py needs to continue on
@@ -179,8 +180,8 @@ class Checkpointer:
         """All processes call this at the same `step` (a count that grows: device calls, or under a global
         order samples; there, checkpoints in an epoch's trailing padding calls all count its N samples).
 
-        `state` is one replica (as --parallel lays it out); `tally` is per device, as the batches.
-        Returns once the checkpoint is in host memory; `wait` for it to be on disk.
+        `state` is one replica, or a state sharded over the job's devices (runner.saved); `tally` is per device,
+        as the batches. Returns once the checkpoint is in host memory; `wait` for it to be on disk.
         """
         began = time.perf_counter()
         # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
@@ -192,7 +193,7 @@ class Checkpointer:
             meta["order"] = order
         if shards:
             meta["shards"] = shards
-        host_state = jax.tree.map(np.asarray, state)  # a copy: the next step donates the device buffers
+        host_state = jax.tree.map(_host, state)  # a copy: the next step donates the device buffers
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
             tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))),
@@ -245,6 +246,13 @@ class Checkpointer:
         )
         restored = self.manager.restore(step, args=args)
         return serialization.from_state_dict(template_state, restored.state), dict(restored.tally)
+
+
+def _host(x):
+    """A leaf as Orbax is given it: on the host where this process holds it whole (process 0 writes it), else
+    the array spread over processes, whose shards each process writes (Orbax copies them to the host
+    before `save` returns). Either restores anywhere, into the host arrays `restore` asks for."""
+    return x if isinstance(x, jax.Array) and not x.is_fully_addressable else np.asarray(x)
 
 
 def _raise(error: BaseException):

@@ -11,8 +11,9 @@
 Every device still reads its own global shard of the data (the batch is split over all the devices, as
 without a mesh): a tensor group gathers its devices' rows inside the step, so each of its devices sees
 the group's rows, and the SGD steps are those of data parallelism: the same samples, the same sums,
-only the layout differs. The state is gathered whole for checkpoints and evaluation
-(`Sharded.replica`), so checkpoints keep their format and resume on any mesh.
+only the layout differs. A checkpoint holds the state as it lies, each process writing its own shards
+(`Sharded.saved`), and restores on any mesh (read into host arrays, then placed); the evaluation takes
+it gathered whole (`Sharded.replica`).
 
 Light: no JAX at import, the launcher parses and checks the setting before any job is queued.
 """

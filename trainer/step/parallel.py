@@ -199,6 +199,9 @@ class Runner(Protocol):
     def whole(self, tree):
         """A placed tree with a whole copy of every array on every device (a sharded state gathered)."""
 
+    def saved(self, state):
+        """What a checkpoint holds of a placed state: one replica, or a sharded state as it lies."""
+
     def device_bytes(self, shapes) -> int:
         """The bytes a state of these abstract `shapes` takes on one device, as `place` lays it out."""
 
@@ -229,6 +232,9 @@ class Pmap:
 
     def whole(self, tree):
         return tree  # every device holds its own whole copy
+
+    def saved(self, state):
+        return self.replica(state)
 
     def device_bytes(self, shapes) -> int:
         return state_bytes(shapes)
@@ -317,6 +323,11 @@ class Sharded:
 
     def whole(self, tree):
         return self._whole(tree) if self.sharded else tree
+
+    def saved(self, state):
+        """A sharded state as it lies, each process writing its own shards (gathered whole to one device, a
+        state that only fits sharded could not be checkpointed); a replicated one, one replica."""
+        return state if self.sharded else self.replica(state)
 
     def device_bytes(self, shapes) -> int:
         """Each array's shard on one device (shard_shape: the largest, where a dimension splits unevenly)."""
