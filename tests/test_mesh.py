@@ -187,7 +187,7 @@ def test_a_vit_on_fsdp_and_tensor_axes_takes_the_data_parallel_steps_on_a_quarte
     for run, layout in ((dp, "auto"), (tp, "tensor:2")):
         check_ok(dali_launch("--resume", str(run.root), "--epochs", "2", "--processes", "1", "--gpus-per-node", "2",
                              "--mesh", layout))  # fmt: skip
-    assert first_rank(tp)["resolved"]["mesh"] == "tensor:2"
+    assert first_rank(tp)["resolved"]["mesh"] == "tensor:2" and "(sharded, mesh tensor:2)" in tp.log(0).read_text()
     loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
     assert len(loss(tp)) == 2 and loss(tp) == pytest.approx(loss(dp), rel=1e-5), (loss(dp), loss(tp))
     assert_same_params(dp, tp, atol=1e-4)

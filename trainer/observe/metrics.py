@@ -198,7 +198,7 @@ class Reporter:
 def _how(resolved: dict) -> str:
     """--parallel, and --mesh where it shards the train state (step/mesh.py)."""
     mesh = resolved.get("mesh", "")
-    return f"{resolved['parallel']}, mesh {mesh}" if "fsdp" in mesh else resolved["parallel"]
+    return f"{resolved['parallel']}, mesh {mesh}" if "fsdp" in mesh or "tensor" in mesh else resolved["parallel"]
 
 
 def _steps(k: int) -> str:
