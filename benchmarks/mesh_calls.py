@@ -43,7 +43,7 @@ def fresh_state(setup: Setup):
 
 class LaidOut:
     """A step/mesh.Mesh of one device whose state is laid out as an fsdp mesh's: Sharded then takes its
-    fsdp branch (state_layout, laid_out) where Mesh(fsdp=1).shards_state would keep it replicated."""
+    fsdp branch (layout.state_layout, layout.laid_out) where Mesh(fsdp=1).shards_state would keep it replicated."""
 
     data = fsdp = tensor = devices = 1
     shards_state = True
