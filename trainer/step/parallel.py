@@ -274,7 +274,8 @@ class Sharded:
         """Compiles `call` for a state of these `shapes` and these other arguments, in a thread (into
         XLA's persistent cache, where the real call finds it), and keeps its buffers' bytes on a device
         (`buffers`, memory_fit.step_buffers); a failure here is the real call's to report."""
-        self._ahead = (shapes, args)
+        abstract = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+        self._ahead = (shapes, jax.tree.map(abstract, args))  # shapes only: no batch kept on the devices
 
         def compile_() -> None:
             with contextlib.suppress(Exception):
@@ -286,7 +287,7 @@ class Sharded:
 
     def buffers_at(self, batch: int) -> tuple[int, int] | None:
         """`buffers` of the call compile_ahead compiled, at `batch` samples per device and step instead (as many
-        steps a call): compiled now, for memory_fit.check_step's second point."""
+        steps a call): compiled now, for memory_fit.check_step's word on a smaller batch."""
         shapes, (tally, *rows) = self._ahead
         scaled = [
             jax.ShapeDtypeStruct(
