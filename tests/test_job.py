@@ -65,6 +65,10 @@ def test_a_run_directory_says_how_its_run_ended(tmp_path):
     assert ended_state(paths) is RunState.FAILED  # started, then died without a word
     ending.record(paths, 0, ending.STOPPED, "stopped by SIGTERM", step=3)
     assert ended_state(paths) is RunState.INTERRUPTED
+    assert ended_state(paths, cancelled=True) is RunState.CANCELLED  # a scancel of the user's
+    failed = _run_dir(tmp_path, "b")  # the follower cancels a job whose rank died (srun's word recorded)
+    ending.record(failed, 1, ending.FAILED, "rank 1 on node2 was killed first (srun: Killed)")
+    assert ended_state(failed, cancelled=True) is RunState.FAILED
     request_cancel(paths)
     assert ended_state(paths) is RunState.CANCELLED and f"{RunState.CANCELLED}" == "cancelled"
     lock = hold_lock(paths.lock("task"))

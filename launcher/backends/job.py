@@ -51,12 +51,16 @@ class RunState(str, enum.Enum):
 
 
 def ended_state(paths: RunPaths, cancelled: bool = False) -> RunState:
-    """How a run that nothing runs in any more ended, from its files (`cancelled`: its scheduler says so)."""
+    """How a run that nothing runs in any more ended, from its files (`cancelled`: its scheduler says so). The
+    scheduler's word yields to a rank's failure: the SLURM follower cancels a job one of whose ranks failed
+    (so the others stop waiting on it), and that run failed; `dali-launch cancel` records itself first."""
     if paths.result.exists():
         return RunState.FINISHED
-    if cancelled or paths.cancel.exists():
+    if paths.cancel.exists():
         return RunState.CANCELLED
     hows = {e["how"] for e in ending.read(paths)}
+    if cancelled and not hows & set(ending.CAUSES):
+        return RunState.CANCELLED
     if hows == {ending.STOPPED}:
         return RunState.INTERRUPTED
     if not hows and not paths.manifest.exists():
