@@ -67,6 +67,16 @@ def test_the_tensor_axis_splits_a_vits_attention_by_heads_and_its_mlp_by_units()
     assert mesh.fsdp_dimension((12, 384, 1536), 2, taken=2) == 1  # fsdp takes another dimension
 
 
+def test_train_without_gpus_per_node_counts_the_gpus_it_would_see():
+    """`train` takes every GPU it sees, so its --mesh is checked against them (it was against one device: a
+    2-GPU machine refused --mesh fsdp:2), counted without starting JAX."""
+    from dali_launch.trainer.topology import visible_gpus
+
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == 2
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3"}) == 1
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == 0
+
+
 @pytest.mark.parametrize(
     "flags, said",
     [
@@ -75,6 +85,10 @@ def test_the_tensor_axis_splits_a_vits_attention_by_heads_and_its_mlp_by_units()
             "--mesh tensor:2: the tensor axis splits attention heads and MLP blocks, which --model mlp",
         ),
         (["--mesh", "fsdp:3"], "--mesh fsdp:3 spans 3 devices but the job has 2"),
+        (
+            ["--nodes", "2", "--mesh", "tensor:4"],
+            "--mesh tensor:4: a tensor group of 4 devices does not fit in a node of 2",
+        ),
         (["--mesh", "fsdp:2", "--parallel", "pmap"], "--mesh fsdp:2 shards the train state, which --parallel pmap"),
     ],
 )

@@ -215,6 +215,15 @@ def missing_gpu() -> str | None:
     return None
 
 
+def visible_gpus(env: dict[str, str] | None = None) -> int:
+    """The GPUs a process here would see, counted without starting JAX: CUDA_VISIBLE_DEVICES's entries where
+    it is set, else the host's NVIDIA devices."""
+    env = os.environ if env is None else env
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return len([d for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip() and d.strip() != "-1"])
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
 def resolve_platform(platform: str) -> str:
     """`auto` means GPUs when this host has NVIDIA devices and JAX has a CUDA plugin.
 
