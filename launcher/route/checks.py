@@ -88,12 +88,13 @@ def validate(run: RunConfig) -> None:
 def _mesh(run: RunConfig) -> None:
     """--mesh parses, spans the job's devices at every count the node range allows, runs as one jit program, and
     keeps a tensor group inside a node."""
+    counts = _job_devices(run)
     try:
-        for devices in _job_devices(run):
+        for devices in counts:
             layout = mesh.resolve(run.train.mesh, devices)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    per_node = run.devices_per_node if run.launch.gpus_per_node else devices
+    per_node = run.devices_per_node if run.launch.gpus_per_node else counts[0]  # `train`: one machine
     if per_node % layout.tensor:
         raise UsageError(
             f"--mesh {run.train.mesh}: a tensor group of {layout.tensor} devices does not fit in a node of {per_node}, "
