@@ -304,6 +304,26 @@ def test_slurms_own_time_limit_warns_and_the_job_checkpoints(slurm_env, small_lm
     assert saved.newest(paths).step == endings[0]["step"] and not paths.result.exists()
 
 
+def test_slurms_warning_during_start_up_waits_for_the_first_check_point():
+    """SLURM's warning (USR2) may come before the task listens: submitit's handler, installed first, raised
+    inside JAX's backend start ("Job not requeued because: timed-out too many times", seen in a run of the
+    test above). From the task's first line it only raises the flag the first check point reads."""
+    from dali_launch.trainer.resilience import preemption
+
+    def submitits(signum, frame):
+        raise RuntimeError("Job not requeued because: timed-out too many times.")
+
+    previous = signal.signal(signal.SIGUSR2, submitits)
+    try:
+        preemption.catch_early()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.01)  # delivered at the next bytecode
+        assert preemption.Preemption().agreed() == [preemption.REQUEUE, signal.SIGUSR2]
+    finally:
+        preemption.catch_early()  # this process's flag cleared for the tests after it
+        signal.signal(signal.SIGUSR2, previous)
+
+
 def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(small_lmdb, tmp_path):
     """--checkpoint-every-min: a clock decides, every process agrees; only --keep-checkpoints stay."""
     check_ok(

@@ -16,7 +16,7 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
 from dali_launch.trainer.observe.manifest import write_manifest
 from dali_launch.trainer.observe.startup import Startup
-from dali_launch.trainer.resilience import disk, ending, start_point
+from dali_launch.trainer.resilience import disk, ending, preemption, start_point
 from dali_launch.trainer.resilience.watchdog import Watchdog
 from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
 from dali_launch.trainer.topology import (
@@ -33,6 +33,7 @@ from dali_launch.trainer.topology import (
 def run_task(run_dir: str, log: str | None = None) -> dict:
     """`log`: the file this process's output also goes to, where the caller writes it itself (`train`)."""
     startup = Startup()
+    preemption.catch_early()  # SLURM's warning may come before the task listens
     heap.fewer_collections()
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
@@ -81,7 +82,6 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     flavours.check()
     from dali_launch.trainer.data import memory
     from dali_launch.trainer.observe.metrics import Reporter
-    from dali_launch.trainer.resilience import preemption
     from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.train import train_and_evaluate
 

@@ -14,7 +14,12 @@ and resumes from that checkpoint), or every process records that it stopped and 
 
 JAX's preemption service would catch SIGTERM itself ("SIGTERM caught"; topology.initialize turns
 it off) and submitit installs handlers for USR2 (an immediate requeue, before our checkpoint) and
-TERM (ignored): `listen` replaces them, after jax.distributed.initialize.
+TERM (ignored): `listen` replaces them, after jax.distributed.initialize. USR2 is caught from the
+task's first line (`catch_early`): SLURM's warning may come during start-up (a time limit inside the
+warning's lead, --time-min 1 under USR2@90, warns at slurmctld's first check), and submitit's handler
+then raised inside whatever ran ("Unable to initialize backend 'cpu': Job not requeued because:
+timed-out too many times", from JAX's backend start: a CI run); caught early, it waits for the first
+check point like any other.
 """
 
 from __future__ import annotations
@@ -25,9 +30,7 @@ import sys
 import threading
 import time
 
-import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending, scheduler
@@ -41,9 +44,16 @@ _asked = {"what": 0, "signum": 0}  # this process's strongest request so far (si
 _task: dict = {}  # the topology and run directory of the task that listens
 
 
+def catch_early() -> None:
+    """At a task's first line: SLURM's warning (USR2) only raises the flag, whenever it comes (the others keep
+    their handlers until `listen`: JAX's initialisation would replace a SIGTERM handler set before it)."""
+    _asked.update(what=0, signum=0)  # a process may run several tasks (benchmarks)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR2, _on_signal)
+
+
 def listen(topology: Topology, paths: RunPaths) -> None:
     """From now on the signals above mean what the table says (only the main thread may install)."""
-    _asked.update(what=0, signum=0)  # a process may run several tasks (benchmarks)
     _task.update(topology=topology, paths=paths)
     if threading.current_thread() is threading.main_thread():
         for signum in MEANING:
@@ -69,6 +79,9 @@ class Preemption:
         A collective (all processes call it at the same point); other per-process decisions, like a
         clock saying a checkpoint is due, ride along so every process acts alike.
         """
+        import jax  # here, not at the module's top: a task imports this module before JAX's environment is set
+        from jax.experimental import multihost_utils
+
         local = np.array([_asked["what"], _asked["signum"], *also], np.int32)
         if jax.process_count() == 1:
             return [int(v) for v in local]
@@ -79,6 +92,8 @@ class Preemption:
 def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
     """After the agreed checkpoint at `step`: requeue (SLURM's warning, within --max-requeues) or stop.
     Never returns."""
+    import jax
+
     topology, max_requeues = _task["topology"], spec.resilience.max_requeues
     job_id = topology.job_id
     if what == REQUEUE and scheduler.may_requeue(topology, max_requeues):
@@ -100,6 +115,8 @@ def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
 
 
 def _requeue(topology: Topology, max_requeues: int, spec: TaskSpec) -> None:
+    import jax
+
     job_id = topology.job_id
     if jax.process_index() == 0:
         scheduler.requeue(topology)
