@@ -27,6 +27,7 @@ from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.observe.profile import Profile
 from dali_launch.trainer.observe.trackers import Trackers
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.step import mesh
 from dali_launch.trainer.topology import Topology, barrier
 
 
@@ -197,8 +198,9 @@ class Reporter:
 
 def _how(resolved: dict) -> str:
     """--parallel, and --mesh where it shards the train state (step/mesh.py)."""
-    mesh = resolved.get("mesh", "")
-    return f"{resolved['parallel']}, mesh {mesh}" if "fsdp" in mesh or "tensor" in mesh else resolved["parallel"]
+    setting = resolved.get("mesh") or "auto"  # a run directory written before --mesh existed: none
+    layout = mesh.parse(setting)
+    return f"{resolved['parallel']}, mesh {setting}" if layout and layout.shards_state else resolved["parallel"]
 
 
 def _steps(k: int) -> str:
