@@ -28,8 +28,8 @@ MODELS = {
     "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
     "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
 }
-# The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers)
-TENSOR_SPLIT = ("vit-ti16", "vit-s16", "vit-b16")
+# The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
+TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))
 
 
 def builtin(kind: str) -> dict[str, str]:
