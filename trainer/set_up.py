@@ -109,9 +109,7 @@ def set_up(
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
-    batch = auto.remainder.batch_per_step if rest else auto.batch_per_device_step  # the compiled call's
-    compiled = rest_runner or runner
-    memory_fit.check_step(compiled.buffers, memory_fit.pool_bytes(devices[0]), layout, batch, compiled.buffers_at)
+    memory_fit.check_step(rest_runner or runner, memory_fit.pool_bytes(devices[0]), layout)  # the compiled one
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step)
     training = Training(spec, data, runner, checkpointer, evaluator, runner.place(state), tally, fresh.schedule)

@@ -81,10 +81,11 @@ def step_buffers(compiled) -> tuple[int, int] | None:
     return stats.argument_size_in_bytes, rest
 
 
-def check_step(buffers: tuple[int, int] | None, pool: int | None, mesh, batch: int, buffers_at) -> None:
-    """Refuses a compiled step (`buffers`, step_buffers) that exceeds `pool`, before the state is placed: its
-    first call could not allocate them. `buffers_at(b)`: the same step's at b samples per device and step,
-    which says whether half the batch would fit."""
+def check_step(runner, pool: int | None, mesh) -> None:
+    """Refuses the step `runner` compiled ahead (its `buffers`, step_buffers) where it exceeds `pool`, before the
+    state is placed: its first call could not allocate them. `runner.buffers_at(b)`, the same step's at b
+    samples per device and step, says whether half its batch would fit."""
+    buffers, batch = runner.buffers, runner.batch_size
     if buffers is None or pool is None or sum(buffers) <= pool:
         return
     arguments, rest = buffers
@@ -92,7 +93,7 @@ def check_step(buffers: tuple[int, int] | None, pool: int | None, mesh, batch: i
         f"the training step needs {size(arguments + rest)} per device under --mesh {mesh} (XLA's count: "
         f"{size(arguments)} of train state and batch, {size(rest)} of activations, gradients and other temporaries, "
         f"at {batch} samples per device and step) but a device has {size(pool)}; "
-        f"{_batch_that_fits(batch, buffers_at, pool)}"
+        f"{_batch_that_fits(batch, runner.buffers_at, pool)}"
     )
 
 

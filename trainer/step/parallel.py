@@ -182,6 +182,7 @@ class Runner(Protocol):
 
     name: str
     call: Callable  # (state, tally, images, labels, valid) -> (state, tally): one device call of k SGD steps
+    batch_size: int  # samples per device and SGD step
     buffers: tuple[int, int] | None  # XLA's count of the call's buffers on a device, once compile_ahead has it
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
@@ -213,7 +214,7 @@ class Pmap:
     buffers = None  # compiled at its first call: no count ahead of it
 
     def __init__(self, devices: list, all_devices: list, batch_size: int, readers: int, donate=True):
-        self.devices = devices
+        self.devices, self.batch_size = devices, batch_size
         call = partial(pmap_call, batch_size=batch_size, readers=readers)
         self.call = jax.pmap(call, AXIS, devices=all_devices, donate_argnums=(0, 1) if donate else ())
 
