@@ -31,7 +31,8 @@ class LaunchConfig:
     gpus_per_node: int | None = opt(
         None,
         "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
-        "Default: `train` takes every GPU it sees (1 CPU device if none); a job (--local, SLURM) takes 1 per node.",
+        "Default: `train` takes every GPU it sees (1 CPU device if none), counted at its start and recorded; a job "
+        "(--local, SLURM) takes 1 per node.",
         on_resume="elastic",
     )
     tasks_per_node: int | None = opt(
@@ -138,8 +139,8 @@ class RunConfig:
 
     @property
     def devices_per_node(self) -> int:
-        """Devices each node gives the job: --gpus-per-node, or 1 where unset (one CPU device, or what a node of
-        an allocation has, which allocation.py fills in before this is read). The one place that default lives."""
+        """Devices each node gives the job: --gpus-per-node as `with_devices` planned it (allocation.py fills in
+        an allocation's); 1 where a command reads settings that no run was planned from (`config show`)."""
         return self.launch.gpus_per_node or 1
 
     @property
@@ -192,6 +193,20 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
 
 
+def with_devices(run: RunConfig, here: bool) -> RunConfig:
+    """The devices per node a run is planned for, resolved once and recorded (config.toml): --gpus-per-node
+    where given; else `train` (`here`: this one process) takes every GPU it would see, one CPU device without
+    them, and a job (--local, SLURM) 1 per node. Every check and the task's device count read this."""
+    from dataclasses import replace
+
+    from dali_launch.trainer.topology import resolve_platform, visible_gpus
+
+    if run.launch.gpus_per_node is not None:
+        return run
+    gpus = visible_gpus() if here and resolve_platform(run.distributed.platform) == "gpu" else 1
+    return replace(run, launch=replace(run.launch, gpus_per_node=max(gpus, 1)))
+
+
 def absolute_paths(run: RunConfig) -> RunConfig:
     """`run` with --init-from absolute, as --data-dir is: taken from where dali-launch runs, once, whatever the
     folder of the checks' child or the tasks (a relative one failed in Orbax, and config.toml must record it)."""
@@ -209,11 +224,10 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     """
     from dataclasses import replace
 
-    # gpus_per_node unset (only `train` allows it): the one process takes every device it sees.
     layout = Layout(
         backend=backend,
         num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
-        local_device_count=run.devices_per_process if run.launch.gpus_per_node else None,
+        local_device_count=run.devices_per_process,
     )
     return TaskSpec(
         run_dir=run_dir,

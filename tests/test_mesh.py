@@ -9,6 +9,7 @@ import pytest
 from conftest import check_ok, dali_launch
 from run_readers import assert_same_params, only_run
 
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.step import memory_fit, mesh
 
 
@@ -67,14 +68,30 @@ def test_the_tensor_axis_splits_a_vits_attention_by_heads_and_its_mlp_by_units()
     assert mesh.fsdp_dimension((12, 384, 1536), 2, taken=2) == 1  # fsdp takes another dimension
 
 
-def test_train_without_gpus_per_node_counts_the_gpus_it_would_see():
-    """`train` takes every GPU it sees, so its --mesh is checked against them (it was against one device: a
-    2-GPU machine refused --mesh fsdp:2), counted without starting JAX."""
+def test_train_without_gpus_per_node_is_planned_for_the_gpus_it_would_see(monkeypatch):
+    """`train` takes every GPU it sees: the count is planned once, without starting JAX, and every check reads
+    it (--mesh was checked against one device: a 2-GPU machine refused --mesh fsdp:2); a job takes 1 per node;
+    a count this machine does not show (a resume's recorded one) is refused before anything is written."""
+    from dali_launch.launcher.route.checks import validate
+    from dali_launch.launcher.route.machine_checks import check_gpu_count
+    from dali_launch.launcher.run_config import DistributedConfig, RunConfig, TrainConfig, with_devices
     from dali_launch.trainer.topology import visible_gpus
 
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == 2
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3"}) == 1
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    on_gpus = RunConfig(distributed=DistributedConfig(platform="gpu"), train=TrainConfig(mesh="fsdp:2"))
+    planned = with_devices(on_gpus, here=True)
+    assert planned.launch.gpus_per_node == 2 and planned.num_devices == 2
+    validate(planned)  # --mesh fsdp:2 spans the machine's two GPUs
+    with pytest.raises(UsageError, match="spans 2 devices but the job has 1"):
+        validate(with_devices(on_gpus, here=False))  # a job: 1 GPU per node unless given
+    assert with_devices(RunConfig(distributed=DistributedConfig(platform="cpu")), here=True).launch.gpus_per_node == 1
+    check_gpu_count(planned)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(UsageError, match=r"--gpus-per-node 2, but this machine shows 1 GPU .* use --gpus-per-node 1"):
+        check_gpu_count(planned)
 
 
 @pytest.mark.parametrize(

@@ -156,7 +156,7 @@ def test_a_run_directory_of_the_previous_version_still_resumes_and_lists(capsys,
     spec = json.loads(paths.config.read_text())
     spec["distributed"].update({**spec.pop("layout"), "backend": "none"})
     paths.config.write_text(json.dumps(spec))
-    assert TaskSpec.load(paths.root).layout == Layout(backend="train", num_processes=1)
+    assert TaskSpec.load(paths.root).layout == Layout(backend="train", num_processes=1, local_device_count=1)
     assert run_list.describe(paths)["mode"] == "train"
     code = main(["train", "--resume", str(paths.root), "--dry-run"])
     assert code == 0 and f"resuming {paths.root} (started by `dali-launch train`)" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_ran
 from dali_launch.launcher.backends.job import RunState, cancel_requested
 from dali_launch.launcher.backends.srun_step import refuse_one_of_several
 from dali_launch.launcher.console import is_chatter
-from dali_launch.launcher.route.machine_checks import check_gpus
+from dali_launch.launcher.route.machine_checks import check_gpu_count, check_gpus
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
@@ -29,6 +29,7 @@ class Train(Backend):
         refuse_one_of_several()  # `srun dali-launch train` would train N times, each alone as "rank 0"
         refuse_node_range(run, "`train`")
         check_gpus(run)
+        check_gpu_count(run)
         if run.nodes != 1 or run.tasks_per_node != 1 or run.launch.local:
             raise UsageError(
                 "`train` runs one process here; for several use "

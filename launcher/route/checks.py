@@ -12,7 +12,6 @@ from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
 from dali_launch.trainer.step import mesh
-from dali_launch.trainer.topology import missing_gpu, visible_gpus
 
 
 def device_phrase(run: RunConfig) -> str:
@@ -88,13 +87,12 @@ def validate(run: RunConfig) -> None:
 def _mesh(run: RunConfig) -> None:
     """--mesh parses, spans the job's devices at every count the node range allows, runs as one jit program, and
     keeps a tensor group inside a node."""
-    counts = _job_devices(run)
     try:
-        for devices in counts:
+        for devices in run.device_counts:
             layout = mesh.resolve(run.train.mesh, devices)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    per_node = run.devices_per_node if run.launch.gpus_per_node else counts[0]  # `train`: one machine
+    per_node = run.devices_per_node
     if per_node % layout.tensor:
         raise UsageError(
             f"--mesh {run.train.mesh}: a tensor group of {layout.tensor} devices does not fit in a node of {per_node}, "
@@ -113,14 +111,6 @@ def _mesh(run: RunConfig) -> None:
             f"has none of; use fsdp instead (--mesh fsdp:{layout.tensor * layout.fsdp}), or a ViT "
             f"({', '.join(entry_points.TENSOR_SPLIT)})"
         )
-
-
-def _job_devices(run: RunConfig) -> list[int]:
-    """The job's device counts: the node range's; for `train` without --gpus-per-node, which takes every
-    device this machine shows it, the GPUs it would see (one CPU device without them)."""
-    if run.launch.gpus_per_node or run.distributed.platform == "cpu" or missing_gpu():
-        return run.device_counts
-    return [visible_gpus()]
 
 
 def _decoded_cache(data: DataConfig, resumed: bool) -> None:

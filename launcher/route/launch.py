@@ -13,7 +13,6 @@ One run is a list of one. Every run of a list is checked before anything is writ
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
@@ -25,22 +24,14 @@ from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import resume
 from dali_launch.launcher.route.prepare import prepare
 from dali_launch.launcher.route.sweep import Sweep, sweep_runs
-from dali_launch.launcher.run_config import RunConfig, absolute_paths, counted
+from dali_launch.launcher.run_config import RunConfig, absolute_paths, counted, with_devices
 from dali_launch.trainer.run_dir import RunPaths
 
 
 def new_run(run: RunConfig, here: bool = False) -> int:
     """A new run: `train` in this process, else a job (--local, or SLURM)."""
-    if here:
-        return launch([run], registry.create("train"))
-    return launch([with_devices(run)], registry.create("local" if run.launch.local else "slurm"))
-
-
-def with_devices(run: RunConfig) -> RunConfig:
-    """A job's devices are planned, never "whatever is there": 1 per node unless given."""
-    if run.launch.gpus_per_node is not None:
-        return run
-    return dataclasses.replace(run, launch=dataclasses.replace(run.launch, gpus_per_node=1))
+    backend = registry.create("train" if here else "local" if run.launch.local else "slurm")
+    return launch([with_devices(run, here)], backend)
 
 
 def resume_run(values: Values, entry: str, backend: Backend | None = None) -> int:

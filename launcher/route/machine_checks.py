@@ -11,10 +11,10 @@ import os
 import shutil
 from pathlib import Path
 
-from dali_launch.launcher.run_config import RunConfig
+from dali_launch.launcher.run_config import RunConfig, counted
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.topology import missing_gpu
+from dali_launch.trainer.topology import missing_gpu, resolve_platform, visible_gpus
 
 MIN_FREE_MB = 16  # less than this on a folder's file system: full, for a run's logs and first checkpoint
 
@@ -41,6 +41,17 @@ def check_gpus(run: RunConfig) -> None:
         flag = "--platform gpu" if run.distributed.platform == "gpu" else "--decoder mixed"
         fix = "use --platform cpu" if flag == "--platform gpu" else "use --decoder cpu"
         raise UsageError(f"{flag}, but {why}; run on a GPU machine, or {fix}")
+
+
+def check_gpu_count(run: RunConfig) -> None:
+    """`train` on GPUs: the GPUs it was planned for (run_config.with_devices; a resume's recorded count) are
+    here. Else every start would stop in the task, after the run directory was written."""
+    seen = visible_gpus()
+    if resolve_platform(run.distributed.platform) == "gpu" and run.devices_per_node > seen:
+        raise UsageError(
+            f"--gpus-per-node {run.devices_per_node}, but this machine shows {counted(seen, 'GPU')} "
+            f"(CUDA_VISIBLE_DEVICES, /dev/nvidia*); use --gpus-per-node {seen} (a resume goes on elastically)"
+        )
 
 
 def check_cache(run: RunConfig) -> None:

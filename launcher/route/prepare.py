@@ -87,7 +87,7 @@ def data_of(run: RunConfig) -> Path:
         path = datasets.check_resumed(run.data, run.launch.resume)
     else:
         path = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
-    datasets.check_samples(path, run.data, run.device_counts[0] if run.launch.gpus_per_node else 1)
+    datasets.check_samples(path, run.data, run.device_counts[0])
     return path
 
 

@@ -23,7 +23,7 @@ from dali_launch.launcher.backends.job import lock_holder
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.options import Values, build
 from dali_launch.launcher.route.machine_checks import folder_problem
-from dali_launch.launcher.run_config import RunConfig, counted, marked, task_spec
+from dali_launch.launcher.run_config import RunConfig, counted, marked, task_spec, with_devices
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import saved, start_point
@@ -59,6 +59,7 @@ def read(values: Values, entry: str, lead: bool = True) -> Resume:
     recorded = _as_resolved(paths, config_file.load(str(paths.config_toml)))
     changes = _changes(values, recorded, paths)
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
+    run = with_devices(run, here=mode.name == "train")  # a `train` run recorded before its count was
     check_progress(paths, run.train.epochs, mode.started_by)
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
     repairs = lead and not run.launch.dry_run  # a dry run renames nothing; another task of the step neither
