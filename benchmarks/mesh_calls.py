@@ -52,8 +52,9 @@ class LaidOut:
         return "fsdp:1 (layout path)"
 
 
-def runner(setup: Setup, device, shapes, layout: bool):
-    """The trainer's Sharded runner on `device` (parallel.create, as set_up makes it) and a call's batch."""
+def runner(setup: Setup, device, shapes, layout: bool, offload: bool = False):
+    """The trainer's Sharded runner on `device` (parallel.create, as set_up makes it; `offload`: the optimizer's
+    state in host memory) and a call's batch."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -64,7 +65,14 @@ def runner(setup: Setup, device, shapes, layout: bool):
     mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))
     data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
     mode = parallel.create(
-        "sharded", [device], [device], setup.batch, data, mesh=LaidOut() if layout else None, shapes=shapes
+        "sharded",
+        [device],
+        [device],
+        setup.batch,
+        data,
+        mesh=LaidOut() if layout else None,
+        shapes=shapes,
+        offload=offload,
     )
     rows = setup.batch * setup.steps
     side = setup.image_size

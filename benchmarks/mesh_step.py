@@ -18,7 +18,8 @@ the steps per call and XLA options the trainer gives that batch on a GPU (5; com
    does not train (--keep-going tries the rest). Per rung: the parameters, the state and gradients as
    step/memory_fit.py counts them, XLA's compiled buffers, the device's peak_bytes_in_use, images/s or
    the error. The rungs are vit.py's ViT class at sizes of big_vision's (not in the model zoo); a /14
-   rung sets vit.PATCH to 14 in its own process. Without optimizer-state offload (not built) and without
+   rung sets vit.PATCH to 14 in its own process. With --offload, the ladder keeps AdamW's moments in host
+   memory (the trainer's --offload optimizer), its rows under "largest_offload". Without
    rematerialisation of the trainer's (the models have no jax.checkpoint); XLA:GPU's own rematerialisation
    pass is on, as in the trainer, and appears to fit the larger rungs to the pool (their buffers land
    at 99.5-101.3 GiB of 104.9). A rung whose compiled buffers exceed the pool is recorded out of memory
@@ -54,7 +55,10 @@ from pathlib import Path
 from mesh_calls import LaidOut, Setup, compiled, fresh_state, memory, replace_model, runner, timed, warm
 from report import environment, listed
 
-OFFLOAD = "not built: every rung is without optimizer-state offload (and without rematerialisation)"
+OFFLOADS = {  # where a ladder's optimizer state lives (--offload)
+    False: "on the devices: every rung without optimizer-state offload (and without rematerialisation)",
+    True: "in host memory: every rung with the optimizer's state offloaded (--offload optimizer)",
+}
 TARGET_PCT = 3.0  # issue 41: the fsdp layout over one device costs at most this against the replicated step
 TAG = "MESH_STEP_JSON "  # a child's result line on stdout
 
@@ -161,7 +165,7 @@ def strip(hlo: str) -> str:
     return "\n".join(line for line in hlo.splitlines() if not line.startswith("HloModule"))
 
 
-def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False) -> dict:
+def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False, offload: bool = False) -> dict:
     """One ladder rung, in this (child) process: estimate, compile, init, place, run; the error if any. A
     program whose buffers (XLA's arguments and temporaries) exceed the device's pool is not run (its first
     call could not allocate them) unless `run_anyway`."""
@@ -179,14 +183,16 @@ def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False) -> d
     try:
         fresh, example = fresh_state(setup)
         shapes = jax.eval_shape(fresh, example)[1]
-        mode, tally, batch = runner(setup, device, shapes, layout=False)
-        state_bytes = mode.device_bytes(shapes)
+        mode, tally, batch = runner(setup, device, shapes, layout=False, offload=offload)
+        state_bytes, host_bytes = mode.device_bytes(shapes), mode.host_bytes(shapes)
         param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes.params))
-        pool = memory_fit.pool_bytes(device)
+        pool, total = memory_fit.pool_bytes(device), state_bytes + host_bytes
+        need = memory_fit.need(state_bytes, total, total, param_bytes)
         out |= {"params": sum(x.size for x in jax.tree.leaves(shapes.params)), "state_bytes": state_bytes}
-        out |= {"gradient_bytes": param_bytes, "memory_fit_need_bytes": state_bytes + param_bytes, "pool_bytes": pool}
+        out |= {"host_state_bytes": host_bytes, "gradient_bytes": param_bytes, "memory_fit_need_bytes": need}
+        out["pool_bytes"] = pool
         try:
-            memory_fit.check(Mesh(), 1, state_bytes, state_bytes, param_bytes, pool)
+            memory_fit.check(Mesh(), 1, need, total, param_bytes, pool)
             out["memory_fit"] = "passes (activations not counted)"
         except UsageError as e:
             out["memory_fit"] = f"refused: {e}"
@@ -222,6 +228,7 @@ def child(args, what: str, timeout: float) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", what, "--seconds", str(args.seconds)]
     command += ["--model", args.model, "--batch-size", str(args.batch_size), "--image-size", str(args.image_size)]
     command += ["--steps-per-call", str(args.steps_per_call)] + (["--smoke-cpu"] if args.smoke_cpu else [])
+    command += ["--offload"] if args.offload else []
     began = time.perf_counter()
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -267,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--part-timeout", type=float, default=400.0, help="Seconds fsdp-cost's or a rung's process may take."
     )
+    parser.add_argument("--offload", action="store_true", help="The ladder with the optimizer's state in host memory.")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU, tiny ViTs at 32x32: checks the script only.")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the child process of fsdp-cost or of one rung
@@ -286,11 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.child == "fsdp-cost":
             row = fsdp_cost(setup, args.seconds)
         else:
-            row = rung(args.child, replace_model(setup, args.child), args.seconds, args.run_anyway)
+            row = rung(args.child, replace_model(setup, args.child), args.seconds, args.run_anyway, args.offload)
         print(TAG + json.dumps({**row, "environment": environment()}), flush=True)
         return 0
     doc = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
-    doc |= {"argv": sys.argv, "offload": OFFLOAD}
+    doc |= {"argv": sys.argv}
+    offload, key = OFFLOADS[args.offload], "largest_offload" if args.offload else "largest"
 
     def write() -> None:
         if args.out:
@@ -316,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  failed: {cost.get('error')}")
         write()
     if "largest" in args.parts:
-        print(f"largest: batch {args.batch_size}, {args.image_size}x{args.image_size}, {OFFLOAD}", flush=True)
-        earlier = {r["name"]: r for r in doc.get("largest", {}).get("rungs", [])}
+        print(f"largest: batch {args.batch_size}, {args.image_size}x{args.image_size}, state {offload}", flush=True)
+        earlier = {r["name"]: r for r in doc.get(key, {}).get("rungs", [])}
 
         def keep(rows: list[dict]) -> None:
             merged = {
@@ -327,12 +336,12 @@ def main(argv: list[str] | None = None) -> int:
             known = list({**RUNGS, **SMOKE_RUNGS})  # the ladder's order; rows of names since removed go last
             ranked = sorted(merged.values(), key=lambda r: known.index(r["name"]) if r["name"] in known else len(known))
             trains = [r["name"] for r in ranked if r["status"] == "trains"]
-            doc["largest"] = {
+            doc[key] = {
                 "batch": args.batch_size,
                 "image_size": args.image_size,
                 "precision": precision + " compute, float32 parameters and AdamW moments",
                 "steps_per_call": args.steps_per_call,
-                "offload": OFFLOAD,
+                "offload": offload,
                 "largest_that_trains": trains[-1] if trains else None,
                 "rungs": ranked,
             }
@@ -341,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         keep.environment = environment_of
         rows = ladder(args, keep)
         failed |= any(r["status"] == "failed" for r in rows)
-        print(f"  largest that trains: {doc['largest']['largest_that_trains']}")
+        print(f"  largest that trains: {doc[key]['largest_that_trains']}")
     if args.out:
         print(f"wrote {args.out}")
     return 1 if failed else 0

@@ -4,6 +4,7 @@ parallelism, holds 1/M of the state on each device, and its checkpoints resume o
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import check_ok, dali_launch
@@ -107,6 +108,7 @@ def test_train_without_gpus_per_node_is_planned_for_the_gpus_it_would_see(monkey
             "--mesh tensor:4: a tensor group of 4 devices does not fit in a node of 2",
         ),
         (["--mesh", "fsdp:2", "--parallel", "pmap"], "--mesh fsdp:2 shards the train state, which --parallel pmap"),
+        (["--offload", "optimizer", "--parallel", "pmap"], "inside one jit program over the devices, which --parallel"),
     ],
 )
 def test_a_mesh_that_cannot_run_is_refused_in_one_line_before_anything_is_written(tmp_path, flags, said):
@@ -168,11 +170,13 @@ def test_a_state_too_large_for_a_device_is_sharded_by_auto_and_refused_in_one_li
 ):
     """The MLP with AdamW: 9.5 MiB of parameters, 28 MiB of state, 38 MiB with its gradients. On devices of a
     34 MiB pool (DALI_LAUNCH_DEVICE_MEMORY_MB: CPU devices say none, a GPU says its own), --mesh auto shards
-    the state over the fewest devices that hold it, and a data-parallel mesh given is refused before the
-    state is placed, naming that fsdp count."""
+    the state over the fewest devices that hold it; a data-parallel mesh given keeps AdamW's moments in host
+    memory (--offload auto), and with them on the devices is refused before the state is placed, naming
+    that fsdp count."""
     env = {memory_fit.ENV: "34"}  # fsdp:2's compiled step, its parameters gathered, needs 28.5 MiB
     common = [*ADAMW, "--data-dir", str(small_lmdb), "--gpus-per-node", "4", "--epochs", "1"]
-    proc = dali_launch("train", *common, "--mesh", "data:4", "--run-root", str(tmp_path / "refused"), env=env)
+    given = [*common, "--mesh", "data:4"]
+    proc = dali_launch("train", *given, "--offload", "device", "--run-root", str(tmp_path / "refused"), env=env)
     assert proc.returncode == 2, proc.stderr
     said = "the train state and its gradients need 37.8 MiB per device under --mesh data:4 (activations not counted)"
     assert said in proc.stderr and proc.stderr.strip().endswith("--mesh fsdp:2 would need about 18.9 MiB"), proc.stderr
@@ -181,6 +185,33 @@ def test_a_state_too_large_for_a_device_is_sharded_by_auto_and_refused_in_one_li
     check_ok(proc)
     assert "(sharded, mesh data:2,fsdp:2)" in proc.stdout, proc.stdout
     assert json.loads(only_run(tmp_path / "auto").rank_map.read_text())[0]["resolved"]["mesh"] == "data:2,fsdp:2"
+    proc = dali_launch("train", *given, "--run-root", str(tmp_path / "offloaded"), env=env)
+    check_ok(proc)
+    assert "(sharded, optimizer state in host memory)" in proc.stdout, proc.stdout
+    resolved = json.loads(only_run(tmp_path / "offloaded").rank_map.read_text())[0]["resolved"]
+    assert (resolved["mesh"], resolved["offload"]) == ("data:4", "optimizer"), resolved
+
+
+@pytest.mark.slow
+def test_the_optimizer_state_in_host_memory_takes_the_same_steps_and_resumes(small_lmdb, tmp_path):
+    """--offload optimizer: SGD's momentum in the host's pinned memory, brought to the devices for each call: on
+    2 CPU devices the same losses and parameters as on the devices, a device holding the parameters alone;
+    resumed from its checkpoint for a second epoch, where the momentum goes back to host memory."""
+    common = ["train", "--data-dir", str(small_lmdb), "--gpus-per-node", "2"]
+    check_ok(dali_launch(*common, "--epochs", "2", "--run-root", str(tmp_path / "device")))
+    check_ok(dali_launch(*common, "--epochs", "1", "--offload", "optimizer", "--run-root", str(tmp_path / "host")))
+    device, host = only_run(tmp_path / "device"), only_run(tmp_path / "host")
+    proc = dali_launch("train", "--resume", str(host.root), "--epochs", "2")
+    check_ok(proc)
+    assert "(sharded, optimizer state in host memory)" in host.log(0).read_text()
+    report = lambda paths: json.loads(paths.rank_map.read_text())[0]
+    assert report(host)["resolved"]["offload"] == "optimizer" and report(device)["resolved"]["offload"] == "device"
+    # the momentum is as large as the parameters: half the state left on a device (and the step count, the key)
+    on_device = report(host)["state_bytes_per_device"] / report(device)["state_bytes_per_device"]
+    assert 0.5 < on_device < 0.5001, on_device
+    loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
+    assert len(loss(host)) == 2 and loss(host) == pytest.approx(loss(device), rel=1e-6), (loss(device), loss(host))
+    assert_same_params(device, host)
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +232,8 @@ VIT_S = ["--pipeline", "folders", "--image-size", "32", "--model", "vit-s16", "-
 def test_a_vit_on_fsdp_and_tensor_axes_takes_the_data_parallel_steps_on_a_quarter_of_the_memory(four_classes, tmp_path):
     """ViT-S on 8 CPU devices in 2 processes, data parallel and as data:2,fsdp:2,tensor:2 (attention split by
     heads, the MLP by units, each tensor group gathering its rows): the same loss, each device holding a
-    quarter of the state; each run's checkpoint then resumed on 2 devices, the sharded one as tensor:2."""
+    quarter of the state; each run's checkpoint then resumed on 2 devices, the sharded one as tensor:2 over 2
+    processes, each reading its own shards of the checkpoint alone, AdamW's moments then kept in host memory."""
     common = ["--local", "--processes", "2", "--gpus-per-node", "8", *VIT_S, "--batch-size", "4"]
     common += ["--init-timeout-s", "120", "--data-dir", str(four_classes), "--epochs", "1"]
     check_ok(dali_launch(*common, "--run-root", str(tmp_path / "dp")))
@@ -215,10 +247,17 @@ def test_a_vit_on_fsdp_and_tensor_axes_takes_the_data_parallel_steps_on_a_quarte
     # Written as it lies, each process its shards (Orbax's ocdbt.process_N), not gathered to process 0
     writers = lambda paths: {p.name for p in (paths.checkpoints / "3" / "state").iterdir() if "process_" in p.name}
     assert writers(tp) == {"ocdbt.process_0", "ocdbt.process_1"} and writers(dp) == {"ocdbt.process_0"}
-    for run, layout in ((dp, "auto"), (tp, "tensor:2")):
-        check_ok(dali_launch("--resume", str(run.root), "--epochs", "2", "--processes", "1", "--gpus-per-node", "2",
-                             "--mesh", layout))  # fmt: skip
-    assert first_rank(tp)["resolved"]["mesh"] == "tensor:2" and "(sharded, mesh tensor:2)" in tp.log(0).read_text()
+    for run, layout, extra in ((dp, "auto", ["--processes", "1"]), (tp, "tensor:2", ["--processes", "2", "--offload",
+                               "optimizer"])):  # fmt: skip
+        check_ok(
+            dali_launch("--resume", str(run.root), "--epochs", "2", "--gpus-per-node", "2", "--mesh", layout, *extra)
+        )
+    assert first_rank(tp)["resolved"]["mesh"] == "tensor:2"
+    assert "(sharded, mesh tensor:2, optimizer state in host memory)" in tp.log(0).read_text()
+    assert "resumed from checkpoint 3: epoch 1, 0 device calls into it; read the whole state" in dp.log(0).read_text()
+    # process 0 read the blocks' arrays half, the rest (embeddings, norms, the head) whole
+    read = re.search(r"read its own shards, ([0-9.]+) of ([0-9.]+) MiB", tp.log(0).read_text())
+    assert read and 0.5 < float(read[1]) / float(read[2]) < 0.6, tp.log(0).read_text()[-2000:]
     loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
     assert len(loss(tp)) == 2 and loss(tp) == pytest.approx(loss(dp), rel=1e-5), (loss(dp), loss(tp))
     assert_same_params(dp, tp, atol=1e-4)

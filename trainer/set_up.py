@@ -16,6 +16,7 @@ import json
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -36,7 +37,9 @@ from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import memory_fit, mesh
 from dali_launch.trainer.step.evaluate import Evaluator, evaluates, split_dir
 from dali_launch.trainer.step.initial_state import InitialState
-from dali_launch.trainer.step.parallel import Runner, call_tally, create, finished, state_bytes
+from dali_launch.trainer.step.layout import held_bytes
+from dali_launch.trainer.step.parallel import call_tally, create, finished, state_bytes
+from dali_launch.trainer.step.runner import Runner
 from dali_launch.trainer.step.state import TrainState
 from dali_launch.trainer.topology import job_devices
 
@@ -87,10 +90,12 @@ def set_up(
     )
     layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes)
     compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
-    fresh = initial.create() if start.step is None else initial.placeholders()  # a resume: the checkpoint's values
+    # a resume: the checkpoint's values, a sharded state's read as it is laid out (each process its own shards)
+    fresh = initial.create() if start.step is None else runner.restore_target(shapes) or initial.placeholders()
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
         fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
+    read = (held_bytes(state), state_bytes(shapes)) if start.step is not None else None
     _check_data_set(spec, start, data, listing)  # before the run's files say how it goes on
     state = _continued(state, start, slots, reporter, spec, auto)
     startup.mark("model initialised")
@@ -98,7 +103,7 @@ def set_up(
         sharding=sharding,
         devices=devices,
         batch_size=auto.batch_per_device_step,
-        resolved=auto.as_dict(runner.name, asynchronous, str(layout)),
+        resolved=auto.as_dict(runner.name, asynchronous, str(layout)) | {"offload": _offload(runner)},
         state_bytes_per_device=runner.device_bytes(shapes),
         dali=auto.startup_phrase(spec),
     )
@@ -111,7 +116,7 @@ def set_up(
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
     memory_fit.check_step(rest_runner or runner, memory_fit.pool_bytes(devices[0]), layout)  # the compiled one
     if start.step is not None:
-        reporter.resumed(start.epoch, start.calls_done, start.step)
+        reporter.resumed(start.epoch, start.calls_done, start.step, read)
     training = Training(spec, data, runner, checkpointer, evaluator, runner.place(state), tally, fresh.schedule)
     return _with_remainder(training, rest, rest_runner, auto, start, int(state.slot), slots) if rest else training
 
@@ -123,16 +128,26 @@ def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, d
     params, total, pool = state_bytes(shapes.params), state_bytes(shapes), memory_fit.pool_bytes(devices[0])
     if mesh.parse(spec.train.mesh) is None and spec.train.parallel != "pmap":  # auto: data parallel while it fits
         layout = memory_fit.fitting(layout, len(all_devices), total, params, pool)
-    name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), layout.shards_state)
-    readers, sharding = auto.readers_per_device, data.sharding_spec
-    runner = create(
-        name, devices, all_devices, auto.batch_per_device_step, sharding, readers, mesh=layout, shapes=shapes
+    offload = spec.train.offload
+    laid_out = layout.shards_state or offload == "optimizer"  # only one jit program over the mesh can
+    name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), laid_out)
+    make = partial(create, name, devices, all_devices, data_sharding=data.sharding_spec, mesh=layout, shapes=shapes)
+    runner = make(auto.batch_per_device_step, readers=auto.readers_per_device, offload=offload == "optimizer")
+    need = lambda r: memory_fit.need(
+        r.device_bytes(shapes), r.device_bytes(shapes) + r.host_bytes(shapes), total, params
     )
-    memory_fit.check(layout, len(all_devices), runner.device_bytes(shapes), total, params, pool)
+    if offload == "auto" and name == "sharded" and not memory_fit.fits(need(runner), pool):  # the last resort
+        offloaded = make(auto.batch_per_device_step, readers=auto.readers_per_device, offload=True)
+        runner = offloaded if memory_fit.fits(need(offloaded), pool) else runner
+    memory_fit.check(layout, len(all_devices), need(runner), total, params, pool)
     if not rest:
         return layout, runner, None
-    batch = auto.remainder.batch_per_step
-    return layout, runner, create(name, devices, all_devices, batch, sharding, mesh=layout, shapes=shapes)
+    return layout, runner, make(auto.remainder.batch_per_step, offload=runner.offload)
+
+
+def _offload(runner: Runner) -> str:
+    """--offload as resolved: where the optimizer's state lives."""
+    return "optimizer" if runner.offload else "device"
 
 
 def _with_remainder(training: Training, rest, runner, auto: Resolved, start: StartPoint, slot: int, slots: int):

@@ -99,6 +99,11 @@ def _mesh(run: RunConfig) -> None:
             f"so every block's all-reduces would cross the network; use a tensor count that divides {per_node}, "
             "and fsdp or data for the rest"
         )
+    if run.train.offload == "optimizer" and run.train.parallel == "pmap":
+        raise UsageError(
+            "--offload optimizer brings the optimizer's state from host memory inside one jit program over the "
+            "devices, which --parallel pmap is not; use --parallel sharded or auto"
+        )
     if layout.shards_state and run.train.parallel == "pmap":
         raise UsageError(
             f"--mesh {run.train.mesh} shards the train state, which --parallel pmap (one whole copy per device) "

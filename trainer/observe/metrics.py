@@ -128,14 +128,17 @@ class Reporter:
             ranks = [json.loads(reports[str(i)]) for i in range(t.num_processes)]
             write_atomic(self.paths.rank_map, json.dumps(ranks, indent=2))
 
-    def resumed(self, epoch: int, calls_done: int, step: int) -> None:
-        """Metrics of epochs from `epoch` on will be written again: drop any earlier copies."""
+    def resumed(self, epoch: int, calls_done: int, step: int, read: tuple[int, int]) -> None:
+        """Metrics of epochs from `epoch` on will be written again: drop any earlier copies. `read`: the state's
+        bytes this process read of all of them (a sharded state: its own shards)."""
         if self.lead and self.paths.metrics.exists():
             lines = self.paths.metrics.read_text().splitlines()
             kept = [line for line in lines if json.loads(line)["epoch"] < epoch]
             write_atomic(self.paths.metrics, "".join(line + "\n" for line in kept))
             self.last = json.loads(kept[-1]) if kept else None
-        self.say(f"resumed from checkpoint {step}: epoch {epoch}, {calls_done} device calls into it")
+        here, total = read
+        part = "the whole state" if here >= total else f"its own shards, {here / 2**20:.1f} of {total / 2**20:.1f} MiB"
+        self.say(f"resumed from checkpoint {step}: epoch {epoch}, {calls_done} device calls into it; read {part}")
 
     @contextlib.contextmanager
     def progress(self, epoch: int, steps: int, done: int = 0):
@@ -200,7 +203,8 @@ def _how(resolved: dict) -> str:
     """--parallel, and --mesh where it shards the train state (step/mesh.py)."""
     setting = resolved.get("mesh") or "auto"  # a run directory written before --mesh existed: none
     layout = mesh.parse(setting)
-    return f"{resolved['parallel']}, mesh {setting}" if layout and layout.shards_state else resolved["parallel"]
+    how = f"{resolved['parallel']}, mesh {setting}" if layout and layout.shards_state else resolved["parallel"]
+    return how + (", optimizer state in host memory" if resolved.get("offload") == "optimizer" else "")
 
 
 def _steps(k: int) -> str:

@@ -236,8 +236,9 @@ class Checkpointer:
             raise disk.checkpoint_refused(self.paths, step, why, self.resume) from None
 
     def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
-        """The train state (one replica, on the host) and the epoch's tally of checkpoint `step`, restored
-        into the templates' structure; the templates themselves for a fresh start (`step` None)."""
+        """The train state and the epoch's tally of checkpoint `step`, restored into the templates' structure
+        and kind (host arrays: every array whole; abstract arrays with shardings: each process reads its own
+        shards, Runner.restore_target); the templates themselves for a fresh start (`step` None)."""
         if step is None:
             return template_state, template_tally
         args = ocp.args.Composite(

@@ -45,6 +45,15 @@ class StepFields:
         "Recorded in rank_map.json.",
         on_resume="elastic",
     )
+    offload: str = opt(
+        "auto",
+        "Where the optimizer's state (SGD's momentum, AdamW's two moments) lives: device, or optimizer (the host's "
+        "page-locked memory, laid out as on the devices: each device call brings it to them and back, once for "
+        "all of its steps; --parallel sharded). The same SGD steps. auto: on the devices while the train state "
+        "and its gradients fit them under the mesh, else in host memory where that makes them fit.",
+        choices=("auto", "device", "optimizer"),
+        on_resume="may change",
+    )
     # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
     seed: int = opt(0, "Seed for parameters and data shuffling.")
     elastic_batch: str = opt(

@@ -4,7 +4,9 @@ otherwise fail at its first allocation with a page of buffer sizes.
 1. The train state, once its shapes are known (`fitting`, `check`): the state as laid out (parameters,
    optimizer state, EMA, statistics: runner.device_bytes) and its gradients (the parameters' bytes in
    the state's proportion per device). --mesh auto shards the state over the fewest devices that hold
-   it; a mesh given that cannot stops in one line naming the fsdp count that would fit.
+   it; where none does, --offload auto keeps the optimizer's state in host memory if that makes it fit
+   (what stays on a device is counted); a mesh that still cannot stops in one line naming the fsdp
+   count that would fit.
 2. The compiled step (`check_step`), once the compile-ahead thread has it: XLA's own count of its
    buffers on one device (arguments, temporaries: activations, gradients, gathered parameters, and
    outputs that reuse no donated argument), which the first call must allocate. One that exceeds the
@@ -51,26 +53,36 @@ def _fsdp_counts(above: int, devices: int, whole: int, pool: int) -> list[int]:
     return [k for k in range(above + 1, devices + 1) if devices % k == 0 and whole / k <= pool]
 
 
-def check(mesh, devices: int, state_per_device: int, state_total: int, param_bytes: int, pool: int | None) -> None:
-    """Refuses a `mesh` whose state and gradients per device exceed `pool`, naming the fsdp count that fits."""
-    need = state_per_device + param_bytes * state_per_device // state_total  # gradients lie as the parameters do
-    if pool is None or need <= pool:
+def need(on_device: int, laid_out: int, state_total: int, param_bytes: int) -> int:
+    """The state's and its gradients' bytes on one device: `on_device` of the `laid_out` bytes of the state a device
+    is given (the rest in host memory: --offload), the gradients laid out as the parameters (the state's share)."""
+    return on_device + param_bytes * laid_out // state_total
+
+
+def fits(need_bytes: int, pool: int | None) -> bool:
+    return pool is None or need_bytes <= pool
+
+
+def check(mesh, devices: int, need_bytes: int, state_total: int, param_bytes: int, pool: int | None) -> None:
+    """Refuses a `mesh` whose state and gradients per device (`need`) exceed `pool`, naming the fsdp count that fits."""
+    if fits(need_bytes, pool):
         return
-    fits = _fsdp_counts(mesh.fsdp, devices, state_total + param_bytes, pool)
-    if fits:
-        fix = f"--mesh fsdp:{fits[0]} would need about {size((state_total + param_bytes) / fits[0])}"
+    counts = _fsdp_counts(mesh.fsdp, devices, state_total + param_bytes, pool)
+    if counts:
+        fix = f"--mesh fsdp:{counts[0]} would need about {size((state_total + param_bytes) / counts[0])}"
     else:
         job = "the job's one device" if devices == 1 else f"the job's {devices} devices"
         fix = f"no fsdp count over {job} fits it: use more devices, a smaller model or bf16"
     raise UsageError(
-        f"the train state and its gradients need {size(need)} per device under --mesh {mesh} (activations not "
+        f"the train state and its gradients need {size(need_bytes)} per device under --mesh {mesh} (activations not "
         f"counted) but a device has {size(pool)}; {fix}"
     )
 
 
-def step_buffers(compiled) -> tuple[int, int] | None:
+def step_buffers(compiled, host_arguments: int = 0) -> tuple[int, int] | None:
     """XLA's count of a compiled step's buffers on one device: (its arguments, the rest: activations and other
-    temporaries, outputs that do not reuse a donated argument); None where the backend gives none."""
+    temporaries, outputs that do not reuse a donated argument); None where the backend gives none.
+    `host_arguments`: the arguments' bytes in host memory (--offload), which XLA:CPU counts as its own."""
     try:
         stats = compiled.memory_analysis()
     except Exception:  # not every backend implements it
@@ -78,7 +90,10 @@ def step_buffers(compiled) -> tuple[int, int] | None:
     if stats is None:
         return None
     rest = stats.temp_size_in_bytes + max(0, stats.output_size_in_bytes - stats.alias_size_in_bytes)
-    return stats.argument_size_in_bytes, rest
+    arguments = stats.argument_size_in_bytes
+    if not getattr(stats, "host_argument_size_in_bytes", 0):  # a backend that tells them apart has left them out
+        arguments -= host_arguments
+    return arguments, rest
 
 
 def check_step(runner, pool: int | None, mesh) -> None:

@@ -24,7 +24,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +36,9 @@ from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.step import memory_fit, mixing
-from dali_launch.trainer.step.layout import device_grid, laid_out, state_layout
+from dali_launch.trainer.step.layout import HOST, device_grid, laid_out, on_device, state_layout
+from dali_launch.trainer.step.mesh import Mesh
+from dali_launch.trainer.step.runner import Runner
 
 
 @dataclass(frozen=True)
@@ -177,41 +178,12 @@ def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: 
     return state, advance(tally, rows, loss, count, skipped, seen)
 
 
-class Runner(Protocol):
-    """How this process runs device calls (--parallel): what set_up.py and train.py hold, whichever it is."""
-
-    name: str
-    call: Callable  # (state, tally, images, labels, valid) -> (state, tally): one device call of k SGD steps
-    batch_size: int  # samples per device and SGD step
-    buffers: tuple[int, int] | None  # XLA's count of the call's buffers on a device, once compile_ahead has it
-
-    def compile_ahead(self, shapes, *args) -> threading.Thread:
-        """The first call compiled in a thread for a state of `shapes` (a finished thread where it cannot)."""
-
-    def buffers_at(self, batch: int) -> tuple[int, int] | None:
-        """XLA's count of the compiled call's buffers at `batch` samples per device and step (None: none)."""
-
-    def place(self, state):
-        """The host state on this process's devices, laid out as `call` takes it."""
-
-    def replica(self, tree):
-        """One replica of a placed tree: this process's first device's copy."""
-
-    def whole(self, tree):
-        """A placed tree with a whole copy of every array on every device (a sharded state gathered)."""
-
-    def saved(self, state):
-        """What a checkpoint holds of a placed state: one replica, or a sharded state as it lies."""
-
-    def device_bytes(self, shapes) -> int:
-        """The bytes a state of these abstract `shapes` takes on one device, as `place` lays it out."""
-
-
 class Pmap:
     """--parallel pmap: the state stacked over devices, one copy per device (a Runner)."""
 
     name = "pmap"
     buffers = None  # compiled at its first call: no count ahead of it
+    offload = False  # one whole state per device (the launcher refuses --offload optimizer here)
 
     def __init__(self, devices: list, all_devices: list, batch_size: int, readers: int, donate=True):
         self.devices, self.batch_size = devices, batch_size
@@ -223,6 +195,9 @@ class Pmap:
 
     def buffers_at(self, batch: int) -> None:
         return None
+
+    def restore_target(self, shapes) -> None:
+        return None  # every device holds a whole copy: read whole
 
     def place(self, state):
         return jax_utils.replicate(state, devices=self.devices)
@@ -240,6 +215,9 @@ class Pmap:
     def device_bytes(self, shapes) -> int:
         return state_bytes(shapes)
 
+    def host_bytes(self, shapes) -> int:
+        return 0
+
 
 class Sharded:
     """--parallel sharded: one jit program for all devices (a Runner). The batch's `data_sharding` (the data
@@ -248,15 +226,18 @@ class Sharded:
 
     name = "sharded"
 
-    def __init__(self, data_sharding, batch_size: int, readers: int, donate=True, mesh=None, shapes=None):
+    def __init__(
+        self, data_sharding, batch_size: int, readers: int, donate=True, mesh=None, shapes=None, offload=False
+    ):
         self.replicated = jax.sharding.NamedSharding(data_sharding.mesh, jax.sharding.PartitionSpec())
-        self.sharded = mesh is not None and mesh.shards_state
+        self.sharded, self.offload = mesh is not None and mesh.shards_state, offload
         self.data_sharding, self.readers, self.donate, self.batch_size = data_sharding, readers, donate, batch_size
         self.rows_at = self.layout = None
-        if self.sharded:  # one sharding per array, in the state's leaf order (its functions differ run to run)
-            grid = device_grid(list(data_sharding.mesh.devices.flat), mesh)
-            self.layout = state_layout(shapes, grid)
-            if mesh.tensor > 1:
+        if self.sharded or offload:  # one sharding per array, in the state's leaf order (its functions differ)
+            devices = list(data_sharding.mesh.devices.flat)
+            grid = device_grid(devices, mesh if self.sharded else Mesh(data=len(devices)))
+            self.layout = state_layout(shapes, grid, offload)
+            if self.sharded and mesh.tensor > 1:
                 self.rows_at = jax.sharding.NamedSharding(grid, P(None, ("data", "fsdp")))
         self.call = self._jit(batch_size)
         self._whole = jax.jit(lambda tree: tree, out_shardings=self.replicated)
@@ -267,7 +248,7 @@ class Sharded:
         """The device call of `batch_size` samples per device and step, jitted."""
         call = partial(sharded_call, batch_size=batch_size, readers=self.readers, rows_at=self.rows_at)
         donated = (0, 1) if self.donate else ()  # the state and tally are replaced: reuse their buffers
-        if self.sharded:
+        if self.layout:
             return jax.jit(laid_out(call, self.layout, self.data_sharding), donate_argnums=donated)
         return jax.jit(call, donate_argnums=donated, out_shardings=(self.replicated, self.data_sharding))
 
@@ -277,10 +258,11 @@ class Sharded:
         (`buffers`, memory_fit.step_buffers); a failure here is the real call's to report."""
         abstract = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
         self._ahead = (shapes, jax.tree.map(abstract, args))  # shapes only: no batch kept on the devices
+        host = self.host_bytes(shapes)
 
         def compile_() -> None:
             with contextlib.suppress(Exception):
-                self.buffers = memory_fit.step_buffers(self.call.lower(self._abstract(shapes), *args).compile())
+                self.buffers = memory_fit.step_buffers(self.call.lower(self._abstract(shapes), *args).compile(), host)
 
         thread = threading.Thread(target=compile_, name="dali-launch-compile-ahead", daemon=True)
         thread.start()
@@ -297,7 +279,8 @@ class Sharded:
             for x in rows
         ]
         try:
-            return memory_fit.step_buffers(self._jit(batch).lower(self._abstract(shapes), tally, *scaled).compile())
+            compiled = self._jit(batch).lower(self._abstract(shapes), tally, *scaled).compile()
+            return memory_fit.step_buffers(compiled, self.host_bytes(shapes))
         except Exception:  # a batch the call cannot take (the readers' split): no second point
             return None
 
@@ -309,11 +292,21 @@ class Sharded:
         leaves, structure = jax.tree.flatten(tree)
         return structure.unflatten([fn(x, at) for x, at in zip(leaves, self.layout or [self.replicated] * len(leaves))])
 
+    def restore_target(self, shapes):
+        """(Orbax restores into the devices' memory; `place` moves what --offload keeps to the host.)"""
+        at_devices = lambda s, at: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=on_device(at))
+        return self._each(at_devices, shapes) if self.sharded else None
+
     def place(self, state):
-        """Every process holds the same host state; each puts its part of every array on its own devices."""
+        """Every process holds the same host state; each puts its part of every array on its own devices. An
+        array restored as laid out (restore_target) stays as it is."""
 
         def put(x, at):
-            x = np.asarray(x)
+            if isinstance(x, jax.Array) and x.sharding == at:  # restored as laid out
+                return x
+            if isinstance(x, jax.Array) and not x.is_fully_addressable:  # restored sharded, for --offload's host memory
+                return jax.device_put(x, at)
+            x = np.asarray(x)  # a fresh state (on this process's CPU), a host restore
             return jax.make_array_from_callback(x.shape, at, lambda index: x[index])
 
         return self._each(put, state)
@@ -333,9 +326,15 @@ class Sharded:
 
     def device_bytes(self, shapes) -> int:
         """Each array's shard on one device (shard_shape: the largest, where a dimension splits unevenly)."""
+        return self._bytes(shapes, lambda at: at.memory_kind != HOST)
+
+    def host_bytes(self, shapes) -> int:
+        return self._bytes(shapes, lambda at: at.memory_kind == HOST)
+
+    def _bytes(self, shapes, where) -> int:
         leaves = jax.tree.leaves(shapes)
         layout = self.layout or [self.replicated] * len(leaves)
-        return sum(math.prod(at.shard_shape(x.shape)) * x.dtype.itemsize for x, at in zip(leaves, layout))
+        return sum(math.prod(at.shard_shape(x.shape)) * x.dtype.itemsize for x, at in zip(leaves, layout) if where(at))
 
 
 def state_bytes(shapes) -> int:
@@ -367,9 +366,11 @@ def create(
     donate=True,
     mesh=None,
     shapes=None,
+    offload=False,
 ) -> Runner:
     """The --parallel runner `name` (pmap or sharded, resolve.parallel); `mesh` and the state's `shapes` lay
-    out a sharded runner's state (step/mesh.py); `donate` False only for benchmarks/step_levers.py's lever."""
+    out a sharded runner's state (step/mesh.py), `offload` its optimizer's state in host memory (--offload);
+    `donate` False only for benchmarks/step_levers.py's lever."""
     if name == Pmap.name:
         return Pmap(devices, all_devices, batch_size, readers, donate)
-    return Sharded(data_sharding, batch_size, readers, donate, mesh, shapes)
+    return Sharded(data_sharding, batch_size, readers, donate, mesh, shapes, offload)
