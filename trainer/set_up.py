@@ -88,7 +88,8 @@ def set_up(
     checkpointer = Checkpointer(
         paths, r.keep_checkpoints, asynchronous, timeout_s, auto.decoded_cache, spec.how_to_resume()
     )
-    layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes)
+    pool = memory_fit.pool_bytes(devices[0])  # XLA's room on a device, for both of memory_fit's checks
+    layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes, pool)
     compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
     # a resume: the checkpoint's values, a sharded state's read as it is laid out (each process its own shards)
     fresh = initial.create() if start.step is None else runner.restore_target(shapes) or initial.placeholders()
@@ -114,18 +115,18 @@ def set_up(
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
-    memory_fit.check_step(rest_runner or runner, memory_fit.pool_bytes(devices[0]), layout)  # the compiled one
+    memory_fit.check_step(rest_runner or runner, pool, layout)  # the compiled one
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step, read)
     training = Training(spec, data, runner, checkpointer, evaluator, runner.place(state), tally, fresh.schedule)
     return _with_remainder(training, rest, rest_runner, auto, start, int(state.slot), slots) if rest else training
 
 
-def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, data, rest, shapes):
+def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, data, rest, shapes, pool: int | None):
     """--mesh and --parallel as stage 3 resolves them (resolve.py), and the runners of the epochs and of the
     rest of an epoch begun on another layout (None without one); a mesh whose state cannot fit stops here."""
     layout = mesh.resolve(spec.train.mesh, len(all_devices))  # the launcher checked it: no error left here
-    params, total, pool = state_bytes(shapes.params), state_bytes(shapes), memory_fit.pool_bytes(devices[0])
+    params, total = state_bytes(shapes.params), state_bytes(shapes)
     if mesh.parse(spec.train.mesh) is None and spec.train.parallel != "pmap":  # auto: data parallel while it fits
         layout = memory_fit.fitting(layout, len(all_devices), total, params, pool)
     offload = spec.train.offload

@@ -1,12 +1,14 @@
 # Issue 38's eleventh GPU session (one H200; OUT: where the files go), after `.devpkgs/stage.sh final`:
 # vit)      the ViT's init since jit's backend="cpu" was dropped (6f1bb6e: the init traced on an example committed
 #           to the CPU): ViT-S/16 bf16 on 2,560 synthetic JPEGs, 2 epochs, with `--attention` auto and cudnn;
+# offload)  issue 41: the largest-ViT ladder with AdamW's moments in host memory (benchmarks/mesh_step.py --offload),
+#           the rungs around the one that did not fit without it (ViT-H/14 trained, ViT-g/14 did not);
 # compiles) the MLP's cold start on this tree, each program's compile time from XLA's log (JAX_LOG_COMPILES);
 #           then a cold and a warm `train` under cProfile (where the main thread's start-up goes: the pipelines'
 #           build above all, 1.6-2.0 s here against 0.04 s on the 2-core CPU machine), kept as .prof files.
 case "$1" in
-  vit|compiles) ;;
-  *) echo "usage: session11.sh vit|compiles" >&2; exit 2 ;;
+  vit|compiles|offload) ;;
+  *) echo "usage: session11.sh vit|compiles|offload" >&2; exit 2 ;;
 esac
 source benchmarks/results/issue38/gpu-setup.sh >/dev/null
 case "$1" in
@@ -18,6 +20,9 @@ case "$1" in
         --epochs 2 --platform gpu --model vit-s16 --precision bf16 --batch-size 128 --attention $attention \
         --run-root /tmp/vit-$attention 2>&1 | grep -E "^epoch|start-up|rror|done" | cut -c1-220 | tee $OUT/vit-$attention.txt
     done ;;
+  offload)
+    timeout 560 python3 benchmarks/mesh_step.py --parts largest --offload --rungs vit-h14,vit-g14,vit-G14 --keep-going \
+      --part-timeout 250 --out $OUT/mesh_step_offload.json 2>&1 | tail -8 ;;
   compiles)
     rm -rf /tmp/prof && JAX_LOG_COMPILES=1 timeout 120 python3 -m dali_launch.launcher.cli train --epochs 1 \
       --platform gpu --data-dir /tmp/fmnist --run-root /tmp/prof >/tmp/prof.log 2>&1; tail -2 /tmp/prof.log | cut -c1-200
