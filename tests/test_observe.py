@@ -131,13 +131,18 @@ def test_profile_steps_write_a_readable_trace(small_lmdb, tmp_path):
 
 
 def test_profile_steps_past_the_last_step_are_refused_before_the_first(small_lmdb, tmp_path):
-    """No trace and no word was the answer; the task counts the steps (the launcher cannot) and refuses."""
-    args = ["--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2", "--profile-steps", "8:20"]
-    proc = dali_launch("train", *args, "--run-root", str(tmp_path))
+    """No trace and no word was the answer. The launcher refuses a range past the most steps the data can
+    make (before anything is written); the task counts them exactly and refuses the rest."""
+    args = ["--data-dir", str(small_lmdb), "--epochs", "1", "--gpus-per-node", "2"]
+    proc = dali_launch("train", *args, "--profile-steps", "20:30", "--run-root", str(tmp_path / "launcher"))
+    assert proc.returncode == 2 and not (tmp_path / "launcher").exists(), proc.stderr
+    said = "--profile-steps 20:30 starts past the run's last SGD step (1 epoch of 800 samples over 2 devices take "
+    assert said + "fewer than 11 steps)" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = dali_launch("train", *args, "--profile-steps", "8:20", "--run-root", str(tmp_path / "task"))
     assert proc.returncode == 2, proc.stderr
     said = "--profile-steps 8:20 starts past the run's last SGD step 7 (1 × 8 steps an epoch); trace steps below 8, "
     assert said + "e.g. --profile-steps 0:8" in proc.stderr, proc.stderr
-    assert not only_run(tmp_path).metrics.exists()  # before the first step
+    assert not only_run(tmp_path / "task").metrics.exists()  # before the first step
 
 
 def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():

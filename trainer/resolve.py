@@ -70,9 +70,9 @@ from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.model import attention, vit
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
+from dali_launch.trainer.settings.step_fields import MAX_STEPS
 
 CALL_SAMPLES = 1200
-MAX_STEPS = 64
 BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers.py's batchnorm-compute lever
 # masks: 0.31x select_and_scatter's time on 2 CPU cores (`python benchmarks/pool_grad.py --batch 32`); on one H200
 # ResNet-50's step gave 7,038 images/s with masks against 7,029 with the scatter, one run: not faster, so the GPU

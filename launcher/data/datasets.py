@@ -67,22 +67,24 @@ def check_resumed(data: DataConfig, run_dir: str) -> Path:
     return path
 
 
-def check_samples(path: Path, data: DataConfig, devices: int = 1) -> None:
+def check_samples(path: Path, data: DataConfig, devices: int = 1) -> int | None:
     """A built-in pipeline's splits screened for images DALI cannot decode (trainer/data/bad_samples.py),
     with the reader arguments its readers take (formats.reader_of): under --bad-samples stop the first is
     refused here, before any job. And enough training samples for the job's `devices`: each device needs
-    one of its own."""
+    one of its own. The training samples read, where the pipeline is a built-in (else None)."""
+    counts = {}
     for split in SPLITS:
         found = formats.reader_of(data.pipeline, path / split)
         if found is None:
-            return
+            return None
         _, scan = bad_samples.screen(*found, data.bad_samples, data.max_bad_samples)
-        count = sample_scan.scan_split(*found).count - (len(scan.bad) if scan else 0)
+        counts[split] = count = sample_scan.scan_split(*found).count - (len(scan.bad) if scan else 0)
         if split == "training" and count < devices:
             raise UsageError(
                 f"{path / split} holds {count} training samples, fewer than the job's {devices} devices: each "
                 f"needs at least one; use fewer devices (--nodes, --gpus-per-node) or a larger data set"
             )
+    return counts["training"]
 
 
 def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 10) -> None:

@@ -11,7 +11,9 @@ from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConf
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
+from dali_launch.trainer.settings.step_fields import MAX_STEPS
 from dali_launch.trainer.step import mesh
+from dali_launch.trainer.topology import resolve_platform
 
 
 def device_phrase(run: RunConfig) -> str:
@@ -115,6 +117,27 @@ def _mesh(run: RunConfig) -> None:
             f"--mesh {run.train.mesh}: the tensor axis splits attention heads and MLP blocks, which --model {model} "
             f"has none of; use fsdp instead (--mesh fsdp:{layout.tensor * layout.fsdp}), or a ViT "
             f"({', '.join(entry_points.TENSOR_SPLIT)})"
+        )
+
+
+def profile_within(run: RunConfig, samples: int) -> None:
+    """--profile-steps past the run's last SGD step, refused here where the data's `samples` are known: by
+    the most steps an epoch can take (the task knows them exactly, once its steps per call and readers are
+    resolved, and refuses a range this lets through: trainer/observe/profile.py)."""
+    steps = run.observe.profile_range()
+    if steps is None:
+        return
+    devices, k = run.device_counts[0], run.train.steps_per_call  # the fewest devices: the most steps
+    if not k:  # auto: 1 on CPUs, at most MAX_STEPS on GPUs (resolve.steps_per_call)
+        k = MAX_STEPS if resolve_platform(run.distributed.platform) == "gpu" else 1
+    # a shard is padded to whole reader batches and an epoch to whole calls: at most 2k steps more than
+    # the samples' (a device's readers divide its call's k batches)
+    most = run.train.epochs * (samples // (devices * run.train.per_device_batch(devices)) + 2 * k + 1)
+    if steps[0] >= most:
+        raise UsageError(
+            f"--profile-steps {run.observe.profile_steps} starts past the run's last SGD step ({counted(run.train.epochs, 'epoch')} "
+            f"of {samples} samples over {counted(devices, 'device')} take fewer than {most} steps); trace "
+            f"steps below that, e.g. --profile-steps 10:20"
         )
 
 

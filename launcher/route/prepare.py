@@ -17,7 +17,7 @@ from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, model_check, rank_map
-from dali_launch.launcher.route.checks import validate
+from dali_launch.launcher.route.checks import profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours
 from dali_launch.trainer.data import contract, graph_check
@@ -87,7 +87,9 @@ def data_of(run: RunConfig) -> Path:
         path = datasets.check_resumed(run.data, run.launch.resume)
     else:
         path = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
-    datasets.check_samples(path, run.data, run.device_counts[0])
+    samples = datasets.check_samples(path, run.data, run.device_counts[0])
+    if samples is not None:
+        profile_within(run, samples)
     return path
 
 

@@ -16,8 +16,8 @@ from dali_launch.trainer.run_dir import RunPaths
 
 
 def check(spec: TaskSpec, steps_per_epoch: int) -> None:
-    """Before the first step (the launcher cannot count the data's steps): a range that starts past the
-    run's last SGD step would trace nothing, and say nothing."""
+    """Before the first step, with the steps counted exactly (the launcher bounds them: checks.profile_within):
+    a range that starts past the run's last SGD step would trace nothing, and say nothing."""
     steps, total = spec.observe.profile_range(), spec.train.epochs * steps_per_epoch
     if steps is not None and steps[0] >= total:
         first = max(0, total - 10)
