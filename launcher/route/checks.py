@@ -132,12 +132,13 @@ def profile_within(run: RunConfig, samples: int) -> None:
         k = MAX_STEPS if resolve_platform(run.distributed.platform) == "gpu" else 1
     # a shard is padded to whole reader batches and an epoch to whole calls: at most 2k steps more than
     # the samples' (a device's readers divide its call's k batches)
-    most = run.train.epochs * (samples // (devices * run.train.per_device_batch(devices)) + 2 * k + 1)
+    epochs, whole = run.train.epochs, samples // (devices * run.train.per_device_batch(devices))
+    most, least = epochs * (whole + 2 * k + 1), epochs * max(whole, 1)  # `least`: steps every run of it takes
     if steps[0] >= most:
         raise UsageError(
-            f"--profile-steps {run.observe.profile_steps} starts past the run's last SGD step ({counted(run.train.epochs, 'epoch')} "
-            f"of {samples} samples over {counted(devices, 'device')} take fewer than {most} steps); trace "
-            f"steps below that, e.g. --profile-steps 10:20"
+            f"--profile-steps {run.observe.profile_steps} starts past the run's last SGD step "
+            f"({counted(epochs, 'epoch')} of {samples} samples over {counted(devices, 'device')} take fewer than "
+            f"{most} steps); trace steps below that, e.g. --profile-steps {max(0, least - 10)}:{least}"
         )
 
 
