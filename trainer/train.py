@@ -60,10 +60,11 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
         if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
             state = finish_remainder(run, state)
             loop.read_with(data, run.runner, k)
+        evaluated = state.variables(ema=spec.train.eval_ema)
+        if run.evaluator or run.runner.sharded:  # gathering a sharded state is every process's, evaluating or not
+            evaluated = run.runner.replica(evaluated)
         if run.evaluator:
-            metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(
-                run.runner.replica(state.variables(ema=spec.train.eval_ema))
-            )
+            metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(evaluated)
             metrics.eval_devices = run.evaluator.eval_devices
             metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).

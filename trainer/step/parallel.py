@@ -183,7 +183,7 @@ class Pmap:
 
     name = "pmap"
     buffers = None  # compiled at its first call: no count ahead of it
-    offload = False  # one whole state per device (the launcher refuses --offload optimizer here)
+    offload = sharded = False  # one whole state per device (the launcher refuses --offload optimizer here)
 
     def __init__(self, devices: list, all_devices: list, batch_size: int, readers: int, donate=True):
         self.devices, self.batch_size = devices, batch_size

@@ -16,6 +16,7 @@ class Runner(Protocol):
     batch_size: int  # samples per device and SGD step
     buffers: tuple[int, int] | None  # XLA's count of the call's buffers on a device, once compile_ahead has it
     offload: bool  # the optimizer's state in host memory (--offload)
+    sharded: bool  # the state split over the devices (--mesh fsdp, tensor): gathering it takes every process
 
     def compile_ahead(self, shapes, *args) -> threading.Thread:
         """The first call compiled in a thread for a state of `shapes` (a finished thread where it cannot)."""
