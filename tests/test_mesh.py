@@ -158,6 +158,10 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     epochs = [json.loads(line) for line in fsdp.metrics.read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [0, 1, 2] and {e["train_samples"] for e in epochs} == {800}, epochs
     assert [e["eval_devices"] for e in epochs] == [8, 2, 1] and epochs[1]["test_count"] == 200, epochs
+    # evaluated as it lies over the 8 devices (not gathered), then gathered for process 0, then whole on one
+    assert [e["eval_sharded"] for e in epochs] == [True, False, False], epochs
+    first_epoch = json.loads(dp.metrics.read_text().splitlines()[0])
+    assert not first_epoch["eval_sharded"] and first_epoch["test_accuracy"] == epochs[0]["test_accuracy"], epochs
     # --init-from it onto a sharded mesh of its own (its parameters; a fresh AdamW): every array loaded
     tuned = tmp_path / "tuned"
     check_ok(dali_launch("train", *ADAMW, "--data-dir", str(small_lmdb), "--gpus-per-node", "2", "--mesh", "fsdp:2",

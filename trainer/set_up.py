@@ -92,7 +92,7 @@ def set_up(
     layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes, pool)
     compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
     # a resume: the checkpoint's values, a sharded state's read as it is laid out (each process its own shards)
-    fresh = initial.create() if start.step is None else runner.restore_target(shapes) or initial.placeholders()
+    fresh = initial.create() if start.step is None else runner.sharded_shapes(shapes) or initial.placeholders()
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
         fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
@@ -108,9 +108,7 @@ def set_up(
         state_bytes_per_device=runner.device_bytes(shapes),
         dali=auto.startup_phrase(spec),
     )
-    readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
-    evaluated = shapes.variables(ema=spec.train.eval_ema)  # what `prepare` compiles the evaluation for
-    evaluator = Evaluator(spec, devices, readers, data_config, evaluated) if evaluates(spec, process) else None
+    evaluator = _evaluator(spec, devices, all_devices, auto, runner, shapes) if evaluates(spec, process) else None
     done_before = start.epoch * data.steps + start.calls_done  # device calls
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()
@@ -144,6 +142,15 @@ def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, d
     if not rest:
         return layout, runner, None
     return layout, runner, make(auto.remainder.batch_per_step, offload=runner.offload)
+
+
+def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, runner: Runner, shapes) -> Evaluator:
+    """This process's part of the evaluation, and the variables' shapes `prepare` compiles it for: a sharded
+    state, every process evaluating, is applied as it lies over the job's devices (not gathered)."""
+    laid = runner.sharded_shapes(shapes) if spec.train.eval_on == "all" else None
+    evaluated = (laid or shapes).variables(ema=spec.train.eval_ema)
+    readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
+    return Evaluator(spec, devices, readers, data_config, evaluated, all_devices if laid is not None else None)
 
 
 def _offload(runner: Runner) -> str:

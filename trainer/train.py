@@ -61,11 +61,12 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
             state = finish_remainder(run, state)
             loop.read_with(data, run.runner, k)
         evaluated = state.variables(ema=spec.train.eval_ema)
-        if run.evaluator or run.runner.sharded:  # gathering a sharded state is every process's, evaluating or not
+        as_it_lies = run.evaluator is not None and run.evaluator.sharded  # every process's, or none's
+        if (run.evaluator or run.runner.sharded) and not as_it_lies:  # gathering a sharded state takes every process
             evaluated = run.runner.replica(evaluated)
         if run.evaluator:
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(evaluated)
-            metrics.eval_devices = run.evaluator.eval_devices
+            metrics.eval_devices, metrics.eval_sharded = run.evaluator.eval_devices, run.evaluator.sharded
             metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
         last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps

@@ -50,6 +50,7 @@ class EpochMetrics:
     test_count: int | None = None
     eval_time_s: float | None = None
     eval_devices: int | None = None  # the devices that evaluated (--eval-on): every device of the job, or process 0's
+    eval_sharded: bool = False  # the variables evaluated as they lie, sharded over the job's devices (not gathered)
     eval_ahead: dict | None = None  # the first evaluation's build and compile in epoch 0 (evaluate.prepare), its wait
     learning_rate: float | None = None  # the rate of the epoch's last optimizer update
     resumed_at_call: int | None = None  # a resumed epoch: its time and images/s cover the calls from here on

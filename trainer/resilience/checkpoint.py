@@ -238,7 +238,7 @@ class Checkpointer:
     def restore(self, step: int | None, template_state, template_tally: dict) -> tuple:
         """The train state and the epoch's tally of checkpoint `step`, restored into the templates' structure
         and kind (host arrays: every array whole; abstract arrays with shardings: each process reads its own
-        shards, Runner.restore_target); the templates themselves for a fresh start (`step` None)."""
+        shards, Runner.sharded_shapes); the templates themselves for a fresh start (`step` None)."""
         if step is None:
             return template_state, template_tally
         args = ocp.args.Composite(

@@ -5,6 +5,10 @@ batches and masked) and sums its correct and real samples in one jit program ove
 no collective spans processes while the batches run. One small all-gather per evaluation then adds up
 every process's counts, so each process holds the job's accuracy and process 0 reports it.
 `--eval-on process-0` keeps the old way: process 0's devices read the whole test set, the others wait.
+
+Under a mesh that shards the train state (--mesh fsdp, tensor) with every process evaluating, the variables
+are not gathered: the batches span the job's devices as training's do, and one program over all of them
+applies the variables as they lie (a model whose parameters do not fit one device is evaluated so).
 """
 
 from __future__ import annotations
@@ -59,10 +63,12 @@ class Evaluator:
     the first evaluation, and DALI is done with (each process keeps its own shards).
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig, variables=None):
+    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig, variables=None, job=None):
         """`data_config`: the spec's, its auto values resolved (resolve.py); `variables`: the abstract shapes
-        of what it will evaluate (jax.eval_shape's), for `prepare`."""
+        of what it will evaluate (jax.eval_shape's; with their shardings where they lie sharded), for `prepare`;
+        `job`: every device of the job, where the variables stay sharded over them (one program evaluates)."""
         self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
+        self.mesh_devices, self.sharded = job or devices, job is not None
         self.every_process = spec.train.eval_on == "all" and jax.process_count() > 1
         self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
@@ -78,7 +84,7 @@ class Evaluator:
         """Accuracy of `variables` (params and any collections), one replica on this process's first device
         (copied to the others), and the samples counted; every evaluating process calls it."""
         start = time.perf_counter()
-        variables = jax.device_put(variables, self.replicated)
+        variables = variables if self.sharded else jax.device_put(variables, self.replicated)
         self.settle()
         if self.ahead is not None and "waited_s" not in self.ahead:
             self.ahead["waited_s"] = round(time.perf_counter() - start, 3)
@@ -103,6 +109,8 @@ class Evaluator:
         if not self.every_process:
             return tuple(int(v) for v in mine)
         rows = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
+        if self.sharded:  # one program summed every process's counts already
+            return int(mine[0]), int(mine[1]), int(rows[:, 2].min()), int(rows[:, 3].max())
         return int(rows[:, 0].sum()), int(rows[:, 1].sum()), int(rows[:, 2].min()), int(rows[:, 3].max())
 
     def prepare(self) -> None:
@@ -119,8 +127,8 @@ class Evaluator:
                     self._build()
                 batch = self.data.peek()
                 self.ahead["build_s"] = round(time.perf_counter() - began, 3)
-                spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.replicated)
-                shapes = jax.tree.map(spec, self.variables)
+                at = lambda x: x.sharding if self.sharded else self.replicated
+                shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=at(x)), self.variables)
                 lowered = self.eval.lower(shapes, self._zero(), batch["images"], batch["labels"], self.shard_sizes)
                 self.compiled = lowered.compile()
                 self.ahead["compile_s"] = round(time.perf_counter() - began - self.ahead["build_s"], 3)
@@ -156,12 +164,12 @@ class Evaluator:
 
     def _pipelines(self, sharding: shards.Sharding, batch: int):
         """This process's shards of the test split, `batch` samples a device and step; its arrays span this
-        process's devices alone (each process sums its own shards)."""
+        process's devices alone (each process sums its own shards), or the job's (sharded variables)."""
         split = split_dir(self.spec, "testing")
-        return dali.build(split, self.devices, self.devices, sharding, batch, False, self.data_config, 0)
+        return dali.build(split, self.devices, self.mesh_devices, sharding, batch, False, self.data_config, 0)
 
     def _fits(self, batch) -> bool:
-        per_device = sum(x.nbytes for x in batch.values()) // len(self.devices)
+        per_device = sum(x.nbytes for x in batch.values()) // len(self.mesh_devices)
         return per_device * self.data.steps <= self.cache_bytes
 
 

@@ -196,7 +196,7 @@ class Pmap:
     def buffers_at(self, batch: int) -> None:
         return None
 
-    def restore_target(self, shapes) -> None:
+    def sharded_shapes(self, shapes) -> None:
         return None  # every device holds a whole copy: read whole
 
     def place(self, state):
@@ -292,14 +292,14 @@ class Sharded:
         leaves, structure = jax.tree.flatten(tree)
         return structure.unflatten([fn(x, at) for x, at in zip(leaves, self.layout or [self.replicated] * len(leaves))])
 
-    def restore_target(self, shapes):
+    def sharded_shapes(self, shapes):
         """(Orbax restores into the devices' memory; `place` moves what --offload keeps to the host.)"""
         at_devices = lambda s, at: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=on_device(at))
         return self._each(at_devices, shapes) if self.sharded else None
 
     def place(self, state):
         """Every process holds the same host state; each puts its part of every array on its own devices. An
-        array restored as laid out (restore_target) stays as it is."""
+        array restored as laid out (sharded_shapes) stays as it is."""
 
         def put(x, at):
             if isinstance(x, jax.Array) and x.sharding == at:  # restored as laid out

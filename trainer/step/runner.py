@@ -24,9 +24,10 @@ class Runner(Protocol):
     def buffers_at(self, batch: int) -> tuple[int, int] | None:
         """XLA's count of the compiled call's buffers at `batch` samples per device and step (None: none)."""
 
-    def restore_target(self, shapes):
-        """What a checkpoint is restored into: a sharded state's abstract arrays as `place` lays them out, so
-        that each process reads its own shards alone; None: host arrays (each process reads the whole state)."""
+    def sharded_shapes(self, shapes):
+        """A sharded state's abstract arrays as they lie on the devices (their shardings, in the devices' own
+        memory); None where each device holds the state whole. What a checkpoint is restored into (each process
+        reads its own shards) and what the evaluation applies as it lies (not gathered)."""
 
     def place(self, state):
         """The host state on this process's devices, laid out as `call` takes it (a restored sharded state,
