@@ -21,7 +21,7 @@ case "$1" in
         --run-root /tmp/vit-$attention 2>&1 | grep -E "^epoch|start-up|rror|done" | cut -c1-220 | tee $OUT/vit-$attention.txt
     done ;;
   offload)
-    timeout 560 python3 benchmarks/mesh_step.py --parts largest --offload --rungs vit-h14,vit-g14,vit-G14 --keep-going \
+    timeout 560 python3 benchmarks/mesh_step.py --parts largest --offload --rungs ${RUNGS:-vit-h14,vit-g14,vit-G14} --keep-going \
       --part-timeout 250 --out $OUT/mesh_step_offload.json 2>&1 | tail -8 ;;
   compiles)
     rm -rf /tmp/prof && JAX_LOG_COMPILES=1 timeout 120 python3 -m dali_launch.launcher.cli train --epochs 1 \
