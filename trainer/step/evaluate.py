@@ -82,7 +82,7 @@ class Evaluator:
 
     def __call__(self, variables) -> tuple[float, int, float]:
         """Accuracy of `variables` (params and any collections), one replica on this process's first device
-        (copied to the others), and the samples counted; every evaluating process calls it."""
+        (copied to the others) or, sharded, as they lie; and the samples counted. Every evaluating process calls it."""
         start = time.perf_counter()
         variables = variables if self.sharded else jax.device_put(variables, self.replicated)
         self.settle()
