@@ -132,9 +132,11 @@ def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, d
     name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), laid_out)
     make = partial(create, name, devices, all_devices, data_sharding=data.sharding_spec, mesh=layout, shapes=shapes)
     runner = make(auto.batch_per_device_step, readers=auto.readers_per_device, offload=offload == "optimizer")
-    need = lambda r: memory_fit.need(
-        r.device_bytes(shapes), r.device_bytes(shapes) + r.host_bytes(shapes), total, params
-    )
+
+    def need(r: Runner) -> int:  # the state on a device, of what is laid out for it (the rest: --offload's host)
+        on_device = r.device_bytes(shapes)
+        return memory_fit.need(on_device, on_device + r.host_bytes(shapes), total, params)
+
     if offload == "auto" and name == "sharded" and not memory_fit.fits(need(runner), pool):  # the last resort
         offloaded = make(auto.batch_per_device_step, readers=auto.readers_per_device, offload=True)
         runner = offloaded if memory_fit.fits(need(offloaded), pool) else runner

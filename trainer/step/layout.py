@@ -22,15 +22,16 @@ def laid_out(call, layout: list, data_sharding):
     the call's steps and go back after them: one round trip a device call, whatever its steps."""
 
     def constrained(state, tally, *batch):
-        state = _each(state, layout, lambda x, at: jax.device_put(x, on_device(at)) if at.memory_kind == HOST else x)
+        state = each(state, layout, lambda x, at: jax.device_put(x, on_device(at)) if at.memory_kind == HOST else x)
         state, tally = call(state, tally, *batch)
-        state = _each(state, layout, _kept)
+        state = each(state, layout, _kept)
         return state, jax.lax.with_sharding_constraint(tally, data_sharding)
 
     return constrained
 
 
-def _each(tree, layout: list, fn):
+def each(tree, layout: list, fn):
+    """`fn(leaf, its sharding)` over a state's arrays, `layout` in their leaf order."""
     leaves, structure = jax.tree.flatten(tree)
     return structure.unflatten([fn(x, at) for x, at in zip(leaves, layout)])
 

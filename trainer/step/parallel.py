@@ -36,7 +36,7 @@ from dali_launch.trainer.data import label_check
 from dali_launch.trainer.data.rows import AXIS, first_row
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.step import memory_fit, mixing
-from dali_launch.trainer.step.layout import HOST, device_grid, laid_out, on_device, state_layout
+from dali_launch.trainer.step.layout import HOST, device_grid, each, laid_out, on_device, state_layout
 from dali_launch.trainer.step.mesh import Mesh
 from dali_launch.trainer.step.runner import Runner
 
@@ -288,9 +288,8 @@ class Sharded:
         return self._each(lambda s, at: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=at), shapes)
 
     def _each(self, fn, tree):
-        """`fn(leaf, its sharding)` over a state's arrays."""
-        leaves, structure = jax.tree.flatten(tree)
-        return structure.unflatten([fn(x, at) for x, at in zip(leaves, self.layout or [self.replicated] * len(leaves))])
+        """`fn(leaf, its sharding)` over a state's arrays (layout.each; replicated without a layout)."""
+        return each(tree, self.layout or [self.replicated] * len(jax.tree.leaves(tree)), fn)
 
     def sharded_shapes(self, shapes):
         """(Orbax restores into the devices' memory; `place` moves what --offload keeps to the host.)"""
