@@ -9,7 +9,7 @@ from pathlib import Path
 from dali_launch.launcher.data import idx
 from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import bad_samples, formats, sample_scan
+from dali_launch.trainer.data import bad_samples, formats
 from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.records import caffe2, folders
 from dali_launch.trainer.errors import UsageError
@@ -77,8 +77,7 @@ def check_samples(path: Path, data: DataConfig, devices: int = 1) -> int | None:
         found = formats.reader_of(data.pipeline, path / split)
         if found is None:
             return None
-        _, scan = bad_samples.screen(*found, data.bad_samples, data.max_bad_samples)
-        counts[split] = count = sample_scan.scan_split(*found).count - (len(scan.bad) if scan else 0)
+        counts[split] = count = bad_samples.samples_read(*found, data)
         if split == "training" and count < devices:
             raise UsageError(
                 f"{path / split} holds {count} training samples, fewer than the job's {devices} devices: each "

@@ -15,6 +15,7 @@ from pathlib import Path
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import formats
+from dali_launch.trainer.data.records import caffe2
 
 
 def crops() -> list[str]:
@@ -47,17 +48,6 @@ def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:
     if run.data.pipeline in crops():
         return (run.data.image_size, run.data.image_size, 3)
     if flat(run.data.pipeline):
-        height, width = first_image_size(data_dir / "training")
+        height, width = caffe2.first_image_size(str(data_dir / "training"))
         return (height * width,)
     return None
-
-
-def first_image_size(lmdb_dir: Path) -> tuple[int, int]:
-    """(height, width) of the LMDB's first image: datasets.py checked that all of them share it."""
-    from dali_launch.launcher.data.idx import check_caffe2_record
-    from dali_launch.trainer.data.images import image_size
-    from dali_launch.trainer.data.records import caffe2
-
-    with caffe2.opened(str(lmdb_dir)) as env, env.begin() as txn:  # the process's handle, if it holds one
-        _, record = next(iter(txn.cursor()))
-    return image_size(check_caffe2_record(record)[0])

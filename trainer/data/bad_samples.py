@@ -60,6 +60,13 @@ def screen(reader: str, kwargs: dict, mode: str, limit: str) -> tuple[dict, Scan
     return found.module().without(kwargs, scan), scan
 
 
+def samples_read(reader: str, kwargs: dict, data) -> int:
+    """The samples `fn.readers.<reader>(**kwargs)` reads once the split is screened under `data`'s
+    --bad-samples (a DataConfig): every one, less those `skip` leaves out."""
+    _, scan = screen(reader, kwargs, data.bad_samples, data.max_bad_samples)
+    return scan.count - len(scan.bad) if scan else sample_scan.scan_split(reader, kwargs).count
+
+
 def cannot_skip(found: formats.Format) -> str:
     """Why --bad-samples skip cannot leave a sample of `found` out, and the fix."""
     return (

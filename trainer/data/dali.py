@@ -89,11 +89,7 @@ class DeviceBatches:
         self.pipes, self.devices, self.num_samples, self.sharding = pipes, devices, num_samples, sharding
         self.reader_batch, self.start = reader_batch, start
         self.layout = start.layout(num_samples, sharding.readers) if start and start.order == "global" else None
-        self.steps = (
-            self.layout.calls_per_epoch()
-            if self.layout
-            else steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
-        )
+        self.steps = calls_per_epoch(num_samples, sharding, reader_batch, start)
         self.call, self.offset = (start.call, start.offset) if start else (0, 0)  # of the next batch read
         self.fingerprint = (
             None  # the data set (global_order.fingerprint): build sets a global order's, set_up a shard order's
@@ -101,8 +97,7 @@ class DeviceBatches:
         self.sample = None  # training's one sample: {name: {"shape", "dtype"}} (set_up: sample_spec), for checkpoints
         self.split = ""  # the folder the pipelines read, set by build
         self.left_out = ()  # bad_samples' scans of what the readers leave out (--bad-samples skip), set by build
-        mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
-        self.sharding_spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+        self.sharding_spec = batch_sharding(mesh_devices)
         self.peeked = None
         self.host_cache = None  # decoded_cache.HostCache the pipelines read, if --decoded-cache keeps one here
         self.masks = {}  # training's masks on the devices, by their bytes (_masks_on_devices)
@@ -196,6 +191,19 @@ class DeviceBatches:
         """Each local device's (1, ...) array as one array over the mesh (the job, or one process)."""
         shape = (self.sharding_spec.mesh.devices.size, *shards[0].shape[1:])
         return jax.make_array_from_single_device_arrays(shape, self.sharding_spec, shards)
+
+
+def calls_per_epoch(num_samples: int, sharding: Sharding, reader_batch: int, start: Start | None) -> int:
+    """Device calls an epoch: with padded shards one pass over every shard, or a global order's calls."""
+    if start and start.order == "global":
+        return start.layout(num_samples, sharding.readers).calls_per_epoch()
+    return steps_per_epoch(num_samples, sharding.num_shards, reader_batch)
+
+
+def batch_sharding(mesh_devices: list) -> jax.sharding.NamedSharding:
+    """How a batch lies over `mesh_devices`: its leading axis, one row per device."""
+    mesh = jax.sharding.Mesh(np.array(mesh_devices), (AXIS,))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
 
 
 MAX_MASKS = 8  # distinct training masks kept on the devices (DeviceBatches._masks_on_devices)

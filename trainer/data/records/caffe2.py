@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from dali_launch.trainer.data import protobuf as pb
+from dali_launch.trainer.data.images import image_size
 from dali_launch.trainer.data.sample_scan import Listing, image_problem, stamp
 
 _ENVS: dict = {}  # path -> lmdb.Environment: py-lmdb opens a path once per process; every reader shares it
@@ -71,6 +72,13 @@ def split_keys(kwargs: dict) -> list[bytes]:
 
 def source(kwargs: dict) -> Caffe2Lmdb:
     return Caffe2Lmdb(kwargs["path"])
+
+
+def first_image_size(path: str) -> tuple[int, int]:
+    """(height, width) of the LMDB's first image: the launcher's checks found all of them alike."""
+    with opened(path) as env, env.begin() as txn:
+        _, record = next(iter(txn.cursor()))
+    return image_size(parse(record)[0])
 
 
 def parse(record: bytes) -> tuple[bytes, int]:
