@@ -4,6 +4,7 @@ The end-to-end run is in test_train.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -70,12 +71,18 @@ def test_a_warm_two_process_run_compiles_nothing_on_either_process(small_lmdb, t
     """Process 1 hashes a program differently from process 0 on CPUs, and JAX writes from process 0 alone: its
     entries are written too (compile_cache.every_process_writes), so the second run of a run root finds every
     program it compiled on each process. JAX names each miss in the rank logs (`jax_explain_cache_misses`)."""
-    env = {**os.environ, "JAX_EXPLAIN_CACHE_MISSES": "1"}
+    env = {**os.environ, "JAX_EXPLAIN_CACHE_MISSES": "1", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     common = ["--local", "--gpus-per-node", "2", "--processes", "2", "--data-dir", str(small_lmdb), "--epochs", "1"]
     common += ["--compile-cache", str(tmp_path / "xla"), "--run-root", str(tmp_path / "runs")]
     for _ in range(2):
         check_ok(dali_launch(*common, env=env))
-    second = sorted(p for p in (tmp_path / "runs").iterdir() if p.name.startswith("dali-launch-"))[-1]
+    first, second = sorted(p for p in (tmp_path / "runs").iterdir() if p.name.startswith("dali-launch-"))
+    # Cold, the first call was compiled beside the pipelines' build, on the batch expected of them (set_up.py),
+    # and found that program: process 0 (which writes at once) missed the step once, not twice
+    cold = re.findall(r"PERSISTENT COMPILATION CACHE MISS for '(jit_\w+)'", RunPaths(first).log(0).read_text())
+    assert cold.count("jit_sharded_call") == 1, cold
+    ranks = json.loads(RunPaths(first).rank_map.read_text())
+    assert {r["resolved"]["first_call_compiled"] for r in ranks} == {"beside the pipelines' build"}
     for rank in (0, 1):
         log = RunPaths(second).log(rank).read_text()
         missed = re.findall(r"PERSISTENT COMPILATION CACHE MISS for '(jit_\w+)'", log)

@@ -4,9 +4,10 @@ Every process calls `set_up`. A fresh start is a start point like any other (epo
 zero tally), so what follows from a checkpoint is decided by the start point (start_point.py) and
 restored by the checkpointer, not asked here. A shard-order epoch begun on another layout is finished
 with that layout's pipelines, hosted here (data/remainder.py), before this layout's own take over. The
-order hides the slow parts of a cold start: the
-devices' first transfer (a thread) overlaps the pipelines' build and the model's init, and the first
-device call compiles (a thread) while the model is initialised.
+order hides the slow parts of a cold start: the devices' first transfer (a thread) overlaps the pipelines'
+build and the model's init, and the first device call compiles (a thread) while the pipelines are built
+and the model is initialised: on the batch a built-in pipeline is expected to give (data/expected.py),
+confirmed by their first batch, else on that batch once they are built.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import jax
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import dali, records, remainder, shards
+from dali_launch.trainer.data import dali, expected, records, remainder, shards
+from dali_launch.trainer.data.expected import Expected
 from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.model import init_from
 from dali_launch.trainer.observe import profile
@@ -73,24 +75,26 @@ def set_up(
     r, timeout_s = spec.resilience, spec.distributed.barrier_timeout_s
     paths = RunPaths(spec.run_dir)
     records.shared.join(spec.run_dir, process, jax.process_count(), timeout_s)
-    data = _pipelines(spec, devices, all_devices, sharding, auto, start)
+    pool = memory_fit.pool_bytes(devices[0])  # XLA's room on a device, for both of memory_fit's checks
+    begin = _begin(spec, all_devices, auto, start)
+    model = None if auto.remainder else _ahead(spec, devices, all_devices, sharding, auto, begin, pool)
+    data = _pipelines(spec, devices, all_devices, sharding, auto, start, begin)
     rest = _remainder(spec, devices, auto, start, data) if auto.remainder else None
     listing = _listed(spec)  # after the builds: their bad-sample screens open the LMDB too (once a process)
     first = rest or data  # what the first epoch reads
     data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
     _warn_padding(reporter, data, auto, len(all_devices))
-    example, slots = first.first_sample(), data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
+    slots = data.steps * auto.steps_per_call  # SGD steps (slots) an epoch
     profile.check(spec, slots)
-    initial = InitialState(spec, example, slots)  # traced once: its shapes now, its values below
+    if model is None or model.expected != Expected(data.sample, data.steps):  # none, or guessed wrong
+        model = _on_batch(spec, devices, all_devices, auto, data, rest, slots, pool)
+    initial, layout, runner, rest_runner, compiling = model.initial, *model.runners, model.compiling
     shapes = initial.shapes
     asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # resolve.py, stage 3
     checkpointer = Checkpointer(
         paths, r.keep_checkpoints, asynchronous, timeout_s, auto.decoded_cache, spec.how_to_resume()
     )
-    pool = memory_fit.pool_bytes(devices[0])  # XLA's room on a device, for both of memory_fit's checks
-    layout, runner, rest_runner = _runners(spec, devices, all_devices, auto, data, rest, shapes, pool)
-    compiling = _compile_ahead(spec, rest_runner or runner, first, shapes)
     # a resume: the checkpoint's values, a sharded state's read as it is laid out (each process its own shards)
     fresh = initial.create() if start.step is None else runner.sharded_shapes(shapes) or initial.placeholders()
     if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
@@ -104,7 +108,7 @@ def set_up(
         sharding=sharding,
         devices=devices,
         batch_size=auto.batch_per_device_step,
-        resolved=auto.as_dict(runner.name, asynchronous, str(layout)) | {"offload": _offload(runner)},
+        resolved=auto.as_dict(runner.name, asynchronous, str(layout)) | _model_resolved(runner, model),
         state_bytes_per_device=runner.device_bytes(shapes),
         dali=auto.startup_phrase(spec),
     )
@@ -120,9 +124,56 @@ def set_up(
     return _with_remainder(training, rest, rest_runner, auto, start, int(state.slot), slots) if rest else training
 
 
-def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, data, rest, shapes, pool: int | None):
+@dataclass(frozen=True)
+class Model:
+    """The model's side of the set-up: its initial state traced, the runners (`_runners`), the first device
+    call compiling in a thread; `expected`: the batch it was made for ahead of the pipelines (None: on theirs)."""
+
+    initial: InitialState
+    runners: tuple  # (layout, runner, the rest's runner or None)
+    compiling: threading.Thread
+    expected: Expected | None = None
+
+
+def _ahead(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Resolved, begin: dali.Start, pool):
+    """The model's side made before the pipelines are built, on the batch they are expected to give
+    (data/expected.py): the first call compiles while they are built. None where no guess is made."""
+    reader_batch = auto.call_batch // sharding.readers  # dali.build's
+    calls = partial(dali.calls_per_epoch, sharding=sharding, reader_batch=reader_batch, start=begin)
+    guess = expected.guess(auto.data_config(spec.data), split_dir(spec, "training"), calls)
+    if guess is None:
+        return None
+    on, slots = dali.batch_sharding(all_devices), guess.steps * auto.steps_per_call
+    row = lambda x: jax.ShapeDtypeStruct((len(all_devices), *np.shape(x)), np.asarray(x).dtype, sharding=on)
+    tally, batch = jax.tree.map(row, call_tally(zero_tally())), guess.batch(on, auto.call_batch)  # as put() lays them
+    try:
+        made = _model(spec, devices, all_devices, auto, on, None, guess.example(), slots, pool, tally, batch)
+    except Exception:  # made again on the pipelines' batch: a true failure is met there, in the same words
+        return None
+    return dataclasses.replace(made, expected=guess)
+
+
+def _on_batch(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, data, rest, slots: int, pool) -> Model:
+    """The model's side made on the pipelines' first batch (the rest's, where one is read first)."""
+    first = rest or data
+    example, tally = first.first_sample(), first.put([call_tally(zero_tally())] * len(devices))
+    return _model(spec, devices, all_devices, auto, data.sharding_spec, rest, example, slots, pool, tally, first.peek())
+
+
+def _model(spec: TaskSpec, devices, all_devices, auto: Resolved, on, rest, example, slots: int, pool, tally, batch):
+    """The initial state traced on `example` for epochs of `slots` SGD steps, the runners (batches laid `on`
+    the devices so), and the first call compiling for `tally` and `batch` (arrays, or the expected batch's
+    abstract ones)."""
+    initial = InitialState(spec, example, slots)  # traced once: its shapes now, its values later
+    runners = _runners(spec, devices, all_devices, auto, on, rest, initial.shapes, pool)
+    compiling = _compile_ahead(spec, runners[2] or runners[1], initial.shapes, tally, batch)
+    return Model(initial, runners, compiling)
+
+
+def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, on, rest, shapes, pool: int | None):
     """--mesh and --parallel as stage 3 resolves them (resolve.py), and the runners of the epochs and of the
-    rest of an epoch begun on another layout (None without one); a mesh whose state cannot fit stops here."""
+    rest of an epoch begun on another layout (None without one), for batches laid `on` the devices so; a
+    mesh whose state cannot fit stops here."""
     layout = mesh.resolve(spec.train.mesh, len(all_devices))  # the launcher checked it: no error left here
     params, total = state_bytes(shapes.params), state_bytes(shapes)
     if mesh.parse(spec.train.mesh) is None and spec.train.parallel != "pmap":  # auto: data parallel while it fits
@@ -130,7 +181,7 @@ def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, d
     offload = spec.train.offload
     laid_out = layout.shards_state or offload == "optimizer"  # only one jit program over the mesh can
     name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), laid_out)
-    make = partial(create, name, devices, all_devices, data_sharding=data.sharding_spec, mesh=layout, shapes=shapes)
+    make = partial(create, name, devices, all_devices, data_sharding=on, mesh=layout, shapes=shapes)
     runner = make(auto.batch_per_device_step, readers=auto.readers_per_device, offload=offload == "optimizer")
 
     def need(r: Runner) -> int:  # the state on a device, of what is laid out for it (the rest: --offload's host)
@@ -155,9 +206,11 @@ def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved,
     return Evaluator(spec, devices, readers, data_config, evaluated, all_devices if laid is not None else None)
 
 
-def _offload(runner: Runner) -> str:
-    """--offload as resolved: where the optimizer's state lives."""
-    return "optimizer" if runner.offload else "device"
+def _model_resolved(runner: Runner, model: Model) -> dict:
+    """rank_map.json's words on the model's side: where the optimizer's state lives (--offload as resolved),
+    and whether the first call compiled beside the pipelines' build (their batch as expected) or after it."""
+    ahead = "beside the pipelines' build" if model.expected else "on the pipelines' first batch"
+    return {"offload": "optimizer" if runner.offload else "device", "first_call_compiled": ahead}
 
 
 def _with_remainder(training: Training, rest, runner, auto: Resolved, start: StartPoint, slot: int, slots: int):
@@ -178,10 +231,10 @@ def finish_remainder(run: Training, state):
     return state.replace(slot=state.slot - state.slot + run.slot_after_remainder)  # on the devices, as it was
 
 
-def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Resolved, start: StartPoint):
-    """Training's pipelines, at the start point: its epoch and calls, its DALI states where they apply (after
-    the rest of an epoch begun on another layout: at the next epoch's start)."""
-    begin = dali.Start(
+def _begin(spec: TaskSpec, all_devices: list, auto: Resolved, start: StartPoint) -> dali.Start:
+    """Where training's pipelines start: the start point's epoch and calls (after the rest of an epoch begun
+    on another layout: the next epoch's start)."""
+    return dali.Start(
         spec.data.sample_order,
         spec.train.seed,
         len(all_devices),
@@ -193,6 +246,10 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
         first_global_batch=start.first_global_batch,
         feed_workers=auto.feed_workers,
     )
+
+
+def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Resolved, start: StartPoint, begin):
+    """Training's pipelines from `begin`, their DALI states where they apply."""
     data = dali.build(
         split_dir(spec, "training"),
         devices,
@@ -267,12 +324,10 @@ def _continued(state: TrainState, start: StartPoint, slots_per_epoch: int, repor
     return state
 
 
-def _compile_ahead(spec: TaskSpec, runner, data, shapes) -> threading.Thread:
+def _compile_ahead(spec: TaskSpec, runner, shapes, tally, batch: dict) -> threading.Thread:
     """Compiles the first device call for a state of `shapes` in a thread while the model is initialised
     (both take seconds on a cold start); the call then finds the program in XLA's persistent cache.
     Without that cache, or where the runner cannot, it does nothing."""
     if spec.train.compile_cache == "off":
         return finished()
-    batch = data.peek()
-    tally = data.put([call_tally(zero_tally())] * len(data.devices))
     return runner.compile_ahead(shapes, tally, batch["images"], batch["labels"], batch["valid"])

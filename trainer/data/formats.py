@@ -41,6 +41,7 @@ class Format:
     suffix: str = ""  # a sharded format's shard files
     skips: bool = True  # --bad-samples skip can leave samples out of its reader (a file list or index)
     crops: bool = True  # its pipeline gives --image-size square RGB crops (HWC); else flat vectors
+    one_hot: bool = False  # its training labels are one-hot rows of --num-classes floats; else class ids
     default_data: bool = False  # a run may leave --data-dir out ($DALI_EXTRA_PATH, the embedded sample)
     writer: str = ""  # `data synth --format NAME`'s writer of one unit, "module:function"; "" for none
     detect_last: bool = False  # detection tries it after the others (any folder of folders is one)
@@ -93,6 +94,7 @@ FORMATS: tuple[Format, ...] = (
         check=f"{LAUNCHER}.datasets:check_lmdbs",
         skips=False,  # an LMDB has no index to leave a record out of: fn.readers.caffe2 reads every key
         crops=False,
+        one_hot=True,
         default_data=True,
     ),
     Format(

@@ -1,0 +1,65 @@
+"""What training's pipelines will hand over, known before they are built: for a built-in pipeline
+(formats.py), one sample of each output (as DeviceBatches.sample_spec gives it) and an epoch's device calls.
+
+set_up.py initialises the model and compiles the first device call on these while the pipelines are
+built, where both waited for the pipelines' first batch: on a GPU host that build took 1.6-2.2 s and
+the step's compile 4.2 s of a cold start, one after the other (docs/performance.md#start-up). The first
+batch then confirms the guess, or it is dropped and both are done on the batch as before: a wrong guess
+costs a compile, never a wrong program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from dali_launch.trainer.config import DataConfig
+from dali_launch.trainer.data import bad_samples, formats
+from dali_launch.trainer.data.records import caffe2
+
+NAMES = ("images", "labels")  # DeviceBatches.names
+
+
+@dataclass(frozen=True)
+class Expected:
+    sample: dict  # {name: {"shape": [...], "dtype": str}} of one sample, DeviceBatches.sample_spec's form
+    steps: int  # device calls an epoch, DeviceBatches.steps
+
+    def example(self) -> np.ndarray:
+        """A zero batch of one sample shaped like the images (DeviceBatches.first_sample)."""
+        images = self.sample["images"]
+        return np.zeros((1, *images["shape"]), images["dtype"])
+
+    def batch(self, sharding: jax.sharding.NamedSharding, rows: int) -> dict:
+        """A device call's batch as abstract arrays: `rows` samples a device (its readers' end to end), one
+        row of devices per mesh device, and the masks of which rows are real (DeviceBatches._read)."""
+        devices = sharding.mesh.devices.size
+        shaped = lambda shape, dtype: jax.ShapeDtypeStruct((devices, rows, *shape), dtype, sharding=sharding)
+        batch = {name: shaped(self.sample[name]["shape"], self.sample[name]["dtype"]) for name in NAMES}
+        return batch | {"valid": shaped((), np.float32)}
+
+
+def guess(config: DataConfig, split: str, calls_per_epoch) -> Expected | None:
+    """What a built-in pipeline's training split gives under the resolved `config`, or None (a pipeline of
+    the user's own, or a split this cannot read: the build then says why). `calls_per_epoch(samples)`: the
+    device calls of an epoch of that many samples (dali.calls_per_epoch, for this job's shards)."""
+    found = formats.get(config.pipeline)
+    if found is None:
+        return None
+    try:
+        count = bad_samples.samples_read(found.reader, found.reader_arguments(split), config)
+        shape = [config.image_size, config.image_size, 3] if found.crops else [_flat(found, split)]
+    except Exception:
+        return None
+    labels = ([config.num_classes], "float32") if found.one_hot else ([], "int32")  # int64 ids arrive as int32
+    sample = {"images": {"shape": shape, "dtype": config.output_dtype}}
+    sample["labels"] = {"shape": labels[0], "dtype": labels[1]}
+    return Expected(sample, calls_per_epoch(count))
+
+
+def _flat(found: formats.Format, split: str) -> int:
+    """A flat pipeline's vector: its grey images' pixels (every image of the split is the first's size)."""
+    height, width = caffe2.first_image_size(found.reader_arguments(split)["path"])
+    return height * width
