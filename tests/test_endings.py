@@ -237,3 +237,30 @@ def test_a_closed_console_is_no_failure_of_the_job(small_lmdb, tmp_path):
     logs = [paths.log(r).read_text() for r in range(2)]
     assert "epoch 0: loss" in logs[0] and paths.result.exists()
     assert all(f"rank {r} on " in logs[r] and "[Gloo] Rank" in logs[r] for r in range(2))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_trains_process_group_stops_it_with_a_checkpoint_past_its_feed_workers(
+    mnist_lmdb, tmp_path, signum
+):
+    """A terminal's Ctrl-C reaches every process of its foreground group, and so may a SIGTERM: `train`'s DALI
+    feed workers (--sample-order global) are out of that group, so the rank alone answers: one line, a
+    checkpoint, exit 128 + the signal, its workers gone. Before, the workers died of it first: the rank
+    printed their tracebacks and failed without a checkpoint, or hung."""
+    run = ["--epochs", "2", "--batch-size", "25", "--checkpoint-every-steps", "20", "--data-dir", str(mnist_lmdb)]
+    feeding = ["--sample-order", "global", "--feed-workers", "1"]
+    proc = start("train", *run, *feeding, "--run-root", str(tmp_path / "runs"))
+    workers = []
+    try:
+        workers = wait_for(lambda: _feed_workers(proc.pid), timeout_s=60)
+        wait_for(lambda: has_checkpoint(tmp_path / "runs"), timeout_s=120)
+        os.killpg(proc.pid, signum)
+        asked = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - asked
+    finally:
+        reap(proc, workers)
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"dali-launch: stopped by {name}; checkpoint written at step "), err
+    assert took < 30 and not any(alive(pid) for pid in workers)

@@ -81,6 +81,10 @@ class Feed:
         self.__dict__.update(state)
         if os.getpid() != parent:  # a DALI worker: SIGKILLed with its rank, so no worker outlives a job
             die_with_parent(parent)
+            # Out of the rank's process group: a terminal's Ctrl-C or a SIGTERM to the group is the rank's to
+            # answer (a checkpoint at its next check point); one that also ended the workers failed the rank's
+            # pipelines first (a traceback and no checkpoint, or a hang). DALI stops them by their pids.
+            os.setpgid(0, 0)
 
 
 def restored_iteration(checkpoint: bytes | None) -> int:
