@@ -223,6 +223,13 @@ def test_a_run_resumes_by_its_name_and_a_resume_that_would_lose_what_it_did_is_r
     assert f"resuming {paths.root} " in resumed.stdout
     assert [json.loads(line)["epoch"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
 
+    # --init-from takes the name too (a dry run: the launcher's checks load its checkpoint's shapes); and refuses
+    # a name that is no run's in one line
+    tuned = dali_launch("train", "--init-from", paths.root.name, "--run-root", str(root), "--dry-run")
+    check_ok(tuned)
+    assert str(paths.root) in tuned.stdout, tuned.stdout
+    typo = dali_launch("train", "--init-from", "no-such-run", "--run-root", str(root), "--data-dir", str(small_lmdb))
+    assert typo.returncode == 2 and typo.stderr.startswith("dali-launch: error: --init-from no-such-run: no run named")
     toml, metrics = paths.config_toml.read_text(), paths.metrics.read_text()
     fewer = dali_launch("--resume", str(paths.root), "--epochs", "1")
     assert fewer.returncode == 2 and fewer.stderr.strip().endswith(

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.base import Backend, Outcome, Watch
@@ -25,6 +26,7 @@ from dali_launch.launcher.route import resume
 from dali_launch.launcher.route.prepare import prepare
 from dali_launch.launcher.route.sweep import Sweep, sweep_runs
 from dali_launch.launcher.run_config import RunConfig, absolute_paths, counted, with_devices
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -72,7 +74,7 @@ def launch(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep
 
 def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None) -> Started | None:
     """Checks and prepares every run, then has the backend run them; None after a dry run."""
-    runs = [absolute_paths(run) for run in runs]
+    runs = [absolute_paths(_init_from_named(run)) for run in runs]
     paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "")
     if paths is None:
         return None
@@ -84,6 +86,19 @@ def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep:
         if sweep and not sweep.started:  # nothing ran or was submitted: leave nothing behind
             shutil.rmtree(sweep.folder, ignore_errors=True)
         raise
+
+
+def _init_from_named(run: RunConfig) -> RunConfig:
+    """--init-from a run's name (or its SLURM job id): its directory under --run-root, found as --resume finds
+    it (registry.find_run); a path is left as given."""
+    given = run.train.init_from
+    if not given or Path(given).exists() or "/" in given or given.startswith("."):
+        return run
+    try:
+        found = registry.find_run(given, run.launch.run_root).root
+    except UsageError as e:
+        raise UsageError(f"--init-from {given}: {e}") from None
+    return replace(run, train=replace(run.train, init_from=str(found)))
 
 
 def run_all(runs: list[RunConfig], paths: list[RunPaths], backend: Backend, watch: Watch) -> list[Outcome]:

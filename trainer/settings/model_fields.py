@@ -45,7 +45,7 @@ class ModelFields:
     init_from: str | None = opt(
         None,
         "Fine-tune: start from the parameters (and BatchNorm statistics) of a run directory's newest "
-        "checkpoint, one of its checkpoints/STEP folders or an Orbax checkpoint of a compatible model; not its "
+        "checkpoint (a run's name under --run-root too), one of its checkpoints/STEP folders or an Orbax checkpoint of a compatible model; not its "
         "optimizer, step or data position. A head of another --num-classes is re-initialised.",
         path=True,
     )
