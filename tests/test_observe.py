@@ -143,6 +143,11 @@ def test_profile_steps_past_the_last_step_are_refused_before_the_first(small_lmd
     said = "--profile-steps 8:20 starts past the run's last SGD step 7 (1 × 8 steps an epoch); trace steps below 8, "
     assert said + "e.g. --profile-steps 0:8" in proc.stderr, proc.stderr
     assert not only_run(tmp_path / "task").metrics.exists()  # before the first step
+    proc = dali_launch("train", *args, "--profile-steps", "6:20", "--run-root", str(tmp_path / "cut"))  # runs over
+    check_ok(proc)
+    folder = only_run(tmp_path / "cut").profile(0)
+    said = f"profile of steps 6:8 written to {folder} (the run ended at step 8, before the 6:20 asked)"
+    assert said in proc.stdout + proc.stderr and list(folder.rglob("*.xplane.pb")), proc.stdout
 
 
 def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():

@@ -35,7 +35,8 @@ class Profile:
         first, end = steps if chosen else (0, 0)
         self.first_call, self.end_call = first // steps_per_call, -(-end // steps_per_call)  # calls holding them
         self.folder = RunPaths(spec.run_dir).profile(process_index)
-        self.steps, self.say, self.tracing = spec.observe.profile_steps, say, False
+        self.steps, self.say, self.tracing = (first, end), say, False
+        self.k, self.last_call = steps_per_call, None  # the last call traced
 
     def before(self, call: int) -> None:
         """Before global device call `call` fetches its batch."""
@@ -45,12 +46,17 @@ class Profile:
 
     def after(self, call: int, outputs) -> None:
         """After global device call `call` was dispatched; `outputs` are what it returns."""
+        self.last_call = call if self.tracing else self.last_call
         if self.tracing and call + 1 >= self.end_call:
             jax.block_until_ready(outputs)
             self.stop()
 
     def stop(self) -> None:
+        """Ends the trace: at its last call, or where the run ended first (which the line then says)."""
         if self.tracing:
             jax.profiler.stop_trace()
             self.tracing = False
-            self.say(f"profile of steps {self.steps} written to {self.folder}")
+            (first, end), last = self.steps, self.last_call
+            ran = first if last is None else (last + 1) * self.k  # None: its first call failed
+            cut = f" (the run ended at step {ran}, before the {first}:{end} asked)" if ran < end else ""
+            self.say(f"profile of steps {first}:{min(end, ran)} written to {self.folder}{cut}")
