@@ -69,6 +69,8 @@ def test_an_epoch_whose_every_step_is_skipped_stops_the_run_in_one_line(small_lm
     assert len(epochs) == int(found.group(1)) and int(found.group(2)) == 16 * len(epochs), epochs
     assert epochs[0]["skipped_steps"] > 0 and f"{epochs[0]['skipped_steps']} steps skipped" in proc.stdout
     assert json.loads(paths.ending(0).read_text())["how"] == "failed"
+    status = dali_launch("status", str(paths.root))  # says the same: no resume from that checkpoint
+    assert status.returncode == 0 and ": failed (" in status.stdout and "resume" not in status.stdout, status.stdout
 
 
 LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "60"]

@@ -98,9 +98,12 @@ def why_ended(paths: RunPaths, state: RunState) -> str:
 
 
 def resume_hint(paths: RunPaths) -> str:
-    """Where an unfinished run would go on from, and the command; '' without a checkpoint."""
+    """Where an unfinished run would go on from, and the command; '' without a checkpoint, or where its
+    failure said resuming would do the same again (its ending `resumable` false: every step diverged)."""
     newest = saved.newest(paths)
-    return "" if newest is None else f"resume from step {newest.step} with `dali-launch --resume {paths.root}`"
+    if newest is None or any(e.get("resumable") is False for e in ending.read(paths)):
+        return ""
+    return f"resume from step {newest.step} with `dali-launch --resume {paths.root}`"
 
 
 # --- job.json: a submitted run's job ----------------------------------------------------------------

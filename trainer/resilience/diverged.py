@@ -25,7 +25,12 @@ from dali_launch.trainer.run_dir import RunPaths
 
 
 class Diverged(UsageError):
-    """The loss was not finite at a check point (--on-nan stop): one line, every rank alike."""
+    """The loss was not finite at a check point (--on-nan stop): one line, every rank alike. `resumable`:
+    whether its newest checkpoint is worth resuming (ending.failures_recorded records it for `status`)."""
+
+    def __init__(self, line: str, resumable: bool = True):
+        super().__init__(line)
+        self.resumable = resumable
 
 
 class NanGuard:
@@ -65,7 +70,8 @@ class NanGuard:
             raise Diverged(
                 f"the training loss or gradients were not finite in every SGD step of epoch {epoch} (--on-nan "
                 f"skip-step dropped all {int(skipped)} this task ran), so the run stopped{held}; train again "
-                f"from the start with a lower --learning-rate (now {self.spec.train.learning_rate:g}) or normalised images"
+                f"from the start with a lower --learning-rate (now {self.spec.train.learning_rate:g}) or normalised images",
+                resumable=False,
             )
 
     def _kept(self) -> str:

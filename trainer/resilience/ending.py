@@ -202,7 +202,9 @@ def failures_recorded(paths: RunPaths, rank: int, several_processes: bool):
     except Exception as error:
         # `explained`: our own one-line error, which says what happened and the fix: the launchers print
         # that line alone (a traceback printed beside it, an Orbax thread's, stays in the rank's log)
-        record(paths, rank, FAILED, f"rank {rank} failed: {last_line(error)}", explained=isinstance(error, UsageError))
+        # `resumable`: False where resuming would do the same again (a run whose every step diverged)
+        said, resumable = f"rank {rank} failed: {last_line(error)}", getattr(error, "resumable", True)
+        record(paths, rank, FAILED, said, explained=isinstance(error, UsageError), resumable=resumable)
         if several_processes:
             atexit.register(_exit_now, EXIT_FAILED)
         raise
