@@ -7,6 +7,7 @@ device's shard (the fastest way, and today's); under global the same records thr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -84,7 +85,8 @@ class Feed:
             # Out of the rank's process group: a terminal's Ctrl-C or a SIGTERM to the group is the rank's to
             # answer (a checkpoint at its next check point); one that also ended the workers failed the rank's
             # pipelines first (a traceback and no checkpoint, or a hang). DALI stops them by their pids.
-            os.setpgid(0, 0)
+            with contextlib.suppress(OSError):  # a worker that cannot leave (EPERM) still works
+                os.setpgid(0, 0)
 
 
 def restored_iteration(checkpoint: bytes | None) -> int:
