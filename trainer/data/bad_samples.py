@@ -63,8 +63,10 @@ def screen(reader: str, kwargs: dict, mode: str, limit: str) -> tuple[dict, Scan
 def samples_read(reader: str, kwargs: dict, data) -> int:
     """The samples `fn.readers.<reader>(**kwargs)` reads once the split is screened under `data`'s
     --bad-samples (a DataConfig): every one, less those `skip` leaves out."""
-    _, scan = screen(reader, kwargs, data.bad_samples, data.max_bad_samples)
-    return scan.count - len(scan.bad) if scan else sample_scan.scan_split(reader, kwargs).count
+    scan = sample_scan.scan_split(reader, kwargs)  # listed once: a clean split's screen has nothing more to say
+    if scan.bad:
+        screen(reader, kwargs, data.bad_samples, data.max_bad_samples)  # refused under stop, or past the limit
+    return scan.count - len(scan.bad)
 
 
 def cannot_skip(found: formats.Format) -> str:
