@@ -53,6 +53,11 @@ def attach(paths: RunPaths) -> Job:
     return LocalJob(paths)
 
 
+def names_a_path(run: str) -> bool:
+    """RUN written as a path (a slash, or a leading dot), never looked up as a run's name."""
+    return "/" in run or run.startswith(".")
+
+
 def find_run(run: str, run_root: str) -> RunPaths:
     """RUN wherever a command takes one (status, logs, cancel, --resume, plot, task --resume): a run directory
     (any mode), a run's name under --run-root as `dali-launch runs` lists it, or a SLURM job id looked up
@@ -68,7 +73,7 @@ def find_run(run: str, run_root: str) -> RunPaths:
             if str(json.loads(record.read_text()).get("job_id")) == run:
                 return RunPaths(record.parent.absolute())
         raise UsageError(f"no run of job {run} under --run-root {root.absolute()}; pass its run directory instead")
-    if "/" in run or run.startswith("."):
+    if names_a_path(run):
         raise UsageError(f"{run}: no such run directory; pass one that dali-launch made (see `dali-launch runs`)")
     raise UsageError(
         f"no run named {run} under --run-root {root.absolute()}; pass a run directory, a run name "
@@ -78,7 +83,7 @@ def find_run(run: str, run_root: str) -> RunPaths:
 
 def _sweep_point(root: Path, name: str) -> list[Path]:
     """A sweep's point by the name `runs` prints under its sweep; a name two sweeps share is refused."""
-    if "/" in name or name.startswith("."):
+    if names_a_path(name):
         return []
     points = sorted(p for p in root.glob(f"*/{glob.escape(name)}") if (p.parent / "sweep.json").is_file())
     if len(points) > 1:

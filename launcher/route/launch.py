@@ -92,7 +92,7 @@ def _init_from_named(run: RunConfig) -> RunConfig:
     """--init-from a run's name (or its SLURM job id): its directory under --run-root, found as --resume finds
     it (registry.find_run); a path is left as given."""
     given = run.train.init_from
-    if not given or Path(given).exists() or "/" in given or given.startswith("."):
+    if not given or Path(given).exists() or registry.names_a_path(given):
         return run
     try:
         found = registry.find_run(given, run.launch.run_root).root

@@ -106,7 +106,7 @@ def _as_resolved(paths: RunPaths, recorded: dict) -> dict:
 def run_dir_of(run: str, run_root: str) -> RunPaths:
     """RUN as `--resume` takes it: a run directory, else a run's name under --run-root or a SLURM job id, as
     for `status` (registry.find_run)."""
-    if Path(run).is_dir() or "/" in run or run.startswith("."):  # a folder: --resume's own words for what it lacks
+    if Path(run).is_dir() or registry.names_a_path(run):  # a folder: --resume's own words for what it lacks
         paths = RunPaths(Path(run).absolute())
         _check_is_run_dir(paths)
         return paths
