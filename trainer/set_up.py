@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -124,13 +125,22 @@ def set_up(
     return _with_remainder(training, rest, rest_runner, auto, start, int(state.slot), slots) if rest else training
 
 
+class Runners(NamedTuple):
+    """How device calls run (`_runners`): the state's layout over the mesh, the epochs' runner, and the runner
+    of the rest of an epoch begun on another layout (None without one)."""
+
+    layout: mesh.Mesh  # the resolved --mesh
+    runner: Runner
+    rest: Runner | None
+
+
 @dataclass(frozen=True)
 class Model:
     """The model's side of the set-up: its initial state traced, the runners (`_runners`), the first device
     call compiling in a thread; `expected`: the batch it was made for ahead of the pipelines (None: on theirs)."""
 
     initial: InitialState
-    runners: tuple  # (layout, runner, the rest's runner or None)
+    runners: Runners
     compiling: threading.Thread
     expected: Expected | None = None
 
@@ -166,11 +176,13 @@ def _model(spec: TaskSpec, devices, all_devices, auto: Resolved, on, rest, examp
     abstract ones)."""
     initial = InitialState(spec, example, slots)  # traced once: its shapes now, its values later
     runners = _runners(spec, devices, all_devices, auto, on, rest, initial.shapes, pool)
-    compiling = _compile_ahead(spec, runners[2] or runners[1], initial.shapes, tally, batch)
+    compiling = _compile_ahead(spec, runners.rest or runners.runner, initial.shapes, tally, batch)
     return Model(initial, runners, compiling)
 
 
-def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, on, rest, shapes, pool: int | None):
+def _runners(
+    spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, on, rest, shapes, pool: int | None
+) -> Runners:
     """--mesh and --parallel as stage 3 resolves them (resolve.py), and the runners of the epochs and of the
     rest of an epoch begun on another layout (None without one), for batches laid `on` the devices so; a
     mesh whose state cannot fit stops here."""
@@ -192,9 +204,7 @@ def _runners(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, o
         offloaded = make(auto.batch_per_device_step, readers=auto.readers_per_device, offload=True)
         runner = offloaded if memory_fit.fits(need(offloaded), pool) else runner
     memory_fit.check(layout, len(all_devices), need(runner), total, params, pool)
-    if not rest:
-        return layout, runner, None
-    return layout, runner, make(auto.remainder.batch_per_step, offload=runner.offload)
+    return Runners(layout, runner, make(auto.remainder.batch_per_step, offload=runner.offload) if rest else None)
 
 
 def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, runner: Runner, shapes) -> Evaluator:

@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+OUTPUTS = ("images", "labels")  # what a pipeline function returns, in order: the batches' names
+
 # nvJPEG's buffers sized as in DALI's ResNet-50 examples for the largest ImageNet image (5980x6430): with
 # DALI's defaults (16 and 8 MiB, no hardware-decoder preallocation) they are regrown during the first epoch.
 NVJPEG_PADDING = {

@@ -18,7 +18,7 @@ from nvidia.dali import backend, pipeline_def
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import augment, bad_samples, decoded_cache, graph_check
-from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.data.contract import OUTPUTS, PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
 from dali_launch.trainer.data.hosting import ShardLayout
@@ -74,7 +74,7 @@ class DeviceBatches:
     one device and cannot shard across processes (see FIELD-NOTES).
     """
 
-    names = ("images", "labels")
+    names = OUTPUTS
 
     def __init__(
         self,

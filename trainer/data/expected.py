@@ -17,9 +17,8 @@ import numpy as np
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import bad_samples, formats
+from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.data.records import caffe2
-
-NAMES = ("images", "labels")  # DeviceBatches.names
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Expected:
         row of devices per mesh device, and the masks of which rows are real (DeviceBatches._read)."""
         devices = sharding.mesh.devices.size
         shaped = lambda shape, dtype: jax.ShapeDtypeStruct((devices, rows, *shape), dtype, sharding=sharding)
-        batch = {name: shaped(self.sample[name]["shape"], self.sample[name]["dtype"]) for name in NAMES}
+        batch = {name: shaped(self.sample[name]["shape"], self.sample[name]["dtype"]) for name in OUTPUTS}
         return batch | {"valid": shaped((), np.float32)}
 
 
