@@ -28,6 +28,7 @@ from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, expected, records, remainder, shards
 from dali_launch.trainer.data.expected import Expected
 from dali_launch.trainer.data.hosting import ShardLayout
+from dali_launch.trainer.data.rows import laid_out
 from dali_launch.trainer.model import init_from
 from dali_launch.trainer.observe import profile
 from dali_launch.trainer.observe.metrics import Reporter
@@ -154,7 +155,7 @@ def _ahead(spec: TaskSpec, devices: list, all_devices: list, sharding, auto: Res
     if guess is None:
         return None
     on, slots = dali.batch_sharding(all_devices), guess.steps * auto.steps_per_call
-    row = lambda x: jax.ShapeDtypeStruct((len(all_devices), *np.shape(x)), np.asarray(x).dtype, sharding=on)
+    row = lambda x: laid_out(np.shape(x), np.asarray(x).dtype, on)
     tally, batch = jax.tree.map(row, call_tally(zero_tally())), guess.batch(on, auto.call_batch)  # as put() lays them
     try:
         made = _model(spec, devices, all_devices, auto, on, None, guess.example(), slots, pool, tally, batch)

@@ -19,6 +19,7 @@ from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import bad_samples, formats
 from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.data.records import caffe2
+from dali_launch.trainer.data.rows import laid_out
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,9 @@ class Expected:
     def batch(self, sharding: jax.sharding.NamedSharding, rows: int) -> dict:
         """A device call's batch as abstract arrays: `rows` samples a device (its readers' end to end), one
         row of devices per mesh device, and the masks of which rows are real (DeviceBatches._read)."""
-        devices = sharding.mesh.devices.size
-        shaped = lambda shape, dtype: jax.ShapeDtypeStruct((devices, rows, *shape), dtype, sharding=sharding)
-        batch = {name: shaped(self.sample[name]["shape"], self.sample[name]["dtype"]) for name in OUTPUTS}
-        return batch | {"valid": shaped((), np.float32)}
+        sample = {name: (self.sample[name]["shape"], self.sample[name]["dtype"]) for name in OUTPUTS}
+        shaped = {name: laid_out((rows, *shape), dtype, sharding) for name, (shape, dtype) in sample.items()}
+        return shaped | {"valid": laid_out((rows,), np.float32, sharding)}
 
 
 def guess(config: DataConfig, split: str, calls_per_epoch) -> Expected | None:

@@ -12,3 +12,9 @@ AXIS = "devices"  # the pmap axis name and the mesh axis name
 def first_row(tree):
     """This process's first device's row of a pytree laid out one row per device (device arrays)."""
     return jax.tree.map(lambda x: x.addressable_data(0)[0], tree)
+
+
+def laid_out(shape, dtype, sharding: jax.sharding.NamedSharding) -> jax.ShapeDtypeStruct:
+    """An abstract job-wide array of one `shape` row per device of `sharding`'s mesh, as DeviceBatches lays
+    batches and tallies (data/expected.py's batch, compiled before the pipelines exist)."""
+    return jax.ShapeDtypeStruct((sharding.mesh.devices.size, *shape), dtype, sharding=sharding)
