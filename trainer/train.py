@@ -25,7 +25,7 @@ from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.resolve import Resolved
-from dali_launch.trainer.set_up import finish_remainder, set_up
+from dali_launch.trainer.set_up import Training, finish_remainder, set_up
 from dali_launch.trainer.step.evaluate import first
 from dali_launch.trainer.step.parallel import call_tally
 from dali_launch.trainer.topology import barrier
@@ -60,10 +60,7 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
         if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
             state = finish_remainder(run, state)
             loop.read_with(data, run.runner, k)
-        evaluated = state.variables(ema=spec.train.eval_ema)
-        as_it_lies = run.evaluator is not None and run.evaluator.sharded  # every process's, or none's
-        if (run.evaluator or run.runner.sharded) and not as_it_lies:  # gathering a sharded state takes every process
-            evaluated = run.runner.replica(evaluated)
+        evaluated = _evaluated(run, state)
         if run.evaluator:
             metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(evaluated)
             metrics.eval_devices, metrics.eval_sharded = run.evaluator.eval_devices, run.evaluator.sharded
@@ -225,3 +222,14 @@ class Loop:
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
         shards, saved = shard_record(self.data, calls_done), self.runner.saved(state)
         self.checkpointer.save(step, epoch, calls_done, saved, kept, self.data.pipes, order, shards)
+
+
+def _evaluated(run: Training, state):
+    """The variables an evaluation applies: as they lie where this process evaluates a sharded state over the
+    job's devices (--eval-on all: every process does, or none), else one replica, which every process gathers
+    from a sharded state (a gather takes them all), whether it evaluates or not."""
+    evaluated = state.variables(ema=run.spec.train.eval_ema)
+    as_it_lies = run.evaluator is not None and run.evaluator.sharded
+    if (run.evaluator or run.runner.sharded) and not as_it_lies:
+        return run.runner.replica(evaluated)
+    return evaluated
