@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from report import OFF_GRAPHS
 
@@ -24,6 +24,7 @@ class Setup:
     precision: str
     steps: int  # SGD steps per device call
     num_classes: int = 1000
+    remat: str = "none"  # --remat: blocks recomputes each block's activations in the backward pass
 
 
 def fresh_state(setup: Setup):
@@ -35,7 +36,7 @@ def fresh_state(setup: Setup):
     from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
     from dali_launch.trainer.step.initial_state import state_maker
 
-    train = TrainConfig(model=model_name(setup.model), precision=setup.precision, optimizer="adamw")
+    train = TrainConfig(model=model_name(setup.model), precision=setup.precision, optimizer="adamw", remat=setup.remat)
     data = DataConfig(num_classes=setup.num_classes, image_size=setup.image_size)
     spec = TaskSpec(run_dir="unused", data=data, train=train)
     return state_maker(spec, 1000), np.zeros((1, setup.image_size, setup.image_size, 3), np.float16)
@@ -143,4 +144,4 @@ def memory(call, device) -> dict:
 
 
 def replace_model(setup: Setup, name: str) -> Setup:
-    return Setup(name, setup.batch, setup.image_size, setup.precision, setup.steps, setup.num_classes)
+    return replace(setup, model=name)

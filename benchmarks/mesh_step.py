@@ -19,10 +19,10 @@ the steps per call and XLA options the trainer gives that batch on a GPU (5; com
    step/memory_fit.py counts them, XLA's compiled buffers, the device's peak_bytes_in_use, images/s or
    the error. The rungs are vit.py's ViT class at sizes of big_vision's (not in the model zoo); a /14
    rung sets vit.PATCH to 14 in its own process. With --offload, the ladder keeps AdamW's moments in host
-   memory (the trainer's --offload optimizer), its rows under "largest_offload". Without
-   rematerialisation of the trainer's (the models have no jax.checkpoint); XLA:GPU's own rematerialisation
-   pass is on, as in the trainer, and appears to fit the larger rungs to the pool (their buffers land
-   at 99.5-101.3 GiB of 104.9). A rung whose compiled buffers exceed the pool is recorded out of memory
+   memory (the trainer's --offload optimizer), its rows under "largest_offload"; with --remat, each block
+   recomputes its activations in the backward pass (the trainer's --remat blocks), under "largest_remat"
+   (both: "largest_offload_remat"). Without --remat, XLA:GPU's own rematerialisation pass is on, as in the
+   trainer, and appears to fit the larger rungs to the pool (their buffers land at 99.5-101.3 GiB of 104.9). A rung whose compiled buffers exceed the pool is recorded out of memory
    without running it (--run-anyway runs it).
    Each part runs in a child process: the parent never starts JAX (a process holding the GPU, where XLA
    preallocates 75 %, left a first version's vit-l16 child an allocation failure it would not have had).
@@ -56,8 +56,12 @@ from mesh_calls import LaidOut, Setup, compiled, fresh_state, memory, replace_mo
 from report import environment, listed
 
 OFFLOADS = {  # where a ladder's optimizer state lives (--offload)
-    False: "on the devices: every rung without optimizer-state offload (and without rematerialisation)",
+    False: "on the devices: every rung without optimizer-state offload",
     True: "in host memory: every rung with the optimizer's state offloaded (--offload optimizer)",
+}
+REMATS = {  # what a ladder's step keeps of the activations (--remat)
+    False: "kept: no --remat (XLA's own rematerialisation pass only)",
+    True: "each block's recomputed in the backward pass (--remat blocks)",
 }
 TARGET_PCT = 3.0  # issue 41: the fsdp layout over one device costs at most this against the replicated step
 TAG = "MESH_STEP_JSON "  # a child's result line on stdout
@@ -91,11 +95,12 @@ def factory(name: str):
     """A --model factory (entry_points' contract) for rung `name`: vit.py's ViT at that rung's sizes."""
     rung = {**RUNGS, **SMOKE_RUNGS}[name]
 
-    def make(num_classes: int, drop_path: float = 0.0, vit_pool: str = "gap", attention: str = "xla"):
+    def make(num_classes: int, drop_path: float = 0.0, vit_pool: str = "gap", attention: str = "xla", remat="none"):
         from dali_launch.trainer.model import vit
 
         implementation = "xla" if attention == "auto" else attention  # as vit._factory
-        return vit.ViT(num_classes, rung.width, rung.depth, rung.mlp, rung.heads, vit_pool, drop_path, implementation)
+        sizes = rung.width, rung.depth, rung.mlp, rung.heads
+        return vit.ViT(num_classes, *sizes, vit_pool, drop_path, implementation, remat == "blocks")
 
     return make
 
@@ -228,7 +233,7 @@ def child(args, what: str, timeout: float) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", what, "--seconds", str(args.seconds)]
     command += ["--model", args.model, "--batch-size", str(args.batch_size), "--image-size", str(args.image_size)]
     command += ["--steps-per-call", str(args.steps_per_call)] + (["--smoke-cpu"] if args.smoke_cpu else [])
-    command += ["--offload"] if args.offload else []
+    command += (["--offload"] if args.offload else []) + (["--remat"] if args.remat else [])
     began = time.perf_counter()
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -275,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "--part-timeout", type=float, default=400.0, help="Seconds fsdp-cost's or a rung's process may take."
     )
     parser.add_argument("--offload", action="store_true", help="The ladder with the optimizer's state in host memory.")
+    parser.add_argument("--remat", action="store_true", help="The ladder with each block's activations recomputed.")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--smoke-cpu", action="store_true", help="CPU, tiny ViTs at 32x32: checks the script only.")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the child process of fsdp-cost or of one rung
@@ -289,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         args.model, args.batch_size, args.image_size, args.steps_per_call = SMOKE_MODEL, 4, 32, 2
         args.rungs, precision = args.rungs or list(SMOKE_RUNGS), "fp32"  # XLA:CPU's bf16 dots compile slowly
     args.rungs = args.rungs or list(RUNGS)
-    setup = Setup(args.model, args.batch_size, args.image_size, precision, args.steps_per_call)
+    remat = "blocks" if args.remat else "none"
+    setup = Setup(args.model, args.batch_size, args.image_size, precision, args.steps_per_call, remat=remat)
     if args.child:
         if args.child == "fsdp-cost":
             row = fsdp_cost(setup, args.seconds)
@@ -299,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     doc = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
     doc |= {"argv": sys.argv}
-    offload, key = OFFLOADS[args.offload], "largest_offload" if args.offload else "largest"
+    offload, kept = OFFLOADS[args.offload], REMATS[args.remat]
+    key = "largest" + "_offload" * args.offload + "_remat" * args.remat
 
     def write() -> None:
         if args.out:
@@ -325,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  failed: {cost.get('error')}")
         write()
     if "largest" in args.parts:
-        print(f"largest: batch {args.batch_size}, {args.image_size}x{args.image_size}, state {offload}", flush=True)
+        sizes = f"batch {args.batch_size}, {args.image_size}x{args.image_size}"
+        print(f"largest: {sizes}, state {offload}; activations {kept}", flush=True)
         earlier = {r["name"]: r for r in doc.get(key, {}).get("rungs", [])}
 
         def keep(rows: list[dict]) -> None:
@@ -342,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                 "precision": precision + " compute, float32 parameters and AdamW moments",
                 "steps_per_call": args.steps_per_call,
                 "offload": offload,
+                "activations": kept,
                 "largest_that_trains": trains[-1] if trains else None,
                 "rungs": ranked,
             }

@@ -77,6 +77,11 @@ RECIPES = [
         id="drop-path-resnet",
     ),
     pytest.param(
+        ["--remat", "blocks"],
+        f"--remat is for the ViTs' blocks ({VITS}); --model mlp has none: leave --remat out",
+        id="remat-mlp",
+    ),
+    pytest.param(
         ["--layer-decay", "0"],
         "--layer-decay 0.0 is out of range; use a value in (0, 1] (1: off)",
         id="layer-decay-range",

@@ -281,3 +281,18 @@ def test_a_step_whose_activations_do_not_fit_is_refused_before_the_state_is_plac
     assert line.startswith("dali-launch: error: the training step needs") and "of activations, gradients" in line, line
     assert "at 2000 samples per device and step) but a device has 60.0 MiB; --batch-size 1000 fits" in line, line
     check_ok(dali_launch("train", "--batch-size", "1000", "--epochs", "1", "--run-root", str(tmp_path / "ok"), env=env))
+
+
+def test_a_vits_step_whose_activations_do_not_fit_is_refused_naming_remat_and_trains_with_it(tmp_path, synth_sets):
+    """vit-ti16 at 64×64, 105 samples a step: XLA's step needs 659.8 MiB, 592 of them activations and other
+    temporaries, against a 300 MiB pool: refused in one line whose first fix is --remat blocks; with it the
+    step needs 150.8 MiB, trains, and config.json records it."""
+    env = {memory_fit.ENV: "300"}
+    vit = ["train", "--pipeline", "folders", "--data-dir", str(synth_sets["folders"]), "--num-classes", "4",
+           "--image-size", "64", "--model", "vit-ti16", "--batch-size", "105", "--epochs", "1"]  # fmt: skip
+    proc = dali_launch(*vit, "--run-root", str(tmp_path / "refused"), env=env)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("dali-launch: error: the training step needs") and "; add --remat blocks (" in line, line
+    check_ok(dali_launch(*vit, "--remat", "blocks", "--run-root", str(tmp_path / "remat"), env=env))
+    assert json.loads(only_run(tmp_path / "remat").config.read_text())["train"]["remat"] == "blocks"

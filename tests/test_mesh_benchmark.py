@@ -1,6 +1,6 @@
 """benchmarks/mesh_step.py (issue 41's GPU benchmark), end to end with --smoke-cpu: ViT-B/16's fsdp layout
 against the replicated step (A B B A) and the largest-ViT ladder (each rung a child process), with and
-without the optimizer's state in host memory, at tiny sizes."""
+without the optimizer's state in host memory and with the blocks' activations recomputed, at tiny sizes."""
 
 from __future__ import annotations
 
@@ -41,3 +41,11 @@ def test_mesh_step_smoke_times_the_layout_abba_and_a_ladder_rung_in_its_own_proc
     moments = 2 * offloaded["gradient_bytes"]  # and AdamW's step count
     assert 0 < offloaded["host_state_bytes"] - moments <= 8 and doc["largest"]["rungs"] == [rung], offloaded
     assert offloaded["state_bytes"] + offloaded["host_state_bytes"] == rung["state_bytes"], (offloaded, rung)
+    # and with each block's activations recomputed (--remat blocks): the same state (the one tiny block saves
+    # nothing here: test_vit.py holds the temporaries to a fraction at a size where activations count)
+    check_ok(bench(*argv, "--parts", "largest", "--remat", timeout=300, script=REPO / "benchmarks" / "mesh_step.py"))
+    doc = json.loads(out.read_text())
+    (recomputed,) = doc["largest_remat"]["rungs"]
+    assert recomputed["status"] == "trains" and "--remat blocks" in doc["largest_remat"]["activations"], recomputed
+    assert recomputed["state_bytes"] == rung["state_bytes"] and "no --remat" in doc["largest"]["activations"]
+    assert recomputed["xla_temp_bytes"] > 0 and recomputed["images_per_s"] > 0, recomputed

@@ -1,6 +1,6 @@
 """The ViTs (model/vit.py), their attention (model/attention.py) and layer decay (step/layer_decay.py):
 shapes and parameter counts without computing, the padded attention against the plain one, drop path,
-the BEiT layer factors, and the launcher's constants held to the trainer's."""
+--remat blocks, the BEiT layer factors, and the launcher's constants held to the trainer's."""
 
 from __future__ import annotations
 
@@ -111,6 +111,29 @@ def test_drop_path_drops_per_sample_while_training_only():
         lambda train: create_model("vit-ti16", 4).apply(variables, x, train=train, rngs=KEYS), static_argnums=0
     )
     np.testing.assert_array_equal(plain(True), plain(False))  # --drop-path 0: training computes what evaluation does
+
+
+def test_remat_blocks_gives_the_same_parameters_and_gradients_for_a_fraction_of_the_temporaries():
+    """--remat blocks recomputes each block's activations in the backward pass: the same parameter tree, the same
+    loss and gradients (drop path's draws too), and XLA's temporaries for the gradient a fraction of the kept
+    activations' (vit-ti16 at 64×64, batch 16, on CPU: about a tenth, 9.1 against 87.7 MiB)."""
+    images, labels = jax.random.normal(jax.random.PRNGKey(2), (16, 64, 64, 3)), jnp.arange(16) % 10
+    variables = create_model("vit-ti16", 10).init(KEYS, images[:1])
+
+    def loss_of(model):
+        logits = lambda v: model.apply(v, images, train=True, rngs={"dropout": KEYS["dropout"]})
+        return lambda v: -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits(v)), labels[:, None], axis=1))
+
+    results, temporaries = {}, {}
+    for remat in ("none", "blocks"):
+        assert jax.tree.structure(shapes("vit-ti16", 10, 64, remat=remat)) == jax.tree.structure(variables)
+        step = jax.jit(jax.value_and_grad(loss_of(create_model("vit-ti16", 10, drop_path=0.2, remat=remat))))
+        results[remat] = step(variables)
+        temporaries[remat] = step.lower(variables).compile().memory_analysis().temp_size_in_bytes
+    np.testing.assert_allclose(results["blocks"][0], results["none"][0], rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(results["blocks"][1]), jax.tree.leaves(results["none"][1])):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert temporaries["blocks"] < temporaries["none"] / 3, temporaries
 
 
 def test_layer_decay_factors_are_beits():

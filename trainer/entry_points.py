@@ -81,13 +81,12 @@ def create_model(name: str, num_classes: int, adapter: str | None = None, **opti
     from dali_launch.trainer.model import contract  # Flax and JAX: only where a model is made
 
     factory = load("model", name)
-    named = (signature_of(factory) or inspect.Signature()).parameters
-    options = {k: v for k, v in options.items() if k in named}
+    options = {k: v for k, v in options.items() if k in _named(factory)}
     return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER, options)
 
 
 # TrainConfig fields a model factory may name
-MODEL_OPTIONS = ("drop_path", "vit_pool", "attention", "batchnorm_stats", "pool_grad")
+MODEL_OPTIONS = ("drop_path", "vit_pool", "attention", "remat", "batchnorm_stats", "pool_grad")
 
 
 def model_options(train) -> dict:
@@ -129,6 +128,15 @@ def signature_of(value) -> inspect.Signature | None:
         return inspect.signature(value)
     except (TypeError, ValueError):
         return None
+
+
+def model_takes(name: str, option: str) -> bool:
+    """Whether `--model NAME`'s factory is given `option` (one of MODEL_OPTIONS) by naming it."""
+    return option in _named(load("model", name))
+
+
+def _named(factory) -> dict:
+    return (signature_of(factory) or inspect.Signature()).parameters
 
 
 def takes_rngs(factory) -> bool:

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, expected, records, remainder, shards
 from dali_launch.trainer.data.expected import Expected
@@ -119,7 +120,7 @@ def set_up(
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
     warm.join()
     compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
-    memory_fit.check_step(rest_runner or runner, pool, layout)  # the compiled one
+    memory_fit.check_step(rest_runner or runner, pool, layout, _recompute(spec))  # the compiled one
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step, read)
     training = Training(spec, data, runner, checkpointer, evaluator, runner.place(state), tally, fresh.schedule)
@@ -215,6 +216,12 @@ def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved,
     evaluated = (laid or shapes).variables(ema=spec.train.eval_ema)
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
     return Evaluator(spec, devices, readers, data_config, evaluated, all_devices if laid is not None else None)
+
+
+def _recompute(spec: TaskSpec) -> str:
+    """The flag that would keep fewer of the model's activations, where it takes one and it is off."""
+    off = spec.train.remat == "none" and entry_points.model_takes(spec.train.model, "remat")
+    return "--remat blocks" if off else ""
 
 
 def _model_resolved(runner: Runner, model: Model) -> dict:

@@ -75,7 +75,12 @@ def _vit(train: TrainConfig, data: DataConfig) -> None:
     if not 0 < train.layer_decay <= 1:
         raise UsageError(f"--layer-decay {train.layer_decay} is out of range; use a value in (0, 1] (1: off)")
     builtin, vit = train.model in MODELS, is_vit(train.model)
-    for name, value, off in (("drop_path", train.drop_path, 0.0), ("layer_decay", train.layer_decay, 1.0)):
+    offs = (
+        ("drop_path", train.drop_path, 0.0),
+        ("layer_decay", train.layer_decay, 1.0),
+        ("remat", train.remat, "none"),
+    )
+    for name, value, off in offs:
         if builtin and not vit and value != off:
             flag = f"--{name.replace('_', '-')}"
             raise UsageError(

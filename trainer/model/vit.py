@@ -8,7 +8,9 @@ in the blocks, MLP biases N(0, 1e-6), position embedding N(0, 1/√width), a zer
 
 Beyond big_vision: `--drop-path` (stochastic depth, DeiT's rule: block i of D drops its residual
 branches with rate drop_path·i/(D-1), per sample, from the `dropout` RNG stream the trainer gives
-while training) and the attention implementation (attention.py). Any image side divisible by 16
+while training), the attention implementation (attention.py) and `--remat blocks` (each block's
+activations recomputed in the backward pass rather than kept: big_vision's `remat_policy`, for models
+whose activations, not parameters, fill the device; the parameters are the same). Any image side divisible by 16
 works (a 32×32 image is 4 tokens); parameter names follow big_vision's (embedding, pos_embedding,
 cls, Transformer/encoderblock/... stacked over the blocks, Transformer/encoder_norm, head), which layer decay reads.
 """
@@ -80,11 +82,14 @@ class Encoder(nn.Module):
     num_heads: int
     drop_path: float = 0.0
     attention: str = "xla"
+    remat: bool = False  # each block's activations recomputed in the backward pass (jax.checkpoint)
 
     @nn.compact
     def __call__(self, x, deterministic: bool):
+        # prevent_cse=False: under scan the recomputation cannot be merged away (jax.checkpoint's docs)
+        block = nn.remat(Encoder1DBlock, prevent_cse=False) if self.remat else Encoder1DBlock
         blocks = nn.scan(
-            Encoder1DBlock,
+            block,
             variable_axes={"params": 0},
             split_rngs={"params": True, "dropout": True},
             length=self.depth,
@@ -105,6 +110,7 @@ class ViT(nn.Module):
     pool: str = "gap"
     drop_path: float = 0.0
     attention: str = "xla"
+    remat: bool = False
 
     @nn.compact
     def __call__(self, images, train: bool = False):
@@ -119,9 +125,10 @@ class ViT(nn.Module):
         if self.pool == "cls":
             cls = self.param("cls", nn.initializers.zeros, (1, 1, c))
             x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
-        x = Encoder(self.depth, self.mlp_dim, self.num_heads, self.drop_path, self.attention, name="Transformer")(
-            x, not train
+        encoder = Encoder(
+            self.depth, self.mlp_dim, self.num_heads, self.drop_path, self.attention, self.remat, name="Transformer"
         )
+        x = encoder(x, not train)
         x = x[:, 0] if self.pool == "cls" else jnp.mean(x, axis=1)
         return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros, name="head")(x)
 
@@ -162,9 +169,11 @@ def layers_of(path: tuple[str, ...], depth: int):
 def _factory(name: str):
     width, depth, mlp_dim, heads = VARIANTS[name]
 
-    def factory(num_classes: int, drop_path: float = 0.0, vit_pool: str = "gap", attention: str = "xla") -> ViT:
+    def factory(
+        num_classes: int, drop_path: float = 0.0, vit_pool: str = "gap", attention: str = "xla", remat: str = "none"
+    ) -> ViT:
         implementation = "xla" if attention == "auto" else attention  # `auto` is resolved by the task (resolve.py)
-        return ViT(num_classes, width, depth, mlp_dim, heads, vit_pool, drop_path, implementation)
+        return ViT(num_classes, width, depth, mlp_dim, heads, vit_pool, drop_path, implementation, remat == "blocks")
 
     factory.__name__ = name.replace("-", "_")
     return factory

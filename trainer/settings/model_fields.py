@@ -42,6 +42,14 @@ class ModelFields:
         "cuDNN form that compiles for the model's shapes, else xla. The choice is in rank_map.json and the rank line.",
         choices=("auto", "xla", "cudnn", "cudnn-padded"),
     )
+    remat: str = opt(
+        "none",
+        "Rematerialisation: none, or blocks (each ViT encoder block's activations recomputed in the backward pass "
+        "rather than kept, as big_vision's remat: one more forward pass of the blocks a step for a fraction of their "
+        "activations' memory, for a ViT whose activations do not fit a device at its batch). A factory of yours naming "
+        "`remat` is given it.",
+        choices=("none", "blocks"),
+    )
     init_from: str | None = opt(
         None,
         "Fine-tune: start from the parameters (and BatchNorm statistics) of a run directory's newest "

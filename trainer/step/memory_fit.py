@@ -96,19 +96,23 @@ def step_buffers(compiled, host_arguments: int = 0) -> tuple[int, int] | None:
     return arguments, rest
 
 
-def check_step(runner, pool: int | None, mesh) -> None:
+def check_step(runner, pool: int | None, mesh, recompute: str = "") -> None:
     """Refuses the step `runner` compiled ahead (its `buffers`, step_buffers) where it exceeds `pool`, before the
     state is placed: its first call could not allocate them. `runner.buffers_at(b)`, the same step's at b
-    samples per device and step, says whether half its batch would fit."""
+    samples per device and step, says whether half its batch would fit; `recompute`: the flag that would keep
+    fewer activations, where the model takes one (--remat blocks)."""
     buffers, batch = runner.buffers, runner.batch_size
     if buffers is None or pool is None or sum(buffers) <= pool:
         return
     arguments, rest = buffers
+    recompute_first = (
+        f"add {recompute} (activations recomputed in the backward pass, not kept), or " if recompute else ""
+    )
     raise UsageError(
         f"the training step needs {size(arguments + rest)} per device under --mesh {mesh} (XLA's count: "
         f"{size(arguments)} of train state and batch, {size(rest)} of activations, gradients and other temporaries, "
         f"at {batch} samples per device and step) but a device has {size(pool)}; "
-        f"{_batch_that_fits(batch, runner.buffers_at, pool)}"
+        f"{recompute_first}{_batch_that_fits(batch, runner.buffers_at, pool)}"
     )
 
 

@@ -3,12 +3,13 @@
 #           to the CPU): ViT-S/16 bf16 on 2,560 synthetic JPEGs, 2 epochs, with `--attention` auto and cudnn;
 # offload)  issue 41: the largest-ViT ladder with AdamW's moments in host memory (benchmarks/mesh_step.py --offload),
 #           the rungs around the one that did not fit without it (ViT-H/14 trained, ViT-g/14 did not);
+# remat)    issue 41: the same ladder with each block's activations recomputed (--remat blocks), from ViT-g/14 up;
 # compiles) the MLP's cold start on this tree, each program's compile time from XLA's log (JAX_LOG_COMPILES);
 #           then a cold and a warm `train` under cProfile (where the main thread's start-up goes: the pipelines'
 #           build above all, 1.6-2.0 s here against 0.04 s on the 2-core CPU machine), kept as .prof files.
 case "$1" in
-  vit|compiles|offload) ;;
-  *) echo "usage: session11.sh vit|compiles|offload" >&2; exit 2 ;;
+  vit|compiles|offload|remat) ;;
+  *) echo "usage: session11.sh vit|compiles|offload|remat" >&2; exit 2 ;;
 esac
 source benchmarks/results/issue38/gpu-setup.sh >/dev/null
 case "$1" in
@@ -23,6 +24,9 @@ case "$1" in
   offload)
     timeout 560 python3 benchmarks/mesh_step.py --parts largest --offload --rungs ${RUNGS:-vit-h14,vit-g14,vit-G14} --keep-going \
       --part-timeout 250 --out $OUT/mesh_step_offload.json 2>&1 | tail -8 ;;
+  remat)
+    timeout 560 python3 benchmarks/mesh_step.py --parts largest --remat --rungs ${RUNGS:-vit-g14,vit-G14,vit-e14} --keep-going \
+      --part-timeout 250 --out $OUT/mesh_step_remat.json 2>&1 | tail -8 ;;
   compiles)
     rm -rf /tmp/prof && JAX_LOG_COMPILES=1 timeout 120 python3 -m dali_launch.launcher.cli train --epochs 1 \
       --platform gpu --data-dir /tmp/fmnist --run-root /tmp/prof >/tmp/prof.log 2>&1; tail -2 /tmp/prof.log | cut -c1-200
