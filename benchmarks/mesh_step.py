@@ -22,8 +22,9 @@ the steps per call and XLA options the trainer gives that batch on a GPU (5; com
    memory (the trainer's --offload optimizer), its rows under "largest_offload"; with --remat, each block
    recomputes its activations in the backward pass (the trainer's --remat blocks), under "largest_remat"
    (both: "largest_offload_remat"). Without --remat, XLA:GPU's own rematerialisation pass is on, as in the
-   trainer, and appears to fit the larger rungs to the pool (their buffers land at 99.5-101.3 GiB of 104.9). A rung whose compiled buffers exceed the pool is recorded out of memory
-   without running it (--run-anyway runs it).
+   trainer, and appears to fit the larger rungs to the pool (their buffers land at 99.5-101.3 GiB of 104.9).
+   A rung whose compiled buffers exceed the pool is recorded out of memory without running it (--run-anyway
+   runs it).
    Each part runs in a child process: the parent never starts JAX (a process holding the GPU, where XLA
    preallocates 75 %, left a first version's vit-l16 child an allocation failure it would not have had).
 
