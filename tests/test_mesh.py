@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import check_ok, dali_launch
+from conftest import REPO, check_ok, dali_launch
 from run_readers import assert_same_params, only_run
 
 from dali_launch.trainer.errors import UsageError
@@ -145,7 +145,8 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     assert [first_rank(p)["resolved"]["mesh"] for p in (dp, fsdp)] == ["data:8", "data:2,fsdp:4"]
     whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, fsdp))
     # The kernels and their AdamW moments are split in four; biases, norms and the step count stay whole.
-    assert whole / 4 < quarter < whole / 4 * 1.05, (whole, quarter)
+    # a quarter, and the small arrays whole (norms, biases: 0.8 %) and the patch embedding halved (fsdp alone)
+    assert whole / 4 < quarter < whole / 4 * 1.07, (whole, quarter)
     # Its checkpoint on another mesh of fewer devices (the global batch kept), then on one device
     fewer = ["--gpus-per-node", "4", "--processes", "2", "--mesh", "data:2,fsdp:2"]
     # evaluated by process 0 alone: the other process still takes part in gathering the parameters (it hung in
@@ -231,34 +232,36 @@ def four_classes(tmp_path_factory):
     return root
 
 
-VIT_S = ["--pipeline", "folders", "--image-size", "32", "--model", "vit-s16", "--num-classes", "4", *ADAMW[:4]]
+TESTS_PATH = {"PYTHONPATH": str(REPO / "tests")}  # bn_models, as a user's package
+VIT = ["--pipeline", "folders", "--image-size", "32", "--model", "bn_models:tiny_vit", "--num-classes", "4", *ADAMW[:4]]
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_vit_on_fsdp_and_tensor_axes_takes_the_data_parallel_steps_on_a_quarter_of_the_memory(four_classes, tmp_path):
-    """ViT-S on 8 CPU devices in 2 processes, data parallel and as data:2,fsdp:2,tensor:2 (attention split by
+    """A small ViT (bn_models.tiny_vit: vit-s16's blocks, narrower: this test took 46 s, against 63 s with vit-s16)
+    on 8 CPU devices in 2 processes, data parallel and as data:2,fsdp:2,tensor:2 (attention split by
     heads, the MLP by units, each tensor group gathering its rows): the same loss, each device holding a
     quarter of the state; each run's checkpoint then resumed on 2 devices, the sharded one as tensor:2 over 2
     processes, each reading its own shards of the checkpoint alone, AdamW's moments then kept in host memory."""
-    common = ["--local", "--processes", "2", "--gpus-per-node", "8", *VIT_S, "--batch-size", "4"]
+    common = ["--local", "--processes", "2", "--gpus-per-node", "8", *VIT, "--batch-size", "4"]
     common += ["--init-timeout-s", "120", "--data-dir", str(four_classes), "--epochs", "1"]
-    check_ok(dali_launch(*common, "--run-root", str(tmp_path / "dp")))
-    proc = dali_launch(*common, "--mesh", "fsdp:2,tensor:2", "--run-root", str(tmp_path / "tp"))
+    check_ok(dali_launch(*common, "--run-root", str(tmp_path / "dp"), env=TESTS_PATH))
+    proc = dali_launch(*common, "--mesh", "fsdp:2,tensor:2", "--run-root", str(tmp_path / "tp"), env=TESTS_PATH)
     check_ok(proc)
     assert "(sharded, mesh data:2,fsdp:2,tensor:2)" in proc.stdout, proc.stdout
     dp, tp = only_run(tmp_path / "dp"), only_run(tmp_path / "tp")
     first_rank = lambda paths: json.loads(paths.rank_map.read_text())[0]
     whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, tp))
-    assert whole / 4 < quarter < whole / 4 * 1.05, (whole, quarter)
+    # a quarter, and the small arrays whole (norms, biases: 0.8 %) and the patch embedding halved (fsdp alone)
+    assert whole / 4 < quarter < whole / 4 * 1.07, (whole, quarter)
     # Written as it lies, each process its shards (Orbax's ocdbt.process_N), not gathered to process 0
     writers = lambda paths: {p.name for p in (paths.checkpoints / "3" / "state").iterdir() if "process_" in p.name}
     assert writers(tp) == {"ocdbt.process_0", "ocdbt.process_1"} and writers(dp) == {"ocdbt.process_0"}
     for run, layout, extra in ((dp, "auto", ["--processes", "1"]), (tp, "tensor:2", ["--processes", "2", "--offload",
                                "optimizer"])):  # fmt: skip
-        check_ok(
-            dali_launch("--resume", str(run.root), "--epochs", "2", "--gpus-per-node", "2", "--mesh", layout, *extra)
-        )
+        resume = ["--resume", str(run.root), "--epochs", "2", "--gpus-per-node", "2", "--mesh", layout, *extra]
+        check_ok(dali_launch(*resume, env=TESTS_PATH))
     assert first_rank(tp)["resolved"]["mesh"] == "tensor:2"
     assert "(sharded, mesh tensor:2, optimizer state in host memory)" in tp.log(0).read_text()
     assert "resumed from checkpoint 3: epoch 1, 0 device calls into it; read the whole state" in dp.log(0).read_text()
