@@ -286,16 +286,26 @@ def test_a_step_whose_activations_do_not_fit_is_refused_before_the_state_is_plac
     check_ok(dali_launch("train", "--batch-size", "1000", "--epochs", "1", "--run-root", str(tmp_path / "ok"), env=env))
 
 
-def test_a_vits_step_whose_activations_do_not_fit_is_refused_naming_remat_and_trains_with_it(tmp_path, synth_sets):
-    """vit-ti16 at 64×64, 105 samples a step: XLA's step needs 659.8 MiB, 592 of them activations and other
-    temporaries, against a 300 MiB pool: refused in one line whose first fix is --remat blocks; with it the
-    step needs 150.8 MiB, trains, and config.json records it."""
+def test_a_vits_step_whose_activations_do_not_fit_recomputes_its_blocks_by_default_and_is_refused_without(
+    tmp_path, synth_sets
+):
+    """vit-ti16 at 64×64, 105 samples a step: XLA's step needs 636–660 MiB, ~590 of them activations and other
+    temporaries, against a 300 MiB pool. By default (--remat auto) the model is made again with its blocks
+    recomputed (150.8 MiB), says so, records it and trains; with --remat none it is refused in one line whose
+    first fix is --remat blocks."""
     env = {memory_fit.ENV: "300"}
     vit = ["train", "--pipeline", "folders", "--data-dir", str(synth_sets["folders"]), "--num-classes", "4",
            "--image-size", "64", "--model", "vit-ti16", "--batch-size", "105", "--epochs", "1"]  # fmt: skip
-    proc = dali_launch(*vit, "--run-root", str(tmp_path / "refused"), env=env)
+    proc = dali_launch(*vit, "--run-root", str(tmp_path / "auto"), env=env)
+    check_ok(proc)
+    said = r"--remat auto: blocks; without, the step needs (\d+\.\d) MiB per device \(XLA's count: .*a device has 300\.0 MiB"
+    needed = re.search(said, proc.stdout)
+    assert needed and float(needed[1]) > 300, proc.stdout
+    run = only_run(tmp_path / "auto")
+    assert json.loads(run.config.read_text())["train"]["remat"] == "auto"
+    assert json.loads(run.rank_map.read_text())[0]["resolved"]["remat"] == "blocks"
+    proc = dali_launch(*vit, "--remat", "none", "--run-root", str(tmp_path / "refused"), env=env)
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("dali-launch: error: the training step needs") and "; add --remat blocks (" in line, line
-    check_ok(dali_launch(*vit, "--remat", "blocks", "--run-root", str(tmp_path / "remat"), env=env))
-    assert json.loads(only_run(tmp_path / "remat").config.read_text())["train"]["remat"] == "blocks"
+    assert line.startswith(f"dali-launch: error: the training step needs {needed[1]} MiB per device under"), line
+    assert "but a device has 300.0 MiB; add --remat blocks (" in line, line

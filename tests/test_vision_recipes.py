@@ -41,7 +41,8 @@ def test_a_vit_with_augmentation_and_mixing_learns(learnt):
     assert ", trivialaugment," in line and line.endswith("; attention xla (4 tokens)"), line  # it says both
     epochs = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
     assert len(epochs) == 3 and epochs[-1]["test_accuracy"] >= 0.6, epochs  # chance: 0.25
-    assert json.loads(paths.rank_map.read_text())[0]["resolved"]["attention"] == "xla"
+    resolved = json.loads(paths.rank_map.read_text())[0]["resolved"]
+    assert resolved["attention"] == "xla" and resolved["remat"] == "none"  # --remat auto: its step fits
 
 
 def test_a_run_fine_tuned_onto_other_classes_loads_all_but_the_head(learnt):

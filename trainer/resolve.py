@@ -159,12 +159,14 @@ class Resolved:
     def train_config(self, config: TrainConfig) -> TrainConfig:
         """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
         the BatchNorm statistics' precision, the stem pool's gradient and --attention resolved (what the model is built from:
-        entry_points.model_options)."""
+        entry_points.model_options); --remat auto as none, the model made first (set_up.py turns it to blocks where
+        the compiled step does not fit)."""
         lr, chosen = config.learning_rate * self.lr_scale, self.attention or config.attention
         return dataclasses.replace(
             config,
             learning_rate=lr,
             attention=chosen,
+            remat="none" if config.remat == "auto" else config.remat,
             batchnorm_stats=self.batchnorm_stats,
             pool_grad=self.pool_grad,
             eval_batch_size=self.eval_batch_per_device,

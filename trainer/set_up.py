@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -71,7 +72,7 @@ def set_up(
     spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup, auto: Resolved, start: StartPoint
 ) -> Training:
     """`devices` are this process's; `auto`: the task's values resolved (resolve.py, stages 1 and 2)."""
-    spec = dataclasses.replace(spec, train=auto.train_config(spec.train))
+    asked_remat, spec = spec.train.remat, dataclasses.replace(spec, train=auto.train_config(spec.train))
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
@@ -92,8 +93,7 @@ def set_up(
     profile.check(spec, slots)
     if model is None or model.expected != Expected(data.sample, data.steps):  # none, or guessed wrong
         model = _on_batch(spec, devices, all_devices, auto, data, rest, slots, pool)
-    initial, layout, runner, rest_runner, compiling = model.initial, *model.runners, model.compiling
-    shapes = initial.shapes
+    initial, runner, shapes = model.initial, model.runners.runner, model.initial.shapes
     asynchronous = checkpoint_async(r.checkpoint_async, state_bytes(shapes))  # resolve.py, stage 3
     checkpointer = Checkpointer(
         paths, r.keep_checkpoints, asynchronous, timeout_s, auto.decoded_cache, spec.how_to_resume()
@@ -107,6 +107,10 @@ def set_up(
     _check_data_set(spec, start, data, listing)  # before the run's files say how it goes on
     state = _continued(state, start, slots, reporter, spec, auto)
     startup.mark("model initialised")
+    evaluator = _evaluator(spec, devices, all_devices, auto, runner, shapes) if evaluates(spec, process) else None
+    warm.join()
+    model, state = _fitted(spec, asked_remat, model, state, pool, reporter)  # the compiled step, checked
+    layout, runner, rest_runner = model.runners
     reporter.rank_report(
         sharding=sharding,
         devices=devices,
@@ -115,12 +119,8 @@ def set_up(
         state_bytes_per_device=runner.device_bytes(shapes),
         dali=auto.startup_phrase(spec),
     )
-    evaluator = _evaluator(spec, devices, all_devices, auto, runner, shapes) if evaluates(spec, process) else None
     done_before = start.epoch * data.steps + start.calls_done  # device calls
     reporter.track(spec, done_before * auto.steps_per_call, auto.steps_per_call)  # after the checkpoint's
-    warm.join()
-    compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
-    memory_fit.check_step(rest_runner or runner, pool, layout, _recompute(spec))  # the compiled one
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step, read)
     training = Training(spec, data, runner, checkpointer, evaluator, runner.place(state), tally, fresh.schedule)
@@ -139,11 +139,14 @@ class Runners(NamedTuple):
 @dataclass(frozen=True)
 class Model:
     """The model's side of the set-up: its initial state traced, the runners (`_runners`), the first device
-    call compiling in a thread; `expected`: the batch it was made for ahead of the pipelines (None: on theirs)."""
+    call compiling in a thread; `remake`: the same made for another spec (--remat auto's second model);
+    `expected`: the batch it was made for ahead of the pipelines (None: on theirs)."""
 
     initial: InitialState
     runners: Runners
     compiling: threading.Thread
+    remat: str  # --remat as this model was made with: none or blocks
+    remake: Callable[[TaskSpec], Model]
     expected: Expected | None = None
 
 
@@ -179,7 +182,30 @@ def _model(spec: TaskSpec, devices, all_devices, auto: Resolved, on, rest, examp
     initial = InitialState(spec, example, slots)  # traced once: its shapes now, its values later
     runners = _runners(spec, devices, all_devices, auto, on, rest, initial.shapes, pool)
     compiling = _compile_ahead(spec, runners.rest or runners.runner, initial.shapes, tally, batch)
-    return Model(initial, runners, compiling)
+    again = partial(_model, devices=devices, all_devices=all_devices, auto=auto, on=on, rest=rest, example=example)
+    again = partial(again, slots=slots, pool=pool, tally=tally, batch=batch)
+    return Model(initial, runners, compiling, spec.train.remat, again)
+
+
+def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, pool, reporter: Reporter):
+    """`model` once its first call has compiled, and `state`, where that call fits a device (memory_fit); else,
+    under --remat auto and for a model that takes it, the model made again with its blocks recomputed and the
+    state given that model's static parts (the same arrays: the parameter tree does not change); else refused."""
+    model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
+    first = model.runners.rest or model.runners.runner
+    takes = entry_points.model_takes(spec.train.model, "remat")
+    if asked_remat == "auto" and takes and not memory_fit.step_fits(first, pool):
+        spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, remat="blocks"))
+        reporter.say(
+            f"--remat auto: blocks; without, the step needs {memory_fit.step_words(first)}, a device has "
+            f"{memory_fit.size(pool)}"
+        )
+        model = dataclasses.replace(model.remake(spec), expected=model.expected)
+        model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
+        state = jax.tree.unflatten(jax.tree.structure(model.initial.shapes), jax.tree.leaves(state))
+    hint = "--remat blocks" if model.remat == "none" and takes else ""  # the flag that would keep fewer activations
+    memory_fit.check_step(model.runners.rest or model.runners.runner, pool, model.runners.layout, hint)
+    return model, state
 
 
 def _runners(
@@ -218,17 +244,11 @@ def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved,
     return Evaluator(spec, devices, readers, data_config, evaluated, all_devices if laid is not None else None)
 
 
-def _recompute(spec: TaskSpec) -> str:
-    """The flag that would keep fewer of the model's activations, where it takes one and it is off."""
-    off = spec.train.remat == "none" and entry_points.model_takes(spec.train.model, "remat")
-    return "--remat blocks" if off else ""
-
-
 def _model_resolved(runner: Runner, model: Model) -> dict:
     """rank_map.json's words on the model's side: where the optimizer's state lives (--offload as resolved),
     and whether the first call compiled beside the pipelines' build (their batch as expected) or after it."""
     ahead = "beside the pipelines' build" if model.expected else "on the pipelines' first batch"
-    return {"offload": "optimizer" if runner.offload else "device", "first_call_compiled": ahead}
+    return {"offload": "optimizer" if runner.offload else "device", "first_call_compiled": ahead, "remat": model.remat}
 
 
 def _with_remainder(training: Training, rest, runner, auto: Resolved, start: StartPoint, slot: int, slots: int):

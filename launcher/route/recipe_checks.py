@@ -78,10 +78,10 @@ def _vit(train: TrainConfig, data: DataConfig) -> None:
     offs = (
         ("drop_path", train.drop_path, 0.0),
         ("layer_decay", train.layer_decay, 1.0),
-        ("remat", train.remat, "none"),
+        ("remat", train.remat, "auto"),  # auto: none where the model has no blocks
     )
     for name, value, off in offs:
-        if builtin and not vit and value != off:
+        if builtin and not vit and value not in (off, "none"):
             flag = f"--{name.replace('_', '-')}"
             raise UsageError(
                 f"{flag} is for the ViTs' blocks (--model {', '.join(m for m in MODELS if is_vit(m))}); "

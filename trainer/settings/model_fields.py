@@ -43,12 +43,12 @@ class ModelFields:
         choices=("auto", "xla", "cudnn", "cudnn-padded"),
     )
     remat: str = opt(
-        "none",
-        "Rematerialisation: none, or blocks (each ViT encoder block's activations recomputed in the backward pass "
+        "auto",
+        "Rematerialisation: none, blocks (each ViT encoder block's activations recomputed in the backward pass "
         "rather than kept, as big_vision's remat: one more forward pass of the blocks a step for a fraction of their "
-        "activations' memory, for a ViT whose activations do not fit a device at its batch). A factory of yours naming "
-        "`remat` is given it.",
-        choices=("none", "blocks"),
+        "activations' memory), or auto: none, unless the compiled step does not fit a device at its batch and the "
+        "model takes blocks; the choice is in rank_map.json. A factory of yours naming `remat` is given it.",
+        choices=("auto", "none", "blocks"),
     )
     init_from: str | None = opt(
         None,

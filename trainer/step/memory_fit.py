@@ -101,18 +101,28 @@ def check_step(runner, pool: int | None, mesh, recompute: str = "") -> None:
     state is placed: its first call could not allocate them. `runner.buffers_at(b)`, the same step's at b
     samples per device and step, says whether half its batch would fit; `recompute`: the flag that would keep
     fewer activations, where the model takes one (--remat blocks)."""
-    buffers, batch = runner.buffers, runner.batch_size
-    if buffers is None or pool is None or sum(buffers) <= pool:
+    if step_fits(runner, pool):
         return
-    arguments, rest = buffers
     recompute_first = (
         f"add {recompute} (activations recomputed in the backward pass, not kept), or " if recompute else ""
     )
     raise UsageError(
-        f"the training step needs {size(arguments + rest)} per device under --mesh {mesh} (XLA's count: "
-        f"{size(arguments)} of train state and batch, {size(rest)} of activations, gradients and other temporaries, "
-        f"at {batch} samples per device and step) but a device has {size(pool)}; "
-        f"{recompute_first}{_batch_that_fits(batch, runner.buffers_at, pool)}"
+        f"the training step needs {step_words(runner, f' under --mesh {mesh}')} but a device has {size(pool)}; "
+        f"{recompute_first}{_batch_that_fits(runner.batch_size, runner.buffers_at, pool)}"
+    )
+
+
+def step_fits(runner, pool: int | None) -> bool:
+    """Whether the step `runner` compiled ahead fits `pool`; True where either is unknown."""
+    return runner.buffers is None or pool is None or sum(runner.buffers) <= pool
+
+
+def step_words(runner, where: str = "") -> str:
+    """What the step `runner` compiled ahead needs on a device (`where`: under which mesh), in words."""
+    arguments, rest = runner.buffers
+    return (
+        f"{size(arguments + rest)} per device{where} (XLA's count: {size(arguments)} of train state and batch, {size(rest)} "
+        f"of activations, gradients and other temporaries, at {runner.batch_size} samples per device and step)"
     )
 
 
