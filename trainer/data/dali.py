@@ -64,6 +64,7 @@ def _graph(function, args: PipelineArgs, name: str):
 graph = pipeline_def(enable_conditionals=False)(_graph)
 # --augment: auto_aug picks each sample's operations with DALI's `if` on data (conditionals)
 augmented_graph = pipeline_def(enable_conditionals=True)(_graph)
+augment.transpile_less()  # ...without rewriting the parts of auto_aug that do not branch on data
 
 
 class DeviceBatches:
