@@ -246,7 +246,8 @@ def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved,
 
 def _model_resolved(runner: Runner, model: Model) -> dict:
     """rank_map.json's words on the model's side: where the optimizer's state lives (--offload as resolved),
-    and whether the first call compiled beside the pipelines' build (their batch as expected) or after it."""
+    whether the first call compiled beside the pipelines' build (their batch as expected) or after it, and
+    --remat as resolved (_fitted)."""
     ahead = "beside the pipelines' build" if model.expected else "on the pipelines' first batch"
     return {"offload": "optimizer" if runner.offload else "device", "first_call_compiled": ahead, "remat": model.remat}
 
