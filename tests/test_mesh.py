@@ -145,8 +145,7 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     assert [first_rank(p)["resolved"]["mesh"] for p in (dp, fsdp)] == ["data:8", "data:2,fsdp:4"]
     whole, quarter = (first_rank(p)["state_bytes_per_device"] for p in (dp, fsdp))
     # The kernels and their AdamW moments are split in four; biases, norms and the step count stay whole.
-    # a quarter, and the small arrays whole (norms, biases: 0.8 %) and the patch embedding halved (fsdp alone)
-    assert whole / 4 < quarter < whole / 4 * 1.07, (whole, quarter)
+    assert whole / 4 < quarter < whole / 4 * 1.05, (whole, quarter)
     # Its checkpoint on another mesh of fewer devices (the global batch kept), then on one device
     fewer = ["--gpus-per-node", "4", "--processes", "2", "--mesh", "data:2,fsdp:2"]
     # evaluated by process 0 alone: the other process still takes part in gathering the parameters (it hung in
