@@ -135,6 +135,11 @@ class Runners(NamedTuple):
     runner: Runner
     rest: Runner | None
 
+    @property
+    def first(self) -> Runner:
+        """The runner of the run's first device call: the one compiled ahead and checked against the pool."""
+        return self.rest or self.runner
+
 
 @dataclass(frozen=True)
 class Model:
@@ -181,7 +186,7 @@ def _model(spec: TaskSpec, devices, all_devices, auto: Resolved, on, rest, examp
     abstract ones)."""
     initial = InitialState(spec, example, slots)  # traced once: its shapes now, its values later
     runners = _runners(spec, devices, all_devices, auto, on, rest, initial.shapes, pool)
-    compiling = _compile_ahead(spec, runners.rest or runners.runner, initial.shapes, tally, batch)
+    compiling = _compile_ahead(spec, runners.first, initial.shapes, tally, batch)
     again = partial(_model, devices=devices, all_devices=all_devices, auto=auto, on=on, rest=rest, example=example)
     again = partial(again, slots=slots, pool=pool, tally=tally, batch=batch)
     return Model(initial, runners, compiling, spec.train.remat, again)
@@ -192,19 +197,18 @@ def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, p
     under --remat auto and for a model that takes it, the model made again with its blocks recomputed and the
     state given that model's static parts (the same arrays: the parameter tree does not change); else refused."""
     model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
-    first = model.runners.rest or model.runners.runner
     takes = entry_points.model_takes(spec.train.model, "remat")
-    if asked_remat == "auto" and takes and not memory_fit.step_fits(first, pool):
+    if asked_remat == "auto" and takes and not memory_fit.step_fits(model.runners.first, pool):
         spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, remat="blocks"))
         reporter.say(
-            f"--remat auto: blocks; without, the step needs {memory_fit.step_words(first)}, a device has "
+            f"--remat auto: blocks; without, the step needs {memory_fit.step_words(model.runners.first)}, a device has "
             f"{memory_fit.size(pool)}"
         )
         model = dataclasses.replace(model.remake(spec), expected=model.expected)
         model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
         state = jax.tree.unflatten(jax.tree.structure(model.initial.shapes), jax.tree.leaves(state))
     hint = "--remat blocks" if model.remat == "none" and takes else ""  # the flag that would keep fewer activations
-    memory_fit.check_step(model.runners.rest or model.runners.runner, pool, model.runners.layout, hint)
+    memory_fit.check_step(model.runners.first, pool, model.runners.layout, hint)
     return model, state
 
 
