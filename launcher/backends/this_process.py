@@ -67,6 +67,7 @@ def _also_to(log: Path):
     Orbax's and TensorStore's threads, unwinding from a refused checkpoint write, printed 350 lines of
     tracebacks around and after the run's one line, until the process ended."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    library_output.route_library_voices()
     streams = sys.stdout, sys.stderr
     file = log.open("a", encoding="utf-8")
     sys.stdout, sys.stderr = (_Tee(stream, file) for stream in streams)

@@ -4,13 +4,17 @@ A checkpoint write the file system refused (full, read-only) ended in the run's 
 350 lines (`train`) or 378 (`--local`) of Orbax's and TensorStore's tracebacks and absl errors, printed
 from their own threads (and from TensorStore's C++ threads as the process ended). Python writes in the
 thread that speaks, so the rule is by thread: the task's main thread and ours (named `dali-launch-*`)
-are the run's voice; any other thread's text is kept in the log. `train` applies it itself
+are the run's voice; any other thread's text is kept in the log. So is what a library says through `logging`
+or Python's unraisable-exception hook from any thread, the main one too (our code never logs: asyncio's
+"exception never retrieved" and Orbax's absl errors can come from the main thread as their objects are
+collected at a failed checkpoint's end, and once reached the console that way). `train` applies it itself
 (launcher/backends/this_process.py); a `--local` rank or a submitted SLURM task tags such lines with `MARK` (and
 the traceback it ends with); its launcher keeps them out of the console, and `dali-launch logs` shows them untagged.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import traceback
@@ -19,10 +23,39 @@ MARK = "\x1f"  # ASCII unit separator: never in a line of ours
 OUR_THREADS = "dali-launch"
 
 
+class _Speaker(threading.local):
+    library = False  # this thread is inside a logging handler or the unraisable hook
+
+
+_speaker = _Speaker()
+
+
 def ours() -> bool:
-    """Written by the task's own code: its main thread, or a thread of ours."""
+    """Written by the task's own code: its main thread, or a thread of ours, unless a library speaks
+    through it (`route_library_voices`)."""
     thread = threading.current_thread()
-    return thread is threading.main_thread() or thread.name.startswith(OUR_THREADS)
+    return not _speaker.library and (thread is threading.main_thread() or thread.name.startswith(OUR_THREADS))
+
+
+def _as_library(speak):
+    def spoken(*args):
+        before, _speaker.library = _speaker.library, True
+        try:
+            return speak(*args)
+        finally:
+            _speaker.library = before
+
+    spoken.as_library = True
+    return spoken
+
+
+def route_library_voices() -> None:
+    """Every logging handler's output and every unraisable exception's report count as a library's, in
+    whichever thread they are written. Once a process (the patch is checked for)."""
+    if not getattr(logging.Handler.handle, "as_library", False):
+        logging.Handler.handle = _as_library(logging.Handler.handle)
+    if not getattr(sys.unraisablehook, "as_library", False):
+        sys.unraisablehook = _as_library(sys.unraisablehook)
 
 
 def is_tagged(line: str) -> bool:
@@ -58,6 +91,7 @@ def tag_library_output() -> None:
     traceback of an error that ends it: the launcher names the first failure in one line, from the
     culprit's log with its traceback where the error was not one of ours, and a peer's traceback (it only
     reacted: a collective whose partner was gone) printed between was noise."""
+    route_library_voices()
     sys.stdout, sys.stderr = Tagging(sys.stdout), Tagging(sys.stderr)
     sys.excepthook = _logged
 
