@@ -109,7 +109,7 @@ def set_up(
     startup.mark("model initialised")
     evaluator = _evaluator(spec, devices, all_devices, auto, runner, shapes) if evaluates(spec, process) else None
     warm.join()
-    model, state = _fitted(spec, asked_remat, model, state, pool, reporter)  # the compiled step, checked
+    model, state, spec = _fitted(spec, asked_remat, model, state, pool, reporter)  # the compiled step, checked
     layout, runner, rest_runner = model.runners
     reporter.rank_report(
         sharding=sharding,
@@ -193,9 +193,10 @@ def _model(spec: TaskSpec, devices, all_devices, auto: Resolved, on, rest, examp
 
 
 def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, pool, reporter: Reporter):
-    """`model` once its first call has compiled, and `state`, where that call fits a device (memory_fit); else,
-    under --remat auto and for a model that takes it, the model made again with its blocks recomputed and the
-    state given that model's static parts (the same arrays: the parameter tree does not change); else refused."""
+    """`model` once its first call has compiled, `state` and `spec`, where that call fits a device (memory_fit);
+    else, under --remat auto and for a model that takes it, the model made again with its blocks recomputed, the
+    state given that model's static parts (the same arrays: the parameter tree does not change) and the spec
+    saying remat blocks (what the run trains with); else refused."""
     model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
     takes = entry_points.model_takes(spec.train.model, "remat")
     if asked_remat == "auto" and takes and not memory_fit.step_fits(model.runners.first, pool):
@@ -209,7 +210,7 @@ def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, p
         state = jax.tree.unflatten(jax.tree.structure(model.initial.shapes), jax.tree.leaves(state))
     hint = "--remat blocks" if model.remat == "none" and takes else ""  # the flag that would keep fewer activations
     memory_fit.check_step(model.runners.first, pool, model.runners.layout, hint)
-    return model, state
+    return model, state, spec
 
 
 def _runners(
