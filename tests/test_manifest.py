@@ -10,7 +10,7 @@ from importlib import metadata
 from conftest import REPO
 
 from dali_launch.trainer.config import DistributedConfig, Layout, TaskSpec
-from dali_launch.trainer.observe.manifest import REDACTED, git_revision, write_manifest
+from dali_launch.trainer.observe.manifest import REDACTED, git_revision, package_versions, write_manifest
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.topology import from_environment
 
@@ -91,6 +91,23 @@ def test_manifest_of_a_slurm_task(tmp_path, monkeypatch):
         "partition": "debug",
         "restart_count": "1",
     }
+
+
+def test_every_installed_cuda_build_is_listed_with_its_version(tmp_path, monkeypatch):
+    """The DALI and JAX CUDA builds are found by their dist-info folders (any case, `_` for `-`), each with the
+    version its metadata says; nothing else from that folder is listed."""
+    for folder, name in (("jax_cuda13_plugin-0.11.2", "jax-cuda13-plugin"), ("NVIDIA_DALI_CUDA130-2.5.0", None)):
+        info = tmp_path / f"{folder}.dist-info"
+        info.mkdir()
+        version = folder.rsplit("-", 1)[1]
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name or 'nvidia-dali-cuda130'}\nVersion: {version}\n"
+        )
+    (tmp_path / "requests-2.0.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    packages = package_versions()
+    assert packages["jax-cuda13-plugin"] == "0.11.2" and packages["nvidia-dali-cuda130"] == "2.5.0", packages
+    assert "requests" not in packages and packages["jax"] == metadata.version("jax")
 
 
 def test_manifest_outside_slurm_has_no_slurm_facts(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ again: the SLURM facts (restart count) are the newest start's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -73,13 +74,27 @@ def write_manifest(
 
 
 def package_versions() -> dict[str, str | None]:
-    """Installed versions (None: not installed), with every DALI and JAX CUDA build that is installed."""
+    """Installed versions (None: not installed), with every DALI and JAX CUDA build that is installed. The
+    builds are found by their `*.dist-info` folders' names: reading every installed package's metadata to find
+    them took 32 ms of each task's start-up on the 2-core CPU machine, the folders' names under 1 ms."""
     versions = {name: _version(name) for name in PACKAGES}
-    for dist in metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower()
-        if name.startswith(FLAVOURED):
-            versions[name] = dist.version
+    for name in _flavoured_builds():
+        versions[name] = _version(name)
     return versions
+
+
+def _flavoured_builds() -> set[str]:
+    """The names of the installed FLAVOURED distributions (their dist-info folders say `name-version`, the name
+    with `_` for `-`, any case)."""
+    prefixes = tuple(prefix.replace("-", "_") for prefix in FLAVOURED)
+    names = set()
+    for entry in sys.path:
+        with contextlib.suppress(OSError):
+            for folder in os.listdir(entry or "."):
+                lowered = folder.lower()
+                if lowered.endswith(".dist-info") and lowered.startswith(prefixes):
+                    names.add(lowered.removesuffix(".dist-info").rsplit("-", 1)[0].replace("_", "-"))
+    return names
 
 
 def _version(name: str) -> str | None:
