@@ -126,8 +126,8 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     says where and how to resume. The resumed run appends to the ranks' logs, and its first, partial
     epoch reports the images and time of its own part. Rank 1's programs, which it writes itself (JAX
     writes process 0's), were written as it stopped mid-epoch: the resumed rank 1 compiles no step."""
-    # 160 calls an epoch; the signal comes once a checkpoint at call 20 shows epoch 0 under way
-    run = ["--epochs", "2", "--batch-size", "25", "--checkpoint-every-steps", "20", "--data-dir", str(mnist_lmdb)]
+    # 80 calls an epoch; the signal comes once a checkpoint at call 20 shows epoch 0 under way
+    run = ["--epochs", "2", "--checkpoint-every-steps", "20", "--data-dir", str(mnist_lmdb)]
     proc = _start([*run, "--compile-cache", str(tmp_path / "xla")], tmp_path / "runs")
     try:
         pids = _rank_pids(tmp_path / "runs")
@@ -164,9 +164,9 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     assert [m["epoch"] for m in metrics] == [0, 1] and metrics[1]["resumed_at_call"] is None
     partial = metrics[0]
     calls = partial["resumed_at_call"]
-    assert 20 <= calls < 160  # 8,000 samples / (25 × 2 devices) calls per epoch, 50 samples each
+    assert 20 <= calls < 80  # 8,000 samples / (50 × 2 devices) calls per epoch, 100 samples each
     own = partial["images_per_s"] * partial["epoch_time_s"]
-    assert abs(own - (8000 - calls * 50)) < 1 and partial["train_samples"] == 8000
+    assert abs(own - (8000 - calls * 100)) < 1 and partial["train_samples"] == 8000
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2], ids=["SIGTERM", "SIGUSR2"])
