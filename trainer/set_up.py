@@ -115,7 +115,7 @@ def set_up(
         sharding=sharding,
         devices=devices,
         batch_size=auto.batch_per_device_step,
-        resolved=auto.as_dict(runner.name, asynchronous, str(layout)) | _model_resolved(runner, model),
+        resolved=auto.as_dict(runner.name, asynchronous, str(layout)) | _model_resolved(runner, model, spec),
         state_bytes_per_device=runner.device_bytes(shapes),
         dali=auto.startup_phrase(spec),
     )
@@ -150,7 +150,6 @@ class Model:
     initial: InitialState
     runners: Runners
     compiling: threading.Thread
-    remat: str  # --remat as this model was made with: none or blocks
     remake: Callable[[TaskSpec], Model]
     expected: Expected | None = None
 
@@ -189,7 +188,7 @@ def _model(spec: TaskSpec, devices, all_devices, auto: Resolved, on, rest, examp
     compiling = _compile_ahead(spec, runners.first, initial.shapes, tally, batch)
     again = partial(_model, devices=devices, all_devices=all_devices, auto=auto, on=on, rest=rest, example=example)
     again = partial(again, slots=slots, pool=pool, tally=tally, batch=batch)
-    return Model(initial, runners, compiling, spec.train.remat, again)
+    return Model(initial, runners, compiling, again)
 
 
 def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, pool, reporter: Reporter):
@@ -208,7 +207,8 @@ def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, p
         model = dataclasses.replace(model.remake(spec), expected=model.expected)
         model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
         state = jax.tree.unflatten(jax.tree.structure(model.initial.shapes), jax.tree.leaves(state))
-    hint = "--remat blocks" if model.remat == "none" and takes else ""  # the flag that would keep fewer activations
+    # the flag that would keep fewer activations
+    hint = "--remat blocks" if spec.train.remat == "none" and takes else ""
     memory_fit.check_step(model.runners.first, pool, model.runners.layout, hint)
     return model, state, spec
 
@@ -249,12 +249,16 @@ def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved,
     return Evaluator(spec, devices, readers, data_config, evaluated, all_devices if laid is not None else None)
 
 
-def _model_resolved(runner: Runner, model: Model) -> dict:
+def _model_resolved(runner: Runner, model: Model, spec: TaskSpec) -> dict:
     """rank_map.json's words on the model's side: where the optimizer's state lives (--offload as resolved),
     whether the first call compiled beside the pipelines' build (their batch as expected) or after it, and
-    --remat as resolved (_fitted)."""
+    --remat as resolved (_fitted: the spec says what the model was made with)."""
     ahead = "beside the pipelines' build" if model.expected else "on the pipelines' first batch"
-    return {"offload": "optimizer" if runner.offload else "device", "first_call_compiled": ahead, "remat": model.remat}
+    return {
+        "offload": "optimizer" if runner.offload else "device",
+        "first_call_compiled": ahead,
+        "remat": spec.train.remat,
+    }
 
 
 def _with_remainder(training: Training, rest, runner, auto: Resolved, start: StartPoint, slot: int, slots: int):
