@@ -54,7 +54,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--variants", default="defaults,no-lhs,no-unroll,no-triton-gemm,slop-50")
-    parser.add_argument("--remat-only", action="store_true", help="Only --remat blocks at 5 steps, each variant.")
+    parser.add_argument(
+        "--remat-only", action="store_true", help="Only --remat blocks: 5 and 1 steps, then 5 under each variant."
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     import mesh_step
@@ -74,7 +76,8 @@ def main() -> int:
     rows += [(replace(base, remat="blocks", steps=1, precision="fp32"), "defaults")]
     variants = [(replace(base, remat="blocks"), v) for v in args.variants.split(",")[1:]]
     if args.remat_only:
-        rows = [(replace(base, remat="blocks"), "defaults"), *variants]
+        rows = [(replace(base, remat="blocks"), "defaults"), (replace(base, remat="blocks", steps=1), "defaults")]
+        rows += variants
     elif gpu:
         rows += variants
     for setup, variant in rows:
