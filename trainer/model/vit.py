@@ -71,11 +71,21 @@ class Encoder1DBlock(nn.Module):
         return x + drop_path(y, rate, self, self.deterministic), None
 
 
+def unroll(depth: int, remat: bool, backend: str) -> int:
+    """The blocks' scan unrolled on GPUs (Encoder), but never under --remat blocks: unrolled, each block's
+    recomputation hangs on its saved input alone, so XLA schedules it beside the forward pass and keeps every
+    block's activations again. The trainer's vit-b16 step at batch 64, compiled by XLA:CPU with the blocks
+    unrolled, needed 16.2 GiB of temporaries with remat and without; looped, 2.9 with it and 20.1 without. On
+    one H200 ViT-g/14's step stayed at 132 GiB with remat (docs/scale.md)."""
+    return 1 if remat or backend == "cpu" else depth
+
+
 class Encoder(nn.Module):
     """The blocks as one `nn.scan` (big_vision's scan=True layout: each block parameter stacked over the
     blocks, axis 0). XLA:CPU compiles the loop body once: on a loaded 2-core machine vit-ti16's training
     step compiled in 14 s looped, 23 s unrolled (its init 9 s against 20 s). On GPUs the loop is unrolled,
-    so XLA sees every block, as a Python loop of blocks would give it; the parameters are the same."""
+    so XLA sees every block, as a Python loop of blocks would give it; the parameters are the same. Under
+    --remat blocks it stays a loop everywhere (`unroll`)."""
 
     depth: int
     mlp_dim: int
@@ -86,16 +96,17 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(self, x, deterministic: bool):
-        # prevent_cse=True, though jax.checkpoint's docs call False safe under scan: on one H200 XLA:GPU merged the
-        # recomputation away with False (vit-b16's gradient, batch 64, f32: 11.67 GiB of temporaries with remat
-        # and without), 1.82 GiB with True; XLA:CPU kept it either way
+        # prevent_cse=True: jax.checkpoint's docs call False safe under a scan's loop, but on one H200, with the
+        # blocks then unrolled there, XLA:GPU merged the recomputation away with False (vit-b16's gradient, batch
+        # 64, f32: 11.67 GiB of temporaries with remat and without; 1.82 with True). False in the loop that remat
+        # now keeps is not measured on a GPU.
         block = nn.remat(Encoder1DBlock, prevent_cse=True) if self.remat else Encoder1DBlock
         blocks = nn.scan(
             block,
             variable_axes={"params": 0},
             split_rngs={"params": True, "dropout": True},
             length=self.depth,
-            unroll=1 if jax.default_backend() == "cpu" else self.depth,
+            unroll=unroll(self.depth, self.remat, jax.default_backend()),
         )
         rates = jnp.linspace(0.0, self.drop_path, self.depth)  # DeiT's rule: 0 at the first block
         deterministic = deterministic or not self.drop_path

@@ -1,8 +1,9 @@
-"""Why --remat blocks barely moves the trainer's ViT step on a GPU (issue 41): the trainer's own step
-(benchmarks/mesh_calls.py: its train state, Sharded runner, AdamW, 1000 classes, 224x224) compiled, never run,
-for a matrix of what differs between it and the gradient-only probe that did shrink (stop57/remat_cse_probe.py):
---remat none|blocks, steps per call 1|5, precision bf16|fp32, and XLA options that could hoist or merge the
-recomputation. Prints XLA's temporaries (compiled.memory_analysis()) per row; JSON lines to --out.
+"""Why --remat blocks barely moved the trainer's ViT step on a GPU (issue 41): the trainer's own step
+(benchmarks/mesh_calls.py: its train state, Sharded runner, AdamW, bf16, 5 steps a call, 1000 classes, 224x224)
+compiled, never run: --remat none, --remat blocks with the blocks' scan as vit.unroll has it (a loop under remat),
+and --remat blocks with the blocks unrolled on GPUs as before (the cause: unrolled, XLA keeps every block's
+activations again). --more: 1 step a call and fp32; --variants: XLA option sets. Prints XLA's temporaries
+(compiled.memory_analysis()) per row; JSON lines to --out.
 
     PYTHONPATH=/path/above/dali_launch python benchmarks/results/issue41/stop59/remat_matrix.py --model vit-b16 --batch 256
 """
@@ -27,11 +28,14 @@ VARIANTS = {  # name: XLA options added to the benchmark's own (command buffers 
 }
 
 
-def temporaries(setup, options: dict) -> tuple[float, float]:
+def temporaries(setup, options: dict, unrolled: bool = False) -> tuple[float, float]:
+    """XLA's temporaries (GiB) for the trainer's step at `setup`, and the compile's seconds; `unrolled`: the blocks'
+    scan unrolled even under --remat blocks, as vit.unroll had it on GPUs before (the cause: docs/scale.md)."""
     import jax
     from mesh_calls import fresh_state, runner
     from report import OFF_GRAPHS
 
+    from dali_launch.trainer.model import vit
     from dali_launch.trainer.step.xla_options import typed
 
     device = jax.local_devices()[0]
@@ -40,56 +44,47 @@ def temporaries(setup, options: dict) -> tuple[float, float]:
     mode, tally, batch = runner(setup, device, shapes, layout=False)
     leaves, structure = jax.tree.flatten(shapes)
     abstract = structure.unflatten([jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=mode.replicated) for x in leaves])
-    began = time.perf_counter()
-    call = mode.call.lower(abstract, tally, *batch).compile(compiler_options=typed({**OFF_GRAPHS, **options}))
+    began, rule = time.perf_counter(), vit.unroll
+    if unrolled:
+        vit.unroll = lambda depth, remat, backend: 1 if backend == "cpu" else depth
+    try:
+        call = mode.call.lower(abstract, tally, *batch).compile(compiler_options=typed({**OFF_GRAPHS, **options}))
+    finally:
+        vit.unroll = rule
     return call.memory_analysis().temp_size_in_bytes / 2**30, time.perf_counter() - began
 
 
 def main() -> int:
     import jax
+    import mesh_step
     from mesh_calls import Setup
+
+    from dali_launch.trainer.model import vit
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="vit-b16")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--variants", default="defaults,no-lhs,no-unroll,no-triton-gemm,slop-50")
-    parser.add_argument(
-        "--remat-only", action="store_true", help="Only --remat blocks: 5 and 1 steps, then 5 under each variant."
-    )
+    parser.add_argument("--variants", default="", help="Comma-separated XLA option sets: --remat blocks under each.")
+    parser.add_argument("--remat-only", action="store_true", help="Only the --remat blocks rows (looped, unrolled).")
+    parser.add_argument("--more", action="store_true", help="Also 1 step a call and fp32, looped and without remat.")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    import mesh_step
-
-    from dali_launch.trainer.model import vit
-
     if args.model in mesh_step.RUNGS:  # a ladder rung: its patch set in this process, as mesh_step.rung does
         vit.PATCH = mesh_step.RUNGS[args.model].patch
-    gpu = jax.default_backend() == "gpu"
     base = Setup(model=args.model, batch=args.batch, image_size=args.image_size, precision="bf16", steps=5)
-    rows = [(base, "defaults"), (replace(base, remat="blocks"), "defaults")]
-    rows += [
-        (replace(base, remat="blocks", steps=1), "defaults"),
-        (replace(base, remat="blocks", precision="fp32"), "defaults"),
-    ]
-    rows += [(replace(base, steps=1, precision="fp32"), "defaults")]
-    rows += [(replace(base, remat="blocks", steps=1, precision="fp32"), "defaults")]
-    variants = [(replace(base, remat="blocks"), v) for v in args.variants.split(",")[1:]]
-    if args.remat_only:
-        rows = [(replace(base, remat="blocks"), "defaults"), (replace(base, remat="blocks", steps=1), "defaults")]
-        rows += variants
-    elif gpu:
-        rows += variants
-    for setup, variant in rows:
-        temp, seconds = temporaries(setup, VARIANTS[variant])
+    blocks = replace(base, remat="blocks")
+    rows = [(blocks, "defaults", False), (blocks, "defaults", True)]  # looped (vit.unroll), then unrolled as before
+    rows = rows if args.remat_only else [(base, "defaults", False), *rows]
+    if args.more:
+        rows += [(replace(blocks, steps=1), "defaults", False), (replace(blocks, precision="fp32"), "defaults", False)]
+        rows += [(replace(base, steps=1, precision="fp32"), "defaults", False)]
+    rows += [(blocks, v, False) for v in filter(None, args.variants.split(","))]
+    for setup, variant, unrolled in rows:
+        temp, seconds = temporaries(setup, VARIANTS[variant], unrolled)
         row = {"model": setup.model, "batch": setup.batch, "remat": setup.remat, "steps": setup.steps}
-        row |= {
-            "precision": setup.precision,
-            "variant": variant,
-            "temp_gib": round(temp, 3),
-            "compile_s": round(seconds, 1),
-        }
-        row["backend"] = jax.default_backend()
+        row |= {"precision": setup.precision, "variant": variant, "blocks": "unrolled" if unrolled else "vit.unroll"}
+        row |= {"temp_gib": round(temp, 3), "compile_s": round(seconds, 1), "backend": jax.default_backend()}
         print(json.dumps(row), flush=True)
         if args.out:
             with args.out.open("a") as f:
