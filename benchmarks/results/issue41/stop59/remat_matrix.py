@@ -2,7 +2,8 @@
 (benchmarks/mesh_calls.py: its train state, Sharded runner, AdamW, bf16, 5 steps a call, 1000 classes, 224x224)
 compiled, never run: --remat none, --remat blocks with the blocks' scan as vit.unroll has it (a loop under remat),
 and --remat blocks with the blocks unrolled on GPUs as before (the cause: unrolled, XLA keeps every block's
-activations again). --more: 1 step a call and fp32; --variants: XLA option sets. Prints XLA's temporaries
+activations again). --more: 1 step a call and fp32; --variants: XLA option sets; --as-gpu: on CPU, the model
+traced as for a GPU (its blocks unrolled but under remat), compiled by XLA:CPU. Prints XLA's temporaries
 (compiled.memory_analysis()) per row; JSON lines to --out.
 
     PYTHONPATH=/path/above/dali_launch python benchmarks/results/issue41/stop59/remat_matrix.py --model vit-b16 --batch 256
@@ -68,8 +69,11 @@ def main() -> int:
     parser.add_argument("--variants", default="", help="Comma-separated XLA option sets: --remat blocks under each.")
     parser.add_argument("--remat-only", action="store_true", help="Only the --remat blocks rows (looped, unrolled).")
     parser.add_argument("--more", action="store_true", help="Also 1 step a call and fp32, looped and without remat.")
+    parser.add_argument("--as-gpu", action="store_true", help="Trace the model as for a GPU (its blocks' scan rule).")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.as_gpu:  # vit reads jax.default_backend() when the model is traced; XLA:CPU still compiles it
+        jax.default_backend = lambda: "gpu"
     if args.model in mesh_step.RUNGS:  # a ladder rung: its patch set in this process, as mesh_step.rung does
         vit.PATCH = mesh_step.RUNGS[args.model].patch
     base = Setup(model=args.model, batch=args.batch, image_size=args.image_size, precision="bf16", steps=5)
@@ -84,7 +88,8 @@ def main() -> int:
         temp, seconds = temporaries(setup, VARIANTS[variant], unrolled)
         row = {"model": setup.model, "batch": setup.batch, "remat": setup.remat, "steps": setup.steps}
         row |= {"precision": setup.precision, "variant": variant, "blocks": "unrolled" if unrolled else "vit.unroll"}
-        row |= {"temp_gib": round(temp, 3), "compile_s": round(seconds, 1), "backend": jax.default_backend()}
+        row |= {"temp_gib": round(temp, 3), "compile_s": round(seconds, 1), "backend": jax.devices()[0].platform}
+        row["traced_as"] = "gpu" if args.as_gpu else row["backend"]
         print(json.dumps(row), flush=True)
         if args.out:
             with args.out.open("a") as f:
