@@ -2,8 +2,7 @@
 (benchmarks/mesh_calls.py: its train state, Sharded runner, AdamW, bf16, 5 steps a call, 1000 classes, 224x224)
 compiled, never run: --remat none, --remat blocks with the blocks' scan as vit.unroll has it (a loop under remat),
 and --remat blocks with the blocks unrolled on GPUs as before (the cause: unrolled, XLA keeps every block's
-activations again). --more: 1 step a call and fp32; --variants: XLA option sets; --as-gpu: on CPU, the model
-traced as for a GPU (its blocks unrolled but under remat), compiled by XLA:CPU. Prints XLA's temporaries
+activations again). --as-gpu: on CPU, the model traced as for a GPU (its blocks unrolled but under remat), compiled by XLA:CPU. Prints XLA's temporaries
 (compiled.memory_analysis()) per row; JSON lines to --out.
 
     PYTHONPATH=/path/above/dali_launch python benchmarks/results/issue41/stop59/remat_matrix.py --model vit-b16 --batch 256
@@ -14,45 +13,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/: mesh_calls, report
 
-VARIANTS = {  # name: XLA options added to the benchmark's own (command buffers off)
-    "defaults": {},
-    "no-lhs": {"xla_gpu_enable_latency_hiding_scheduler": "false"},
-    "no-unroll": {"xla_gpu_enable_while_loop_unrolling": "WHILE_LOOP_UNROLLING_NO_UNROLL"},
-    "no-triton-gemm": {"xla_gpu_enable_triton_gemm": "false"},
-    "slop-50": {"xla_gpu_memory_limit_slop_factor": "50"},  # the schedulers' memory limit halved
-}
 
-
-def temporaries(setup, options: dict, unrolled: bool = False) -> tuple[float, float]:
-    """XLA's temporaries (GiB) for the trainer's step at `setup`, and the compile's seconds; `unrolled`: the blocks'
-    scan unrolled even under --remat blocks, as vit.unroll had it on GPUs before (the cause: docs/scale.md)."""
+def temporaries(setup, unrolled: bool = False) -> tuple[float, float]:
+    """XLA's temporaries (GiB) for the trainer's step at `setup`, and the compile's seconds (mesh_calls.compiled);
+    `unrolled`: the blocks' scan unrolled even under --remat blocks, as vit.unroll had it on GPUs before."""
     import jax
-    from mesh_calls import fresh_state, runner
-    from report import OFF_GRAPHS
+    from mesh_calls import compiled, fresh_state, runner
 
     from dali_launch.trainer.model import vit
-    from dali_launch.trainer.step.xla_options import typed
 
-    device = jax.local_devices()[0]
     fresh, example = fresh_state(setup)
     shapes = jax.eval_shape(fresh, example)[1]
-    mode, tally, batch = runner(setup, device, shapes, layout=False)
-    leaves, structure = jax.tree.flatten(shapes)
-    abstract = structure.unflatten([jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=mode.replicated) for x in leaves])
-    began, rule = time.perf_counter(), vit.unroll
+    mode, tally, batch = runner(setup, jax.local_devices()[0], shapes, layout=False)
+    rule = vit.unroll
     if unrolled:
         vit.unroll = lambda depth, remat, backend: 1 if backend == "cpu" else depth
     try:
-        call = mode.call.lower(abstract, tally, *batch).compile(compiler_options=typed({**OFF_GRAPHS, **options}))
+        call, seconds = compiled(mode, shapes, tally, batch)
     finally:
         vit.unroll = rule
-    return call.memory_analysis().temp_size_in_bytes / 2**30, time.perf_counter() - began
+    return call.memory_analysis().temp_size_in_bytes / 2**30, seconds
 
 
 def main() -> int:
@@ -66,9 +51,7 @@ def main() -> int:
     parser.add_argument("--model", default="vit-b16")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--variants", default="", help="Comma-separated XLA option sets: --remat blocks under each.")
     parser.add_argument("--remat-only", action="store_true", help="Only the --remat blocks rows (looped, unrolled).")
-    parser.add_argument("--more", action="store_true", help="Also 1 step a call and fp32, looped and without remat.")
     parser.add_argument("--as-gpu", action="store_true", help="Trace the model as for a GPU (its blocks' scan rule).")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -78,16 +61,12 @@ def main() -> int:
         vit.PATCH = mesh_step.RUNGS[args.model].patch
     base = Setup(model=args.model, batch=args.batch, image_size=args.image_size, precision="bf16", steps=5)
     blocks = replace(base, remat="blocks")
-    rows = [(blocks, "defaults", False), (blocks, "defaults", True)]  # looped (vit.unroll), then unrolled as before
-    rows = rows if args.remat_only else [(base, "defaults", False), *rows]
-    if args.more:
-        rows += [(replace(blocks, steps=1), "defaults", False), (replace(blocks, precision="fp32"), "defaults", False)]
-        rows += [(replace(base, steps=1, precision="fp32"), "defaults", False)]
-    rows += [(blocks, v, False) for v in filter(None, args.variants.split(","))]
-    for setup, variant, unrolled in rows:
-        temp, seconds = temporaries(setup, VARIANTS[variant], unrolled)
+    rows = [(blocks, False), (blocks, True)]  # looped (vit.unroll), then unrolled as before
+    rows = rows if args.remat_only else [(base, False), *rows]
+    for setup, unrolled in rows:
+        temp, seconds = temporaries(setup, unrolled)
         row = {"model": setup.model, "batch": setup.batch, "remat": setup.remat, "steps": setup.steps}
-        row |= {"precision": setup.precision, "variant": variant, "blocks": "unrolled" if unrolled else "vit.unroll"}
+        row |= {"precision": setup.precision, "blocks": "unrolled" if unrolled else "vit.unroll"}
         row |= {"temp_gib": round(temp, 3), "compile_s": round(seconds, 1), "backend": jax.devices()[0].platform}
         row["traced_as"] = "gpu" if args.as_gpu else row["backend"]
         print(json.dumps(row), flush=True)
