@@ -2,10 +2,10 @@
 (benchmarks/mesh_calls.py: its train state, Sharded runner, AdamW, bf16, 5 steps a call, 1000 classes, 224x224)
 compiled, never run: --remat none, --remat blocks with the blocks' scan as vit.unroll has it (a loop under remat),
 and --remat blocks with the blocks unrolled on GPUs as before (the cause: unrolled, XLA keeps every block's
-activations again). --as-gpu: on CPU, the model traced as for a GPU (its blocks unrolled but under remat), compiled by XLA:CPU. Prints XLA's temporaries
-(compiled.memory_analysis()) per row; JSON lines to --out.
+activations again). --as-gpu: on CPU, the model traced as for a GPU (its blocks unrolled but under remat),
+compiled by XLA:CPU. Prints XLA's temporaries (compiled.memory_analysis()) per row; JSON lines to --out.
 
-    PYTHONPATH=/path/above/dali_launch python benchmarks/results/issue41/stop59/remat_matrix.py --model vit-b16 --batch 256
+    PYTHONPATH=/above/dali_launch python benchmarks/results/issue41/stop59/remat_matrix.py --model vit-b16 --batch 256
 """
 
 from __future__ import annotations

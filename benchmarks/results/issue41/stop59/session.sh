@@ -14,16 +14,17 @@ mkdir -p /tmp/dl/dali_launch && ln -sfn "$PWD/launcher" /tmp/dl/dali_launch/laun
 touch /tmp/dl/dali_launch/__init__.py
 here=benchmarks/results/issue41/stop59
 quiet() { grep -v "^W0000\|^I0000"; }
-if [ "$part" = matrix ] || [ "$part" = all ]; then
+asked() { [ "$part" = "$1" ] || [ "$part" = all ]; }
+if asked matrix; then
   rm -rf /tmp/dump
   XLA_FLAGS="--xla_dump_to=/tmp/dump" timeout 150 python3 $here/remat_matrix.py --model vit-b16 --out "$OUT/remat_matrix_b16.jsonl" 2>&1 | quiet | tail -4
   (cd /tmp/dump && ls -S | grep -E "sharded_call.*memory-usage-report" | head -6 | tar czf "$OUT/b16_memory_reports.tgz" -T -) 2>&1 | tail -2
 fi
-if [ "$part" = ladder ] || [ "$part" = all ]; then
+if asked ladder; then
   timeout 330 python3 benchmarks/mesh_step.py --parts largest --remat --rungs vit-g14,vit-G14,vit-e14 --keep-going \
     --part-timeout 150 --out "$OUT/remat_ladder.json" 2>&1 | quiet | tail -6
 fi
-if [ "$part" = offload ] || [ "$part" = all ]; then
+if asked offload; then
   timeout 100 python3 benchmarks/mesh_step.py --parts largest --offload --rungs vit-h14 --part-timeout 95 \
     --out "$OUT/h14_offload.json" 2>&1 | quiet | tail -4
 fi
