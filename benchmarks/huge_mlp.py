@@ -1,4 +1,4 @@
-"""A user's model twice an H200's memory with AdamW, for issue 41's refusal on the GPU: the example's MLP
+"""A model twice an H200's memory with AdamW, for benchmarks/gpu.sh's refusal: the example's MLP
 with two hidden layers of 131,072 (17.3 G parameters, 64 GiB in fp32; with AdamW's two moments and the
 gradients 258 GiB against one H200's 141)."""
 

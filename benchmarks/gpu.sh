@@ -1,0 +1,144 @@
+#!/bin/bash
+# Every GPU question of the project, in priority order, in one call of at most ten minutes on a fresh
+# one-GPU machine. Each question writes OUT/NAME.json as soon as it ends (a call cut short keeps what it
+# measured): the benchmark's own output, with the command, commit, date and machine around it.
+#
+#   mnist      the MNIST MLP with no flags against NVIDIA's example code, Fashion-MNIST (against.py)
+#   resnet50   ResNet-50 bf16 with no speed flag against its step alone, ImageNet-class JPEGs (imagenet.py)
+#   mesh       ViT-B/16's step with the fsdp layout against the replicated step (mesh_step.py), and a
+#              model twice the GPU's memory refused in one line (huge_mlp.py)
+#   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
+#              against its step alone; DALI's own tutorial pipeline function, unchanged (tasks.py)
+#   startup    launch -> first step, cold and warm (startup.py)
+#
+# Here, once:  bash benchmarks/gpu.sh pack        (.devpkgs/gpu-*: wheels the GPU image lacks, Fashion-MNIST)
+# There, after DALI's parts (../shared/device/README.md), each call carrying one .devpkgs/gpu-* folder too:
+#   bash .devpkgs/install-dali.sh && bash benchmarks/gpu.sh stage
+#   bash .devpkgs/install-dali.sh final && COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu.sh stage all
+# Copy what comes back to benchmarks/results/NAME/h200.json (by benchmark and machine).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+OUT=${OUT:-/tmp/gpu-out}
+QUESTIONS=(mnist resnet50 mesh tasks startup)
+
+pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
+  local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+  mkdir -p "$root/.devpkgs/gpu-a" "$root/.devpkgs/gpu-b" "$root/.devpkgs/gpu-c"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$root/.devpkgs/gpu-a" tensorboardX google-crc32c
+  cp "$fm"/t10k-* "$fm"/train-labels* "$root/.devpkgs/gpu-a/"
+  split -b 14M -d -a 1 "$fm/train-images-idx3-ubyte.gz" "$root/.devpkgs/gpu-b/train-images.part"
+  mv "$root/.devpkgs/gpu-b/train-images.part1" "$root/.devpkgs/gpu-c/"
+  du -sh "$root"/.devpkgs/gpu-*
+}
+
+stage() {  # there: keep what this call carried; once everything came, install it and make the data sets
+  mkdir -p /tmp/stage
+  for d in "$root"/.devpkgs/gpu-*; do [ -d "$d" ] && cp "$d"/* /tmp/stage/; done
+  ls /tmp/stage
+}
+
+environment() {  # there: this tree importable as dali_launch, the wheels, Fashion-MNIST as Caffe2 LMDBs
+  export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site /tmp/stage/*.whl || return 1
+  mkdir -p /tmp/dl/dali_launch && touch /tmp/dl/dali_launch/__init__.py
+  ln -sfn "$root/launcher" /tmp/dl/dali_launch/launcher && ln -sfn "$root/trainer" /tmp/dl/dali_launch/trainer
+  export PYTHONPATH=/tmp/dl:/tmp/site:$here
+  if [ ! -d /tmp/fmnist/training ]; then
+    mkdir -p /tmp/fm-idx && cp /tmp/stage/t10k-* /tmp/stage/train-labels* /tmp/fm-idx/
+    cat /tmp/stage/train-images.part* > /tmp/fm-idx/train-images-idx3-ubyte.gz
+    python3 -m dali_launch.launcher.cli data prepare --from /tmp/fm-idx --to /tmp/fmnist | tail -1
+  fi
+  nvidia-smi -L
+}
+
+record() {  # NAME TIMEOUT_S COMMAND...: runs it, then OUT/NAME.json holds its JSON (OUT/NAME.raw.json) wrapped
+  local name=$1 limit=$2
+  shift 2
+  local began=$SECONDS
+  echo "== $name: $*"
+  timeout "$limit" "$@" 2>&1 | grep -v "^[WI]0000" | tail -25 | tee "/tmp/$name.log"
+  local rc=${PIPESTATUS[0]}
+  python3 - "$name" "$rc" "$((SECONDS - began))" "$*" <<'EOF'
+import json, os, subprocess, sys, time
+from pathlib import Path
+name, rc, wall, command = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+out = Path(os.environ["OUT"])
+raw = out / f"{name}.raw.json"
+gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+doc = {
+    "question": name, "command": command, "commit": os.environ.get("COMMIT", "unknown"),
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": gpu, "rc": rc, "wall_s": wall,
+    "result": json.loads(raw.read_text()) if raw.exists() else None,
+    "log_tail": Path(f"/tmp/{name}.log").read_text().splitlines()[-25:],
+}
+(out / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+raw.unlink(missing_ok=True)
+EOF
+}
+
+refusal() {  # a model twice the GPU's memory: the one line, its exit status and how long it took
+  local began=$SECONDS
+  python3 -m dali_launch.launcher.cli train --data-dir /tmp/fmnist --epochs 1 --model huge_mlp:huge_mlp \
+    --optimizer adamw --run-root /tmp/rr-huge >/dev/null 2>/tmp/huge.err
+  local rc=$?
+  python3 -c "import json,sys; print(json.dumps({'rc': $rc, 'seconds': $((SECONDS - began)), \
+'stderr': open('/tmp/huge.err').read().strip().splitlines()[-3:]}))" > "$OUT/refusal.raw.json"
+  cat /tmp/huge.err
+}
+
+mesh() {
+  python3 "$here/mesh_step.py" --parts fsdp-cost --out "$OUT/mesh.raw.json" || return 1
+  refusal
+  python3 - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+doc = {"fsdp_cost": json.loads((out / "mesh.raw.json").read_text())}
+doc["too_large"] = json.loads((out / "refusal.raw.json").read_text())
+(out / "refusal.raw.json").unlink()
+(out / "mesh.raw.json").write_text(json.dumps(doc))
+EOF
+}
+
+ask() {
+  case "$1" in
+    mnist) record mnist 150 python3 "$here/against.py" --data /tmp/fmnist --epochs 4 --passes 2 --example \
+      --out "$OUT/mnist.raw.json" ;;
+    resnet50)
+      [ -d /tmp/synth/training ] || timeout 120 python3 -m dali_launch.launcher.cli data synth /tmp/synth \
+        --format folders --train 25600 --test 2560 --classes 100 | tail -1
+      record resnet50 200 python3 "$here/imagenet.py" --data /tmp/synth --classes 100 --gpus 1 --parts step,train \
+        --epochs 3 --out "$OUT/resnet50.raw.json" ;;
+    mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
+    tasks)
+      if [ -f "$here/tasks.py" ]; then
+        record tasks 200 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json"
+      else
+        echo "== tasks: benchmarks/tasks.py is not in this tree"
+      fi ;;
+    startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
+      --out "$OUT/startup.raw.json" ;;
+    *) echo "gpu.sh: no question '$1' (ask: ${QUESTIONS[*]}, all, pack, stage)" >&2; exit 2 ;;
+  esac
+}
+
+main() {
+  [ $# -gt 0 ] || set -- all
+  case "$1" in
+    pack) pack; return ;;
+    _mesh) mesh; return ;;
+    stage) stage; shift; [ $# -gt 0 ] || return 0 ;;
+  esac
+  [ "$1" = all ] && set -- "${QUESTIONS[@]}"
+  for q in "$@"; do case " ${QUESTIONS[*]} " in *" $q "*) ;; *) ask "$q" ;; esac; done  # refuses before any work
+  mkdir -p "$OUT"
+  environment || { echo "gpu.sh: the environment could not be made" >&2; exit 1; }
+  for q in "$@"; do ask "$q"; done
+  ls -la "$OUT"
+}
+
+export OUT
+main "$@"
