@@ -32,3 +32,17 @@ def tiny_vit(num_classes: int) -> ViT:
     """The built-in ViT's blocks (so --mesh's tensor rules split them as vit-s16's), 12 of width 128 with 2 heads:
     2.5 M parameters against vit-s16's 21.7 M, each block array still large enough for the fsdp axis."""
     return ViT(num_classes=num_classes, width=128, depth=12, mlp_dim=512, num_heads=2)
+
+
+class TinyBatchNormMLP(nn.Module):
+    """Every part of a train state in a few kilobytes: BatchNorm statistics and dropout. tests/golden/old-run (a run
+    directory written by an earlier version, its config and checkpoint kept as they were) trained it."""
+
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        x = x.reshape(x.shape[0], -1)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(nn.Dense(16)(x))
+        x = nn.Dropout(0.1, deterministic=not train)(nn.relu(x))
+        return nn.Dense(self.num_classes)(x)
