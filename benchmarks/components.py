@@ -146,11 +146,11 @@ def steps(count: int) -> list[dict]:
     import jax.numpy as jnp
     import numpy as np
 
-    from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import TaskSpec
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.step.initial_state import create_train_state
 
-    spec = TaskSpec(run_dir="unused", data=DataConfig(), train=TrainConfig())
+    spec = TaskSpec(run_dir="unused")
     initial = jax.tree.map(np.asarray, create_train_state(spec, np.zeros((1, 784), np.float32), count))
     rng = np.random.default_rng(0)
     images = jax.device_put(rng.random((PER_CALL, BATCH, 784), np.float32))

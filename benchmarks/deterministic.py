@@ -208,7 +208,7 @@ def data_part(args) -> dict:
 
     sums = []
     for _ in range(2):
-        start = dali.Start("shards", spec.train.seed, 1, auto.batch_per_device_step, auto.steps_per_call)
+        start = dali.Start("shards", spec.step.seed, 1, auto.batch_per_device_step, auto.steps_per_call)
         path, config = f"{args.data}/training", auto.data_config(spec.data)
         data = dali.build(path, devices, devices, sharding, auto.call_batch, True, config, 0, start=start)
         sums.append([[weighted(b["images"]), weighted(b["labels"])] for b in (data.next() for _ in range(args.calls))])

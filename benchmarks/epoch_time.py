@@ -91,7 +91,7 @@ def run_ours(
         DistributedConfig,
         Layout,
         TaskSpec,
-        TrainConfig,
+        replaced,
     )
     from dali_launch.trainer.run_dir import RunPaths
     from dali_launch.trainer.task import run_task
@@ -105,15 +105,14 @@ def run_ours(
         decoded_cache=ours.decoded_cache,
         **({"reader_threads": reader_threads} if reader_threads else {}),
     )
-    train = TrainConfig(
-        epochs=epochs, steps_per_call=ours.steps_per_call, parallel=ours.parallel, cuda_graphs=cuda_graphs
-    )
     spec = TaskSpec(
         run_dir=str(run_dir),
         data=data,
-        train=train,
         distributed=DistributedConfig(platform=jax_platform),
         layout=Layout(local_device_count=1),
+    )
+    spec = replaced(
+        spec, epochs=epochs, steps_per_call=ours.steps_per_call, parallel=ours.parallel, cuda_graphs=cuda_graphs
     )
     paths = RunPaths(run_dir)
     run_dir.mkdir(parents=True)
@@ -145,7 +144,7 @@ def run_ours(
         "epochs": per_epoch,
         "run_task_s": total_s,
         "setup_s": total_s - sum(e["train_s"] + e["eval_s"] for e in per_epoch),
-        "batch_size": spec.train.batch_size,
+        "batch_size": spec.step.batch_size,
         "eval_batch_size": rank["resolved"]["eval_batch_per_device"],
         "reader_threads": spec.data.reader_threads,
         "run_dir": str(run_dir),

@@ -78,24 +78,23 @@ def task_spec(data: Path, workload: dict, classes: int, gpus: int, platform: str
     """The spec `dali-launch train` would make of these flags (defaults for everything else)."""
     import dataclasses
 
-    from dali_launch.trainer.config import DataConfig, DistributedConfig, Layout, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import DataConfig, DistributedConfig, Layout, TaskSpec, replaced, tables_of_keys
 
     names = lambda cls: {f.name for f in dataclasses.fields(cls)}
     of = lambda cls: {k: v for k, v in workload.items() if k in names(cls)}
-    return TaskSpec(
+    spec = TaskSpec(
         run_dir="unused",
         data=DataConfig(
             data_dir=str(data), pipeline="folders", num_classes=classes, sample_order=order, **of(DataConfig)
         ),
-        train=TrainConfig(**of(TrainConfig)),
         distributed=DistributedConfig(platform=platform),
         layout=Layout(local_device_count=gpus),
     )
+    return replaced(spec, **{k: v for k, v in workload.items() if k in tables_of_keys()})
 
 
 def pipelines_and_step(spec, gpus: int):
     """The trainer's pipelines, device call and placed state for `gpus` devices of this process."""
-    import dataclasses
 
     import jax
 
@@ -109,15 +108,15 @@ def pipelines_and_step(spec, gpus: int):
 
     devices = jax.local_devices()[:gpus]
     auto = resolve(spec, place(spec, devices[0].platform), gpus, gpus, 1)
-    spec = dataclasses.replace(spec, train=auto.train_config(spec.train))  # --attention resolved, as set_up.py
+    spec = auto.resolved(spec)  # --attention resolved, as set_up.py
     sharding = shards.Sharding(0, gpus, gpus, auto.readers_per_device)
-    start = dali.Start(spec.data.sample_order, spec.train.seed, gpus, auto.batch_per_device_step, auto.steps_per_call)
+    start = dali.Start(spec.data.sample_order, spec.step.seed, gpus, auto.batch_per_device_step, auto.steps_per_call)
     data = dali.build(
         f"{spec.data.data_dir}/training", devices, devices, sharding, auto.call_batch, True,
-        auto.data_config(spec.data), spec.train.seed, start=start,
+        auto.data_config(spec.data), spec.step.seed, start=start,
     )  # fmt: skip
     fresh = create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call)
-    mode_name = resolve_parallel(spec.train.parallel, bool(fresh.collections), gpus)
+    mode_name = resolve_parallel(spec.step.parallel, bool(fresh.collections), gpus)
     mode = parallel.create(
         mode_name, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
     )
@@ -131,16 +130,15 @@ PARTS = ("step", "step-unmixed", "data", "data-global")
 
 def part(name: str, spec, gpus: int, calls: int) -> dict:
     """One part, in this (child) process: `step` or `data`, timed over `calls` device calls after a warm-up."""
-    import dataclasses
-
     import jax
 
     from dali_launch.trainer import compile_cache
+    from dali_launch.trainer.config import replaced
 
     if os.environ.get(compile_cache.ENV):  # where the `train` runs look (main's): they skip the step's compile
         compile_cache.point_jax_at(Path(os.environ[compile_cache.ENV]))
     if name == "step-unmixed":  # the same step without --mixup/--cutmix: mixing's cost on the device
-        spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, mixup=0.0, cutmix=0.0))
+        spec = replaced(spec, mixup=0.0, cutmix=0.0)
     auto, data, mode, state, tally = pipelines_and_step(spec, gpus)
     batch = data.next()
     if name.startswith("step"):  # the data part's `run` reads, the step parts reuse one batch

@@ -33,12 +33,14 @@ def fresh_state(setup: Setup):
     state) or jit on the host's CPU (the real one, as the trainer)."""
     import numpy as np
 
-    from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
     from dali_launch.trainer.step.initial_state import state_maker
 
-    train = TrainConfig(model=model_name(setup.model), precision=setup.precision, optimizer="adamw", remat=setup.remat)
     data = DataConfig(num_classes=setup.num_classes, image_size=setup.image_size)
-    spec = TaskSpec(run_dir="unused", data=data, train=train)
+    spec = TaskSpec(run_dir="unused", data=data)
+    spec = replaced(
+        spec, model=model_name(setup.model), precision=setup.precision, optimizer="adamw", remat=setup.remat
+    )
     return state_maker(spec, 1000), np.zeros((1, setup.image_size, setup.image_size, 3), np.float16)
 
 

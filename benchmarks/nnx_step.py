@@ -43,14 +43,14 @@ def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: 
     import jax
     import numpy as np
 
-    from dali_launch.trainer.config import TrainConfig
+    from dali_launch.trainer.config import OptimizerConfig, StepConfig
     from dali_launch.trainer.entry_points import create_model
     from dali_launch.trainer.model.forward import Forward, train_kwarg
     from dali_launch.trainer.step import optim
     from dali_launch.trainer.step.state import Recipe, TrainState
 
     model = create_model(model_name, 10, adapter=adapter)
-    config = TrainConfig(model=model_name, precision=precision)
+    config = OptimizerConfig()
     key = jax.random.PRNGKey(0)
     kwargs = {k: False for k in [train_kwarg(model)] if k}
     init = jax.jit(
@@ -62,7 +62,7 @@ def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: 
         jax.random.fold_in(key, 2),
         Forward(model, precision),
         optim.optimizer(config),
-        optim.schedule(config, steps_per_epoch),
+        optim.schedule(config, StepConfig().epochs, steps_per_epoch),
         Recipe(),
     )
 

@@ -124,7 +124,7 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     import jax.numpy as jnp
     import numpy as np
 
-    from dali_launch.trainer.config import TaskSpec, TrainConfig
+    from dali_launch.trainer.config import TaskSpec, replaced
     from dali_launch.trainer.data.rows import AXIS
     from dali_launch.trainer.resilience.checkpoint import zero_tally
     from dali_launch.trainer.step import parallel
@@ -134,7 +134,7 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     key = (model, image_size, precision, lever.batchnorm_stats, lever.pool_grad)  # the batch does not change the state
     if key not in _FRESH:
         chosen = {"batchnorm_stats": lever.batchnorm_stats, "pool_grad": lever.pool_grad}
-        spec = TaskSpec(run_dir="unused", train=TrainConfig(model=model, precision=precision, **chosen))
+        spec = replaced(TaskSpec(run_dir="unused"), model=model, precision=precision, **chosen)
         _FRESH[key] = create_train_state(spec, np.zeros((1, image_size, image_size, 3), np.float16), 1000)
     fresh = _FRESH[key]
     mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))

@@ -1,11 +1,14 @@
 """`--config FILE.toml`: any flag, in a TOML file; and the TOML a run's configuration is saved as.
 
-    [train]                       # tables: RunConfig's fields (launch, slurm, data, train, ...)
+    [model]                       # tables: RunConfig's fields (launch, slurm, data, model, step, ...)
     model = "cnn"                 # keys: field names, i.e. the flag without its dashes, `_` for `-`
+    [step]
     epochs = 3
     [data]
     data_dir = "/data/fashion"    # relative paths are taken from where dali-launch runs, as for flags
 
+An earlier version kept the model, step, optimizer, recipe, eval and xla keys in one [train] table: such a
+file still loads, its keys read from the tables that hold them now (as an old config.json is: trainer/config.py).
 Precedence: defaults < the file < flags given on the command line. TOML has no null: a key left
 out keeps its default. `dali-launch config show [flags]` prints the result in this format, and every
 run directory holds its own as config.toml, so `--config RUN_DIR/config.toml` repeats a run.
@@ -24,9 +27,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer.config import Layout
+from dali_launch.trainer.config import Layout, tables_of_keys
 from dali_launch.trainer.errors import UsageError
 
+LEGACY = "train"  # an earlier version's one table of the keys now in [model], [step], [optimizer], ...
 _WANT = {
     bool: "true or false",
     int: "an integer",
@@ -75,15 +79,18 @@ def load(path: str, classes=()) -> dict:
             homes = [t for t, keys in known.items() if table in keys]
             fix = f"put it under [{homes[0]}]" if homes else f"settings sit in tables: {_tables(known)}"
             raise UsageError(f"{where}: {table} is outside any table; {fix}")
-        if table not in known:
+        if table not in known and table != LEGACY:
             close = difflib.get_close_matches(table, list(known), n=1, cutoff=0.6)
             fix = f"did you mean [{close[0]}]?" if close else f"tables are {_tables(known)}"
             raise UsageError(f"{where}: unknown table [{table}]; {fix}")
         for key, value in content.items():
-            if key not in known[table]:
-                raise UsageError(f"{where}: unknown key {key} in [{table}]{_key_fix(key, table, types[table], known)}")
-            kind = typing.get_type_hints(types[table])[key]
-            values[key] = _checked(f"{where}: [{table}] {key}", known[table][key], kind, value)
+            home = tables_of_keys().get(key, table) if table == LEGACY else table  # an old [train]: the key's table
+            if key not in known.get(home, {}):
+                raise UsageError(
+                    f"{where}: unknown key {key} in [{table}]{_key_fix(key, home, types.get(home), known)}"
+                )
+            kind = typing.get_type_hints(types[home])[key]
+            values[key] = _checked(f"{where}: [{table}] {key}", known[home][key], kind, value)
     return values
 
 
@@ -105,9 +112,11 @@ def _key_fix(key: str, table: str, cls: type, known: dict) -> str:
     homes = [t for t, keys in known.items() if key in keys]
     if homes:
         return f"; {key} belongs in [{homes[0]}]"
-    if key in {f.name for f in dataclasses.fields(cls)} | {f.name for f in dataclasses.fields(Layout)}:  # hidden
+    hidden = {f.name for f in dataclasses.fields(cls)} if cls else set()
+    if key in hidden | {f.name for f in dataclasses.fields(Layout)}:
         return f"; dali-launch sets {key} itself, leave it out"
-    return _guess(key, known[table]) or f"; keys of [{table}] are {', '.join(known[table])}"
+    keys = known.get(table) or tables_of_keys()  # an old [train] table: every key it could hold
+    return _guess(key, keys) or f"; keys of [{table}] are {', '.join(keys)}"
 
 
 def _checked(where: str, field: dataclasses.Field, kind, value):

@@ -7,14 +7,21 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dali_launch.trainer.config import (
+    TRAINING,
     DataConfig,
     DistributedConfig,
+    EvalConfig,
     Layout,
+    ModelConfig,
     ObserveConfig,
+    OptimizerConfig,
+    RecipeConfig,
     ResilienceConfig,
+    StepConfig,
     TaskSpec,
-    TrainConfig,
+    XlaConfig,
     opt,
+    replaced,
 )
 from dali_launch.trainer.errors import UsageError
 
@@ -107,7 +114,12 @@ class RunConfig:
     launch: LaunchConfig = LaunchConfig()
     slurm: SlurmConfig = SlurmConfig()
     data: DataConfig = DataConfig()
-    train: TrainConfig = TrainConfig()
+    model: ModelConfig = ModelConfig()
+    step: StepConfig = StepConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    recipe: RecipeConfig = RecipeConfig()
+    eval: EvalConfig = EvalConfig()
+    xla: XlaConfig = XlaConfig()
     distributed: DistributedConfig = DistributedConfig()
     resilience: ResilienceConfig = ResilienceConfig()
     observe: ObserveConfig = ObserveConfig()
@@ -161,7 +173,12 @@ RUN_OPTIONS = (
     ("Job", (LaunchConfig,)),
     ("SLURM", (SlurmConfig,)),
     ("Data", (DataConfig,)),
-    ("Training", (TrainConfig,)),
+    ("Model", (ModelConfig,)),
+    ("Steps", (StepConfig,)),
+    ("Optimizer", (OptimizerConfig,)),
+    ("Recipe", (RecipeConfig,)),
+    ("Evaluation", (EvalConfig,)),
+    ("XLA", (XlaConfig,)),
     ("Distributed", (DistributedConfig,)),
     ("Checkpoints and failures", (ResilienceConfig,)),
     ("Observe", (ObserveConfig,)),
@@ -210,11 +227,9 @@ def with_devices(run: RunConfig, here: bool) -> RunConfig:
 def absolute_paths(run: RunConfig) -> RunConfig:
     """`run` with --init-from absolute, as --data-dir is: taken from where dali-launch runs, once, whatever the
     folder of the checks' child or the tasks (a relative one failed in Orbax, and config.toml must record it)."""
-    from dataclasses import replace
-
-    if not run.train.init_from:
+    if not run.model.init_from:
         return run
-    return replace(run, train=replace(run.train, init_from=str(Path(run.train.init_from).resolve())))
+    return replaced(run, init_from=str(Path(run.model.init_from).resolve()))
 
 
 def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> TaskSpec:
@@ -232,7 +247,7 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
     return TaskSpec(
         run_dir=run_dir,
         data=replace(run.data, data_dir=data_dir),
-        train=run.train,  # --compile-cache "": the run root's (trainer/compile_cache.py)
+        **{table: getattr(run, table) for table in TRAINING},  # --compile-cache "": the run root's (compile_cache.py)
         distributed=run.distributed,
         resilience=run.resilience,
         observe=run.observe,

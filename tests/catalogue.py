@@ -180,14 +180,14 @@ def global_order_run(tmp: Path, data: Path, order: str = "global", **train) -> P
     shards (the default order's record, checkpoint.shard_record: 4 pipelines of 30, 3 calls done)."""
     from dali_launch.launcher.route import directory
     from dali_launch.launcher.run_config import LaunchConfig, RunConfig
-    from dali_launch.trainer.config import DataConfig, TrainConfig
+    from dali_launch.trainer.config import DataConfig, replaced
     from dali_launch.trainer.data import records
 
     run = RunConfig(
         launch=LaunchConfig(run_root=str(tmp / "old-runs"), gpus_per_node=4, tasks_per_node=2, local=True),
         data=DataConfig(sample_order=order),
-        train=TrainConfig(global_batch_size=120, **train),
     )
+    run = replaced(run, global_batch_size=120, **train)
     paths = directory.create(run, data, "local")
     values = (360, 120, 120, 4, 1, records.fingerprint_of(data / "training"))
     meta = {"epoch": 0, "calls_done": 3, "dali": [[], []], "order": dict(zip(ORDER_KEYS, values))}

@@ -14,7 +14,7 @@ import pytest
 from conftest import check_ok, dali_launch
 
 from dali_launch.trainer import compile_cache
-from dali_launch.trainer.config import TaskSpec, TrainConfig
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -22,9 +22,9 @@ def test_the_default_is_the_run_roots_and_off_is_none(tmp_path, monkeypatch):
     monkeypatch.delenv(compile_cache.ENV, raising=False)
     run = str(tmp_path / "runs" / "run-1")
     assert compile_cache.shared_folder(TaskSpec(run_dir=run)) == tmp_path / "runs" / ".compile-cache"
-    given = TaskSpec(run_dir=run, train=TrainConfig(compile_cache=str(tmp_path / "mine")))
+    given = replaced(TaskSpec(run_dir=run), compile_cache=str(tmp_path / "mine"))
     assert compile_cache.shared_folder(given) == tmp_path / "mine"
-    assert compile_cache.shared_folder(TaskSpec(run_dir=run, train=TrainConfig(compile_cache="off"))) is None
+    assert compile_cache.shared_folder(replaced(TaskSpec(run_dir=run), compile_cache="off")) is None
     monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "suite"))
     assert compile_cache.shared_folder(TaskSpec(run_dir=run)) == tmp_path / "suite"
 

@@ -33,14 +33,17 @@ def test_defaults_then_file_then_flags(capsys, tmp_path):
         '[data]\npipeline = "folders"\nimage_size = 32\n[slurm]\nsetup = ["module load cuda"]\n',
     )
     shown = _show(capsys, "--config", path, "--epochs", "7", "--batch-size", "50")
-    assert shown["train"]["model"] == "cnn"  # file over default
-    assert shown["train"]["epochs"] == 7  # flag over file
-    assert shown["train"]["batch_size"] == 50  # a flag given explicitly wins even when it equals the default
-    assert shown["train"]["learning_rate"] == 1.0  # TOML's integer taken for a float
-    assert shown["train"]["momentum"] == 0.9  # untouched default
+    assert shown["model"]["model"] == "cnn"  # file over default (an earlier version's [train] table: its keys' tables)
+    assert shown["step"]["epochs"] == 7  # flag over file
+    assert shown["step"]["batch_size"] == 50  # a flag given explicitly wins even when it equals the default
+    assert shown["optimizer"]["learning_rate"] == 1.0  # TOML's integer taken for a float
+    assert shown["optimizer"]["momentum"] == 0.9  # untouched default
     assert shown["data"] == {**shown["data"], "pipeline": "folders", "image_size": 32}
     assert shown["slurm"]["setup"] == ["module load cuda"]
-    assert _show(capsys)["train"]["epochs"] == 5  # no file: the defaults
+    assert _show(capsys)["step"]["epochs"] == 5  # no file: the defaults
+    tables = _write(tmp_path, '[model]\nmodel = "cnn"\n[step]\nepochs = 3\n[optimizer]\nlearning_rate = 1\n')
+    shown = _show(capsys, "--config", tables)
+    assert (shown["model"]["model"], shown["step"]["epochs"], shown["optimizer"]["learning_rate"]) == ("cnn", 3, 1.0)
 
 
 def test_show_prints_a_config_file_that_reproduces_itself(capsys, tmp_path):
@@ -60,8 +63,10 @@ def test_strings_survive_toml(text):
     "text, message",
     [
         ("[train]\nepoch = 3\n", "--config {path}: unknown key epoch in [train]; did you mean epochs?"),
-        ("[trian]\nepochs = 3\n", "--config {path}: unknown table [trian]; did you mean [train]?"),
-        ("epochs = 3\n", "--config {path}: epochs is outside any table; put it under [train]"),
+        ("[stpe]\nepochs = 3\n", "--config {path}: unknown table [stpe]; did you mean [step]?"),
+        ("epochs = 3\n", "--config {path}: epochs is outside any table; put it under [step]"),
+        ("[step]\nepoch = 3\n", "--config {path}: unknown key epoch in [step]; did you mean epochs?"),
+        ("[step]\nmodel = 3\n", "--config {path}: unknown key model in [step]; model belongs in [model]"),
         (
             '[train]\ndata_dir = "/data"\n',
             "--config {path}: unknown key data_dir in [train]; data_dir belongs in [data]",
@@ -117,7 +122,7 @@ def test_a_run_keeps_its_resolved_config_toml(small_lmdb, tmp_path, capsys):
     check_ok(dali_launch("train", "--config", path, "--learning-rate", "0.05"))
     paths = only_run(tmp_path / "runs")
     spec = json.loads(paths.config.read_text())
-    assert (spec["train"]["batch_size"], spec["train"]["learning_rate"], spec["train"]["epochs"]) == (100, 0.05, 1)
+    assert (spec["step"]["batch_size"], spec["optimizer"]["learning_rate"], spec["step"]["epochs"]) == (100, 0.05, 1)
     assert json.loads(paths.metrics.read_text())["train_samples"] == 800
     saved = paths.config_toml.read_text()
     assert tomllib.loads(saved)["data"]["data_dir"] == str(small_lmdb.resolve())

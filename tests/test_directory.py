@@ -9,20 +9,20 @@ import pytest
 
 from dali_launch.launcher.route import directory, resume
 from dali_launch.launcher.run_config import LaunchConfig, RunConfig
-from dali_launch.trainer.config import TaskSpec, TrainConfig
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
 
 
 def _run(tmp_path, **train) -> RunConfig:
-    return RunConfig(launch=LaunchConfig(run_root=str(tmp_path / "runs"), name="a b/c"), train=TrainConfig(**train))
+    return replaced(RunConfig(launch=LaunchConfig(run_root=str(tmp_path / "runs"), name="a b/c")), **train)
 
 
 def test_create_writes_every_file_and_names_the_run(tmp_path):
     paths = directory.create(_run(tmp_path, epochs=3), tmp_path / "data", "local")
     assert paths.root.parent == tmp_path / "runs" and paths.root.name.startswith("a-b-c-")
     spec = TaskSpec.load(paths.root)
-    assert (spec.train.epochs, spec.layout.backend, spec.data.data_dir) == (3, "local", str(tmp_path / "data"))
+    assert (spec.step.epochs, spec.layout.backend, spec.data.data_dir) == (3, "local", str(tmp_path / "data"))
     assert "epochs = 3" in paths.config_toml.read_text() and json.loads(paths.launch.read_text())["name"] == "a b/c"
     assert paths.logs.is_dir()
     again = directory.create(_run(tmp_path), tmp_path / "data", "local")  # the same second: a suffix, never a clash
@@ -43,9 +43,9 @@ def test_resume_rewrites_the_spec_only_when_changed(tmp_path):
     run = dataclasses.replace(_run(tmp_path, epochs=3), launch=LaunchConfig(resume=str(paths.root)))
     assert directory.resume(run, tmp_path / "data", "none", changed=False).root == paths.root
     assert paths.config.read_text() == before
-    longer = dataclasses.replace(run, train=TrainConfig(epochs=7))
+    longer = replaced(run, epochs=7)
     directory.resume(longer, tmp_path / "data", "none", changed=True)
-    assert TaskSpec.load(paths.root).train.epochs == 7
+    assert TaskSpec.load(paths.root).step.epochs == 7
     assert "epochs = 7" in paths.config_toml.read_text() and "# resume is unset" in paths.config_toml.read_text()
 
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import dali_launch
 from run_readers import final_params, only_run
 
-from dali_launch.trainer.config import TaskSpec, TrainConfig
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.step import parallel
 from dali_launch.trainer.step.initial_state import create_train_state
 
@@ -110,7 +110,7 @@ def test_skip_step_drops_an_update_whose_loss_is_not_finite():
     the first trains as it would alone. Without skip-step the NaN reaches the parameters."""
     example = np.zeros((1, 784), np.float32)
     states = {
-        on_nan: create_train_state(TaskSpec(run_dir="", train=TrainConfig(on_nan=on_nan)), example, 4)
+        on_nan: create_train_state(replaced(TaskSpec(run_dir=""), on_nan=on_nan), example, 4)
         for on_nan in ("skip-step", "stop")
     }
     rng = np.random.default_rng(0)

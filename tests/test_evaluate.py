@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 ONE_DEVICE = """
 import dataclasses, json, sys
 import jax, numpy as np
-from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.run_dir import RunPaths
@@ -26,7 +26,7 @@ from dali_launch.trainer.step.initial_state import create_train_state
 from dali_launch.trainer.step.evaluate import Evaluator
 
 spec = TaskSpec.load(sys.argv[1])
-spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, eval_cache_mb=0))
+spec = replaced(spec, eval_cache_mb=0)
 paths = RunPaths(spec.run_dir)
 fresh = create_train_state(spec, np.zeros((1, 784), np.float32), slots_per_epoch=1)
 state, _ = Checkpointer(paths, 3).restore(saved.newest(paths).step, fresh, zero_tally())

@@ -75,14 +75,14 @@ def test_train_without_gpus_per_node_is_planned_for_the_gpus_it_would_see(monkey
     a count this machine does not show (a resume's recorded one) is refused before anything is written."""
     from dali_launch.launcher.route.checks import validate
     from dali_launch.launcher.route.machine_checks import check_gpu_count
-    from dali_launch.launcher.run_config import DistributedConfig, RunConfig, TrainConfig, with_devices
+    from dali_launch.launcher.run_config import DistributedConfig, RunConfig, replaced, with_devices
     from dali_launch.trainer.topology import visible_gpus
 
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == 2
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3"}) == 1
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == 0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    on_gpus = RunConfig(distributed=DistributedConfig(platform="gpu"), train=TrainConfig(mesh="fsdp:2"))
+    on_gpus = replaced(RunConfig(distributed=DistributedConfig(platform="gpu")), mesh="fsdp:2")
     planned = with_devices(on_gpus, here=True)
     assert planned.launch.gpus_per_node == 2 and planned.num_devices == 2
     validate(planned)  # --mesh fsdp:2 spans the machine's two GPUs
@@ -301,7 +301,7 @@ def test_a_vits_step_whose_activations_do_not_fit_recomputes_its_blocks_by_defau
     needed = re.search(said, proc.stdout)
     assert needed and float(needed[1]) > 300, proc.stdout
     run = only_run(tmp_path / "auto")
-    assert json.loads(run.config.read_text())["train"]["remat"] == "auto"
+    assert json.loads(run.config.read_text())["model"]["remat"] == "auto"
     assert json.loads(run.rank_map.read_text())[0]["resolved"]["remat"] == "blocks"
     proc = dali_launch(*vit, "--remat", "none", "--run-root", str(tmp_path / "refused"), env=env)
     assert proc.returncode == 2, proc.stderr

@@ -170,10 +170,10 @@ def test_cnn_twin_checkpoints_round_trip(tmp_path):
     import orbax.checkpoint as ocp
     from flax import serialization
 
-    from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
     from dali_launch.trainer.step.initial_state import create_train_state
 
-    spec = TaskSpec(run_dir="unused", data=DataConfig(), train=TrainConfig(model="cnn-nnx", ema_decay=0.9))
+    spec = replaced(TaskSpec(run_dir="unused", data=DataConfig()), model="cnn-nnx", ema_decay=0.9)
     state = create_train_state(spec, np.zeros((1, 784), np.float32), 10)
     assert set(state.params["convs"]) == {0, 1}
     with ocp.StandardCheckpointer() as saver:
@@ -188,13 +188,13 @@ def test_cnn_twin_checkpoints_round_trip(tmp_path):
 def test_bf16_accumulation_and_ema_step_an_nnx_model_as_a_linen_one(user_code):
     """The trainer's step on the docs' Net with --precision bf16, --accumulate-steps 2 and --ema-decay:
     float32 parameters, one update per 2 steps, statistics and EMA moved; --parallel auto sees state."""
-    from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+    from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
     from dali_launch.trainer.resolve import parallel as resolve_parallel
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.step.initial_state import InitialState
 
-    train = TrainConfig(model="nnx_models:Net", precision="bf16", accumulate_steps=2, ema_decay=0.9)
-    spec = TaskSpec(run_dir="unused", data=DataConfig(), train=train)
+    spec = TaskSpec(run_dir="unused", data=DataConfig())
+    spec = replaced(spec, model="nnx_models:Net", precision="bf16", accumulate_steps=2, ema_decay=0.9)
     example = np.zeros((1, 784), np.float32)
     initial = InitialState(spec, example, 4)  # as set_up makes it: its shapes, then its values
     assert resolve_parallel("auto", bool(initial.shapes.collections), 2) == "pmap"  # BatchNorm on 2 devices

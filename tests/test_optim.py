@@ -13,7 +13,7 @@ import optax
 import pytest
 from flax.traverse_util import flatten_dict
 
-from dali_launch.trainer.config import TrainConfig
+from dali_launch.trainer.config import OptimizerConfig
 from dali_launch.trainer.model.forward import Forward
 from dali_launch.trainer.model.resnet import ResNet, resnet50
 from dali_launch.trainer.step import optim, parallel
@@ -22,15 +22,20 @@ from dali_launch.trainer.step.state import Recipe, TrainState
 SLOTS = 40  # SGD steps per epoch
 
 
-def _train(**changes) -> TrainConfig:
-    return dataclasses.replace(TrainConfig(epochs=10, learning_rate=0.4), **changes)
+EPOCHS = 10
+
+
+def _train(**changes) -> OptimizerConfig:
+    return dataclasses.replace(OptimizerConfig(learning_rate=0.4), **changes)
 
 
 @pytest.mark.parametrize("steps", [0, 1, 7, 39, 40, 41, 150, 399])
 def test_warmup_cosine_is_optaxs_own(steps):
     config = _train(schedule="cosine", warmup_epochs=1.0)
     reference = optax.warmup_cosine_decay_schedule(0.0, 0.4, warmup_steps=SLOTS, decay_steps=10 * SLOTS)
-    assert float(optim.schedule(config, SLOTS)(steps)) == pytest.approx(float(reference(steps)), rel=1e-6, abs=1e-9)
+    assert float(optim.schedule(config, EPOCHS, SLOTS)(steps)) == pytest.approx(
+        float(reference(steps)), rel=1e-6, abs=1e-9
+    )
 
 
 @pytest.mark.parametrize("steps, expected", [(0, 0.0), (5, 0.2), (10, 0.4), (205, 0.2), (400, 0.0)])
@@ -38,16 +43,16 @@ def test_warmup_linear_in_steps(steps, expected):
     """Warm-up over 10 steps to 0.4, then a straight line to 0 at the run's 400th step."""
     config = _train(schedule="linear", warmup_steps=10)
     reference = optax.join_schedules([optax.linear_schedule(0.0, 0.4, 10), optax.linear_schedule(0.4, 0.0, 390)], [10])
-    assert float(optim.schedule(config, SLOTS)(steps)) == pytest.approx(expected, abs=1e-6)
-    assert float(optim.schedule(config, SLOTS)(steps)) == pytest.approx(float(reference(steps)), abs=1e-7)
+    assert float(optim.schedule(config, EPOCHS, SLOTS)(steps)) == pytest.approx(expected, abs=1e-6)
+    assert float(optim.schedule(config, EPOCHS, SLOTS)(steps)) == pytest.approx(float(reference(steps)), abs=1e-7)
 
 
 @pytest.mark.parametrize("steps, expected", [(0, 0.4), (119, 0.4), (120, 0.04), (279, 0.04), (280, 0.004)])
 def test_step_decay_at_given_epochs(steps, expected):
     config = _train(schedule="step", decay_epochs="3,7")
     reference = optax.piecewise_constant_schedule(0.4, {3 * SLOTS: 0.1, 7 * SLOTS: 0.1})
-    assert float(optim.schedule(config, SLOTS)(steps)) == pytest.approx(expected, rel=1e-6)
-    assert float(optim.schedule(config, SLOTS)(steps)) == float(reference(steps))
+    assert float(optim.schedule(config, EPOCHS, SLOTS)(steps)) == pytest.approx(expected, rel=1e-6)
+    assert float(optim.schedule(config, EPOCHS, SLOTS)(steps)) == float(reference(steps))
 
 
 def test_accumulation_counts_optimizer_updates():
@@ -55,7 +60,7 @@ def test_accumulation_counts_optimizer_updates():
     config = _train(schedule="cosine", warmup_epochs=1.0, accumulate_steps=4)
     reference = optax.warmup_cosine_decay_schedule(0.0, 0.4, warmup_steps=10, decay_steps=100)
     for n in (0, 5, 10, 50, 99):
-        assert float(optim.schedule(config, SLOTS)(n)) == pytest.approx(float(reference(n)), rel=1e-6, abs=1e-9)
+        assert float(optim.schedule(config, EPOCHS, SLOTS)(n)) == pytest.approx(float(reference(n)), rel=1e-6, abs=1e-9)
 
 
 @pytest.mark.parametrize("name", ["sgd", "nesterov", "adamw", "lamb", "lars"])
@@ -95,7 +100,6 @@ def _state(accumulate: int, optimizer: str) -> TrainState:
         accumulate_steps=accumulate,
         schedule="cosine",
         warmup_steps=1,
-        label_smoothing=0.1,
         clip_norm=1.0,
         weight_decay=0.01,
     )
@@ -104,7 +108,7 @@ def _state(accumulate: int, optimizer: str) -> TrainState:
         jax.random.PRNGKey(2),
         Forward(model),
         optim.optimizer(config),
-        optim.schedule(config, 8),
+        optim.schedule(config, EPOCHS, 8),
         Recipe(accumulate_steps=accumulate, label_smoothing=0.1),
     )
 

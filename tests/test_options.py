@@ -35,14 +35,14 @@ def test_ci_epochs_from_flag_and_file(captured, tmp_path, flags, file, epochs):
         (tmp_path / "run.toml").write_text(file)
         config = ["--config", str(tmp_path / "run.toml")]
     assert cli.main(["ci", *flags, *config]) == 0
-    assert captured["run"].train.epochs == epochs
+    assert captured["run"].step.epochs == epochs
 
 
 def test_flags_win_over_the_file_and_the_file_over_defaults(captured, tmp_path):
     (tmp_path / "run.toml").write_text("[train]\nepochs = 4\nbatch_size = 64\n[data]\nprefetch = 2\n")
     assert cli.main(["train", "--config", str(tmp_path / "run.toml"), "--batch-size", "50"]) == 0
     run = captured["run"]
-    assert (run.train.epochs, run.train.batch_size, run.data.prefetch, run.train.momentum) == (4, 50, 2, 0.9)
+    assert (run.step.epochs, run.step.batch_size, run.data.prefetch, run.optimizer.momentum) == (4, 50, 2, 0.9)
 
 
 def test_help_lists_the_commands_and_the_flags(capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
 from dali_launch.trainer.data import placement
 from dali_launch.trainer.errors import UsageError
 
@@ -147,7 +147,7 @@ def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, g
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     monkeypatch.setenv(placement.CODECS_PATH, "")
     monkeypatch.delenv(placement.CODECS_PATH)
-    spec = TaskSpec(run_dir="x", data=DataConfig(decoder=decoder), train=TrainConfig(cuda_graphs=graphs))
+    spec = replaced(TaskSpec(run_dir="x", data=DataConfig(decoder=decoder)), cuda_graphs=graphs)
     configure_process_env(Topology(0, 1, None, 1, (0,), "host", "gpu"), placement.place(spec, "gpu"))
     assert (placement.CODECS_PATH in os.environ) is codecs_only
     flags = os.environ["XLA_FLAGS"].split()
@@ -176,7 +176,7 @@ def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(
     monkeypatch.setenv("JAX_PLATFORMS", "")
     monkeypatch.delenv(compile_cache.ENV, raising=False)
     run_dir = str(tmp_path / "runs" / "r")
-    spec = TaskSpec(run_dir=run_dir, train=TrainConfig(deterministic=True, compile_cache=cache))
+    spec = replaced(TaskSpec(run_dir=run_dir), deterministic=True, compile_cache=cache)
     where = placement.place(spec, platform)
     configure_process_env(Topology(0, 1, None, None, None, "host", platform), where)
     given = [f for f in os.environ["XLA_FLAGS"].split() if "deterministic" in f.split("=")[0]]
@@ -185,7 +185,7 @@ def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(
     picks = f"--{compile_cache.AUTOTUNE_FLAG}={tmp_path / 'runs' / '.compile-cache' / 'autotune'}"
     kept = platform == "gpu" and cache != "off"
     assert (picks in os.environ["XLA_FLAGS"].split()) is kept
-    no_flag = placement.place(TaskSpec(run_dir=run_dir, train=TrainConfig(compile_cache=cache)), platform).xla_flags
+    no_flag = placement.place(replaced(TaskSpec(run_dir=run_dir), compile_cache=cache), platform).xla_flags
     assert no_flag == (((compile_cache.AUTOTUNE_FLAG, picks.split("=", 1)[1]),) if kept else ())
 
 

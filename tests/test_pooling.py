@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dali_launch.trainer.config import TaskSpec, TrainConfig
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.pooling import max_pool_3x3_s2, stem_pool
@@ -64,10 +64,10 @@ def test_its_gradient_has_no_scatter():
 def test_auto_resolves_by_platform_and_determinism_and_reaches_the_resnets():
     assert pool_grad("auto", "cpu", False) == "masks" and pool_grad("auto", "gpu", False) == "scatter"
     assert pool_grad("auto", "gpu", True) == "masks" and pool_grad("scatter", "gpu", True) == "scatter"
-    spec = TaskSpec(run_dir="x", train=TrainConfig(model="resnet50"))
+    spec = replaced(TaskSpec(run_dir="x"), model="resnet50")
     resolved = resolve(spec, place(spec, "cpu"), 1, 1, 1)
     assert resolved.as_dict("pmap")["pool_grad"] == "masks"  # recorded in rank_map.json
-    assert resolved.train_config(spec.train).pool_grad == "masks"
+    assert resolved.resolved(spec).model.pool_grad == "masks"
     for name in ("resnet50", "resnet18"):
         assert create_model(name, 10, pool_grad="masks").pool_grad == "masks"
         assert create_model(name, 10).pool_grad == "scatter"

@@ -123,7 +123,7 @@ def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_pat
     assert all(e["train_samples"] == 8000 and e["test_count"] == 2000 for e in epochs)
     assert epochs[-1]["test_accuracy"] >= 0.9, epochs  # a 16-filter conv + linear layer on MNIST
     spec = json.loads(paths.config.read_text())
-    assert (spec["train"]["model"], spec["data"]["pipeline"]) == ("mypkg.models:build", "mypkg.pipe:make")
+    assert (spec["model"]["model"], spec["data"]["pipeline"]) == ("mypkg.models:build", "mypkg.pipe:make")
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.resilience import elastic
 from dali_launch.trainer.resilience.start_point import StartPoint
@@ -71,12 +71,12 @@ def test_eval_batch_size(setting, platform, expected):
     """auto: training's batch per device on GPUs (the evaluation's compile reuses training's autotuning: ResNet-50's
     first evaluation 1.0 s cold on an H200, 7.1 s at 500), 500 on CPUs; a value given is kept."""
     assert eval_batch_size(setting, platform, 256) == expected
-    spec = TaskSpec(run_dir="x", train=TrainConfig(batch_size=256, eval_batch_size=setting))
-    assert resolve(spec, place(spec, "cpu"), 1, 1, 1).train_config(spec.train).eval_batch_size == (setting or 500)
+    spec = replaced(TaskSpec(run_dir="x"), batch_size=256, eval_batch_size=setting)
+    assert resolve(spec, place(spec, "cpu"), 1, 1, 1).resolved(spec).eval.eval_batch_size == (setting or 500)
 
 
 def test_resolve_records_every_auto_value():
-    spec = TaskSpec(run_dir="x", train=TrainConfig(batch_size=50))
+    spec = replaced(TaskSpec(run_dir="x"), batch_size=50)
     auto = resolve(spec, place(spec, "cpu"), local_devices=2, global_devices=4, processes_here=2)
     assert auto.as_dict(parallel="sharded") == {  # stage 3 resolves --parallel once the model's shapes are known
         "platform": "cpu",
@@ -105,25 +105,25 @@ def test_resolve_records_every_auto_value():
         "xla_flags": {},  # no --deterministic
     }
     assert auto.call_batch == 50
-    vit = TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32), train=TrainConfig(model="vit-s16"))
+    vit = replaced(TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32)), model="vit-s16")
     assert resolve(vit, place(vit, "cpu"), 1, 1, 1).attention == "xla"  # CPUs: XLA's; GPUs in bf16 probe cuDNN's
     assert (auto.data_config(spec.data).reader_threads, auto.data_config(spec.data).decoder) == (2, "cpu")
 
 
 def test_bf16_pipelines_output_float16():
     """DALI has no bfloat16: under --precision bf16 the pipelines hand over half the bytes as float16."""
-    spec = TaskSpec(run_dir="x", train=TrainConfig(precision="bf16"))
+    spec = replaced(TaskSpec(run_dir="x"), precision="bf16")
     assert resolve(spec, place(spec, "cpu"), 1, 1, 1).output_dtype == "float16"
     assert resolve(spec, place(spec, "cpu"), 1, 1, 1).data_config(spec.data).output_dtype == "float16"  # what DALI gets
-    kept = TaskSpec(run_dir="x", data=DataConfig(output_dtype="float32"), train=TrainConfig(precision="bf16"))
+    kept = replaced(TaskSpec(run_dir="x", data=DataConfig(output_dtype="float32")), precision="bf16")
     assert resolve(kept, place(kept, "cpu"), 1, 1, 1).output_dtype == "float32"
 
 
 def test_a_global_order_checkpoint_of_another_size_sets_the_batch_and_steps():
     """elastic.py's plan wins over --batch-size and auto --steps-per-call (the checkpoint's are kept)."""
-    spec = TaskSpec(run_dir="x", data=DataConfig(sample_order="global"), train=TrainConfig(batch_size=50))
+    spec = replaced(TaskSpec(run_dir="x", data=DataConfig(sample_order="global")), batch_size=50)
     order = {"devices": 4, "global_batch": 200, "steps_per_call": 3, "position": 0}
-    start = StartPoint(step=0, order=order, plan=elastic.plan(order, 2, spec.train.elastic_batch))
+    start = StartPoint(step=0, order=order, plan=elastic.plan(order, 2, spec.step.elastic_batch))
     auto = resolve(spec, place(spec, "cpu"), local_devices=1, global_devices=2, processes_here=1, start=start)
     assert (auto.batch_per_device_step, auto.steps_per_call, auto.lr_scale) == (100, 3, 1.0)
     assert auto.elastic["devices_before"] == 4 and auto.elastic["rule"] == "keep"

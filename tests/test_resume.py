@@ -15,7 +15,7 @@ from catalogue import run_entry, snapshot
 from dali_launch.launcher.cli import main
 from dali_launch.launcher.route import directory
 from dali_launch.launcher.run_config import LaunchConfig, RunConfig
-from dali_launch.trainer.config import Layout, TaskSpec, TrainConfig
+from dali_launch.trainer.config import Layout, TaskSpec, replaced
 
 BACKENDS = {"none": "dali-launch train", "local": "dali-launch --local", "slurm": "dali-launch"}
 
@@ -28,7 +28,7 @@ def made(small_lmdb, tmp_path):
         launch = LaunchConfig(
             run_root=str(tmp_path / "made"), local=backend == "local", gpus_per_node=None if backend == "none" else 2
         )
-        run = RunConfig(launch=launch, train=TrainConfig(epochs=3))
+        run = replaced(RunConfig(launch=launch), epochs=3)
         return directory.create(run, small_lmdb, backend)
 
     return make
@@ -144,8 +144,8 @@ def test_a_dry_run_of_a_resume_prints_the_plan_and_changes_nothing(capsys, made,
     if backend == "slurm":
         assert "#SBATCH" in out
     else:
-        assert json.loads(out[out.index("{") :])["train"]["epochs"] == 5
-    assert json.loads(paths.config.read_text())["train"]["epochs"] == 3
+        assert json.loads(out[out.index("{") :])["step"]["epochs"] == 5
+    assert json.loads(paths.config.read_text())["step"]["epochs"] == 3
 
 
 def test_a_run_directory_of_the_previous_version_still_resumes_and_lists(capsys, made, monkeypatch):
@@ -172,10 +172,10 @@ def test_a_changed_flag_is_written_to_the_run_before_it_continues(made, monkeypa
     with pytest.raises(_Stopped):
         main(["--resume", str(paths.root), "--epochs", "7", "--watchdog-s", "30"])
     ((run, at),) = started
-    assert at.root == paths.root and run.launch.local and run.train.epochs == 7
+    assert at.root == paths.root and run.launch.local and run.step.epochs == 7
     spec = json.loads(paths.config.read_text())
-    assert (spec["train"]["epochs"], spec["resilience"]["watchdog_s"]) == (7, 30)
-    assert "epochs = 7" in paths.config_toml.read_text() and "resume" not in dataclasses.asdict(run.train)
+    assert (spec["step"]["epochs"], spec["resilience"]["watchdog_s"]) == (7, 30)
+    assert "epochs = 7" in paths.config_toml.read_text() and "resume" not in dataclasses.asdict(run.step)
 
 
 class _Stopped(Exception):

@@ -9,14 +9,13 @@ test_catalogue_resume.py.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 from catalogue import dataset, global_order_run
 from run_readers import start_point_without_jax
 
-from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.data.hosting import Remainder, ShardLayout
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import start_point
@@ -54,7 +53,7 @@ def test_a_global_order_continues_on_another_layout(global_run):
     """Rescaled to 30 per device on 3 devices: 360 is 4 calls of 90 into the epoch; the pipelines (2
     processes wrote it, 1 reads it) start afresh; the schedule is re-based on the new epoch length."""
     spec = TaskSpec.load(global_run.root)
-    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, elastic_batch="rescale"))
+    spec = replaced(spec, elastic_batch="rescale")
     start = start_point.read(global_run, spec, process_id=0, processes=1, devices=3)
     assert (start.step, start.epoch, start.calls_done, start.offset) == (360, 0, 4, 0)
     assert (start.plan.global_batch, start.plan.batch_per_device_step, start.first_global_batch) == (90, 30, 120)

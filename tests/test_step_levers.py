@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dali_launch.trainer.config import TaskSpec, TrainConfig
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.resnet import batch_norm
@@ -37,7 +37,7 @@ def test_every_gpu_default_is_an_option_xla_knows():
 
 
 def test_placement_carries_them_and_resolve_records_them():
-    spec = TaskSpec(run_dir="x", train=TrainConfig(xla_options="xla_gpu_autotune_level=0"))
+    spec = replaced(TaskSpec(run_dir="x"), xla_options="xla_gpu_autotune_level=0")
     where = place(spec, "cpu")
     assert where.xla_options == {"xla_gpu_autotune_level": "0"}
     assert resolve(spec, where, 1, 1, 1).as_dict("sharded")["xla_options"] == {"xla_gpu_autotune_level": "0"}

@@ -130,7 +130,7 @@ def test_local_sweep_runs_each_point_after_the_other(small_lmdb, tmp_path):
         ({"learning_rate": 0.05}, "finished", 1),
         ({"learning_rate": 0.1}, "finished", 1),
     ]
-    configs = [json.loads(RunPaths(r["run_dir"]).config.read_text())["train"]["learning_rate"] for r in status]
+    configs = [json.loads(RunPaths(r["run_dir"]).config.read_text())["optimizer"]["learning_rate"] for r in status]
     assert configs == [0.05, 0.1]
     for r in status:  # a point by the name `runs` prints under its sweep
         named = dali_launch("status", Path(r["run_dir"]).name, "--run-root", str(tmp_path))
@@ -175,8 +175,9 @@ def test_two_by_two_sweep_is_one_array_of_four_runs(slurm_env, small_lmdb, tmp_p
     assert len({p.root for p in runs}) == 4 and all(p.root.parent == sweep_dir for p in runs)
     results = [json.loads(p.result.read_text()) for p in runs]
     assert all(len(set(r["checksums"])) == 1 and len(r["checksums"]) == 2 for r in results)
-    specs = [json.loads(p.config.read_text())["train"] for p in runs]
-    assert [(s["learning_rate"], s["batch_size"]) for s in specs] == [(0.05, 25), (0.05, 50), (0.1, 25), (0.1, 50)]
+    specs = [json.loads(p.config.read_text()) for p in runs]
+    swept = [(s["optimizer"]["learning_rate"], s["step"]["batch_size"]) for s in specs]
+    assert swept == [(0.05, 25), (0.05, 50), (0.1, 25), (0.1, 50)]
     assert [json.loads((p.root / "job.json").read_text())["job_id"] for p in runs] == [f"{array}_{i}" for i in range(4)]
     table = dali_launch("sweep", "status", str(sweep_dir), env=slurm_env)
     check_ok(table)

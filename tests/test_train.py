@@ -149,7 +149,7 @@ def test_cached_test_set_gives_the_accuracy_of_reading_it_again(small_lmdb, two_
     check_ok(dali_launch(*argv, "--run-root", str(tmp_path)))
     accuracies = {}
     for cache, paths in (("1024", two_devices), ("0", only_run(tmp_path))):
-        assert json.loads(paths.config.read_text())["train"]["eval_cache_mb"] == int(cache)
+        assert json.loads(paths.config.read_text())["eval"]["eval_cache_mb"] == int(cache)
         epochs = _metrics(paths)
         assert [e["test_count"] for e in epochs] == [200] * 2
         accuracies[cache] = [e["test_accuracy"] for e in epochs]

@@ -56,7 +56,7 @@ def test_a_run_fine_tuned_onto_other_classes_loads_all_but_the_head(learnt):
     )  # fmt: skip
     check_ok(proc)
     tuned = only_run(root / "tuned")
-    assert tomllib.loads(tuned.config_toml.read_text())["train"]["init_from"] == str(source.root)  # recorded absolute
+    assert tomllib.loads(tuned.config_toml.read_text())["model"]["init_from"] == str(source.root)  # recorded absolute
     plan = json.loads(tuned.init_from.read_text())
     assert sorted(plan["reinitialised"]) == ["params/head/bias", "params/head/kernel"] and plan["ignored"] == []
     assert len(plan["loaded"]) == 21 and plan["source"].startswith(str(source.checkpoints))

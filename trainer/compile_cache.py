@@ -52,7 +52,7 @@ SETTLED_S = 2.0  # an entry this recent may still be being written (a compile in
 def shared_folder(spec: TaskSpec) -> Path | None:
     """Where the runs of a run root share their programs: --compile-cache DIR, else $DALI_LAUNCH_COMPILE_CACHE
     (the test suite's: one folder for all its run roots), else RUN_ROOT/.compile-cache; None for off."""
-    setting = spec.train.compile_cache or os.environ.get(ENV, "")
+    setting = spec.xla.compile_cache or os.environ.get(ENV, "")
     if setting == "off":
         return None
     return Path(setting) if setting else Path(spec.run_dir).absolute().parent / SHARED

@@ -85,19 +85,19 @@ def create_model(name: str, num_classes: int, adapter: str | None = None, **opti
     return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER, options)
 
 
-# TrainConfig fields a model factory may name
+# [model] settings a model factory may name
 MODEL_OPTIONS = ("drop_path", "vit_pool", "attention", "remat", "batchnorm_stats", "pool_grad")
 
 
-def model_options(train) -> dict:
-    """The flags a model factory may take beside num_classes, from a TrainConfig (its `attention` resolved
-    by the task: resolve.py)."""
-    return {name: getattr(train, name) for name in MODEL_OPTIONS}
+def model_options(model) -> dict:
+    """The flags a model factory may take beside num_classes, from the [model] settings (their auto values
+    resolved by the task's plan)."""
+    return {name: getattr(model, name) for name in MODEL_OPTIONS}
 
 
 def run_model(spec):
     """The run's model: --model with --num-classes and the model options."""
-    return create_model(spec.train.model, spec.data.num_classes, **model_options(spec.train))
+    return create_model(spec.model.model, spec.data.num_classes, **model_options(spec.model))
 
 
 _CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}

@@ -62,15 +62,15 @@ import math
 from dataclasses import asdict, dataclass
 
 from dali_launch.trainer import entry_points
-from dali_launch.trainer.config import DataConfig, TaskSpec, TrainConfig
+from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
 from dali_launch.trainer.data import augment, contract, shards
 from dali_launch.trainer.data.hosting import Remainder, ShardLayout
 from dali_launch.trainer.data.memory import Room
 from dali_launch.trainer.data.placement import Placement
 from dali_launch.trainer.model import attention, vit
 from dali_launch.trainer.resilience.start_point import StartPoint
-from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
-from dali_launch.trainer.settings.step_fields import MAX_STEPS
+from dali_launch.trainer.settings.eval import EVAL_CPU_BATCH
+from dali_launch.trainer.settings.step import MAX_STEPS
 
 CALL_SAMPLES = 1200
 BATCHNORM_STATS = {"gpu": "float32", "cpu": "float32"}  # benchmarks/step_levers.py's batchnorm-compute lever
@@ -143,7 +143,7 @@ class Resolved:
 
     def startup_phrase(self, spec: TaskSpec) -> str:
         """How DALI runs and the model's resolved choices (if it has any), for the task's start-up line."""
-        model = attention.phrase(self.attention, vit.tokens(spec.data.image_size, spec.train.vit_pool))
+        model = attention.phrase(self.attention, vit.tokens(spec.data.image_size, spec.model.vit_pool))
         return "; ".join(p for p in (self.dali_phrase(spec.data), model) if p)
 
     def data_config(self, config: DataConfig) -> DataConfig:
@@ -156,17 +156,17 @@ class Resolved:
             decoded_cache=str(self.decoded_cache_mb) if self.decoded_cache != OFF else "off",
         )
 
-    def train_config(self, config: TrainConfig) -> TrainConfig:
-        """`config` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
+    def resolved(self, spec: TaskSpec) -> TaskSpec:
+        """`spec` with the learning rate elastic.py's rescale rule sets (what the optimizer is built from) and
         the BatchNorm statistics' precision, the stem pool's gradient and --attention resolved (what the model is built from:
         entry_points.model_options); --remat auto as none, the model made first (set_up.py turns it to blocks where
         the compiled step does not fit)."""
-        lr, chosen = config.learning_rate * self.lr_scale, self.attention or config.attention
-        return dataclasses.replace(
-            config,
+        lr, chosen = spec.optimizer.learning_rate * self.lr_scale, self.attention or spec.model.attention
+        return replaced(
+            spec,
             learning_rate=lr,
             attention=chosen,
-            remat="none" if config.remat == "auto" else config.remat,
+            remat="none" if spec.model.remat == "auto" else spec.model.remat,
             batchnorm_stats=self.batchnorm_stats,
             pool_grad=self.pool_grad,
             eval_batch_size=self.eval_batch_per_device,
@@ -275,17 +275,17 @@ def resolve(
     """Stage 2. `start`: where the task starts; a checkpoint brings elastic.py's plan.
     `room`: the decoded split and the memory it may take (memory.measure; not measured: no cache)."""
     plan = start.plan
-    batch = plan.batch_per_device_step if plan else spec.train.per_device_batch(global_devices)
+    batch = plan.batch_per_device_step if plan else spec.step.per_device_batch(global_devices)
     k = (
         plan.steps_per_call
         if plan
-        else steps_per_call(spec.train.steps_per_call, where.platform, batch, spec.data.readers_per_device)
+        else steps_per_call(spec.step.steps_per_call, where.platform, batch, spec.data.readers_per_device)
     )
     cores = shards.cores_per_device(local_devices, processes_here)
     threads = shards.reader_threads(spec.data.reader_threads, where.decoder, cores)
     data = dataclasses.replace(spec.data, reader_threads=threads)
     readers = shards.readers_per_device(data, where.platform, where.decoder, batch * k, cores)
-    eval_batch = eval_batch_size(spec.train.eval_batch_size, where.platform, batch)
+    eval_batch = eval_batch_size(spec.eval.eval_batch_size, where.platform, batch)
     eval_readers = shards.readers_per_device(data, where.platform, where.decoder, eval_batch, cores)
     share = local_devices / global_devices if where.decoder == "cpu" else 1 / global_devices
     name = spec.data.pipeline
@@ -307,18 +307,18 @@ def resolve(
         lr_scale=plan.lr_scale if plan else 1.0,
         elastic=plan.as_dict() if plan and plan.changed else None,
         xla_options=where.xla_options,
-        batchnorm_stats=batchnorm_stats(spec.train.batchnorm_stats, where.platform),
-        pool_grad=pool_grad(spec.train.pool_grad, where.platform, spec.train.deterministic),
+        batchnorm_stats=batchnorm_stats(spec.model.batchnorm_stats, where.platform),
+        pool_grad=pool_grad(spec.model.pool_grad, where.platform, spec.xla.deterministic),
         decoded_cache=kept[0],
         decoded_cache_mb=kept[1],
         decoded_cache_note=kept[2],
         attention=attention.choose(
-            spec.train.attention,
+            spec.model.attention,
             where.platform,
-            spec.train.precision,
-            vit.attention_shape(spec.train.model, spec.data.image_size, spec.train.vit_pool),
+            spec.model.precision,
+            vit.attention_shape(spec.model.model, spec.data.image_size, spec.model.vit_pool),
         ),
-        remainder=start.remainder(ShardLayout(global_devices, readers, batch, k), spec.train.elastic_batch),
+        remainder=start.remainder(ShardLayout(global_devices, readers, batch, k), spec.step.elastic_batch),
         xla_flags=dict(where.xla_flags),
     )
 
@@ -336,4 +336,4 @@ def eval_batch_size(setting: int, platform: str, train_batch: int) -> int:
 def output_dtype(spec: TaskSpec) -> str:
     if spec.data.output_dtype != "auto":
         return spec.data.output_dtype
-    return "float16" if spec.train.precision == "bf16" else "float32"
+    return "float16" if spec.model.precision == "bf16" else "float32"

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from dali_launch.trainer import entry_points
-from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.config import TaskSpec, replaced
 from dali_launch.trainer.data import dali, expected, records, remainder, shards
 from dali_launch.trainer.data.expected import Expected
 from dali_launch.trainer.data.hosting import ShardLayout
@@ -72,7 +72,7 @@ def set_up(
     spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup, auto: Resolved, start: StartPoint
 ) -> Training:
     """`devices` are this process's; `auto`: the task's values resolved (resolve.py, stages 1 and 2)."""
-    asked_remat, spec = spec.train.remat, dataclasses.replace(spec, train=auto.train_config(spec.train))
+    asked_remat, spec = spec.model.remat, auto.resolved(spec)
     process, local, all_devices = jax.process_index(), len(devices), job_devices(devices)
     warm = startup.warm_up(devices)  # the devices' first transfer overlaps the pipelines' build and the init
     sharding = shards.Sharding(process * local, local, len(all_devices), auto.readers_per_device)
@@ -100,7 +100,7 @@ def set_up(
     )
     # a resume: the checkpoint's values, a sharded state's read as it is laid out (each process its own shards)
     fresh = initial.create() if start.step is None else runner.sharded_shapes(shapes) or initial.placeholders()
-    if start.step is None and spec.train.init_from:  # fine-tuning: its variables, this run's optimizer and data
+    if start.step is None and spec.model.init_from:  # fine-tuning: its variables, this run's optimizer and data
         fresh = init_from.apply(spec, fresh, reporter.say, paths.init_from if process == 0 else None)
     state, tally = checkpointer.restore(start.step, fresh, zero_tally())
     read = (held_bytes(state), state_bytes(shapes)) if start.step is not None else None
@@ -197,9 +197,9 @@ def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, p
     state given that model's static parts (the same arrays: the parameter tree does not change) and the spec
     saying remat blocks (what the run trains with); else refused."""
     model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
-    takes = entry_points.model_takes(spec.train.model, "remat")
+    takes = entry_points.model_takes(spec.model.model, "remat")
     if asked_remat == "auto" and takes and not memory_fit.step_fits(model.runners.first, pool):
-        spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, remat="blocks"))
+        spec = replaced(spec, remat="blocks")
         reporter.say(
             f"--remat auto: blocks; without, the step needs {memory_fit.step_words(model.runners.first)}, a device has "
             f"{memory_fit.size(pool)}"
@@ -208,7 +208,7 @@ def _fitted(spec: TaskSpec, asked_remat: str, model: Model, state: TrainState, p
         model.compiling.join(timeout=COMPILE_AHEAD_WAIT_S)
         state = jax.tree.unflatten(jax.tree.structure(model.initial.shapes), jax.tree.leaves(state))
     # the flag that would keep fewer activations
-    hint = "--remat blocks" if spec.train.remat == "none" and takes else ""
+    hint = "--remat blocks" if spec.model.remat == "none" and takes else ""
     memory_fit.check_step(model.runners.first, pool, model.runners.layout, hint)
     return model, state, spec
 
@@ -219,13 +219,13 @@ def _runners(
     """--mesh and --parallel as stage 3 resolves them (resolve.py), and the runners of the epochs and of the
     rest of an epoch begun on another layout (None without one), for batches laid `on` the devices so; a
     mesh whose state cannot fit stops here."""
-    layout = mesh.resolve(spec.train.mesh, len(all_devices))  # the launcher checked it: no error left here
+    layout = mesh.resolve(spec.step.mesh, len(all_devices))  # the launcher checked it: no error left here
     params, total = state_bytes(shapes.params), state_bytes(shapes)
-    if mesh.parse(spec.train.mesh) is None and spec.train.parallel != "pmap":  # auto: data parallel while it fits
+    if mesh.parse(spec.step.mesh) is None and spec.step.parallel != "pmap":  # auto: data parallel while it fits
         layout = memory_fit.fitting(layout, len(all_devices), total, params, pool)
-    offload = spec.train.offload
+    offload = spec.step.offload
     laid_out = layout.shards_state or offload == "optimizer"  # only one jit program over the mesh can
-    name = parallel(spec.train.parallel, bool(shapes.collections), len(all_devices), laid_out)
+    name = parallel(spec.step.parallel, bool(shapes.collections), len(all_devices), laid_out)
     make = partial(create, name, devices, all_devices, data_sharding=on, mesh=layout, shapes=shapes)
     runner = make(auto.batch_per_device_step, readers=auto.readers_per_device, offload=offload == "optimizer")
 
@@ -243,8 +243,8 @@ def _runners(
 def _evaluator(spec: TaskSpec, devices: list, all_devices: list, auto: Resolved, runner: Runner, shapes) -> Evaluator:
     """This process's part of the evaluation, and the variables' shapes `prepare` compiles it for: a sharded
     state, every process evaluating, is applied as it lies over the job's devices (not gathered)."""
-    laid = runner.sharded_shapes(shapes) if spec.train.eval_on == "all" else None
-    evaluated = (laid or shapes).variables(ema=spec.train.eval_ema)
+    laid = runner.sharded_shapes(shapes) if spec.eval.eval_on == "all" else None
+    evaluated = (laid or shapes).variables(ema=spec.eval.eval_ema)
     readers, data_config = auto.eval_readers_per_device, auto.data_config(spec.data)
     return Evaluator(spec, devices, readers, data_config, evaluated, all_devices if laid is not None else None)
 
@@ -257,7 +257,7 @@ def _model_resolved(runner: Runner, model: Model, spec: TaskSpec) -> dict:
     return {
         "offload": "optimizer" if runner.offload else "device",
         "first_call_compiled": ahead,
-        "remat": spec.train.remat,
+        "remat": spec.model.remat,
     }
 
 
@@ -284,7 +284,7 @@ def _begin(spec: TaskSpec, all_devices: list, auto: Resolved, start: StartPoint)
     on another layout: the next epoch's start)."""
     return dali.Start(
         spec.data.sample_order,
-        spec.train.seed,
+        spec.step.seed,
         len(all_devices),
         auto.batch_per_device_step,
         auto.steps_per_call,
@@ -306,7 +306,7 @@ def _pipelines(spec: TaskSpec, devices: list, all_devices: list, sharding, auto:
         auto.call_batch,
         True,
         auto.data_config(spec.data),
-        spec.train.seed,
+        spec.step.seed,
         checkpoints=start.pipeline_states(sharding.shard_ids, _layout(sharding, auto)),
         start=begin,
     )
@@ -345,7 +345,7 @@ def _remainder(spec: TaskSpec, devices: list, auto: Resolved, start: StartPoint,
     states, hosted on this process's devices (resolve.py decided, data/hosting.py says how)."""
     config, states, sample = auto.data_config(spec.data), start.states, start.shards["sample"]
     return remainder.build(
-        split_dir(spec, "training"), devices, auto.remainder, config, spec.train.seed, states, data, sample
+        split_dir(spec, "training"), devices, auto.remainder, config, spec.step.seed, states, data, sample
     )
 
 
@@ -376,6 +376,6 @@ def _compile_ahead(spec: TaskSpec, runner, shapes, tally, batch: dict) -> thread
     """Compiles the first device call for a state of `shapes` in a thread while the model is initialised
     (both take seconds on a cold start); the call then finds the program in XLA's persistent cache.
     Without that cache, or where the runner cannot, it does nothing."""
-    if spec.train.compile_cache == "off":
+    if spec.xla.compile_cache == "off":
         return finished()
     return runner.compile_ahead(shapes, tally, batch["images"], batch["labels"], batch["valid"])

@@ -54,7 +54,7 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
     if run.remainder:  # an epoch begun on another layout: its rest is read with that layout's pipelines
         loop.read_with(*run.remainder)
     state, calls_done, tally = run.state, start.calls_done, run.tally
-    for epoch in range(start.epoch, spec.train.epochs):
+    for epoch in range(start.epoch, spec.step.epochs):
         state, metrics = loop.epoch(state, epoch, calls_done, tally)
         calls_done, tally = 0, zero_tally()  # every later epoch from its start
         if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
@@ -66,7 +66,7 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
             metrics.eval_devices, metrics.eval_sharded = run.evaluator.eval_devices, run.evaluator.sharded
             metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
-        last_update = ((epoch + 1) * data.steps * k - 1) // spec.train.accumulate_steps
+        last_update = ((epoch + 1) * data.steps * k - 1) // spec.optimizer.accumulate_steps
         metrics.learning_rate = float(run.schedule(last_update))
         compile_cache.write_pending()  # another process's programs, before process 0 publishes (after the barrier)
         barrier(f"epoch-{epoch}-evaluated", spec.distributed.barrier_timeout_s)
@@ -75,7 +75,7 @@ def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resol
         reporter.epoch(metrics, left_out(run))
         loop.save(state, epoch + 1, 0, data.put([zero_tally()] * len(devices)))
         compile_cache.publish(spec)  # this epoch's programs, for the run root's next runs
-        if epoch + 1 < spec.train.epochs:  # a run that is done just finishes
+        if epoch + 1 < spec.step.epochs:  # a run that is done just finishes
             loop.stop_if_asked(epoch + 1)
     run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
     compile_cache.publish(spec, settled_s=0)
@@ -112,7 +112,7 @@ class Loop:
         # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
         # GPUs a check point costs a host sync, so they come rarely: every 256 steps, or as often
         # as --checkpoint-every-steps asks (checkpoints are written at check points).
-        self.check_every = max(1, (self.spec.train.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
+        self.check_every = max(1, (self.spec.step.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
         every = self.spec.resilience.checkpoint_every_steps
         self.checkpoint_every = max(1, every // k) if every else None
         self.check_every = min(self.check_every, self.checkpoint_every or self.check_every)
@@ -122,9 +122,7 @@ class Loop:
         start = time.perf_counter()
         tally = self.data.put([call_tally(saved)] * len(self.data.devices))
         counted_before = float(saved["count"])  # by the run that was interrupted, if any
-        recorder = (
-            replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.train.record_samples else None
-        )
+        recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.step.record_samples else None
         compile_s = None
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, saved)
@@ -228,7 +226,7 @@ def _evaluated(run: Training, state):
     """The variables an evaluation applies: as they lie where this process evaluates a sharded state over the
     job's devices (--eval-on all: every process does, or none), else one replica, which every process gathers
     from a sharded state (a gather takes them all), whether it evaluates or not."""
-    evaluated = state.variables(ema=run.spec.train.eval_ema)
+    evaluated = state.variables(ema=run.spec.eval.eval_ema)
     as_it_lies = run.evaluator is not None and run.evaluator.sharded
     if (run.evaluator or run.runner.sharded) and not as_it_lies:
         return run.runner.replica(evaluated)

@@ -120,7 +120,7 @@ def describe(paths) -> dict:
         "processes": job.num_tasks,
         "devices_per_process": spec.layout.local_device_count,
         "epochs_done": len(epochs),
-        "epochs": spec.train.epochs,
+        "epochs": spec.step.epochs,
         "best_accuracy": max(accuracies, default=None),
         "last_accuracy": accuracies[-1] if accuracies else None,
         "images_per_s": epochs[-1]["images_per_s"] if epochs else None,

@@ -7,11 +7,11 @@ import math
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
 from dali_launch.trainer import entry_points
-from dali_launch.trainer.config import DataConfig, ObserveConfig, ResilienceConfig, TrainConfig
+from dali_launch.trainer.config import DataConfig, ObserveConfig, OptimizerConfig, ResilienceConfig
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.settings.eval_fields import EVAL_CPU_BATCH
-from dali_launch.trainer.settings.step_fields import MAX_STEPS
+from dali_launch.trainer.settings.eval import EVAL_CPU_BATCH
+from dali_launch.trainer.settings.step import MAX_STEPS
 from dali_launch.trainer.step import mesh
 from dali_launch.trainer.topology import resolve_platform
 
@@ -26,12 +26,12 @@ def device_phrase(run: RunConfig) -> str:
 
 def validate(run: RunConfig) -> None:
     """Raises UsageError with the fix for the first bad value; never changes anything."""
-    launch, train = run.launch, run.train
+    launch, step = run.launch, run.step
     node_range(launch.nodes)  # a bad --nodes is refused first: everything below counts with it
     _positive(
-        epochs=train.epochs,
-        batch_size=train.batch_size,
-        sync_every_steps=train.sync_every_steps,
+        epochs=step.epochs,
+        batch_size=step.batch_size,
+        sync_every_steps=step.sync_every_steps,
         prefetch=run.data.prefetch,
         num_classes=run.data.num_classes,
         image_size=run.data.image_size,
@@ -40,11 +40,11 @@ def validate(run: RunConfig) -> None:
         local_timeout_s=launch.local_timeout_s,
         heartbeat_timeout_s=run.distributed.heartbeat_timeout_s,
         keep_checkpoints=run.resilience.keep_checkpoints,
-        accumulate_steps=train.accumulate_steps,
+        accumulate_steps=run.optimizer.accumulate_steps,
     )
     _resilience(run.resilience)
-    if train.steps_per_call < 0:
-        raise UsageError(f"--steps-per-call {train.steps_per_call} must be 0 (auto) or more")
+    if step.steps_per_call < 0:
+        raise UsageError(f"--steps-per-call {step.steps_per_call} must be 0 (auto) or more")
     if run.data.reader_threads < 0:
         raise UsageError(f"--reader-threads {run.data.reader_threads} must be 0 (auto) or more")
     if run.data.feed_workers < -1:
@@ -53,7 +53,7 @@ def validate(run: RunConfig) -> None:
     if not 0 <= run.data.hw_decoder_load <= 1:
         raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
     _observe(run.observe, run.node_range[0] * run.tasks_per_node)  # ranks that exist at any count
-    _optimizer(train)
+    _optimizer(run)
     recipe_checks.validate(run)
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")
@@ -72,14 +72,14 @@ def validate(run: RunConfig) -> None:
     _global_batch(run)
     _readers(run)
     _mesh(run)
-    if train.eval_cache_mb < 0:
-        raise UsageError(f"--eval-cache-mb {train.eval_cache_mb} must be 0 (no cache) or more")
-    if not 0 < train.learning_rate < math.inf:  # a rate that diverges is found while training (--on-nan)
-        raise UsageError(f"--learning-rate {train.learning_rate} is out of range; use a finite value above 0")
-    if not 0 <= train.momentum < 1:
-        raise UsageError(f"--momentum {train.momentum} is out of range; use a value in [0, 1)")
-    if train.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
-        raise UsageError(f"--seed {train.seed} must be 0 or more")
+    if run.eval.eval_cache_mb < 0:
+        raise UsageError(f"--eval-cache-mb {run.eval.eval_cache_mb} must be 0 (no cache) or more")
+    if not 0 < run.optimizer.learning_rate < math.inf:  # a rate that diverges is found while training (--on-nan)
+        raise UsageError(f"--learning-rate {run.optimizer.learning_rate} is out of range; use a finite value above 0")
+    if not 0 <= run.optimizer.momentum < 1:
+        raise UsageError(f"--momentum {run.optimizer.momentum} is out of range; use a value in [0, 1)")
+    if step.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
+        raise UsageError(f"--seed {step.seed} must be 0 or more")
     check_limit(run.data.max_bad_samples)
     check_mode(run.data.bad_samples, run.data.pipeline)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
@@ -91,30 +91,30 @@ def _mesh(run: RunConfig) -> None:
     keeps a tensor group inside a node."""
     try:
         for devices in run.device_counts:
-            layout = mesh.resolve(run.train.mesh, devices)
+            layout = mesh.resolve(run.step.mesh, devices)
     except ValueError as error:
         raise UsageError(str(error)) from None
     per_node = run.devices_per_node
     if per_node % layout.tensor:
         raise UsageError(
-            f"--mesh {run.train.mesh}: a tensor group of {layout.tensor} devices does not fit in a node of {per_node}, "
+            f"--mesh {run.step.mesh}: a tensor group of {layout.tensor} devices does not fit in a node of {per_node}, "
             f"so every block's all-reduces would cross the network; use a tensor count that divides {per_node}, "
             "and fsdp or data for the rest"
         )
-    if run.train.offload == "optimizer" and run.train.parallel == "pmap":
+    if run.step.offload == "optimizer" and run.step.parallel == "pmap":
         raise UsageError(
             "--offload optimizer brings the optimizer's state from host memory inside one jit program over the "
             "devices, which --parallel pmap is not; use --parallel sharded or auto"
         )
-    if layout.shards_state and run.train.parallel == "pmap":
+    if layout.shards_state and run.step.parallel == "pmap":
         raise UsageError(
-            f"--mesh {run.train.mesh} shards the train state, which --parallel pmap (one whole copy per device) "
+            f"--mesh {run.step.mesh} shards the train state, which --parallel pmap (one whole copy per device) "
             "cannot; use --parallel sharded or auto"
         )
-    model = run.train.model
+    model = run.model.model
     if layout.tensor > 1 and model in entry_points.MODELS and model not in entry_points.TENSOR_SPLIT:
         raise UsageError(
-            f"--mesh {run.train.mesh}: the tensor axis splits attention heads and MLP blocks, which --model {model} "
+            f"--mesh {run.step.mesh}: the tensor axis splits attention heads and MLP blocks, which --model {model} "
             f"has none of; use fsdp instead (--mesh fsdp:{layout.tensor * layout.fsdp}), or a ViT "
             f"({', '.join(entry_points.TENSOR_SPLIT)})"
         )
@@ -127,12 +127,12 @@ def profile_within(run: RunConfig, samples: int) -> None:
     steps = run.observe.profile_range()
     if steps is None:
         return
-    devices, k = run.device_counts[0], run.train.steps_per_call  # the fewest devices: the most steps
+    devices, k = run.device_counts[0], run.step.steps_per_call  # the fewest devices: the most steps
     if not k:  # auto: 1 on CPUs, at most MAX_STEPS on GPUs (resolve.steps_per_call)
         k = MAX_STEPS if resolve_platform(run.distributed.platform) == "gpu" else 1
     # a shard is padded to whole reader batches and an epoch to whole calls: at most 2k steps more than
     # the samples' (a device's readers divide its call's k batches)
-    epochs, whole = run.train.epochs, samples // (devices * run.train.per_device_batch(devices))
+    epochs, whole = run.step.epochs, samples // (devices * run.step.per_device_batch(devices))
     most, least = epochs * (whole + 2 * k + 1), epochs * max(whole, 1)  # `least`: steps every run of it takes
     if steps[0] >= most:
         raise UsageError(
@@ -157,12 +157,13 @@ def _decoded_cache(data: DataConfig, resumed: bool) -> None:
         )
 
 
-def _optimizer(train: TrainConfig) -> None:
+def _optimizer(run: RunConfig) -> None:
     """The optimizer, schedule and regularisation flags (trainer/step/optim.py)."""
-    for name, low, high in (("weight_decay", 0, 1), ("label_smoothing", 0, 1), ("ema_decay", 0, 1)):
-        value = getattr(train, name)
-        if not low <= value < high:
-            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range; use a value in [{low}, {high})")
+    train = run.optimizer
+    fractions = {"weight_decay": train.weight_decay, "label_smoothing": run.recipe.label_smoothing}
+    for name, value in {**fractions, "ema_decay": train.ema_decay}.items():
+        if not 0 <= value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range; use a value in [0, 1)")
     if not train.clip_norm >= 0:
         raise UsageError(f"--clip-norm {train.clip_norm} must be 0 (no clipping) or more")
     if not 0 < train.decay_factor <= 1:
@@ -173,12 +174,12 @@ def _optimizer(train: TrainConfig) -> None:
         )
     if train.warmup_steps and train.warmup_epochs:
         raise UsageError("--warmup-epochs and --warmup-steps both given; use one of them")
-    if train.warmup_epochs >= train.epochs and train.schedule != "constant":
+    if train.warmup_epochs >= run.step.epochs and train.schedule != "constant":
         raise UsageError(
-            f"--warmup-epochs {train.warmup_epochs} leaves nothing of --epochs {train.epochs} for "
+            f"--warmup-epochs {train.warmup_epochs} leaves nothing of --epochs {run.step.epochs} for "
             f"--schedule {train.schedule}; warm up for fewer epochs"
         )
-    if train.eval_ema and not train.ema_decay:
+    if run.eval.eval_ema and not train.ema_decay:
         raise UsageError(
             "--eval-ema evaluates the parameters' average, but --ema-decay is 0 (none kept); "
             "give --ema-decay, e.g. 0.999"
@@ -186,7 +187,7 @@ def _optimizer(train: TrainConfig) -> None:
     _decay_epochs(train)
 
 
-def _decay_epochs(train: TrainConfig) -> None:
+def _decay_epochs(train: OptimizerConfig) -> None:
     try:
         epochs = train.decay_epoch_list()
     except ValueError:
@@ -205,7 +206,7 @@ def _global_batch(run: RunConfig) -> None:
     """The global batch splits evenly over the job's devices: over every count a node range allows,
     since SLURM picks one at each start (the first too). Without --global-batch-size a range keeps the
     per-device --batch-size, which only --elastic-batch rescale can carry over to another count."""
-    gbs, counts = run.train.global_batch_size, run.device_counts
+    gbs, counts = run.step.global_batch_size, run.device_counts
     if run.nodes_vary:
         _node_range(run)
     if gbs is None:
@@ -226,7 +227,7 @@ def _global_batch(run: RunConfig) -> None:
 
 def _node_range(run: RunConfig) -> None:
     """A node range needs a batch rule for every count (either sample order continues on any count)."""
-    if run.train.global_batch_size is None and run.train.elastic_batch == "keep":
+    if run.step.global_batch_size is None and run.step.elastic_batch == "keep":
         counts = run.device_counts
         raise UsageError(
             f"--nodes {run.launch.nodes} with --elastic-batch keep needs a --global-batch-size, a multiple of "
@@ -249,17 +250,18 @@ def _readers(run: RunConfig) -> None:
 
 
 def _readers_for(run: RunConfig, devices: int) -> None:
-    readers, train = run.data.readers_per_device, run.train
+    readers, step = run.data.readers_per_device, run.step
+    eval_batch = run.eval.eval_batch_size
     if readers < 0:
         raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
-    if train.eval_batch_size < 0:
-        raise UsageError(f"--eval-batch-size {train.eval_batch_size} must be 0 (auto) or more")
-    per_device = train.per_device_batch(devices)
+    if eval_batch < 0:
+        raise UsageError(f"--eval-batch-size {eval_batch} must be 0 (auto) or more")
+    per_device = step.per_device_batch(devices)
     # auto is training's batch on GPUs (divided below where given) and EVAL_CPU_BATCH on CPUs
-    batches = {"--eval-batch-size": train.eval_batch_size or EVAL_CPU_BATCH}
-    if train.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
+    batches = {"--eval-batch-size": eval_batch or EVAL_CPU_BATCH}
+    if step.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
         batches = {
-            "the training batch per device and call (batch × --steps-per-call)": per_device * train.steps_per_call,
+            "the training batch per device and call (batch × --steps-per-call)": per_device * step.steps_per_call,
             **batches,
         }
     for name, size in batches.items():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dali_launch.launcher.route.model_check import sample_shape
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.config import TRAINING, TaskSpec
 from dali_launch.trainer.errors import UsageError
 
 TIMEOUT_S = 300
@@ -26,10 +26,10 @@ MARK = "init-from: "  # the child's refusal, told apart from whatever else JAX a
 
 def check(run: RunConfig, data_dir: Path) -> None:
     """After the data's own checks: the sample shape the built-in pipelines give follows from it."""
-    shape = sample_shape(run, data_dir) if run.train.init_from is not None and not run.launch.resume else None
+    shape = sample_shape(run, data_dir) if run.model.init_from is not None and not run.launch.resume else None
     if shape is None:
         return
-    spec = TaskSpec(run_dir="", data=run.data, train=run.train)
+    spec = TaskSpec(run_dir="", data=run.data, **{table: getattr(run, table) for table in TRAINING})
     request = json.dumps({"spec": spec.to_json(), "sample_shape": shape})
     argv = [sys.executable, "-m", "dali_launch.trainer.model.init_from"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -37,11 +37,11 @@ def check(run: RunConfig, data_dir: Path) -> None:
         proc = subprocess.run(argv, input=request, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise UsageError(
-            f"--init-from {run.train.init_from}: reading its checkpoint took over {TIMEOUT_S} s; check its storage"
+            f"--init-from {run.model.init_from}: reading its checkpoint took over {TIMEOUT_S} s; check its storage"
         ) from None
     refusals = [line[len(MARK) :] for line in proc.stderr.splitlines() if line.startswith(MARK)]
     if refusals:
         raise UsageError(refusals[-1])
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"--init-from {run.train.init_from}: its checkpoint could not be read ({last})")
+        raise UsageError(f"--init-from {run.model.init_from}: its checkpoint could not be read ({last})")

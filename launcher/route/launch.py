@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from dali_launch.launcher.backends import registry
@@ -26,6 +26,7 @@ from dali_launch.launcher.route import resume
 from dali_launch.launcher.route.prepare import prepare
 from dali_launch.launcher.route.sweep import Sweep, sweep_runs
 from dali_launch.launcher.run_config import RunConfig, absolute_paths, counted, with_devices
+from dali_launch.trainer.config import replaced
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -91,14 +92,14 @@ def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep:
 def _init_from_named(run: RunConfig) -> RunConfig:
     """--init-from a run's name (or its SLURM job id): its directory under --run-root, found as --resume finds
     it (registry.find_run); a path is left as given."""
-    given = run.train.init_from
+    given = run.model.init_from
     if not given or Path(given).exists() or registry.names_a_path(given):
         return run
     try:
         found = registry.find_run(given, run.launch.run_root).root
     except UsageError as e:
         raise UsageError(f"--init-from {given}: {e}") from None
-    return replace(run, train=replace(run.train, init_from=str(found)))
+    return replaced(run, init_from=str(found))
 
 
 def run_all(runs: list[RunConfig], paths: list[RunPaths], backend: Backend, watch: Watch) -> list[Outcome]:

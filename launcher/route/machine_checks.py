@@ -65,7 +65,7 @@ def check_cache(run: RunConfig) -> None:
             f"cannot write in the cache folder {root.absolute()} ({where}): {why}; point DALI_LAUNCH_CACHE "
             f"at a writable folder with space"
         )
-    folder = run.train.compile_cache
+    folder = run.xla.compile_cache
     if folder not in ("", "off") and (why := folder_problem(Path(folder))):
         raise UsageError(f"cannot write in --compile-cache {Path(folder).absolute()}: {why}; choose another, or off")
 

@@ -30,7 +30,7 @@ def flat(pipeline: str) -> bool:
 
 
 def check(run: RunConfig, data_dir: Path) -> None:
-    name = run.train.model
+    name = run.model.model
     if name in entry_points.MODELS:
         return  # ours take what ours give; cnn-nnx's fixed input size is the task's to check
     shape = sample_shape(run, data_dir)

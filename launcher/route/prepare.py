@@ -49,11 +49,11 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     """Every check before anything is written, cheapest first; the run's data, checked."""
     validate(run)
     flavours.check()  # before any device is taken or job queued; the task checks again
-    entry_points.check("model", run.train.model, run.data.num_classes)
+    entry_points.check("model", run.model.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
     if run.data.pipeline not in entry_points.builtin("pipeline"):  # the built-ins' own modules import DALI (0.4 s)
         contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
-    xla_options.check(run.train.xla_options)  # an unknown name in XLA_FLAGS would abort every rank
+    xla_options.check(run.xla.xla_options)  # an unknown name in XLA_FLAGS would abort every rank
     if backend is not None:
         backend.check(run)
     if not run.launch.resume:
@@ -64,7 +64,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
     if run.data.pipeline not in entry_points.builtin("pipeline"):  # its graph, defined here: outputs, readers
         graph_check.check(run.data.pipeline, _graph_args(run, data_dir), run.data.sample_order == "shards")
-        if run.train.deterministic:
+        if run.xla.deterministic:
             determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir))
     return data_dir
 
@@ -76,7 +76,7 @@ def _graph_args(run: RunConfig, data_dir: Path):
     d = run.data
     path = str(data_dir / "training")
     return PipelineArgs(
-        path, 0, 1, 1, True, False, "cpu", run.train.seed, d.num_classes, d.image_size, d.hw_decoder_load
+        path, 0, 1, 1, True, False, "cpu", run.step.seed, d.num_classes, d.image_size, d.hw_decoder_load
     )
 
 

@@ -1,4 +1,4 @@
-"""The pure checks of the vision recipe's flags (issue 31): augmentation, mixing, the ViTs, fine-tuning.
+"""The pure checks of the vision recipe's flags: augmentation, mixing, the ViTs, fine-tuning.
 
 Run by checks.validate before anything is written. Nothing heavy is imported: the ViTs are known by
 their entry points, DALI's operation count and magnitude bins are constants here (tests/test_augment.py
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dali_launch.launcher.route.model_check import crops, flat
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer.config import DataConfig, TrainConfig
+from dali_launch.trainer.config import DataConfig, ModelConfig, RecipeConfig
 from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError
 
@@ -24,12 +24,12 @@ def is_vit(model: str) -> bool:
 
 def validate(run: RunConfig) -> None:
     _augment(run.data, bool(run.launch.resume))
-    _mixing(run.train, run.data)
-    _vit(run.train, run.data)
-    if run.train.init_from is not None and not run.launch.resume:  # a resumed run starts from its checkpoint
+    _mixing(run.recipe, run.data)
+    _vit(run.model, run.optimizer.layer_decay, run.data)
+    if run.model.init_from is not None and not run.launch.resume:  # a resumed run starts from its checkpoint
         from dali_launch.trainer.model import init_from  # light: the checkpoint's files, without JAX
 
-        init_from.locate(run.train.init_from)
+        init_from.locate(run.model.init_from)
 
 
 def _augment(data: DataConfig, resumed: bool) -> None:
@@ -56,50 +56,50 @@ def _augment(data: DataConfig, resumed: bool) -> None:
         )
 
 
-def _mixing(train: TrainConfig, data: DataConfig) -> None:
+def _mixing(recipe: RecipeConfig, data: DataConfig) -> None:
     for name in ("mixup", "cutmix"):
-        if not getattr(train, name) >= 0:
+        if not getattr(recipe, name) >= 0:
             raise UsageError(
-                f"--{name} {getattr(train, name)} must be 0 (off) or more: it is Beta's alpha (0.2 to 1 are usual)"
+                f"--{name} {getattr(recipe, name)} must be 0 (off) or more: it is Beta's alpha (0.2 to 1 are usual)"
             )
-    if train.cutmix and flat(data.pipeline):
+    if recipe.cutmix and flat(data.pipeline):
         raise UsageError(
             f"--cutmix pastes boxes of HWC images, but --pipeline {data.pipeline} gives flat vectors; use --mixup, "
             "or an image pipeline"
         )
 
 
-def _vit(train: TrainConfig, data: DataConfig) -> None:
-    if not 0 <= train.drop_path < 1:
-        raise UsageError(f"--drop-path {train.drop_path} is out of range; use a value in [0, 1)")
-    if not 0 < train.layer_decay <= 1:
-        raise UsageError(f"--layer-decay {train.layer_decay} is out of range; use a value in (0, 1] (1: off)")
-    builtin, vit = train.model in MODELS, is_vit(train.model)
+def _vit(model: ModelConfig, layer_decay: float, data: DataConfig) -> None:
+    if not 0 <= model.drop_path < 1:
+        raise UsageError(f"--drop-path {model.drop_path} is out of range; use a value in [0, 1)")
+    if not 0 < layer_decay <= 1:
+        raise UsageError(f"--layer-decay {layer_decay} is out of range; use a value in (0, 1] (1: off)")
+    builtin, vit = model.model in MODELS, is_vit(model.model)
     offs = (
-        ("drop_path", train.drop_path, 0.0),
-        ("layer_decay", train.layer_decay, 1.0),
-        ("remat", train.remat, "auto"),  # auto: none where the model has no blocks
+        ("drop_path", model.drop_path, 0.0),
+        ("layer_decay", layer_decay, 1.0),
+        ("remat", model.remat, "auto"),  # auto: none where the model has no blocks
     )
     for name, value, off in offs:
         if builtin and not vit and value not in (off, "none"):
             flag = f"--{name.replace('_', '-')}"
             raise UsageError(
                 f"{flag} is for the ViTs' blocks (--model {', '.join(m for m in MODELS if is_vit(m))}); "
-                f"--model {train.model} has none: leave {flag} out"
+                f"--model {model.model} has none: leave {flag} out"
             )
-    if train.attention.startswith("cudnn") and train.precision != "bf16":
+    if model.attention.startswith("cudnn") and model.precision != "bf16":
         raise UsageError(
-            f"--attention {train.attention} runs cuDNN's 16-bit kernels, but --precision is {train.precision}; add "
+            f"--attention {model.attention} runs cuDNN's 16-bit kernels, but --precision is {model.precision}; add "
             f"--precision bf16, or use --attention auto"
         )
     if vit and flat(data.pipeline):
         raise UsageError(
-            f"--model {train.model} cuts images into {PATCH}×{PATCH} patches, but --pipeline {data.pipeline} gives 28×28 "
+            f"--model {model.model} cuts images into {PATCH}×{PATCH} patches, but --pipeline {data.pipeline} gives 28×28 "
             f"digits; use an image pipeline (--pipeline folders, ...) with an --image-size divisible by {PATCH}"
         )
     if vit and data.pipeline in crops() and data.image_size % PATCH:
         fit = max(PATCH, data.image_size // PATCH * PATCH)
         raise UsageError(
-            f"--image-size {data.image_size} is not divisible by {train.model}'s {PATCH}-pixel patches; use a "
+            f"--image-size {data.image_size} is not divisible by {model.model}'s {PATCH}-pixel patches; use a "
             f"multiple of {PATCH}, e.g. {fit}"
         )

@@ -60,7 +60,7 @@ def read(values: Values, entry: str, lead: bool = True) -> Resume:
     changes = _changes(values, recorded, paths)
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
     run = with_devices(run, here=mode.name == "train")  # a `train` run recorded before its count was
-    check_progress(paths, run.train.epochs, mode.started_by)
+    check_progress(paths, run.step.epochs, mode.started_by)
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
     repairs = lead and not run.launch.dry_run  # a dry run renames nothing; another task of the step neither
     if repairs:  # the newest checkpoint whole before anything loads it

@@ -23,11 +23,11 @@ from dali_launch.launcher.backends.base import Outcome, Watch
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values, build
 from dali_launch.launcher.run_config import RunConfig, with_devices
-from dali_launch.trainer.config import opt
+from dali_launch.trainer.config import TRAINING, opt, replaced
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
-SWEPT_TABLES = ("data", "train", "distributed", "resilience")  # what a point may vary; the job's shape is one
+SWEPT_TABLES = ("data", *TRAINING, "distributed", "resilience")  # what a point may vary; the job's shape is one
 
 
 @dataclass(frozen=True)
@@ -192,11 +192,7 @@ def sweep_runs(values: Values) -> tuple[Sweep, list[RunConfig]]:
 
 
 def _point_run(base: RunConfig, point: dict) -> RunConfig:
-    tables = {}
-    for name, value in point.items():
-        table_ = next(t for t in SWEPT_TABLES if name in {f.name for f in dataclasses.fields(getattr(base, t))})
-        tables.setdefault(table_, {})[name] = value
-    return dataclasses.replace(base, **{t: dataclasses.replace(getattr(base, t), **v) for t, v in tables.items()})
+    return replaced(base, **point)
 
 
 # --- its summary ------------------------------------------------------------------------------------

@@ -50,8 +50,8 @@ def place(spec: TaskSpec, platform: str) -> Placement:
     where = decoder(spec.data, platform)
     if where == "mixed" and platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
-    graphs = platform == "gpu" and cuda_graphs(spec.train.cuda_graphs, where == "mixed")
-    options = xla_options.resolve(spec.train.xla_options, platform)
+    graphs = platform == "gpu" and cuda_graphs(spec.xla.cuda_graphs, where == "mixed")
+    options = xla_options.resolve(spec.xla.xla_options, platform)
     return Placement(platform, where, graphs, options, xla_flags(spec, platform))
 
 
@@ -60,7 +60,7 @@ def xla_flags(spec: TaskSpec, platform: str) -> tuple[tuple[str, str], ...]:
     --deterministic's kernels (determinism.py)."""
     picks = compile_cache.autotune_folder(spec) if platform == "gpu" else None
     kept = ((compile_cache.AUTOTUNE_FLAG, str(picks)),) if picks else ()
-    return kept + determinism.xla_flags(spec.train.deterministic, platform)
+    return kept + determinism.xla_flags(spec.xla.deterministic, platform)
 
 
 def decoder(config: DataConfig, platform: str) -> str:

@@ -195,7 +195,7 @@ def check(spec, sample_shape: tuple[int, ...], source: Source) -> Plan:
     init = lambda x: model.init({"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}, x)
     variables = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
     fresh = {path: leaf.shape for path, leaf in flat_variables(dict(variables)).items()}
-    return plan(fresh, found_shapes(source.tree), spec.data.num_classes, spec.train.init_from, spec.train.model)
+    return plan(fresh, found_shapes(source.tree), spec.data.num_classes, spec.model.init_from, spec.model.model)
 
 
 def apply(spec, state, say, record: Path | None = None):
@@ -204,10 +204,10 @@ def apply(spec, state, say, record: Path | None = None):
     import numpy as np
     from flax.traverse_util import unflatten_dict
 
-    source = locate(spec.train.init_from)
+    source = locate(spec.model.init_from)
     fresh = flat_variables(state.variables())
     found = plan({p: np.shape(v) for p, v in fresh.items()}, found_shapes(source.tree), spec.data.num_classes,
-                 spec.train.init_from, spec.train.model)  # fmt: skip
+                 spec.model.init_from, spec.model.model)  # fmt: skip
     values = {p: np.asarray(v, np.asarray(fresh[p]).dtype) for p, v in load(source.tree, found.loaded).items()}
     variables = unflatten_dict({tuple(p.split("/")): v for p, v in {**fresh, **values}.items()})
     params, collections = variables.pop("params"), variables
@@ -230,7 +230,7 @@ def main() -> int:
     request = json.loads(sys.stdin.read())
     spec = TaskSpec.from_json(request["spec"])
     try:
-        check(spec, tuple(request["sample_shape"]), locate(spec.train.init_from))
+        check(spec, tuple(request["sample_shape"]), locate(spec.model.init_from))
     except UsageError as e:
         print(f"init-from: {e}", file=sys.stderr)  # launcher/route/init_check.py reads this line
         return 2

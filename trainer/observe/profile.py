@@ -18,12 +18,12 @@ from dali_launch.trainer.run_dir import RunPaths
 def check(spec: TaskSpec, steps_per_epoch: int) -> None:
     """Before the first step, with the steps counted exactly (the launcher bounds them: checks.profile_within):
     a range that starts past the run's last SGD step would trace nothing, and say nothing."""
-    steps, total = spec.observe.profile_range(), spec.train.epochs * steps_per_epoch
+    steps, total = spec.observe.profile_range(), spec.step.epochs * steps_per_epoch
     if steps is not None and steps[0] >= total:
         first = max(0, total - 10)
         raise UsageError(
             f"--profile-steps {spec.observe.profile_steps} starts past the run's last SGD step {total - 1} "
-            f"({spec.train.epochs} × {steps_per_epoch} steps an epoch); trace steps below {total}, e.g. --profile-steps "
+            f"({spec.step.epochs} × {steps_per_epoch} steps an epoch); trace steps below {total}, e.g. --profile-steps "
             f"{first}:{total}"
         )
 

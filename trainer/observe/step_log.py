@@ -43,7 +43,7 @@ class StepLog:
 
     def __init__(self, spec: TaskSpec, trackers: Trackers, steps_per_call: int, slots_per_epoch: int):
         self.spec, self.trackers, self.k = spec, trackers, steps_per_call
-        self.rate = schedule(spec.train, slots_per_epoch) if trackers else None
+        self.rate = schedule(spec.optimizer, spec.step.epochs, slots_per_epoch) if trackers else None
         self.every = spec.observe.log_every_steps if trackers else 0
         self.sums = Sums()
         self.point_step = 0  # the last check point's global step
@@ -85,7 +85,7 @@ class StepLog:
         s = self.sums
         values = {
             "train/loss": s.loss / s.loss_count if s.loss_count else None,
-            "train/learning_rate": float(self.rate(max(step - 1, 0) // self.spec.train.accumulate_steps)),
+            "train/learning_rate": float(self.rate(max(step - 1, 0) // self.spec.optimizer.accumulate_steps)),
         }
         if s.time_s > 0 and s.steps:
             values |= {

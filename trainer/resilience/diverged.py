@@ -48,14 +48,14 @@ class NanGuard:
 
     def check(self, loss_sum: float, calls_done: int, epoch: int) -> None:
         """At a check point or an epoch's end (`calls_done` global calls done); raises Diverged under stop."""
-        if math.isfinite(loss_sum) or self.spec.train.on_nan != "stop":
+        if math.isfinite(loss_sum) or self.spec.step.on_nan != "stop":
             self.last_good = calls_done
             return
         first, last = (self.last_good or 0) * self.k + 1, calls_done * self.k
         raise Diverged(
             f"the training loss became {loss_sum} between SGD steps {first} and {last} (epoch {epoch}), so "
             f"the run stopped; {self._kept()}; train again with a lower --learning-rate "
-            f"(now {self.spec.train.learning_rate:g}) or normalised images, or "
+            f"(now {self.spec.optimizer.learning_rate:g}) or normalised images, or "
             f"`dali-launch --resume {RunPaths(self.spec.run_dir).root} --on-nan skip-step` to drop such steps"
         )
 
@@ -70,7 +70,7 @@ class NanGuard:
             raise Diverged(
                 f"the training loss or gradients were not finite in every SGD step of epoch {epoch} (--on-nan "
                 f"skip-step dropped all {int(skipped)} this task ran), so the run stopped{held}; train again "
-                f"from the start with a lower --learning-rate (now {self.spec.train.learning_rate:g}) or normalised images",
+                f"from the start with a lower --learning-rate (now {self.spec.optimizer.learning_rate:g}) or normalised images",
                 resumable=False,
             )
 

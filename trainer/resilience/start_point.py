@@ -119,7 +119,7 @@ def read(paths: RunPaths, spec: TaskSpec, process_id: int, processes: int, devic
         _check_processes(newest, processes)
         states = _states(newest, process_id)
         return StartPoint(newest.step, newest.epoch, newest.calls_done, states, decoded_cache=newest.decoded_cache)
-    plan = elastic.plan(newest.record, devices, spec.train.elastic_batch, spec.train.accumulate_steps)
+    plan = elastic.plan(newest.record, devices, spec.step.elastic_batch, spec.optimizer.accumulate_steps)
     if newest.shards:  # the states restore on its layout, or read the rest of its epoch (remainder.py)
         states = {shard: base64.b64decode(state) for shard, state in newest.states_by_shard().items()}
         fields = {"plan": plan, "shards": newest.shards, "states": states, "decoded_cache": newest.decoded_cache}
@@ -144,8 +144,8 @@ def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], proc
         for count in processes:
             _check_processes(newest, count)
         return ""
-    train = spec.train
-    plans = [elastic.plan(newest.record, d, train.elastic_batch, train.accumulate_steps) for d in device_counts]
+    rule, accumulate = spec.step.elastic_batch, spec.optimizer.accumulate_steps
+    plans = [elastic.plan(newest.record, d, rule, accumulate) for d in device_counts]
     from dali_launch.trainer.data import records  # numpy and the formats' readers: only where they are needed
 
     now = fingerprint_read(spec, Path(spec.data.data_dir) / "training", records)

@@ -1,2 +1,2 @@
-"""The training config by concern: each module one frozen dataclass of fields, `TrainConfig` (trainer/config.py)
-combining them. Light: the launcher builds its flags from them at start."""
+"""A run's settings by concern, one frozen dataclass a module, nested into the task spec (trainer/config.py).
+Light: the launcher builds its flags from them at start."""

@@ -51,7 +51,7 @@ def eval_call(forward, variables, tally, images, labels, shard_sizes):
 
 def evaluates(spec: TaskSpec, process_index: int) -> bool:
     """Whether this process evaluates: every process under --eval-on all, else process 0 alone."""
-    return spec.train.eval_on == "all" or process_index == 0
+    return spec.eval.eval_on == "all" or process_index == 0
 
 
 class Evaluator:
@@ -69,13 +69,13 @@ class Evaluator:
         `job`: every device of the job, where the variables stay sharded over them (one program evaluates)."""
         self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
         self.mesh_devices, self.sharded = job or devices, job is not None
-        self.every_process = spec.train.eval_on == "all" and jax.process_count() > 1
+        self.every_process = spec.eval.eval_on == "all" and jax.process_count() > 1
         self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.variables, self.compiled, self.ready = variables, None, finished()
         self.ahead: dict | None = None  # what `prepare` did, for the first evaluation's metrics
-        self.cache_bytes = spec.train.eval_cache_mb << 20
-        forward = Forward(run_model(spec), spec.train.precision)
+        self.cache_bytes = spec.eval.eval_cache_mb << 20
+        forward = Forward(run_model(spec), spec.model.precision)
         mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.eval = jax.jit(partial(eval_call, forward), donate_argnums=(1,))
@@ -155,7 +155,7 @@ class Evaluator:
         local = len(self.devices)
         first_device = jax.process_index() * local if self.every_process else 0
         sharding = shards.Sharding(first_device, local, self.eval_devices, self.readers)
-        batch = self.spec.train.eval_batch_size
+        batch = self.spec.eval.eval_batch_size
         self.data = self._pipelines(sharding, batch)
         fitted = sharding.readers * math.ceil(self.data.num_samples / sharding.num_shards)
         if fitted < batch:

@@ -19,23 +19,22 @@ def state_maker(spec: TaskSpec, slots_per_epoch: int):
     """`fresh(example) -> (logits, state)`: the model initialised on `example`, a zero batch of one sample
     shaped like the pipeline's images, with the optimizer and schedule for epochs of `slots_per_epoch` SGD
     steps; traceable, so a benchmark may jit it for its own device or only ask its shapes."""
-    t = spec.train
+    opt = spec.optimizer
     model = run_model(spec)
-    forward = Forward(model, t.precision)
+    forward = Forward(model, spec.model.precision)
     train_kwargs = {name: False for name in [train_kwarg(model)] if name}  # BatchNorm: keep its initial statistics
-    mixing = Mixing(t.mixup, t.cutmix)
     recipe = Recipe(
-        accumulate_steps=t.accumulate_steps,
-        ema_decay=t.ema_decay,
-        label_smoothing=t.label_smoothing,
-        skip_nonfinite=t.on_nan == "skip-step",
-        mixing=mixing,
+        accumulate_steps=opt.accumulate_steps,
+        ema_decay=opt.ema_decay,
+        label_smoothing=spec.recipe.label_smoothing,
+        skip_nonfinite=spec.step.on_nan == "skip-step",
+        mixing=Mixing(spec.recipe.mixup, spec.recipe.cutmix),
         num_classes=spec.data.num_classes,
     )
-    tx, schedule = optim.optimizer(t), optim.schedule(t, slots_per_epoch)
+    tx, schedule = optim.optimizer(opt), optim.schedule(opt, spec.step.epochs, slots_per_epoch)
 
     def fresh(example):
-        params_key = jax.random.PRNGKey(t.seed)  # as before dropout existed: the same initial parameters
+        params_key = jax.random.PRNGKey(spec.step.seed)  # as before dropout existed: the same initial parameters
         dropout_key = jax.random.fold_in(params_key, 1)
         rngs = {"params": params_key, "dropout": dropout_key}
         logits, variables = model.init_with_output(rngs, example, **train_kwargs)
@@ -62,7 +61,7 @@ class InitialState:
         self._example = example
         logits, state = self._traced.out_info
         if logits.shape != (1, spec.data.num_classes):
-            raise width_error(spec.train.model, logits.shape, spec.data.num_classes)
+            raise width_error(spec.model.model, logits.shape, spec.data.num_classes)
         # as jax.eval_shape gave them (a weak type kept), without the trace's CPU placement: the step compiles
         # ahead for the run's own devices
         self.shapes: TrainState = jax.tree.map(

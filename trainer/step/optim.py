@@ -1,4 +1,4 @@
-"""The optimizer and its learning-rate schedule, from TrainConfig, through optax.
+"""The optimizer and its learning-rate schedule, from the [optimizer] settings, through optax.
 
 The transformation is built with a learning rate of 1 and the step multiplies its update by
 `schedule(update)`: every optimizer here ends by scaling with the rate (optax's sgd, adamw, lamb
@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from dali_launch.trainer.config import TrainConfig
+from dali_launch.trainer.config import OptimizerConfig
 from dali_launch.trainer.step import layer_decay
 
 
@@ -23,7 +23,7 @@ def decay_mask(params):
     return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
-def optimizer(train: TrainConfig) -> optax.GradientTransformation:
+def optimizer(train: OptimizerConfig) -> optax.GradientTransformation:
     """--optimizer with --momentum, --weight-decay, --clip-norm and --layer-decay, at a learning rate of 1."""
     wd, name = train.weight_decay, train.optimizer
     if name in ("sgd", "nesterov"):
@@ -45,10 +45,10 @@ def optimizer(train: TrainConfig) -> optax.GradientTransformation:
     return tx
 
 
-def schedule(train: TrainConfig, slots_per_epoch: int) -> optax.Schedule:
-    """The learning rate of optimizer update `n` (0-based), for --epochs of `slots_per_epoch` SGD steps."""
+def schedule(train: OptimizerConfig, epochs: int, slots_per_epoch: int) -> optax.Schedule:
+    """The learning rate of optimizer update `n` (0-based), for `epochs` (--epochs) of `slots_per_epoch` SGD steps."""
     per_epoch = slots_per_epoch / train.accumulate_steps  # optimizer updates per epoch
-    total = max(1, round(train.epochs * per_epoch))
+    total = max(1, round(epochs * per_epoch))
     warmup = train.warmup_steps or round(train.warmup_epochs * per_epoch)
     warmup = min(warmup, total - 1)
     lr, after = train.learning_rate, total - warmup

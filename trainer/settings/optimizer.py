@@ -1,6 +1,6 @@
 """The optimizer and its schedule: the update rule, the learning rate over time, clipping, accumulation, EMA.
 
-One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+The [optimizer] table of a run's configuration (trainer/config.py nests it); a field's `help` is its flag's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dali_launch.trainer.settings.fields import opt
 
 
 @dataclass(frozen=True)
-class OptimizerFields:
+class OptimizerConfig:
     optimizer: str = opt(
         "sgd",
         "sgd (with --momentum; 0: plain SGD), nesterov (SGD with Nesterov momentum), adamw, lamb, or lars "

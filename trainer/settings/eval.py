@@ -1,6 +1,6 @@
 """The evaluation: where it runs, its batch, what it keeps, which parameters it reads.
 
-One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+The [eval] table of a run's configuration (trainer/config.py nests it); a field's `help` is its flag's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ EVAL_CPU_BATCH = 500  # --eval-batch-size auto on CPUs (resolve.eval_batch_size)
 
 
 @dataclass(frozen=True)
-class EvalFields:
+class EvalConfig:
     eval_ema: bool = opt(False, "Evaluate the --ema-decay average instead of the trained parameters.")
     eval_batch_size: int = opt(
         0,

@@ -1,6 +1,6 @@
 """How the steps run: epochs, batches, fusion and parallelism, the seed, what a NaN does.
 
-One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+The [step] table of a run's configuration (trainer/config.py nests it); a field's `help` is its flag's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ MAX_STEPS = 64  # --steps-per-call auto's most on GPUs (resolve.steps_per_call)
 
 
 @dataclass(frozen=True)
-class StepFields:
+class StepConfig:
     epochs: int = opt(5, "Training epochs.", on_resume="may change")
     batch_size: int = opt(50, "Samples per device per step (the example's 50).")
     global_batch_size: int | None = opt(
@@ -56,7 +56,6 @@ class StepFields:
         choices=("auto", "device", "optimizer"),
         on_resume="may change",
     )
-    # The optimizer and its schedule (step/optim.py); the defaults are the example's SGD.
     seed: int = opt(0, "Seed for parameters and data shuffling.")
     elastic_batch: str = opt(
         "keep",
@@ -71,21 +70,6 @@ class StepFields:
         "Wait for the device at least every N steps (bounds queued work; gloo on CPU deadlocks without it).",
         on_resume="may change",
     )
-    batchnorm_stats: str = opt(
-        "auto",
-        "Precision of BatchNorm's batch statistics (mean, variance) in a model whose factory takes `batchnorm_stats` (the "
-        "built-in resnet50): float32 (Flax's default, stable in bf16 training), compute (the --precision dtype: "
-        "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
-        choices=("auto", "float32", "compute"),
-    )
-    pool_grad: str = opt(
-        "auto",
-        "How the gradient of the ImageNet stem's 3x3/2 max pool is computed in the built-in resnet50 and resnet18 "
-        "(model/pooling.py): scatter (JAX's select_and_scatter) or masks (nine offset masks, no scatter: XLA's "
-        "deterministic scatter cost --deterministic most of its price on the GPU). auto (resolve.py's POOL_GRAD): "
-        "masks on CPUs and under --deterministic, else scatter until benchmarks/step_levers.py measures masks faster.",
-        choices=("auto", "scatter", "masks"),
-    )
     on_nan: str = opt(
         "stop",
         "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's check points with no "
@@ -97,7 +81,6 @@ class StepFields:
     record_samples: bool = opt(
         False, "Debug: write a fingerprint of every training sample seen, per epoch and rank.", on_resume="may change"
     )
-    # Today's vision recipes (issue 31): ViTs (model/vit.py), mixing (step/mixing.py), fine-tuning (model/init_from.py).
 
     def per_device_batch(self, devices: int) -> int:
         """Samples per device per step: --global-batch-size split over `devices`, else --batch-size."""

@@ -1,6 +1,6 @@
-"""The model: which network, its precision and its own options, what it starts from.
+"""The model: which network, its precision and its own options (the ones a factory may name), what it starts from.
 
-One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+The [model] table of a run's configuration (trainer/config.py nests it); a field's `help` is its flag's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dali_launch.trainer.settings.fields import opt
 
 
 @dataclass(frozen=True)
-class ModelFields:
+class ModelConfig:
     model: str = opt(
         "mlp",
         "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
@@ -49,6 +49,21 @@ class ModelFields:
         "activations' memory), or auto: none, unless the compiled step does not fit a device at its batch and the "
         "model takes blocks; the choice is in rank_map.json. A factory of yours naming `remat` is given it.",
         choices=("auto", "none", "blocks"),
+    )
+    batchnorm_stats: str = opt(
+        "auto",
+        "Precision of BatchNorm's batch statistics (mean, variance) in a model whose factory takes `batchnorm_stats` (the "
+        "built-in resnet50): float32 (Flax's default, stable in bf16 training), compute (the --precision dtype: "
+        "fewer bytes moved), or auto (resolve.py: float32 until benchmarks/step_levers.py says otherwise).",
+        choices=("auto", "float32", "compute"),
+    )
+    pool_grad: str = opt(
+        "auto",
+        "How the gradient of the ImageNet stem's 3x3/2 max pool is computed in the built-in resnet50 and resnet18 "
+        "(model/pooling.py): scatter (JAX's select_and_scatter) or masks (nine offset masks, no scatter: XLA's "
+        "deterministic scatter cost --deterministic most of its price on the GPU). auto (resolve.py's POOL_GRAD): "
+        "masks on CPUs and under --deterministic, else scatter until benchmarks/step_levers.py measures masks faster.",
+        choices=("auto", "scatter", "masks"),
     )
     init_from: str | None = opt(
         None,

@@ -1,6 +1,6 @@
 """What the step does to a batch and its targets: label smoothing, mixup and CutMix.
 
-One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+The [recipe] table of a run's configuration (trainer/config.py nests it); a field's `help` is its flag's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dali_launch.trainer.settings.fields import opt
 
 
 @dataclass(frozen=True)
-class RecipeFields:
+class RecipeConfig:
     label_smoothing: float = opt(0.0, "Label smoothing: the one-hot targets mixed with this much of a uniform one.")
     mixup: float = opt(
         0.0,

@@ -1,6 +1,6 @@
 """XLA's side: deterministic kernels, CUDA graphs, XLA's options, the compile cache.
 
-One concern of `TrainConfig` (trainer/config.py), which combines them: a field's `help` is its flag's.
+The [xla] table of a run's configuration (trainer/config.py nests it); a field's `help` is its flag's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dali_launch.trainer.settings.fields import opt
 
 
 @dataclass(frozen=True)
-class CompileFields:
+class XlaConfig:
     deterministic: bool = opt(
         False,
         "Reproducible GPU runs: XLA's deterministic GPU kernels (no atomics in reductions, deterministic "
