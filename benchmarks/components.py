@@ -3,7 +3,7 @@
 
     codecs    --readers pipelines of mnist on the CPU: build time and decode rate with all of
               nvImageCodec's codecs, then with its CPU codecs only (what dali-launch gives a CPU
-              pipeline, trainer/data/placement.py); the first batch must be the same pixels
+              pipeline, trainer/data/codecs.py); the first batch must be the same pixels
     data      data-only epochs through the trainer's DeviceBatches (pipelines on the CPU, batches
               put on the device), per readers x threads x prefetch in --data-grid and per
               --sample-orders: shards (DALI's Caffe2 reader) vs global (records/caffe2.py through
@@ -71,12 +71,12 @@ def codecs(data: Path, readers: int) -> list[dict]:
     """All codecs first: nvImageCodec reads its codec folder each time a decoder is made."""
     import numpy as np
 
-    from dali_launch.trainer.data import placement
+    from dali_launch.trainer.data import codecs as codec_links
 
     rows = []
     for name in ("all codecs", "CPU codecs only"):
         if name != "all codecs":
-            placement.use_cpu_codecs_only()
+            codec_links.use_cpu_codecs_only()
         pipes = pipelines(data, readers, 2, 2)
         start = time.perf_counter()
         for pipe in pipes:
@@ -147,7 +147,7 @@ def steps(count: int) -> list[dict]:
     import numpy as np
 
     from dali_launch.trainer.config import TaskSpec
-    from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.step import sgd
     from dali_launch.trainer.step.initial_state import create_train_state
 
     spec = TaskSpec(run_dir="unused")
@@ -158,7 +158,7 @@ def steps(count: int) -> list[dict]:
     valid = jnp.ones((PER_CALL, BATCH), jnp.float32)
 
     def call(state, images, labels):
-        state, loss, *_ = parallel.sgd_steps(state, images, labels, valid, parallel.JIT_JOB)
+        state, loss, *_ = sgd.sgd_steps(state, images, labels, valid, sgd.JIT_JOB)
         return state, loss
 
     rows = []

@@ -193,13 +193,14 @@ def data_part(args) -> dict:
     from imagenet import task_spec
 
     from dali_launch.trainer.data import dali, shards
-    from dali_launch.trainer.data.placement import place
-    from dali_launch.trainer.resolve import resolve
+    from dali_launch.trainer.plan import facts, plan
+    from dali_launch.trainer.plan.placement import place
 
     spec = task_spec(args.data, args.workload, args.classes, 1, "cpu" if args.smoke_cpu else "gpu")
     devices = jax.local_devices()[:1]
-    auto = resolve(spec, place(spec, devices[0].platform), 1, 1, 1)
-    sharding = shards.Sharding(0, 1, 1, auto.readers_per_device)
+    decided = plan(spec, facts.alone(devices), place(spec, devices[0].platform))
+    step = decided.step
+    sharding = shards.Sharding(0, 1, 1, decided.data.readers_per_device)
 
     def weighted(x):
         bits = jax.lax.bitcast_convert_type(x, jnp.uint16 if x.dtype.itemsize == 2 else jnp.uint32)
@@ -208,12 +209,12 @@ def data_part(args) -> dict:
 
     sums = []
     for _ in range(2):
-        start = dali.Start("shards", spec.step.seed, 1, auto.batch_per_device_step, auto.steps_per_call)
-        path, config = f"{args.data}/training", auto.data_config(spec.data)
-        data = dali.build(path, devices, devices, sharding, auto.call_batch, True, config, 0, start=start)
+        start = dali.Start("shards", spec.step.seed, 1, step.batch_per_device_step, step.steps_per_call)
+        path, config = f"{args.data}/training", decided.data.config(spec.data)
+        data = dali.build(path, devices, devices, sharding, step.call_batch, True, config, 0, start=start)
         sums.append([[weighted(b["images"]), weighted(b["labels"])] for b in (data.next() for _ in range(args.calls))])
         del data
-    return {"name": "data", "sums": sums, "same": sums[0] == sums[1], "decoder": auto.decoder}
+    return {"name": "data", "sums": sums, "same": sums[0] == sums[1], "decoder": decided.data.decoder}
 
 
 def child_data(args) -> dict:

@@ -58,7 +58,7 @@ from report import (
     table,
 )
 
-from dali_launch.trainer.data.placement import CODECS_PATH
+from dali_launch.trainer.data.codecs import CODECS_PATH
 from dali_launch.trainer.topology import disable_cuda_graphs
 
 

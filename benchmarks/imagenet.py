@@ -99,30 +99,31 @@ def pipelines_and_step(spec, gpus: int):
     import jax
 
     from dali_launch.trainer.data import dali, shards
-    from dali_launch.trainer.data.placement import place
+    from dali_launch.trainer.plan import facts, plan
+    from dali_launch.trainer.plan.placement import place
+    from dali_launch.trainer.plan.step import parallel as choose_parallel
     from dali_launch.trainer.resilience.checkpoint import zero_tally
-    from dali_launch.trainer.resolve import parallel as resolve_parallel
-    from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.step.initial_state import create_train_state
+    from dali_launch.trainer.step.sgd import call_tally
 
     devices = jax.local_devices()[:gpus]
-    auto = resolve(spec, place(spec, devices[0].platform), gpus, gpus, 1)
-    spec = auto.resolved(spec)  # --attention resolved, as set_up.py
-    sharding = shards.Sharding(0, gpus, gpus, auto.readers_per_device)
-    start = dali.Start(spec.data.sample_order, spec.step.seed, gpus, auto.batch_per_device_step, auto.steps_per_call)
+    decided = plan(spec, facts.alone(devices), place(spec, devices[0].platform))
+    spec, step = decided.step.applied(spec), decided.step  # --attention decided, as set_up.py
+    sharding = shards.Sharding(0, gpus, gpus, decided.data.readers_per_device)
+    start = dali.Start(spec.data.sample_order, spec.step.seed, gpus, step.batch_per_device_step, step.steps_per_call)
     data = dali.build(
-        f"{spec.data.data_dir}/training", devices, devices, sharding, auto.call_batch, True,
-        auto.data_config(spec.data), spec.step.seed, start=start,
+        f"{spec.data.data_dir}/training", devices, devices, sharding, step.call_batch, True,
+        decided.data.config(spec.data), spec.step.seed, start=start,
     )  # fmt: skip
-    fresh = create_train_state(spec, data.first_sample(), data.steps * auto.steps_per_call)
-    mode_name = resolve_parallel(spec.step.parallel, bool(fresh.collections), gpus)
+    fresh = create_train_state(spec, data.first_sample(), data.steps * step.steps_per_call)
+    mode_name = choose_parallel(spec.step.parallel, bool(fresh.collections), gpus)
     mode = parallel.create(
-        mode_name, devices, devices, auto.batch_per_device_step, data.sharding_spec, sharding.readers
+        mode_name, devices, devices, step.batch_per_device_step, data.sharding_spec, readers=sharding.readers
     )
     state = mode.place(fresh)
-    tally = data.put([parallel.call_tally(zero_tally())] * gpus)
-    return auto, data, mode, state, tally
+    tally = data.put([call_tally(zero_tally())] * gpus)
+    return decided, data, mode, state, tally
 
 
 PARTS = ("step", "step-unmixed", "data", "data-global")
@@ -139,7 +140,7 @@ def part(name: str, spec, gpus: int, calls: int) -> dict:
         compile_cache.point_jax_at(Path(os.environ[compile_cache.ENV]))
     if name == "step-unmixed":  # the same step without --mixup/--cutmix: mixing's cost on the device
         spec = replaced(spec, mixup=0.0, cutmix=0.0)
-    auto, data, mode, state, tally = pipelines_and_step(spec, gpus)
+    decided, data, mode, state, tally = pipelines_and_step(spec, gpus)
     batch = data.next()
     if name.startswith("step"):  # the data part's `run` reads, the step parts reuse one batch
         run = lambda state, tally: mode.call(state, tally, batch["images"], batch["labels"], batch["valid"])
@@ -153,12 +154,12 @@ def part(name: str, spec, gpus: int, calls: int) -> dict:
         state, tally = run(state, tally)
     jax.block_until_ready(tally)
     seconds = time.perf_counter() - start
-    images = calls * auto.call_batch * gpus
+    images = calls * decided.step.call_batch * gpus
     return {
         "part": name,
         "gpus": gpus,
         "images_per_s_per_gpu": images / seconds / gpus,
-        "resolved": auto.as_dict(mode.name),
+        "resolved": decided.record() | {"parallel": mode.name},
     }
 
 

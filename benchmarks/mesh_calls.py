@@ -46,7 +46,7 @@ def fresh_state(setup: Setup):
 
 class LaidOut:
     """A step/mesh.Mesh of one device whose state is laid out as an fsdp mesh's: Sharded then takes its
-    fsdp branch (layout.state_layout, layout.laid_out) where Mesh(fsdp=1).shards_state would keep it replicated."""
+    fsdp branch (shardings.state_shardings, shardings.keeping) where Mesh(fsdp=1).shards_state keeps it replicated."""
 
     data = fsdp = tensor = devices = 1
     shards_state = True
@@ -64,6 +64,7 @@ def runner(setup: Setup, device, shapes, layout: bool, offload: bool = False):
 
     from dali_launch.trainer.data.rows import AXIS
     from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.step.sgd import call_tally
 
     mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))
     data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
@@ -86,7 +87,7 @@ def runner(setup: Setup, device, shapes, layout: bool, offload: bool = False):
     valid = jax.device_put(np.ones((1, rows), np.float32), data)
     zero = {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
     # ^ checkpoint.zero_tally (resilience/checkpoint.py imports DALI and Orbax)
-    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), parallel.call_tally(zero))
+    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), call_tally(zero))
     return mode, tally, (images, labels, valid)
 
 
@@ -97,9 +98,9 @@ def compiled(mode, shapes, tally, batch):
     from dali_launch.trainer.step.xla_options import typed
 
     leaves, structure = jax.tree.flatten(shapes)
-    layout = mode.layout or [mode.replicated] * len(leaves)
+    shardings = mode.shardings or [mode.replicated] * len(leaves)
     abstract = structure.unflatten(
-        [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=at) for x, at in zip(leaves, layout)]
+        [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=at) for x, at in zip(leaves, shardings)]
     )
     began = time.perf_counter()
     call = mode.call.lower(abstract, tally, *batch).compile(compiler_options=typed(OFF_GRAPHS))

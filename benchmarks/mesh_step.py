@@ -10,13 +10,13 @@ the steps per call and XLA options the trainer gives that batch on a GPU (5; com
 
 1. fsdp-cost: ViT-B/16 through `Sharded` replicated (--mesh data:1, what auto gives one GPU) against
    the same runner with the fsdp layout path on (Sharded given a mesh with an fsdp axis of 1 device:
-   state_layout's shardings and laid_out's constraints in the program, which --mesh fsdp:1 alone would
+   state_shardings's shardings and keeping's constraints in the program, which --mesh fsdp:1 alone would
    not switch on: Mesh.shards_state is fsdp > 1). Each is compiled once, then timed in the order A B B A
    in one process; the ratio is B's mean over A's. The issue's target: the layout costs <= 3 %.
 2. largest: a ladder of big_vision's ViT sizes (L/16, L/14, H/16, H/14, g/14, G/14, ViT-e/14), each rung in a
    fresh child process (an out-of-memory ends only that rung), smallest first, stopping at the first that
    does not train (--keep-going tries the rest). Per rung: the parameters, the state and gradients as
-   step/memory_fit.py counts them, XLA's compiled buffers, the device's peak_bytes_in_use, images/s or
+   plan/fit.py counts them, XLA's compiled buffers, the device's peak_bytes_in_use, images/s or
    the error. The rungs are vit.py's ViT class at sizes of big_vision's (not in the model zoo); a /14
    rung sets vit.PATCH to 14 in its own process. With --offload, the ladder keeps AdamW's moments in host
    memory (the trainer's --offload optimizer), its rows under "largest_offload"; with --remat, each block
@@ -116,6 +116,9 @@ def fsdp_cost(setup: Setup, seconds: float) -> dict:
     """ViT-B/16 replicated (A) against the fsdp layout path (B), each compiled once, timed A B B A."""
     import jax
 
+    from dali_launch.trainer.plan.fit import StateSize
+    from dali_launch.trainer.step.mesh import Mesh
+
     device = jax.local_devices()[0]
     fresh, example = fresh_state(setup)
     shapes = jax.eval_shape(fresh, example)[1]
@@ -128,11 +131,11 @@ def fsdp_cost(setup: Setup, seconds: float) -> dict:
         state, tally = warm(call, mode.place(host), tally, batch)
         runs[name] = {"call": call, "state": state, "tally": tally, "batch": batch}
         texts[name] = call.as_text()
-        kind = "Sharded, mesh None" if not layout else f"Sharded, mesh {LaidOut()}: {len(mode.layout)} shardings"
+        kind = "Sharded, mesh None" if not layout else f"Sharded, mesh {LaidOut()}: {len(mode.shardings)} shardings"
         runs[name]["info"] = {
             "runner": kind,
             "compile_s": compile_s,
-            "state_bytes_per_device": mode.device_bytes(shapes),
+            "state_bytes_per_device": StateSize.of(shapes).on_device(LaidOut() if layout else Mesh()),
         }
         print(f"{name}: compiled in {compile_s:.1f} s", flush=True)
     order = ["replicated", "fsdp-layout", "fsdp-layout", "replicated"]
@@ -179,7 +182,7 @@ def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False, offl
 
     from dali_launch.trainer.errors import UsageError
     from dali_launch.trainer.model import vit
-    from dali_launch.trainer.step import memory_fit
+    from dali_launch.trainer.plan import fit
     from dali_launch.trainer.step.mesh import Mesh
 
     spec = {**RUNGS, **SMOKE_RUNGS}[name]
@@ -190,15 +193,14 @@ def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False, offl
         fresh, example = fresh_state(setup)
         shapes = jax.eval_shape(fresh, example)[1]
         mode, tally, batch = runner(setup, device, shapes, layout=False, offload=offload)
-        state_bytes, host_bytes = mode.device_bytes(shapes), mode.host_bytes(shapes)
-        param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes.params))
-        pool, total = memory_fit.pool_bytes(device), state_bytes + host_bytes
-        need = memory_fit.need(state_bytes, total, total, param_bytes)
+        size = fit.StateSize.of(shapes)
+        state_bytes, host_bytes = size.on_device(Mesh(), offload), size.on_host(Mesh(), offload)
+        param_bytes, pool, need = size.params, fit.pool_bytes(device), size.need(Mesh(), offload)
         out |= {"params": sum(x.size for x in jax.tree.leaves(shapes.params)), "state_bytes": state_bytes}
         out |= {"host_state_bytes": host_bytes, "gradient_bytes": param_bytes, "memory_fit_need_bytes": need}
         out["pool_bytes"] = pool
         try:
-            memory_fit.check(Mesh(), 1, need, total, param_bytes, pool)
+            fit.check(Mesh(), 1, size, offload, pool)
             out["memory_fit"] = "passes (activations not counted)"
         except UsageError as e:
             out["memory_fit"] = f"refused: {e}"
@@ -206,7 +208,7 @@ def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False, offl
         out |= memory(call, device)
         buffers = out.get("xla_argument_bytes", 0) + out.get("xla_temp_bytes", 0)
         if pool and buffers > pool and not run_anyway:
-            short = f"XLA's buffers for the step, {memory_fit.size(buffers)}, exceed the pool, {memory_fit.size(pool)}"
+            short = f"XLA's buffers for the step, {fit.size_words(buffers)}, exceed the pool, {fit.size_words(pool)}"
             out |= {"status": "out of memory", "error": f"{short}: not run (--run-anyway runs it)"}
             return out
         began = time.perf_counter()

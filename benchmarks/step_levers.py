@@ -129,6 +129,7 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     from dali_launch.trainer.resilience.checkpoint import zero_tally
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.step.initial_state import create_train_state
+    from dali_launch.trainer.step.sgd import call_tally
 
     rows = lever.batch * lever.steps
     key = (model, image_size, precision, lever.batchnorm_stats, lever.pool_grad)  # the batch does not change the state
@@ -145,7 +146,7 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     )(jax.random.PRNGKey(1))
     labels = jax.device_put(np.arange(rows, dtype=np.int32)[None] % 10, data)
     valid = jax.device_put(np.ones((1, rows), np.float32), data)
-    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), parallel.call_tally(zero_tally()))
+    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), call_tally(zero_tally()))
     return mode, mode.place(fresh), tally, (images, labels, valid)
 
 

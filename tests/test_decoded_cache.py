@@ -1,4 +1,4 @@
-"""--decoded-cache: resolve.py's rule, memory.py's estimate, and the pipelines with the host cache giving the
+"""--decoded-cache: the data plan's rule (plan/data.py), memory.py's estimate, and the pipelines with the host cache giving the
 same samples in the same order as without it (data/decoded_cache.py); its kind kept across a resume."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import jax
 import numpy as np
 import pytest
 
-from dali_launch.trainer import resolve as resolve_module
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, memory, shards
 from dali_launch.trainer.data.memory import Room
+from dali_launch.trainer.plan import data as data_plan
+from dali_launch.trainer.plan.data import decoded_cache
 from dali_launch.trainer.resilience import saved, start_point
 from dali_launch.trainer.resilience.checkpoint import Checkpointer
-from dali_launch.trainer.resolve import decoded_cache
 from dali_launch.trainer.run_dir import RunPaths
 
 ROOM = Room(split_mb=1000, host_mb=600, device_mb=20_000)
@@ -26,8 +26,8 @@ ROOM = Room(split_mb=1000, host_mb=600, device_mb=20_000)
 @pytest.fixture
 def auto_keeps_both(monkeypatch):
     """The fit rule of a kind auto may keep: both kinds allowed, as a measurement that found them faster would."""
-    both = (resolve_module.HOST, resolve_module.DECODER)
-    monkeypatch.setattr(resolve_module, "AUTO_KINDS", {"cpu": both, "gpu": both})
+    both = (data_plan.HOST, data_plan.DECODER)
+    monkeypatch.setattr(data_plan, "AUTO_KINDS", {"cpu": both, "gpu": both})
 
 
 def _rule(setting="auto", decoder="cpu", share=0.5, room=ROOM, kept=None, order="shards", cacheable=True):
@@ -45,8 +45,8 @@ def test_auto_keeps_the_decoded_shards_where_they_fit(auto_keeps_both):
 
 
 def test_auto_turns_on_only_the_kinds_the_measurements_chose(monkeypatch):
-    """resolve.AUTO_KINDS is the one line a measurement changes: a kind left out is off under auto, not under a SIZE."""
-    monkeypatch.setattr(resolve_module, "AUTO_KINDS", {"cpu": (), "gpu": (resolve_module.DECODER,)})
+    """plan/data.py's AUTO_KINDS is the one line a measurement changes: a kind left out is off under auto, not under a SIZE."""
+    monkeypatch.setattr(data_plan, "AUTO_KINDS", {"cpu": (), "gpu": (data_plan.DECODER,)})
     assert _rule() == (
         "off",
         0,
@@ -70,7 +70,7 @@ def test_auto_never_picks_a_kind_its_measurement_found_slower(platform):
     mean = {kind: sum(s) / len(s) for kind, s in epochs.items()}
     assert "off" in mean and len(mean) > 1, f"the runs measured only {sorted(mean)}"
     faster = {kind for kind, s in mean.items() if kind != "off" and s < mean["off"]}
-    assert set(resolve_module.AUTO_KINDS[platform]) & set(mean) == faster, mean
+    assert set(data_plan.AUTO_KINDS[platform]) & set(mean) == faster, mean
 
 
 def test_off_global_order_and_pipelines_that_do_not_say_so_keep_nothing():

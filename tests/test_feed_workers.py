@@ -11,7 +11,7 @@ from nvidia.dali import fn, pipeline_def, types
 
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout
-from dali_launch.trainer.resolve import MAX_FEED_WORKERS, feed_workers
+from dali_launch.trainer.plan.data import MAX_FEED_WORKERS, feed_workers
 
 
 class Iterations:

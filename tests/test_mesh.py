@@ -11,18 +11,19 @@ from conftest import REPO, check_ok, dali_launch
 from run_readers import assert_same_params, only_run
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.step import memory_fit, mesh
+from dali_launch.trainer.plan import fit
+from dali_launch.trainer.step import mesh
 
 
 def test_a_mesh_parses_and_resolves_against_the_device_count():
     assert mesh.parse("auto") is None
-    assert mesh.resolve("auto", 8) == mesh.Mesh(data=8)
-    assert mesh.resolve("data:2,fsdp:4", 8) == mesh.Mesh(data=2, fsdp=4)
-    assert str(mesh.resolve("fsdp:4", 4)) == "fsdp:4" and mesh.resolve("fsdp:4", 4).shards_state
-    assert mesh.resolve("fsdp:4", 8) == mesh.Mesh(data=2, fsdp=4)  # data takes what the others leave
-    assert not mesh.resolve("data:4", 4).shards_state
-    assert mesh.resolve("fsdp:2,tensor:2", 8) == mesh.Mesh(data=2, fsdp=2, tensor=2)
-    assert mesh.resolve("tensor:2", 2).shards_state
+    assert mesh.for_job("auto", 8) == mesh.Mesh(data=8)
+    assert mesh.for_job("data:2,fsdp:4", 8) == mesh.Mesh(data=2, fsdp=4)
+    assert str(mesh.for_job("fsdp:4", 4)) == "fsdp:4" and mesh.for_job("fsdp:4", 4).shards_state
+    assert mesh.for_job("fsdp:4", 8) == mesh.Mesh(data=2, fsdp=4)  # data takes what the others leave
+    assert not mesh.for_job("data:4", 4).shards_state
+    assert mesh.for_job("fsdp:2,tensor:2", 8) == mesh.Mesh(data=2, fsdp=2, tensor=2)
+    assert mesh.for_job("tensor:2", 2).shards_state
     for bad, said in (
         ("fsdp:3", "spans 3 devices but the job has 8"),
         ("data:1,fsdp:4", "spans 4 devices but the job has 8"),
@@ -32,7 +33,7 @@ def test_a_mesh_parses_and_resolves_against_the_device_count():
         ("data:4,tensor:4", "spans 16 devices but the job has 8"),
     ):
         with pytest.raises(ValueError, match=said):
-            mesh.resolve(bad, 8)
+            mesh.for_job(bad, 8)
 
 
 def test_fsdp_splits_the_largest_dividing_dimension_of_large_arrays_only():
@@ -180,7 +181,7 @@ def test_a_state_too_large_for_a_device_is_sharded_by_auto_and_refused_in_one_li
     the state over the fewest devices that hold it; a data-parallel mesh given keeps AdamW's moments in host
     memory (--offload auto), and with them on the devices is refused before the state is placed, naming
     that fsdp count."""
-    env = {memory_fit.ENV: "34"}  # fsdp:2's compiled step, its parameters gathered, needs 28.5 MiB
+    env = {fit.ENV: "34"}  # fsdp:2's compiled step, its parameters gathered, needs 28.5 MiB
     common = [*ADAMW, "--data-dir", str(small_lmdb), "--gpus-per-node", "4", "--epochs", "1"]
     given = [*common, "--mesh", "data:4"]
     proc = dali_launch("train", *given, "--offload", "device", "--run-root", str(tmp_path / "refused"), env=env)
@@ -276,7 +277,7 @@ def test_a_step_whose_activations_do_not_fit_is_refused_before_the_state_is_plac
     """The MLP's state and gradients (28.5 MiB with momentum) fit a 60 MiB pool, but XLA's compiled step needs
     92.5 MiB at 2000 samples a step: refused in one line, from the compile-ahead's own count, with XLA's count
     at half the batch (53.2 MiB), which fits; at that batch it trains."""
-    env = {memory_fit.ENV: "60"}
+    env = {fit.ENV: "60"}
     proc = dali_launch("train", "--batch-size", "2000", "--epochs", "1", "--run-root", str(tmp_path / "big"), env=env)
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
@@ -292,7 +293,7 @@ def test_a_vits_step_whose_activations_do_not_fit_recomputes_its_blocks_by_defau
     temporaries, against a 300 MiB pool. By default (--remat auto) the model is made again with its blocks
     recomputed (150.8 MiB), says so, records it and trains; with --remat none it is refused in one line whose
     first fix is --remat blocks."""
-    env = {memory_fit.ENV: "300"}
+    env = {fit.ENV: "300"}
     vit = ["train", "--pipeline", "folders", "--data-dir", str(synth_sets["folders"]), "--num-classes", "4",
            "--image-size", "64", "--model", "vit-ti16", "--batch-size", "105", "--epochs", "1"]  # fmt: skip
     proc = dali_launch(*vit, "--run-root", str(tmp_path / "auto"), env=env)

@@ -189,8 +189,8 @@ def test_bf16_accumulation_and_ema_step_an_nnx_model_as_a_linen_one(user_code):
     """The trainer's step on the docs' Net with --precision bf16, --accumulate-steps 2 and --ema-decay:
     float32 parameters, one update per 2 steps, statistics and EMA moved; --parallel auto sees state."""
     from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
-    from dali_launch.trainer.resolve import parallel as resolve_parallel
-    from dali_launch.trainer.step import parallel
+    from dali_launch.trainer.plan.step import parallel as resolve_parallel
+    from dali_launch.trainer.step import sgd
     from dali_launch.trainer.step.initial_state import InitialState
 
     spec = TaskSpec(run_dir="unused", data=DataConfig())
@@ -202,7 +202,7 @@ def test_bf16_accumulation_and_ema_step_an_nnx_model_as_a_linen_one(user_code):
     rng = np.random.default_rng(0)
     images = jnp.asarray(rng.random((2, 8, 784), np.float32))
     labels = jnp.asarray(np.eye(10, dtype=np.float32)[rng.integers(0, 10, (2, 8))])
-    steps = jax.jit(lambda s: parallel.sgd_steps(s, images, labels, jnp.ones((2, 8)), parallel.JIT_JOB))
+    steps = jax.jit(lambda s: sgd.sgd_steps(s, images, labels, jnp.ones((2, 8)), sgd.JIT_JOB))
     after, loss, count, _ = steps(state)
     assert (int(after.step), int(after.slot), float(count)) == (1, 2, 16.0) and np.isfinite(float(loss))
     assert {x.dtype for x in jax.tree.leaves(after.params)} == {jnp.dtype("float32")}

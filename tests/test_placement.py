@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from plans import planned
 
 from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
-from dali_launch.trainer.data import placement
+from dali_launch.trainer.data import codecs
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.plan import placement
 
 
 @pytest.mark.parametrize(
@@ -54,10 +56,10 @@ import json, sys
 import numpy as np
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.dali import graph
-from dali_launch.trainer.data import placement
+from dali_launch.trainer.data import codecs
 from dali_launch.trainer.data.pipelines import mnist
 if sys.argv[2] == "cpu-codecs":
-    placement.use_cpu_codecs_only()
+    codecs.use_cpu_codecs_only()
 args = PipelineArgs(path=sys.argv[1], shard_id=0, num_shards=1, batch_size=500, training=False, on_gpu=False,
                     decoder="cpu", seed=0, num_classes=10, image_size=28)
 pipe = graph(mnist, args, "mnist", batch_size=500, num_threads=2, device_id=None)
@@ -99,7 +101,7 @@ def test_a_killed_process_leaves_no_codecs_folder(tmp_path):
     env = {**os.environ, "DALI_LAUNCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
     code = (
-        "from dali_launch.trainer.data import placement; placement.use_cpu_codecs_only(); print('ready', flush=True); "
+        "from dali_launch.trainer.data import codecs; codecs.use_cpu_codecs_only(); print('ready', flush=True); "
         "import time; time.sleep(60)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
@@ -114,21 +116,21 @@ def test_a_killed_process_leaves_no_codecs_folder(tmp_path):
 
 def test_cpu_codecs_folder_holds_no_gpu_codec(monkeypatch, tmp_path):
     monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path))
-    source = placement._codecs_folder()
+    source = codecs._codecs_folder()
     assert source is not None, "the nvidia-nvimgcodec wheel DALI depends on has a codec folder"
-    monkeypatch.setenv(placement.CODECS_PATH, "")  # recorded, so the test's own value is undone after it
-    monkeypatch.delenv(placement.CODECS_PATH)
-    placement.use_cpu_codecs_only()
-    folder = Path(os.environ[placement.CODECS_PATH])
+    monkeypatch.setenv(codecs.CODECS_PATH, "")  # recorded, so the test's own value is undone after it
+    monkeypatch.delenv(codecs.CODECS_PATH)
+    codecs.use_cpu_codecs_only()
+    folder = Path(os.environ[codecs.CODECS_PATH])
     linked = {p.name for p in folder.iterdir()}
-    assert linked and not {name.split(".so")[0] for name in linked} & placement.GPU_CODECS
-    assert linked == {p.name for p in source.iterdir() if p.name.split(".so")[0] not in placement.GPU_CODECS}
+    assert linked and not {name.split(".so")[0] for name in linked} & codecs.GPU_CODECS
+    assert linked == {p.name for p in source.iterdir() if p.name.split(".so")[0] not in codecs.GPU_CODECS}
 
 
 def test_a_codecs_path_already_set_is_kept(monkeypatch, tmp_path):
-    monkeypatch.setenv(placement.CODECS_PATH, str(tmp_path))
-    placement.use_cpu_codecs_only()
-    assert os.environ[placement.CODECS_PATH] == str(tmp_path)
+    monkeypatch.setenv(codecs.CODECS_PATH, str(tmp_path))
+    codecs.use_cpu_codecs_only()
+    assert os.environ[codecs.CODECS_PATH] == str(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -145,11 +147,11 @@ def test_process_env_for_a_gpu_task(monkeypatch, decoder, graphs, codecs_only, g
     from dali_launch.trainer.topology import Topology, configure_process_env
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
-    monkeypatch.setenv(placement.CODECS_PATH, "")
-    monkeypatch.delenv(placement.CODECS_PATH)
+    monkeypatch.setenv(codecs.CODECS_PATH, "")
+    monkeypatch.delenv(codecs.CODECS_PATH)
     spec = replaced(TaskSpec(run_dir="x", data=DataConfig(decoder=decoder)), cuda_graphs=graphs)
     configure_process_env(Topology(0, 1, None, 1, (0,), "host", "gpu"), placement.place(spec, "gpu"))
-    assert (placement.CODECS_PATH in os.environ) is codecs_only
+    assert (codecs.CODECS_PATH in os.environ) is codecs_only
     flags = os.environ["XLA_FLAGS"].split()
     assert "--xla_dump_to=/tmp/x" in flags and ("--xla_gpu_enable_command_buffer=" in flags) is graphs_off
 
@@ -166,10 +168,9 @@ def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(
     monkeypatch, tmp_path, platform, cache, flags
 ):
     """--deterministic: XLA's deterministic GPU kernels in the process environment, resolved once and recorded
-    (resolve.py: rank_map.json); CPUs need none (trainer/determinism.py). Every GPU run, with it or not, keeps
+    (the plan's record: rank_map.json); CPUs need none (trainer/determinism.py). Every GPU run, with it or not, keeps
     XLA's autotuning picks in its run root's compile cache, unless that cache is off."""
     from dali_launch.trainer import compile_cache
-    from dali_launch.trainer.resolve import resolve
     from dali_launch.trainer.topology import Topology, configure_process_env
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
@@ -180,7 +181,7 @@ def test_deterministic_sets_xla_s_deterministic_kernels_before_jax_starts(
     where = placement.place(spec, platform)
     configure_process_env(Topology(0, 1, None, None, None, "host", platform), where)
     given = [f for f in os.environ["XLA_FLAGS"].split() if "deterministic" in f.split("=")[0]]
-    recorded = {k: v for k, v in resolve(spec, where, 1, 1, 1).xla_flags.items() if "deterministic" in k}
+    recorded = {k: v for k, v in planned(spec, platform).step.xla_flags.items() if "deterministic" in k}
     assert given == flags and recorded == dict(f[2:].split("=") for f in flags)
     picks = f"--{compile_cache.AUTOTUNE_FLAG}={tmp_path / 'runs' / '.compile-cache' / 'autotune'}"
     kept = platform == "gpu" and cache != "off"
@@ -213,7 +214,5 @@ def test_gpu_decoding_settings_are_arguments_dali_takes(op):
 
 
 def resolved_data(spec: TaskSpec, platform: str) -> DataConfig:
-    """The data config pipelines are built from: `spec`'s, its auto values resolved for one device."""
-    from dali_launch.trainer.resolve import resolve
-
-    return resolve(spec, placement.place(spec, platform), 1, 1, 1).data_config(spec.data)
+    """The data config pipelines are built from: `spec`'s, its auto values decided for one device."""
+    return planned(spec, platform).data.config(spec.data)

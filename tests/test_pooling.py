@@ -1,5 +1,5 @@
 """model/pooling.py: the stem's 3x3/2 max pool whose gradient needs no scatter (--pool-grad masks), the same
-pool and gradient as JAX's own, and --pool-grad auto's rule (resolve.py)."""
+pool and gradient as JAX's own, and --pool-grad auto's rule (plan/step.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from plans import planned
 
 from dali_launch.trainer.config import TaskSpec, replaced
-from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.pooling import max_pool_3x3_s2, stem_pool
-from dali_launch.trainer.resolve import pool_grad, resolve
+from dali_launch.trainer.plan.step import pool_grad
 
 
 def jax_pool(x):
@@ -65,9 +65,9 @@ def test_auto_resolves_by_platform_and_determinism_and_reaches_the_resnets():
     assert pool_grad("auto", "cpu", False) == "masks" and pool_grad("auto", "gpu", False) == "scatter"
     assert pool_grad("auto", "gpu", True) == "masks" and pool_grad("scatter", "gpu", True) == "scatter"
     spec = replaced(TaskSpec(run_dir="x"), model="resnet50")
-    resolved = resolve(spec, place(spec, "cpu"), 1, 1, 1)
-    assert resolved.as_dict("pmap")["pool_grad"] == "masks"  # recorded in rank_map.json
-    assert resolved.resolved(spec).model.pool_grad == "masks"
+    decided = planned(spec)
+    assert decided.record()["pool_grad"] == "masks"  # recorded in rank_map.json
+    assert decided.step.applied(spec).model.pool_grad == "masks"
     for name in ("resnet50", "resnet18"):
         assert create_model(name, 10, pool_grad="masks").pool_grad == "masks"
         assert create_model(name, 10).pool_grad == "scatter"

@@ -6,15 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data.shards import (
-    Sharding,
-    reader_threads,
-    readers_per_device,
-    shard_size,
-    steps_per_epoch,
-    valid_mask,
-)
+from dali_launch.trainer.data.shards import Sharding, shard_size, steps_per_epoch, valid_mask
+from dali_launch.trainer.plan.data import reader_threads, readers_per_device
 
 
 @pytest.mark.parametrize("n, shards", [(10, 3), (8000, 4), (7, 8), (60000, 16)])
@@ -59,8 +52,7 @@ def test_valid_mask_marks_the_padding():
     ],
 )
 def test_readers_per_device(setting, threads, platform, decoder, call_batch, cores, expected):
-    config = DataConfig(readers_per_device=setting, reader_threads=threads)
-    assert readers_per_device(config, platform, decoder, call_batch, cores) == expected
+    assert readers_per_device(setting, threads, platform, decoder, call_batch, cores) == expected
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The step's levers as settings the trainer resolves: --xla-options (stage 1, into XLA_FLAGS) and
+"""The step's levers as settings the task plans: --xla-options (before JAX starts, into XLA_FLAGS) and
 --batchnorm-stats (the model's statistics' precision); benchmarks/step_levers.py measures them."""
 
 from __future__ import annotations
@@ -7,20 +7,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from plans import planned
 
 from dali_launch.trainer.config import TaskSpec, replaced
-from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.resnet import batch_norm
-from dali_launch.trainer.resolve import batchnorm_stats, resolve
+from dali_launch.trainer.plan.placement import place
+from dali_launch.trainer.plan.step import batchnorm_stats
 from dali_launch.trainer.step import xla_options
 
 
-def test_xla_options_resolve_by_platform_and_parse():
-    assert xla_options.resolve("auto", "gpu") == xla_options.GPU_DEFAULTS
-    assert xla_options.resolve("auto", "cpu") == {} and xla_options.resolve("none", "gpu") == {}
+def test_xla_options_by_platform_and_parse():
+    assert xla_options.chosen("auto", "gpu") == xla_options.GPU_DEFAULTS
+    assert xla_options.chosen("auto", "cpu") == {} and xla_options.chosen("none", "gpu") == {}
     given = "--xla_gpu_autotune_level=2 xla_gpu_enable_latency_hiding_scheduler=true"
-    assert xla_options.resolve(given, "gpu") == {
+    assert xla_options.chosen(given, "gpu") == {
         "xla_gpu_autotune_level": "2",
         "xla_gpu_enable_latency_hiding_scheduler": "true",
     }
@@ -36,11 +37,11 @@ def test_every_gpu_default_is_an_option_xla_knows():
     jax.jit(lambda x: x + 1).lower(1.0).compile(compiler_options=typed)
 
 
-def test_placement_carries_them_and_resolve_records_them():
+def test_placement_carries_them_and_the_plan_records_them():
     spec = replaced(TaskSpec(run_dir="x"), xla_options="xla_gpu_autotune_level=0")
     where = place(spec, "cpu")
     assert where.xla_options == {"xla_gpu_autotune_level": "0"}
-    assert resolve(spec, where, 1, 1, 1).as_dict("sharded")["xla_options"] == {"xla_gpu_autotune_level": "0"}
+    assert planned(spec).record()["xla_options"] == {"xla_gpu_autotune_level": "0"}
 
 
 def test_batchnorm_stats_reach_the_model():

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from dali_launch.trainer import compile_cache, flavours, heap
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
 from dali_launch.trainer.observe.manifest import write_manifest
 from dali_launch.trainer.observe.startup import Startup
+from dali_launch.trainer.plan.placement import place
 from dali_launch.trainer.resilience import disk, ending, preemption, start_point
 from dali_launch.trainer.resilience.watchdog import Watchdog
 from dali_launch.trainer.run_dir import RunPaths, hold_lock, write_atomic
@@ -77,12 +77,11 @@ def _lock(paths: RunPaths):
 def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
     if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
         raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
-    placement = place(spec, topology.platform)  # resolve.py's stage 1: what the environment must say first
+    placement = place(spec, topology.platform)  # the plan's first step: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
-    from dali_launch.trainer.data import memory
     from dali_launch.trainer.observe.metrics import Reporter
-    from dali_launch.trainer.resolve import resolve
+    from dali_launch.trainer.plan import facts, plan
     from dali_launch.trainer.train import train_and_evaluate
 
     cache = compile_cache.use(spec)  # before anything compiles
@@ -98,19 +97,17 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     if topology.num_processes > 1:
         watchdog.start()
     startup.mark("jax initialized")
-    job_devices = len(devices) * topology.num_processes
+    here = facts.gather(spec, topology, devices)  # this task's facts, once: the plan's input with the spec
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
         for line in start_point.repair(paths):
             print(f"dali-launch: {line}", flush=True)
     barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
-    start = start_point.read(paths, spec, topology.process_id, topology.num_processes, job_devices)  # read once
+    start = start_point.read(paths, spec, topology.process_id, topology.num_processes, here.job_device_count)
     startup.mark("checkpoints read")
-    room = memory.measure(spec, devices, topology.processes_on_host)  # for --decoded-cache
-    # Stage 2: a global order's checkpoint may set the batch (elastic.py's plan, in `start`).
-    auto = resolve(spec, placement, len(devices), job_devices, topology.processes_on_host, start, room)
+    decided = plan(spec, here, placement, start)  # every decision before anything is built (a checkpoint's plan too)
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
     try:
-        result = train_and_evaluate(spec, devices, reporter, startup, auto, start)
+        result = train_and_evaluate(spec, here, decided, reporter, startup, start)
     finally:
         reporter.close()  # event files and W&B flushed, a trace stopped: also when preempted or failing
         watchdog.stop()

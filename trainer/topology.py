@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 
 from dali_launch.trainer.config import DistributedConfig, Layout
-from dali_launch.trainer.data import placement
-from dali_launch.trainer.data.placement import Placement
+from dali_launch.trainer.data import codecs
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.plan.placement import Placement
 
 LOCAL_ENV = {
     "process_id": "DALI_LAUNCH_PROCESS_ID",
@@ -248,11 +248,12 @@ def _gpu_ids(platform: str, local_rank: int, count: int | None, env: dict[str, s
 
 
 def configure_process_env(topology: Topology, where: Placement) -> None:
-    """Environment that must be set before JAX or DALI start, from `where` (resolve.py's stage 1): the number of CPU
-    devices; whether XLA may run programs as CUDA graphs (--cuda-graphs); XLA's options; nvImageCodec's codecs
-    (placement.py); XLA's deterministic kernels (--deterministic), set last so they win over --xla-options."""
+    """Environment that must be set before JAX or DALI start, from `where` (the plan's first step,
+    plan/placement.py): the number of CPU devices; whether XLA may run programs as CUDA graphs (--cuda-graphs);
+    XLA's options; nvImageCodec's codecs (data/codecs.py); XLA's deterministic kernels (--deterministic), set
+    last so they win over --xla-options."""
     if where.decoder != "mixed":  # DALI stays off the GPU
-        placement.use_cpu_codecs_only()
+        codecs.use_cpu_codecs_only()
     if topology.platform == "gpu" and not where.cuda_graphs:
         disable_cuda_graphs()
     for name, value in where.xla_options.items():  # --xla-options (step/xla_options.py)

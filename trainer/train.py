@@ -20,35 +20,35 @@ from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
+from dali_launch.trainer.plan import Plan
+from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, order_record, shard_record, zero_tally
 from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
-from dali_launch.trainer.resolve import Resolved
 from dali_launch.trainer.set_up import Training, finish_remainder, set_up
 from dali_launch.trainer.step.evaluate import first
-from dali_launch.trainer.step.parallel import call_tally
+from dali_launch.trainer.step.sgd import call_tally
 from dali_launch.trainer.topology import barrier
 
 
 def train_and_evaluate(
-    spec: TaskSpec, devices: list, reporter: Reporter, startup: Startup, auto: Resolved, start: StartPoint
+    spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup: Startup, start: StartPoint
 ) -> dict:
-    """Set-up, the epoch loop from the start point, the finish.
-
-    `devices` are this process's; every process calls this. `auto`: the task's auto values, resolved.
-    """
-    run = set_up(spec, devices, reporter, startup, auto, start)
+    """The build, the epoch loop from the start point, the finish: every process calls this, with its facts and
+    the plan they gave (trainer/plan/)."""
+    run = set_up(spec, facts, plan, reporter, startup, start)
     try:
-        return _train(run, devices, reporter, startup, auto, start)
+        return _train(run, reporter, startup, start)
     finally:  # a thread still inside DALI or XLA as the interpreter exits aborts it: a failing run's exit 2 became SIGABRT
         if run.evaluator:
             run.evaluator.settle()
 
 
-def _train(run, devices: list, reporter: Reporter, startup: Startup, auto: Resolved, start: StartPoint) -> dict:
+def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoint) -> dict:
     """The epoch loop from the start point, and the finish."""
-    spec, data, k = run.spec, run.data, auto.steps_per_call
+    spec, data, k = run.spec, run.data, run.plan.step.steps_per_call
+    devices = data.devices
     loop = Loop(spec, data, run.checkpointer, reporter, run.runner, startup, k)
     loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0
     if run.remainder:  # an epoch begun on another layout: its rest is read with that layout's pipelines

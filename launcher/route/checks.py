@@ -6,13 +6,13 @@ import math
 
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ObserveConfig, OptimizerConfig, ResilienceConfig
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.plan import data as plan_data
+from dali_launch.trainer.plan import step as plan_step
+from dali_launch.trainer.plan.step import MAX_STEPS
 from dali_launch.trainer.settings.eval import EVAL_CPU_BATCH
-from dali_launch.trainer.settings.step import MAX_STEPS
-from dali_launch.trainer.step import mesh
 from dali_launch.trainer.topology import resolve_platform
 
 
@@ -71,7 +71,7 @@ def validate(run: RunConfig) -> None:
         )
     _global_batch(run)
     _readers(run)
-    _mesh(run)
+    plan_step.check(run.step, run.model.model, run.device_counts, run.devices_per_node)  # the task's own rules
     if run.eval.eval_cache_mb < 0:
         raise UsageError(f"--eval-cache-mb {run.eval.eval_cache_mb} must be 0 (no cache) or more")
     if not 0 < run.optimizer.learning_rate < math.inf:  # a rate that diverges is found while training (--on-nan)
@@ -86,40 +86,6 @@ def validate(run: RunConfig) -> None:
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
 
 
-def _mesh(run: RunConfig) -> None:
-    """--mesh parses, spans the job's devices at every count the node range allows, runs as one jit program, and
-    keeps a tensor group inside a node."""
-    try:
-        for devices in run.device_counts:
-            layout = mesh.resolve(run.step.mesh, devices)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    per_node = run.devices_per_node
-    if per_node % layout.tensor:
-        raise UsageError(
-            f"--mesh {run.step.mesh}: a tensor group of {layout.tensor} devices does not fit in a node of {per_node}, "
-            f"so every block's all-reduces would cross the network; use a tensor count that divides {per_node}, "
-            "and fsdp or data for the rest"
-        )
-    if run.step.offload == "optimizer" and run.step.parallel == "pmap":
-        raise UsageError(
-            "--offload optimizer brings the optimizer's state from host memory inside one jit program over the "
-            "devices, which --parallel pmap is not; use --parallel sharded or auto"
-        )
-    if layout.shards_state and run.step.parallel == "pmap":
-        raise UsageError(
-            f"--mesh {run.step.mesh} shards the train state, which --parallel pmap (one whole copy per device) "
-            "cannot; use --parallel sharded or auto"
-        )
-    model = run.model.model
-    if layout.tensor > 1 and model in entry_points.MODELS and model not in entry_points.TENSOR_SPLIT:
-        raise UsageError(
-            f"--mesh {run.step.mesh}: the tensor axis splits attention heads and MLP blocks, which --model {model} "
-            f"has none of; use fsdp instead (--mesh fsdp:{layout.tensor * layout.fsdp}), or a ViT "
-            f"({', '.join(entry_points.TENSOR_SPLIT)})"
-        )
-
-
 def profile_within(run: RunConfig, samples: int) -> None:
     """--profile-steps past the run's last SGD step, refused here where the data's `samples` are known: by
     the most steps an epoch can take (the task knows them exactly, once its steps per call and readers are
@@ -128,7 +94,7 @@ def profile_within(run: RunConfig, samples: int) -> None:
     if steps is None:
         return
     devices, k = run.device_counts[0], run.step.steps_per_call  # the fewest devices: the most steps
-    if not k:  # auto: 1 on CPUs, at most MAX_STEPS on GPUs (resolve.steps_per_call)
+    if not k:  # auto: 1 on CPUs, at most MAX_STEPS on GPUs (plan/step.py's steps_per_call)
         k = MAX_STEPS if resolve_platform(run.distributed.platform) == "gpu" else 1
     # a shard is padded to whole reader batches and an epoch to whole calls: at most 2k steps more than
     # the samples' (a device's readers divide its call's k batches)
@@ -244,31 +210,18 @@ def _either(counts: list[int]) -> str:
 
 
 def _readers(run: RunConfig) -> None:
-    """Each of a device's readers reads an equal part of its batches: the count must divide them."""
-    for devices in run.device_counts:
-        _readers_for(run, devices)
-
-
-def _readers_for(run: RunConfig, devices: int) -> None:
-    readers, step = run.data.readers_per_device, run.step
-    eval_batch = run.eval.eval_batch_size
-    if readers < 0:
-        raise UsageError(f"--readers-per-device {readers} must be 0 (auto) or more")
+    """Each of a device's readers reads an equal part of its batches: the count must divide them, at every device
+    count a node range allows (the data plan's rule, plan/data.py)."""
+    readers, step, eval_batch = run.data.readers_per_device, run.step, run.eval.eval_batch_size
     if eval_batch < 0:
         raise UsageError(f"--eval-batch-size {eval_batch} must be 0 (auto) or more")
-    per_device = step.per_device_batch(devices)
-    # auto is training's batch on GPUs (divided below where given) and EVAL_CPU_BATCH on CPUs
-    batches = {"--eval-batch-size": eval_batch or EVAL_CPU_BATCH}
-    if step.steps_per_call:  # auto picks a step count the readers divide (trainer/resolve.py)
-        batches = {
-            "the training batch per device and call (batch × --steps-per-call)": per_device * step.steps_per_call,
-            **batches,
-        }
-    for name, size in batches.items():
-        if readers and size % readers:
-            raise UsageError(
-                f"--readers-per-device {readers} does not divide {name}, {size}; use a divisor of {size} or 0 (auto)"
-            )
+    for devices in run.device_counts:
+        # auto is training's batch on GPUs (divided below where given) and EVAL_CPU_BATCH on CPUs
+        batches = {"--eval-batch-size": eval_batch or EVAL_CPU_BATCH}
+        if step.steps_per_call:  # auto picks a step count the readers divide (plan/step.py)
+            call = step.per_device_batch(devices) * step.steps_per_call
+            batches = {"the training batch per device and call (batch × --steps-per-call)": call, **batches}
+        plan_data.check_readers(readers, batches)
 
 
 def _resilience(r: ResilienceConfig) -> None:

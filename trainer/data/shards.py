@@ -13,13 +13,10 @@ epoch is padding. `valid` masks are computed from those sizes, on the device, ne
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
-
-from dali_launch.trainer.config import DataConfig
 
 
 @dataclass(frozen=True)
@@ -59,37 +56,6 @@ class Sharding:
         return [
             (rows[None, :] < sizes[:, None]).reshape(-1).astype(np.float32) for sizes in self.shard_sizes(num_samples)
         ]
-
-
-CPU_DECODE_THREADS = 2  # per reader, where the CPU decodes: more readers scale better than more threads
-MAX_GPU_DECODE_THREADS = 8  # nvJPEG's host side: 8 threads decoded 1.26-1.8x faster than 4 (FIELD-NOTES)
-
-
-def reader_threads(setting: int, decoder: str, cores_per_device: int) -> int:
-    """--reader-threads, where 0 (auto) is CPU_DECODE_THREADS for CPU decoding (the readers multiply instead)
-    and, for nvJPEG's one pipeline per device, the cores there are per device, at most 8."""
-    if setting:
-        return setting
-    return CPU_DECODE_THREADS if decoder == "cpu" else max(1, min(MAX_GPU_DECODE_THREADS, cores_per_device))
-
-
-def readers_per_device(config: DataConfig, platform: str, decoder: str, call_batch: int, cores_per_device: int) -> int:
-    """--readers-per-device, where 0 (auto) is 1 on CPU devices (few cores to share) and where nvJPEG decodes
-    (one pipeline feeds the GPU's decoders; its threads do the host part), and otherwise on GPUs the most of
-    8, 4, 2, 1 that divides the per-device batch (each reader reads an equal part of it) and whose threads
-    (--reader-threads each, resolved) fit in `cores_per_device`."""
-    if config.readers_per_device:
-        return config.readers_per_device
-    if platform != "gpu" or decoder == "mixed":
-        return 1
-    fits = [r for r in (8, 4, 2, 1) if call_batch % r == 0 and r * config.reader_threads <= cores_per_device]
-    return fits[0] if fits else 1
-
-
-def cores_per_device(local_devices: int, processes_here: int) -> int:
-    """CPU cores this process may use (SLURM's binding included), per local device, when `processes_here`
-    processes share them (local mode starts every process on one host)."""
-    return max(1, len(os.sched_getaffinity(0)) // (local_devices * processes_here))
 
 
 def valid_mask(position, shard_sizes, rows_per_reader: int):

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 from dali_launch.trainer.settings.fields import opt
 
-MAX_STEPS = 64  # --steps-per-call auto's most on GPUs (resolve.steps_per_call)
-
 
 @dataclass(frozen=True)
 class StepConfig:

@@ -49,11 +49,6 @@ def eval_call(forward, variables, tally, images, labels, shard_sizes):
     }
 
 
-def evaluates(spec: TaskSpec, process_index: int) -> bool:
-    """Whether this process evaluates: every process under --eval-on all, else process 0 alone."""
-    return spec.eval.eval_on == "all" or process_index == 0
-
-
 class Evaluator:
     """This process's part of the evaluation, over its local devices: its shards of the test set.
 
@@ -63,11 +58,13 @@ class Evaluator:
     the first evaluation, and DALI is done with (each process keeps its own shards).
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, readers: int, data_config: DataConfig, variables=None, job=None):
-        """`data_config`: the spec's, its auto values resolved (resolve.py); `variables`: the abstract shapes
-        of what it will evaluate (jax.eval_shape's; with their shardings where they lie sharded), for `prepare`;
-        `job`: every device of the job, where the variables stay sharded over them (one program evaluates)."""
-        self.spec, self.devices, self.readers, self.data_config = spec, devices, readers, data_config
+    def __init__(self, spec: TaskSpec, devices: list, plan, data_config: DataConfig, variables=None, job=None):
+        """`plan`: the evaluation's (plan/eval.py: its batch and readers per device); `data_config`: the spec's,
+        its auto values decided (plan/data.py); `variables`: the abstract shapes of what it will evaluate
+        (jax.eval_shape's; with their shardings where they lie sharded), for `prepare`; `job`: every device of
+        the job, where the variables stay sharded over them (one program evaluates)."""
+        self.spec, self.devices, self.data_config = spec, devices, data_config
+        self.readers, self.batch = plan.eval_readers_per_device, plan.eval_batch_per_device
         self.mesh_devices, self.sharded = job or devices, job is not None
         self.every_process = spec.eval.eval_on == "all" and jax.process_count() > 1
         self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
@@ -155,7 +152,7 @@ class Evaluator:
         local = len(self.devices)
         first_device = jax.process_index() * local if self.every_process else 0
         sharding = shards.Sharding(first_device, local, self.eval_devices, self.readers)
-        batch = self.spec.eval.eval_batch_size
+        batch = self.batch
         self.data = self._pipelines(sharding, batch)
         fitted = sharding.readers * math.ceil(self.data.num_samples / sharding.num_shards)
         if fitted < batch:

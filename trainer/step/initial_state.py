@@ -53,6 +53,7 @@ class InitialState:
         # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
         # Eager, each of their operations would compile on its own for the device, seconds of a start-up.
         # (jit's backend= is deprecated: the example, committed to the CPU, places the program there.)
+        self.slots = slots_per_epoch
         self._cpu = jax.local_devices(backend="cpu")[0]
         on_cpu = jax.ShapeDtypeStruct(
             example.shape, example.dtype, sharding=jax.sharding.SingleDeviceSharding(self._cpu)

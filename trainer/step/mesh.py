@@ -74,9 +74,9 @@ def parse(setting: str) -> Mesh | None:
     return Mesh(**sizes)
 
 
-def resolve(setting: str, devices: int) -> Mesh:
+def for_job(setting: str, devices: int) -> Mesh:
     """--mesh for a job of `devices`: auto is data parallel over all of them (where the state does not fit
-    a device, step/memory_fit.py shards it). A mesh without a data count takes the devices the others
+    a device, plan/fit.py shards it). A mesh without a data count takes the devices the others
     leave (fsdp:4 on 8 devices: data:2,fsdp:4, as MaxText's -1); one whose product is not `devices` is refused."""
     mesh = parse(setting)
     if mesh is None:

@@ -34,7 +34,7 @@ def parse(text: str) -> dict[str, str]:
     return options
 
 
-def resolve(setting: str, platform: str) -> dict[str, str]:
+def chosen(setting: str, platform: str) -> dict[str, str]:
     """--xla-options resolved: auto is GPU_DEFAULTS on GPUs, nothing on CPUs; none is nothing."""
     if setting == "auto":
         return dict(GPU_DEFAULTS) if platform == "gpu" else {}

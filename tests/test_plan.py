@@ -1,16 +1,20 @@
-"""The task's auto values (trainer/resolve.py) and the sample order of a device call (step/parallel.py)."""
+"""The task's decisions (trainer/plan/) and the sample order of a device call (step/sgd.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from plans import planned
 
 from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
-from dali_launch.trainer.data.placement import place
+from dali_launch.trainer.plan import step as plan_step
+from dali_launch.trainer.plan.eval import eval_batch_size
+from dali_launch.trainer.plan.facts import Facts
+from dali_launch.trainer.plan.fit import StateSize
+from dali_launch.trainer.plan.step import checkpoint_async, parallel, steps_per_call
 from dali_launch.trainer.resilience import elastic
 from dali_launch.trainer.resilience.start_point import StartPoint
-from dali_launch.trainer.resolve import checkpoint_async, eval_batch_size, parallel, resolve, steps_per_call
-from dali_launch.trainer.step.parallel import sample_order
+from dali_launch.trainer.step.sgd import sample_order
 
 
 @pytest.mark.parametrize(
@@ -72,17 +76,22 @@ def test_eval_batch_size(setting, platform, expected):
     first evaluation 1.0 s cold on an H200, 7.1 s at 500), 500 on CPUs; a value given is kept."""
     assert eval_batch_size(setting, platform, 256) == expected
     spec = replaced(TaskSpec(run_dir="x"), batch_size=256, eval_batch_size=setting)
-    assert resolve(spec, place(spec, "cpu"), 1, 1, 1).resolved(spec).eval.eval_batch_size == (setting or 500)
+    assert planned(spec).eval.eval_batch_per_device == (setting or 500)
 
 
-def test_resolve_records_every_auto_value():
+def test_the_plan_records_every_decision():
     spec = replaced(TaskSpec(run_dir="x"), batch_size=50)
-    auto = resolve(spec, place(spec, "cpu"), local_devices=2, global_devices=4, processes_here=2)
-    assert auto.as_dict(parallel="sharded") == {  # stage 3 resolves --parallel once the model's shapes are known
+    decided = planned(spec, local_device_count=2, process_count=2, processes_on_host=2)
+    partitioned = plan_step.partitioned(decided.step, spec.step, FOUR_CPUS, StateSize((), stateful=False), "auto")
+    assert decided.with_step(partitioned).record() == {  # the partition, once the model's shapes are known
         "platform": "cpu",
         "decoder": "cpu",
         "cuda_graphs": False,
         "parallel": "sharded",
+        "mesh": "data:4",
+        "offload": "device",
+        "checkpoint_async": False,
+        "evaluates": True,
         "batch_per_device_step": 50,
         "steps_per_call": 1,
         "readers_per_device": 1,
@@ -96,27 +105,36 @@ def test_resolve_records_every_auto_value():
         "elastic": None,
         "xla_options": {},  # XLA's defaults on CPUs
         "batchnorm_stats": "float32",
-        "pool_grad": "masks",  # the stem pool's gradient on CPUs (resolve.POOL_GRAD)
-        "decoded_cache": "off",  # auto keeps no host table on CPUs (resolve.AUTO_KINDS)
+        "pool_grad": "masks",  # the stem pool's gradient on CPUs (plan/step.py's POOL_GRAD)
+        "decoded_cache": "off",  # auto keeps no host table on CPUs (plan/data.py's AUTO_KINDS)
         "decoded_cache_mb": 0,
         "decoded_cache_note": "off (auto: no host cache was measured faster than decoding on CPUs; --decoded-cache SIZE keeps one)",
         "attention": "",  # the MLP has none; a ViT's: below
         "remainder": None,  # a fresh start: no epoch begun on another layout
         "xla_flags": {},  # no --deterministic
+        "remat": "none",
     }
-    assert auto.call_batch == 50
+    assert decided.step.call_batch == 50 and decided.record().keys() < partitioned_record_keys(decided, partitioned)
     vit = replaced(TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32)), model="vit-s16")
-    assert resolve(vit, place(vit, "cpu"), 1, 1, 1).attention == "xla"  # CPUs: XLA's; GPUs in bf16 probe cuDNN's
-    assert (auto.data_config(spec.data).reader_threads, auto.data_config(spec.data).decoder) == (2, "cpu")
+    assert planned(vit).step.attention == "xla"  # CPUs: XLA's; GPUs in bf16 probe cuDNN's
+    data = decided.data.config(spec.data)
+    assert (data.reader_threads, data.decoder) == (2, "cpu")
+
+
+FOUR_CPUS = Facts("cpu", local_device_count=2, process_count=2)
+
+
+def partitioned_record_keys(decided, step) -> set:
+    return decided.with_step(step).record().keys()
 
 
 def test_bf16_pipelines_output_float16():
     """DALI has no bfloat16: under --precision bf16 the pipelines hand over half the bytes as float16."""
     spec = replaced(TaskSpec(run_dir="x"), precision="bf16")
-    assert resolve(spec, place(spec, "cpu"), 1, 1, 1).output_dtype == "float16"
-    assert resolve(spec, place(spec, "cpu"), 1, 1, 1).data_config(spec.data).output_dtype == "float16"  # what DALI gets
+    assert planned(spec).data.output_dtype == "float16"
+    assert planned(spec).data.config(spec.data).output_dtype == "float16"  # what DALI gets
     kept = replaced(TaskSpec(run_dir="x", data=DataConfig(output_dtype="float32")), precision="bf16")
-    assert resolve(kept, place(kept, "cpu"), 1, 1, 1).output_dtype == "float32"
+    assert planned(kept).data.output_dtype == "float32"
 
 
 def test_a_global_order_checkpoint_of_another_size_sets_the_batch_and_steps():
@@ -124,9 +142,9 @@ def test_a_global_order_checkpoint_of_another_size_sets_the_batch_and_steps():
     spec = replaced(TaskSpec(run_dir="x", data=DataConfig(sample_order="global")), batch_size=50)
     order = {"devices": 4, "global_batch": 200, "steps_per_call": 3, "position": 0}
     start = StartPoint(step=0, order=order, plan=elastic.plan(order, 2, spec.step.elastic_batch))
-    auto = resolve(spec, place(spec, "cpu"), local_devices=1, global_devices=2, processes_here=1, start=start)
-    assert (auto.batch_per_device_step, auto.steps_per_call, auto.lr_scale) == (100, 3, 1.0)
-    assert auto.elastic["devices_before"] == 4 and auto.elastic["rule"] == "keep"
+    step = planned(spec, start=start, process_count=2).step
+    assert (step.batch_per_device_step, step.steps_per_call, step.lr_scale) == (100, 3, 1.0)
+    assert step.elastic["devices_before"] == 4 and step.elastic["rule"] == "keep"
 
 
 def test_sample_order_takes_the_readers_in_turn():

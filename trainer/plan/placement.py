@@ -1,4 +1,5 @@
-"""Where DALI runs, decided from the spec before DALI or JAX start, and what follows from it.
+"""Where DALI runs, decided from the spec before DALI or JAX start, and what follows from it: the plan's first
+step, the one the process environment must hear before anything starts (topology.configure_process_env).
 
 --decoder picks it: `cpu` runs each pipeline wholly on the CPU (device_id=None) and JAX copies its
 batches to the device; `mixed` decodes with nvJPEG and keeps the pipeline on the GPU. Measured on an
@@ -9,32 +10,23 @@ brings its GPU codecs:
 - with DALI making no CUDA calls at all, nothing else in the process can break XLA's CUDA graph
   captures (one run with GPU pipelines died with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), so XLA may
   run the fused steps as CUDA graphs, 2.5x faster there.
+data/codecs.py keeps such a pipeline's codecs to the CPU ones.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from dali_launch.trainer import compile_cache, determinism, entry_points
-from dali_launch.trainer.cache import cache_root
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.step import xla_options
 
-CODECS_PATH = "NVIMGCODEC_EXTENSIONS_PATH"  # nvImageCodec's own setting: the folder it loads codecs from
-GPU_CODECS = {"libnvjpeg_ext", "libnvjpeg2k_ext", "libnvtiff_ext"}  # nvImageCodec's CUDA codecs
-
 
 @dataclass(frozen=True)
 class Placement:
-    """Where DALI runs and what follows from it, resolved once (resolve.py's stage 1): what the process
+    """Where DALI runs and what follows from it, decided once, before JAX starts: what the process
     environment must say before JAX or DALI start (topology.configure_process_env), XLA's options with it."""
 
     platform: str  # gpu or cpu
@@ -51,7 +43,7 @@ def place(spec: TaskSpec, platform: str) -> Placement:
     if where == "mixed" and platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
     graphs = platform == "gpu" and cuda_graphs(spec.xla.cuda_graphs, where == "mixed")
-    options = xla_options.resolve(spec.xla.xla_options, platform)
+    options = xla_options.chosen(spec.xla.xla_options, platform)
     return Placement(platform, where, graphs, options, xla_flags(spec, platform))
 
 
@@ -76,45 +68,3 @@ def decoder(config: DataConfig, platform: str) -> str:
 def cuda_graphs(setting: str, dali_gpu: bool) -> bool:
     """--cuda-graphs resolved: `auto` lets XLA capture CUDA graphs only while DALI stays off the GPU."""
     return setting == "on" or (setting == "auto" and not dali_gpu)
-
-
-def use_cpu_codecs_only() -> None:
-    """Points nvImageCodec at a folder of links to its CPU codecs alone, for pipelines that never use the
-    GPU. One folder per codec set in the user's cache, made once and shared by every process: a rank
-    that is killed leaves nothing behind. A CODECS_PATH already set is kept."""
-    source = _codecs_folder()
-    if CODECS_PATH in os.environ or source is None:
-        return
-    codecs = sorted(c for c in source.iterdir() if c.name.split(".so")[0] not in GPU_CODECS)
-    key = hashlib.sha256("\n".join(str(c) for c in codecs).encode()).hexdigest()[:16]
-    folder = cache_root() / "nvimgcodec-cpu" / key
-    if not folder.is_dir():
-        _make_links(folder, codecs)
-    os.environ[CODECS_PATH] = str(folder)
-
-
-def _make_links(folder: Path, codecs: list[Path]) -> None:
-    """The folder of links, made beside its place and renamed into it: readers never see half of it."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        for codec in codecs:
-            (tmp / codec.name).symlink_to(codec)
-        tmp.rename(folder)
-    except OSError:
-        if not folder.is_dir():  # not another process's folder that won the race
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _codecs_folder() -> Path | None:
-    """nvImageCodec's codec folder (the nvidia-nvimgcodec wheel DALI uses), found without importing it."""
-    try:
-        spec = importlib.util.find_spec("nvidia.nvimgcodec")
-    except ImportError:
-        return None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        if (Path(location) / "extensions").is_dir():
-            return Path(location) / "extensions"
-    return None

@@ -1,6 +1,7 @@
 """How the train state lies on the devices under a --mesh that shards it (step/mesh.py says which dimension
 of an array each axis splits): the devices as a data × fsdp × tensor grid, one sharding per array of
-the state, and the constraints that keep a step's new state in that layout. parallel.Sharded uses them.
+the state, and the constraints that keep a step's new state where they say. parallel.Sharded uses them;
+plan/fit.py counts the same shards' bytes without JAX.
 """
 
 from __future__ import annotations
@@ -10,30 +11,31 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.plan.fit import OPTIMIZER
 from dali_launch.trainer.step.mesh import fsdp_dimension, tensor_dimension
 
 HOST = "pinned_host"  # where --offload keeps the optimizer's state: the host's page-locked memory
 
 
-def laid_out(call, layout: list, data_sharding):
-    """`call` whose new state keeps `layout` (one sharding per array, in leaf order) and whose tally stays
+def keeping(call, shardings: list, data_sharding):
+    """`call` whose new state keeps its `shardings` (one per array, in leaf order) and whose tally stays
     split over the devices: constraints inside the program, as a tree of shardings given to jit would have
     to match the state's functions too. Arrays laid out in host memory (--offload) come to the devices for
     the call's steps and go back after them: one round trip a device call, whatever its steps."""
 
     def constrained(state, tally, *batch):
-        state = each(state, layout, lambda x, at: jax.device_put(x, on_device(at)) if at.memory_kind == HOST else x)
+        state = each(state, shardings, lambda x, at: jax.device_put(x, on_device(at)) if at.memory_kind == HOST else x)
         state, tally = call(state, tally, *batch)
-        state = each(state, layout, _kept)
+        state = each(state, shardings, _kept)
         return state, jax.lax.with_sharding_constraint(tally, data_sharding)
 
     return constrained
 
 
-def each(tree, layout: list, fn):
-    """`fn(leaf, its sharding)` over a state's arrays, `layout` in their leaf order."""
+def each(tree, shardings: list, fn):
+    """`fn(leaf, its sharding)` over a state's arrays, `shardings` in their leaf order."""
     leaves, structure = jax.tree.flatten(tree)
-    return structure.unflatten([fn(x, at) for x, at in zip(leaves, layout)])
+    return structure.unflatten([fn(x, at) for x, at in zip(leaves, shardings)])
 
 
 def _kept(x, at):
@@ -52,7 +54,7 @@ def device_grid(devices: list, mesh) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.array(devices).reshape(mesh.data, mesh.fsdp, mesh.tensor), ("data", "fsdp", "tensor"))
 
 
-def state_layout(shapes, grid: jax.sharding.Mesh, offload: bool = False) -> list:
+def state_shardings(shapes, grid: jax.sharding.Mesh, offload: bool = False) -> list:
     """The sharding of each of the train state's arrays (in leaf order) on `grid`: its tensor dimension
     (mesh.tensor_dimension, read from its path) split over the tensor axis, its fsdp dimension
     (mesh.fsdp_dimension, another one) over the fsdp axis, whole along the data axis (one copy per group);
@@ -68,16 +70,16 @@ def state_layout(shapes, grid: jax.sharding.Mesh, offload: bool = False) -> list
         if within is not None:
             axes[within] = "fsdp"
         at = jax.sharding.NamedSharding(grid, P(*axes))
-        return at.with_memory_kind(HOST) if offload and name.startswith("opt_state") else at
+        return at.with_memory_kind(HOST) if offload and name.startswith(OPTIMIZER) else at
 
-    layout = [one(path, leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]]
-    if tensor > 1 and not any("tensor" in at.spec for at in layout):
+    shardings = [one(path, leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]]
+    if tensor > 1 and not any("tensor" in at.spec for at in shardings):
         raise UsageError(
             f"--mesh tensor:{tensor} splits attention projections (nn.MultiHeadDotProductAttention's) and MLP blocks "
             "(an MlpBlock's Dense_0 and Dense_1) by heads or units that the count divides, and this model has none; "
             "use the fsdp axis instead, or name its layers so (step/mesh.py)"
         )
-    return layout
+    return shardings
 
 
 def held_bytes(tree) -> int:
