@@ -18,7 +18,7 @@ from nvidia.dali import backend, pipeline_def
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import augment, bad_samples, decoded_cache, graph_check
-from dali_launch.trainer.data.contract import OUTPUTS, PipelineArgs
+from dali_launch.trainer.data.contract import OUTPUTS, RANDAUGMENT, PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
 from dali_launch.trainer.data.hosting import ShardLayout
@@ -343,7 +343,7 @@ def pipeline_args(
         bad_samples=config.bad_samples,
         max_bad_samples=config.max_bad_samples,
         augment=config.augment,
-        randaugment=config.randaugment_nm() if config.augment == "randaugment" else (2, 9),
+        randaugment=config.randaugment_nm() if config.augment == "randaugment" else RANDAUGMENT,
     )
 
 
