@@ -360,14 +360,7 @@ def epoch_size(pipe, name: str, shard_id: int, num_shards: int, feed: Feed | Non
         return len(feed.source)
     graph_check.readers_checked(len(readers), name)
     meta = next(iter(readers.values()))
-    if (meta["shard_id"], meta["number_of_shards"], meta["pad_last_batch"], meta["stick_to_shard"]) != (
-        shard_id,
-        num_shards,
-        1,
-        1,
-    ):
-        raise UsageError(
-            f"--pipeline {name}: its reader does not read shard {shard_id} of {num_shards} padded to "
-            f"whole batches; pass **args.reader_args() to it"
-        )
+    given = {key: meta["number_of_shards" if key == "num_shards" else key] for key in graph_check.SHARDING}
+    expected = {"shard_id": shard_id, "num_shards": num_shards, "pad_last_batch": True, "stick_to_shard": True}
+    graph_check.sharding_checked(given, expected, name)  # the launcher's check, on the graph, passed it
     return meta["epoch_size"]
