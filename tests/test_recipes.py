@@ -142,6 +142,30 @@ def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_pat
             "mypkg.pipe:MISSING",
             "--pipeline mypkg.pipe:MISSING: module mypkg.pipe has no attribute MISSING",
         ),
+        (  # the module imports: only its factory is missing, and the callables it could be are named
+            "--model",
+            "mypkg.models",
+            "--model mypkg.models names a module but no factory in it; write --model mypkg.models:FACTORY (its "
+            "callables that take factory(num_classes=N): TinyConv, build, wide, not_a_module, broken)",
+        ),
+        (
+            "--pipeline",
+            "mypkg.pipe",
+            "--pipeline mypkg.pipe names a module but no function in it; write --pipeline mypkg.pipe:FUNCTION (its "
+            "callables that take function(args): make, no_shards, one_hot_wide, images_only, two_readers)",
+        ),
+        (
+            "--model",
+            "mypkg",
+            "--model mypkg names a module but no factory in it; write --model mypkg:FACTORY (it has no callable "
+            "that takes factory(num_classes=N))",
+        ),
+        (
+            "--pipeline",
+            "mypkg.absent",
+            "unknown --pipeline mypkg.absent; use one of mnist, folders, tfrecord, webdataset, or "
+            "package.module:function",
+        ),
     ],
 )
 def test_bad_entry_points_fail_before_anything_is_written(
