@@ -18,6 +18,8 @@ from dali_launch.trainer.data import graph_check
 from dali_launch.trainer.data.contract import PipelineArgs
 
 BAD_PIPELINES = """
+import dataclasses
+
 import numpy as np
 from nvidia.dali import fn, types
 
@@ -73,60 +75,58 @@ def unpadded(args):
 def through_read(args):
     jpegs, labels = args.read("caffe2", path=args.path)
     return _decoded(jpegs), labels
+
+
+def read_by_a_copy(args):
+    jpegs, labels = dataclasses.replace(args, training=False).read("caffe2", path=args.path)
+    return _decoded(jpegs), labels
+
+
+def read_and_a_reader(args):
+    images, labels = through_read(args)
+    more, _ = fn.readers.caffe2(path=args.path, **args.reader_args())
+    return images + _decoded(more), labels
 """
 
 CONTRACT = "return two DataNodes: images, labels"
-UNSHARDED = "its reader does not read its shard padded to whole batches (its {}"
+UNSHARDED = "its reader does not read its shard padded to whole batches (its {} differ from args.reader_args()'s)"
+NOT_READ = (
+    "does not read through args.read(...), which --sample-order global needs; use args.read, or --sample-order shards"
+)
 NOT_DECODED = "is not an image DALI decodes (JPEG, PNG, BMP, TIFF, WebP, PNM, JPEG 2000)"
 REMAKE = "re-create the data set without it (`dali-launch data prepare --from IDX_DIR --to DIR`)"
+GLOBAL = ("--sample-order", "global")
+
+
+def entry(function: str, message: str, make=None, flags=(), id: str = ""):
+    """--pipeline bad_pipes:`function` (and `flags`) on the data set `make` makes (else a good one): `message`,
+    after `--pipeline bad_pipes:FUNCTION` unless it names something else."""
+    said = message if message.startswith("record ") else f"--pipeline bad_pipes:{function}{message}"
+    return pytest.param(function, list(flags), said, make, id=id or function.replace("_", "-"))
+
 
 PIPELINES = [
-    pytest.param(
-        "returns_nothing", f"--pipeline bad_pipes:returns_nothing returned None; {CONTRACT}", None, id="returns-nothing"
-    ),
-    pytest.param("one_output", f"--pipeline bad_pipes:one_output returned 1 output; {CONTRACT}", None, id="one-output"),
-    pytest.param(
-        "three_outputs", f"--pipeline bad_pipes:three_outputs returned 3 outputs; {CONTRACT}", None, id="three-outputs"
-    ),
-    pytest.param(  # the task's DALI made a constant of it, outside the pipeline: a traceback and exit 1
-        "constant_labels",
-        f"--pipeline bad_pipes:constant_labels returned an int as its labels; {CONTRACT}",
-        None,
-        id="constant-labels",
-    ),
-    pytest.param(
-        "array_images",
-        f"--pipeline bad_pipes:array_images returned a ndarray as its images; {CONTRACT}",
-        None,
-        id="array-images",
-    ),
-    pytest.param(
-        "no_reader",
-        "--pipeline bad_pipes:no_reader has 0 readers; use exactly one, given **args.reader_args()",
-        None,
-        id="no-reader",
-    ),
-    pytest.param(
+    entry("returns_nothing", f" returned None; {CONTRACT}"),
+    entry("one_output", f" returned 1 output; {CONTRACT}"),
+    entry("three_outputs", f" returned 3 outputs; {CONTRACT}"),
+    # the task's DALI made a constant of it, outside the pipeline: a traceback and exit 1
+    entry("constant_labels", f" returned an int as its labels; {CONTRACT}"),
+    entry("array_images", f" returned a ndarray as its images; {CONTRACT}"),
+    entry("no_reader", " has 0 readers; use exactly one, given **args.reader_args()"),
+    entry(
         "unsharded",
-        f"--pipeline bad_pipes:unsharded: {UNSHARDED.format('shard_id, num_shards, pad_last_batch, stick_to_shard')} "
-        "differ from args.reader_args()'s); pass **args.reader_args() to it",
-        None,
-        id="unsharded",
+        f": {UNSHARDED.format('shard_id, num_shards, pad_last_batch, stick_to_shard')}; pass **args.reader_args() to it",
     ),
-    pytest.param(
-        "unpadded",
-        f"--pipeline bad_pipes:unpadded: {UNSHARDED.format('pad_last_batch, stick_to_shard')} differ from "
-        "args.reader_args()'s); pass **args.reader_args() to it",
-        None,
-        id="unpadded",
-    ),
-    pytest.param(
+    entry("unpadded", f": {UNSHARDED.format('pad_last_batch, stick_to_shard')}; pass **args.reader_args() to it"),
+    entry("make", f" {NOT_READ}", flags=GLOBAL, id="global-order-without-args-read"),
+    entry("read_and_a_reader", f" {NOT_READ}", flags=GLOBAL, id="global-order-with-a-reader-beside-args-read"),
+    entry(
         "through_read",
         f"record 00000001 of {{data}}/training {NOT_DECODED}; {REMAKE}",
         one_bad(idx.caffe2_record(NOT_AN_IMAGE, 1)),
         id="read-a-bad-training-sample",
     ),
-    pytest.param(  # the testing split's graph is defined too
+    entry(  # the testing split's graph is defined too
         "through_read",
         f"record 00000002 of {{data}}/testing {NOT_DECODED}; {REMAKE}",
         lambda tmp: dataset(tmp, testing=[*good_records(2), idx.caffe2_record(NOT_AN_IMAGE, 2), *good_records(1)]),
@@ -146,17 +146,20 @@ def bad_pipes(tmp_path_factory):
     sys.modules.pop("bad_pipes", None)
 
 
-@pytest.mark.parametrize("function, message, make", PIPELINES)
-def test_pipelines(capsys, place, nothing_starts, bad_pipes, function, message, make):
-    args = ["train", "--pipeline", f"bad_pipes:{function}", "--data-dir", "{data}", "--run-root", "{root}"]
+@pytest.mark.parametrize("function, flags, message, make", PIPELINES)
+def test_pipelines(capsys, place, nothing_starts, bad_pipes, function, flags, message, make):
+    args = ["train", "--pipeline", f"bad_pipes:{function}", *flags, "--data-dir", "{data}", "--run-root", "{root}"]
     check_entry(capsys, place, args, message, make)
 
 
-@pytest.mark.parametrize("shard_order", [True, False], ids=["shards", "global"])
-@pytest.mark.parametrize("function", ["make", "through_read"])
+@pytest.mark.parametrize(
+    "function, shard_order",
+    [("make", True), ("through_read", True), ("through_read", False), ("read_by_a_copy", False)],
+)
 def test_pipelines_that_keep_the_contract_pass(tmp_path, monkeypatch, bad_pipes, function, shard_order):
-    """The same check passes a reader given **args.reader_args() and one of args.read's, for either split,
-    defined as the launcher defines them (shard 1 of 2, where a reader left unsharded would read 0 of 1)."""
+    """The same check passes a reader given **args.reader_args() (the shard order) and args.read (either order;
+    a copy of args reads for it too), for either split, defined as the launcher defines them: shard 1 of 2,
+    where a reader left unsharded would read 0 of 1."""
     monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
     data = dataset(tmp_path)["data"]
     for split in ("training", "testing"):

@@ -352,11 +352,7 @@ def epoch_size(pipe, name: str, shard_id: int, num_shards: int, feed: Feed | Non
     (under a global order: from its feed's records, with no native reader beside it)."""
     readers = pipe.reader_meta()
     if feed is not None:
-        if readers or feed.source is None:
-            raise UsageError(
-                f"--pipeline {name} does not read through args.read(...), which --sample-order global needs; "
-                f"use args.read, or --sample-order shards"
-            )
+        graph_check.read_checked(len(readers), feed.source is not None, name)
         return len(feed.source)
     graph_check.readers_checked(len(readers), name)
     meta = next(iter(readers.values()))

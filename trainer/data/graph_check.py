@@ -1,15 +1,16 @@
 """A pipeline of one's own, defined (not built, not run) on the CPU before anything is written: what its
-graph shows of the contract. Its outputs (two DataNodes: images, labels) and, under the shard order, its
-one reader and that reader's sharding (args.reader_args()'s) are refused here, in the launcher's
-preparation, as the task refuses them after the run directory is written; so is what `args.read` refuses
-while the graph is defined (a bad sample under --bad-samples stop). What only its data shows (its labels'
-values and width) stays the task's. A graph that cannot be defined here (it needs its data, a GPU) is
-passed: the task reports its own error.
+graph shows of the contract. Its outputs (two DataNodes: images, labels), under the shard order its one
+reader and that reader's sharding (args.reader_args()'s), under the global order its reading through
+args.read alone are refused here, in the launcher's preparation, as the task refuses them after the run
+directory is written; so is what `args.read` refuses while the graph is defined (a bad sample under
+--bad-samples stop). What only its data shows (its labels' values and width) stays the task's. A graph
+that cannot be defined here (it needs its data, a GPU) is passed: the task reports its own error.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 
 from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.errors import UsageError
@@ -67,21 +68,45 @@ def sharding_checked(given: dict, expected: dict, name: str) -> None:
         )
 
 
+def read_checked(others: int, read: bool, name: str) -> None:
+    """--sample-order global feeds the pipeline's rows through args.read alone: `others` native readers
+    beside it, or no call of it (`read`), and it cannot (the task's check too)."""
+    if others or not read:
+        raise UsageError(
+            f"--pipeline {name} does not read through args.read(...), which --sample-order global needs; "
+            f"use args.read, or --sample-order shards"
+        )
+
+
 def check(name: str, args, shard_order: bool) -> None:
-    """--pipeline `name` (not a built-in one), defined for `args` (contract.PipelineArgs): its outputs, and
-    under the shard order its one reader and how it is sharded (args.read reads through a native reader
-    here, with no feed; under the global order it reads otherwise, and the task counts)."""
-    defined = define(name, args)
+    """--pipeline `name` (not a built-in one), defined for `args` (contract.PipelineArgs, without a feed, so
+    args.read makes a native reader here too): its outputs; under the shard order its one reader and how it
+    is sharded; under the global order, that it reads through args.read and nothing else."""
+    reads = []
+    defined = define(name, _watched(args, reads))
     if defined is UNDEFINED:
         return
     outputs = outputs_checked(defined, name)
-    if not shard_order:
-        return
     readers = [op for op in _operators(outputs).values() if _kind(op).startswith("readers__")]
+    if not shard_order:
+        read_checked(len(readers) - len(reads), bool(reads), name)
+        return
     readers_checked(len(readers), name)
     given = _sharding(readers[0])
     if given is not None:
         sharding_checked(given, args.reader_args(), name)
+
+
+def _watched(args, reads: list):
+    """`args` whose `read` notes each call in `reads`: a subclass, so that copies the function makes of it
+    (dataclasses.replace) note theirs in the same list."""
+
+    class Watched(type(args)):
+        def read(self, reader: str, **kwargs):
+            reads.append(reader)
+            return super().read(reader, **kwargs)
+
+    return Watched(**{f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init})
 
 
 def define(name: str, args):
