@@ -68,6 +68,37 @@ def test_skip_leaves_exactly_the_bad_samples_out_of_dalis_reader(tmp_path, fmt, 
         bad_samples.screen(reader, kwargs, "skip", "1")
 
 
+@pytest.mark.parametrize(
+    "limit, count, expected",
+    [("0.001", 6, 1), ("0.001", 999, 1), ("0.001", 5000, 5), ("0.5", 7, 3), ("0", 6, 0), ("0", 10**6, 0), ("3", 6, 3)],
+)
+def test_a_fraction_allows_at_least_one_bad_sample(limit, count, expected):
+    """--max-bad-samples: a count as given; a fraction of the split, rounded down but never below one sample
+    (0.001 of a split under 1,000 used to allow none: the README's --bad-samples skip refused a small set's
+    one bad file); 0 allows none."""
+    assert bad_samples.allowed(limit, count) == expected
+
+
+def test_skip_with_the_default_limit_trains_a_small_set_without_its_bad_file(tmp_path):
+    """The README's `train --pipeline folders --data-dir DIR --bad-samples skip`, --max-bad-samples left at its
+    default, on a `data synth` set of 6 training images one of which is a text file named .jpg: it trains on
+    the 5 others and lists the one in RUN/bad_samples.jsonl."""
+    data = synth_set("folders", lambda root: replace_image(root / "training", "folders", 1, SPOILS[1]))(tmp_path)[
+        "data"
+    ]
+    proc = dali_launch(
+        "train", "--pipeline", "folders", "--data-dir", str(data), "--bad-samples", "skip",
+        "--num-classes", "3", "--model", "cnn", "--image-size", "32", "--batch-size", "5", "--epochs", "1",
+        "--run-root", str(tmp_path / "runs"),
+    )  # fmt: skip
+    check_ok(proc)
+    paths = only_run(tmp_path / "runs")
+    (listed,) = [json.loads(line) for line in paths.bad_samples.read_text().splitlines()]
+    assert listed["sample"] == str(next((data / "training").glob("*/00000001.jpg")))
+    (metrics,) = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
+    assert metrics["train_samples"] == 5 and metrics["bad_samples"] == 1
+
+
 @pytest.mark.slow
 def test_train_skips_and_lists_the_bad_samples(tmp_path):
     """`train --pipeline folders --bad-samples skip`: the two bad files are listed in bad_samples.jsonl and on

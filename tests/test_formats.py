@@ -6,6 +6,7 @@ check are this module's) is seen by every table derived from FORMATS: nothing el
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import subprocess
 import sys
@@ -74,6 +75,37 @@ def test_the_screen_and_the_reader_see_the_same_files(tmp_path, monkeypatch, fou
     assert sample_scan.listing(asked["reader"], asked["kwargs"]).fingerprint == listed.fingerprint
     assert read == listed.count - spoilt == len(records.open_source(reader, kept))  # DALI reads what is kept
     assert left_out == ([launcher_scan] if spoilt else [])  # the scan rides with the pipeline, no global
+
+
+# How each "module:function" a Format names is called (datasets.check, synth's units, entry_points.load; the
+# records module's by bad_samples, sample_scan and records/): what a rename or a new parameter would break.
+REFERENCES = {"check": ("path", "origin", "num_classes"), "writer": ("unit",), "pipeline": ("args",)}
+RECORDS_CALLS = {"source": ("kwargs",), "listing": ("kwargs",), "without": ("kwargs", "scan")}
+RECORDS_OPTIONAL = {"native": ("outputs",), "split_keys": ("kwargs",)}  # looked up with getattr(..., None)
+
+
+@pytest.mark.parametrize("found", formats.FORMATS, ids=formats.names())
+def test_every_reference_a_format_names_imports_and_takes_its_call(found):
+    """FORMATS names launcher functions (and heavy trainer ones) as "module:function" strings, which the
+    trainer may hold but never import: neither the import graph nor a dead-code tool sees them, so a rename
+    must break this test rather than a user's run. Each resolves to a callable that binds the call made of it."""
+    for field, call in REFERENCES.items():
+        reference = getattr(found, field)
+        if field == "writer" and not reference:  # a format data synth does not write (mnist: data prepare)
+            continue
+        function = formats.resolve(reference)
+        assert callable(function), (field, reference)
+        inspect.signature(function).bind(*call)
+    assert entry_points.load("pipeline", found.name) is formats.resolve(found.pipeline)
+    module = found.module()
+    for name, call in RECORDS_CALLS.items():
+        if name == "without" and not found.skips:  # nothing can be left out of its reader
+            assert not hasattr(module, name), name
+            continue
+        inspect.signature(getattr(module, name)).bind(*call)
+    for name, call in RECORDS_OPTIONAL.items():
+        if hasattr(module, name):
+            inspect.signature(getattr(module, name)).bind(*call)
 
 
 def test_skip_on_an_lmdb_is_refused_in_one_line_before_anything_starts():

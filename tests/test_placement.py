@@ -12,7 +12,8 @@ import pytest
 from plans import planned
 
 from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
-from dali_launch.trainer.data import codecs
+from dali_launch.trainer.data import codecs, contract
+from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import placement
 
@@ -37,6 +38,16 @@ def test_decoder_resolution(pipeline, decoder, platform, expected):
 def test_nvjpeg_on_cpu_devices_is_refused_before_anything_starts():
     with pytest.raises(UsageError, match=r"^--decoder mixed decodes on the GPU, but this run has CPU devices; use "):
         placement.place(TaskSpec(run_dir="x", data=DataConfig(decoder="mixed")), "cpu")
+
+
+def test_a_pipelines_arguments_default_to_the_flags_defaults():
+    """One default per knob: a PipelineArgs made without a value (a benchmark's, a test's) holds what the flag
+    left unset gives a run; the two had parted (--hw-decoder-load 0.35 against 0.65)."""
+    flags, args = DataConfig(), PipelineArgs("unused", 0, 1, 1, True, True, "mixed", 0, 10, 32)
+    for knob in ("hw_decoder_load", "bad_samples", "max_bad_samples", "augment"):
+        assert getattr(args, knob) == getattr(flags, knob), knob
+    assert args.decoder_args()["hw_decoder_load"] == flags.hw_decoder_load == contract.HW_DECODER_LOAD
+    assert args.randaugment == flags.randaugment_nm() == contract.RANDAUGMENT
 
 
 def plain_pipeline(args):  # a user's pipeline function that says nothing about its decoder

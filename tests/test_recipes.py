@@ -126,25 +126,6 @@ def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_pat
     assert (spec["model"]["model"], spec["data"]["pipeline"]) == ("mypkg.models:build", "mypkg.pipe:make")
 
 
-@pytest.mark.slow
-def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, tmp_path):
-    proc = dali_launch(
-        "train",
-        "--pipeline",
-        "mypkg.pipe:no_shards",
-        "--data-dir",
-        str(mnist_lmdb),
-        "--run-root",
-        str(tmp_path),
-        env={"PYTHONPATH": str(user_package)},
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "dali-launch: error: --pipeline mypkg.pipe:no_shards: its reader does not read shard 0 of 1 padded to "
-        "whole batches; pass **args.reader_args() to it"
-    )
-
-
 @pytest.mark.parametrize(
     "flag, value, message",
     [
@@ -160,6 +141,30 @@ def test_a_pipeline_that_ignores_its_shard_is_refused(user_package, mnist_lmdb, 
             "--pipeline",
             "mypkg.pipe:MISSING",
             "--pipeline mypkg.pipe:MISSING: module mypkg.pipe has no attribute MISSING",
+        ),
+        (  # the module imports: only its factory is missing, and the callables it could be are named
+            "--model",
+            "mypkg.models",
+            "--model mypkg.models names a module but no factory in it; write --model mypkg.models:FACTORY (its "
+            "callables that take factory(num_classes=N): TinyConv, build, wide, not_a_module, broken)",
+        ),
+        (
+            "--pipeline",
+            "mypkg.pipe",
+            "--pipeline mypkg.pipe names a module but no function in it; write --pipeline mypkg.pipe:FUNCTION (its "
+            "callables that take function(args): make, no_shards, one_hot_wide, images_only, two_readers)",
+        ),
+        (
+            "--model",
+            "mypkg",
+            "--model mypkg names a module but no factory in it; write --model mypkg:FACTORY (it has no callable "
+            "that takes factory(num_classes=N))",
+        ),
+        (
+            "--pipeline",
+            "mypkg.absent",
+            "unknown --pipeline mypkg.absent; use one of mnist, folders, tfrecord, webdataset, or "
+            "package.module:function",
         ),
     ],
 )
@@ -204,11 +209,19 @@ def test_bad_entry_points_fail_before_anything_is_written(
             "function(args) (missing a required argument: 'extra'); see the contract in the README",
             id="pipeline-signature",
         ),
-        pytest.param(  # these two were the task's, after the run directory was written (a "failed" run)
+        pytest.param(  # these three were the task's, after the run directory was written (a "failed" run)
             "--pipeline",
             "mypkg.pipe:images_only",
-            "--pipeline mypkg.pipe:images_only returned DataNode; return two DataNodes: images, labels",
+            "--pipeline mypkg.pipe:images_only returned one DataNode; return two DataNodes: images, labels",
             id="pipeline-one-output",
+        ),
+        pytest.param(
+            "--pipeline",
+            "mypkg.pipe:no_shards",
+            "--pipeline mypkg.pipe:no_shards: its reader does not read its shard padded to whole batches (its "
+            "shard_id, num_shards, pad_last_batch, stick_to_shard differ from args.reader_args()'s); pass "
+            "**args.reader_args() to it",
+            id="pipeline-without-its-shard",
         ),
         pytest.param(
             "--pipeline",

@@ -13,6 +13,7 @@ only where a model is made (`create_model`).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 
 from dali_launch.trainer.data import formats
@@ -43,15 +44,8 @@ def load(kind: str, name: str):
     flag, target = f"--{kind} {name}", builtin(kind).get(name, name)
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise UsageError(f"unknown {flag}; use one of {', '.join(builtin(kind))}, or package.module:{_factory(kind)}")
-    try:
-        value = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UsageError(
-            f"{flag}: cannot import {module_name} ({e}); install it or put its folder on PYTHONPATH"
-        ) from None
-    except Exception as e:  # the module itself is broken: say where, not a traceback
-        raise UsageError(f"{flag}: importing {module_name} failed ({type(e).__name__}: {e}); fix that module") from None
+        raise UsageError(_without_attribute(kind, flag, module_name))
+    value = _imported(flag, module_name)
     for part in attribute.split("."):
         if not hasattr(value, part):
             raise UsageError(f"{flag}: module {module_name} has no attribute {attribute}; check the name after ':'")
@@ -60,6 +54,59 @@ def load(kind: str, name: str):
         raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
     _check_signature(flag, value, kind)
     return value
+
+
+def _imported(flag: str, module_name: str):
+    """The module a --model or --pipeline value names, imported; a one-line UsageError where it cannot be."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(
+            f"{flag}: cannot import {module_name} ({e}); install it or put its folder on PYTHONPATH"
+        ) from None
+    except Exception as e:  # the module itself is broken: say where, not a traceback
+        raise UsageError(f"{flag}: importing {module_name} failed ({type(e).__name__}: {e}); fix that module") from None
+
+
+def _without_attribute(kind: str, flag: str, module_name: str) -> str:
+    """What a value without `:attribute` gets: a module that exists lacks only its factory (or function), and
+    the message says how to write it with the module's callables the trainer could call; else it is unknown."""
+    try:
+        found = bool(module_name) and importlib.util.find_spec(module_name) is not None  # imports its parents only
+    except (ImportError, ValueError):
+        found = False
+    except Exception:  # a parent package that fails on import: _imported says so below
+        found = True
+    if not found:
+        return f"unknown {flag}; use one of {', '.join(builtin(kind))}, or package.module:{_factory(kind)}"
+    module, word, call = _imported(flag, module_name), _factory(kind), _CALLS[kind][0]
+    names = [key for key, value in vars(module).items() if not key.startswith("_") and _candidate(module, value, kind)]
+    more = ", ..." if len(names) > 6 else ""
+    said = (
+        f"its callables that take {call}: {', '.join(names[:6])}{more}"
+        if names
+        else f"it has no callable that takes {call}"
+    )
+    return f"{flag} names a module but no {word} in it; write --{kind} {module_name}:{word.upper()} ({said})"
+
+
+def _candidate(module, value, kind: str) -> bool:
+    """Whether `value`, found in `module`, looks like a --KIND target: its own (or a contract.Pipeline), and
+    callable as the trainer calls one."""
+    from dali_launch.trainer.data.contract import Pipeline
+
+    own = getattr(value, "__module__", None) == module.__name__ or isinstance(value, Pipeline)
+    if not (own and callable(value)):
+        return False
+    signature = signature_of(value)
+    if signature is None:
+        return False
+    _, args, kwargs = _call(kind, signature)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
 
 
 def check(kind: str, name: str, num_classes: int = 10) -> None:
@@ -106,16 +153,22 @@ _CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipelin
 def _check_signature(flag: str, value, kind: str) -> None:
     """The call the trainer will make binds to `value`'s parameters: a TypeError raised by the call
     itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
-    call, args, kwargs = _CALLS[kind]
     signature = signature_of(value)
     if signature is None:
         return
-    if kind == "model" and "rngs" in signature.parameters:  # Flax NNX: model/nnx_model.py
-        call, kwargs = "factory(num_classes=N, rngs=nnx.Rngs(seed))", {**kwargs, "rngs": None}
+    call, args, kwargs = _call(kind, signature)
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
         raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in the README") from None
+
+
+def _call(kind: str, signature: inspect.Signature) -> tuple[str, tuple, dict]:
+    """The call the trainer makes of a `kind` target with `signature`: in words, its arguments, its keywords."""
+    call, args, kwargs = _CALLS[kind]
+    if kind == "model" and "rngs" in signature.parameters:  # Flax NNX: model/nnx_model.py
+        call, kwargs = "factory(num_classes=N, rngs=nnx.Rngs(seed))", {**kwargs, "rngs": None}
+    return call, args, kwargs
 
 
 def signature_of(value) -> inspect.Signature | None:

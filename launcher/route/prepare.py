@@ -3,9 +3,10 @@
 Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
 contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
 it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), a pipeline
-of the user's own defined on the CPU (its outputs and readers: trainer/data/graph_check.py; under
---deterministic its operators: trainer/determinism.py). Then each run's
-directory is created, or reopened for --resume (route/resume.py made the run's configuration from it).
+of the user's own defined on the CPU for each split (its outputs, its reader and that reader's sharding,
+its split's bad samples: trainer/data/graph_check.py; under --deterministic its operators:
+trainer/determinism.py). Then each run's directory is created, or reopened for --resume (route/resume.py
+made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
 
@@ -62,21 +63,41 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     data_dir = data_of(run)
     model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
-    if run.data.pipeline not in entry_points.builtin("pipeline"):  # its graph, defined here: outputs, readers
-        graph_check.check(run.data.pipeline, _graph_args(run, data_dir), run.data.sample_order == "shards")
-        if run.xla.deterministic:
-            determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir))
+    if run.data.pipeline not in entry_points.builtin("pipeline"):
+        own_pipeline(run, data_dir)
     return data_dir
 
 
-def _graph_args(run: RunConfig, data_dir: Path):
-    """What a pipeline function is given to define its training graph here: one CPU reader of one shard."""
+def own_pipeline(run: RunConfig, data_dir: Path) -> None:
+    """A pipeline of the user's own, its graph defined here for each split: its outputs, its reader and how
+    that is sharded, what `args.read`'s screen refuses (a bad sample); under --deterministic its operators."""
+    for split in datasets.SPLITS:
+        graph_check.check(run.data.pipeline, _graph_args(run, data_dir, split), run.data.sample_order == "shards")
+    if run.xla.deterministic:
+        determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir, "training"))
+
+
+def _graph_args(run: RunConfig, data_dir: Path, split: str):
+    """What a pipeline function is given to define a split's graph here: one CPU reader, of the second of two
+    shards (a reader not given args.reader_args() reads shard 0 of 1: its arguments show it), screening the
+    split as the run's --bad-samples says."""
     from dali_launch.trainer.data.contract import PipelineArgs
 
     d = run.data
-    path = str(data_dir / "training")
     return PipelineArgs(
-        path, 0, 1, 1, True, False, "cpu", run.step.seed, d.num_classes, d.image_size, d.hw_decoder_load
+        path=str(data_dir / split),
+        shard_id=1,
+        num_shards=2,
+        batch_size=1,
+        training=split == "training",
+        on_gpu=False,
+        decoder="cpu",
+        seed=run.step.seed,
+        num_classes=d.num_classes,
+        image_size=d.image_size,
+        hw_decoder_load=d.hw_decoder_load,
+        bad_samples=d.bad_samples,
+        max_bad_samples=d.max_bad_samples,
     )
 
 

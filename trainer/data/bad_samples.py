@@ -9,7 +9,7 @@ file named .jpg, DALI 2.4). So before a reader is built, every sample of its spl
     --bad-samples skip   the bad samples are left out of the reader (its file list, or a copy of its
                          index without them: its format's `without`): every other sample is read exactly
                          once an epoch, and a resumed run reads the same set; past --max-bad-samples (a
-                         fraction of the split, or a count) it stops as `stop` does
+                         count, or a fraction of the split: at least one sample) it stops as `stop` does
 
 Both the launcher (before a job: the built-in pipelines' splits, formats.reader_of) and `args.read` inside
 the trainer (a pipeline of the user's own too) screen a split here, alike. What a screen left out is its
@@ -79,9 +79,13 @@ def cannot_skip(found: formats.Format) -> str:
 
 
 def allowed(limit: str, count: int) -> int:
-    """--max-bad-samples as a count of this split: a fraction below 1 of its samples, or a count."""
+    """--max-bad-samples as a count of this split: a count, or a fraction below 1 of its samples, at least one
+    for any fraction above 0 (the default 0.001 of a split under 1,000 samples would otherwise allow none,
+    which is what 0 says, and `--bad-samples skip` would refuse a small set's one bad file)."""
     value = float(limit)
-    return int(value * count) if value < 1 else int(value)
+    if value >= 1:
+        return int(value)
+    return max(1, int(value * count)) if value > 0 else 0
 
 
 def check_limit(limit: str) -> None:

@@ -39,6 +39,11 @@ from dataclasses import dataclass, field
 
 OUTPUTS = ("images", "labels")  # what a pipeline function returns, in order: the batches' names
 
+# Defaults of knobs a pipeline is given, named once here: this module imports nothing, so the flags' own
+# definitions (config.py) can take them from it too.
+HW_DECODER_LOAD = 0.35  # --hw-decoder-load: trained ResNet-50 fastest on an H200 (DALI's own default: 0.65)
+RANDAUGMENT = (2, 9)  # --randaugment N,M unset: timm's rand-m9-n2
+
 # nvJPEG's buffers sized as in DALI's ResNet-50 examples for the largest ImageNet image (5980x6430): with
 # DALI's defaults (16 and 8 MiB, no hardware-decoder preallocation) they are regrown during the first epoch.
 NVJPEG_PADDING = {
@@ -63,14 +68,14 @@ class PipelineArgs:
     seed: int  # the pipeline's seed, already used by DALI's random operators and shuffling
     num_classes: int  # --num-classes
     image_size: int  # --image-size: the side of square crops, for pipelines that crop
-    hw_decoder_load: float = 0.65  # --hw-decoder-load: the hardware JPEG decoder's share (mixed)
+    hw_decoder_load: float = HW_DECODER_LOAD  # --hw-decoder-load: the hardware JPEG decoder's share (mixed)
     output_dtype: str = "float32"  # --output-dtype resolved: float32 or float16
     feed: object = None  # --sample-order global: the reader's feed.Feed (training only); None: DALI's shards
     decoded_cache: object = None  # decoded_cache.py's role for args.decode (training only); None: decode each time
     bad_samples: str = "stop"  # --bad-samples: what `read` does with the split's bad samples (bad_samples.py)
     max_bad_samples: str = "0.001"  # --max-bad-samples
     augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
-    randaugment: tuple[int, int] = (2, 9)  # --randaugment N,M
+    randaugment: tuple[int, int] = RANDAUGMENT  # --randaugment N,M
     applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called
     left_out: list = field(default_factory=list, init=False, compare=False, repr=False)  # `read`'s skipped scans
 

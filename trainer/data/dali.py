@@ -18,7 +18,7 @@ from nvidia.dali import backend, pipeline_def
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import augment, bad_samples, decoded_cache, graph_check
-from dali_launch.trainer.data.contract import OUTPUTS, PipelineArgs
+from dali_launch.trainer.data.contract import OUTPUTS, RANDAUGMENT, PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
 from dali_launch.trainer.data.hosting import ShardLayout
@@ -343,7 +343,7 @@ def pipeline_args(
         bad_samples=config.bad_samples,
         max_bad_samples=config.max_bad_samples,
         augment=config.augment,
-        randaugment=config.randaugment_nm() if config.augment == "randaugment" else (2, 9),
+        randaugment=config.randaugment_nm() if config.augment == "randaugment" else RANDAUGMENT,
     )
 
 
@@ -352,22 +352,11 @@ def epoch_size(pipe, name: str, shard_id: int, num_shards: int, feed: Feed | Non
     (under a global order: from its feed's records, with no native reader beside it)."""
     readers = pipe.reader_meta()
     if feed is not None:
-        if readers or feed.source is None:
-            raise UsageError(
-                f"--pipeline {name} does not read through args.read(...), which --sample-order global needs; "
-                f"use args.read, or --sample-order shards"
-            )
+        graph_check.read_checked(len(readers), feed.source is not None, name)
         return len(feed.source)
     graph_check.readers_checked(len(readers), name)
     meta = next(iter(readers.values()))
-    if (meta["shard_id"], meta["number_of_shards"], meta["pad_last_batch"], meta["stick_to_shard"]) != (
-        shard_id,
-        num_shards,
-        1,
-        1,
-    ):
-        raise UsageError(
-            f"--pipeline {name}: its reader does not read shard {shard_id} of {num_shards} padded to "
-            f"whole batches; pass **args.reader_args() to it"
-        )
+    given = {key: meta["number_of_shards" if key == "num_shards" else key] for key in graph_check.SHARDING}
+    expected = {"shard_id": shard_id, "num_shards": num_shards, "pad_last_batch": True, "stick_to_shard": True}
+    graph_check.sharding_checked(given, expected, name)  # the launcher's check, on the graph, passed it
     return meta["epoch_size"]

@@ -1,20 +1,54 @@
 """A pipeline of one's own, defined (not built, not run) on the CPU before anything is written: what its
-graph shows of the contract. Its outputs (two DataNodes: images, labels) and its readers (one, under the
-shard order) are refused here, in the launcher's preparation, as they were by the task after the run
-directory was written; what only its data shows (its labels' values and width) stays the task's. A graph
+graph shows of the contract. Its outputs (two DataNodes: images, labels), under the shard order its one
+reader and that reader's sharding (args.reader_args()'s), under the global order its reading through
+args.read alone are refused here, in the launcher's preparation, as the task refuses them after the run
+directory is written; so is what `args.read` refuses while the graph is defined (a bad sample under
+--bad-samples stop). What only its data shows (its labels' values and width) stays the task's. A graph
 that cannot be defined here (it needs its data, a GPU) is passed: the task reports its own error.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+
+from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.errors import UsageError
+
+# What args.reader_args() gives a reader that the masks rely on: its shard, padded to whole batches.
+SHARDING = ("shard_id", "num_shards", "pad_last_batch", "stick_to_shard")
+UNDEFINED = object()  # define's word for a graph it could not define here
 
 
 def outputs_checked(outputs, name: str) -> tuple:
     """The pipeline function's outputs as (images, labels); `name` is its --pipeline (the task's check too)."""
-    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
-        raise UsageError(f"--pipeline {name} returned {type(outputs).__name__}; return two DataNodes: images, labels")
+    wrong = _wrong_outputs(outputs)
+    if wrong:
+        raise UsageError(f"--pipeline {name} returned {wrong}; return two DataNodes: images, labels")
     return tuple(outputs)
+
+
+def _wrong_outputs(outputs) -> str:
+    """What a pipeline function returned instead of two DataNodes, in words; "" when it returned them."""
+    from nvidia.dali.data_node import DataNode  # loaded already: the function was called inside a pipeline
+
+    if outputs is None:
+        return "None"
+    if isinstance(outputs, DataNode):
+        return "one DataNode"
+    if not isinstance(outputs, (tuple, list)):
+        return _a(outputs)
+    if len(outputs) != len(OUTPUTS):
+        return f"{len(outputs)} output{'' if len(outputs) == 1 else 's'}"
+    for output, what in zip(outputs, OUTPUTS):
+        if not isinstance(output, DataNode):  # DALI would make a constant of it, outside the pipeline
+            return f"{_a(output)} as its {what}"
+    return ""
+
+
+def _a(value) -> str:
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
 def readers_checked(count: int, name: str) -> None:
@@ -23,20 +57,61 @@ def readers_checked(count: int, name: str) -> None:
         raise UsageError(f"--pipeline {name} has {count} readers; use exactly one, given **args.reader_args()")
 
 
+def sharding_checked(given: dict, expected: dict, name: str) -> None:
+    """The reader's SHARDING arguments (`given`, by those names) against args.reader_args()'s (`expected`): this
+    device's shard, padded to whole batches, is what the masks assume (the task's check too, on the built reader)."""
+    wrong = [key for key in SHARDING if given.get(key) != expected[key]]
+    if wrong:
+        raise UsageError(
+            f"--pipeline {name}: its reader does not read its shard padded to whole batches (its {', '.join(wrong)} "
+            f"differ from args.reader_args()'s); pass **args.reader_args() to it"
+        )
+
+
+def read_checked(others: int, read: bool, name: str) -> None:
+    """--sample-order global feeds the pipeline's rows through args.read alone: `others` native readers
+    beside it, or no call of it (`read`), and it cannot (the task's check too)."""
+    if others or not read:
+        raise UsageError(
+            f"--pipeline {name} does not read through args.read(...), which --sample-order global needs; "
+            f"use args.read, or --sample-order shards"
+        )
+
+
 def check(name: str, args, shard_order: bool) -> None:
-    """--pipeline `name` (not a built-in one), defined for `args` (contract.PipelineArgs): its outputs, and
-    under the shard order no more than one reader (none: args.read may read otherwise; the task counts)."""
-    defined = define(name, args)
-    if defined is None:
+    """--pipeline `name` (not a built-in one), defined for `args` (contract.PipelineArgs, without a feed, so
+    args.read makes a native reader here too): its outputs; under the shard order its one reader and how it
+    is sharded; under the global order, that it reads through args.read and nothing else."""
+    reads = []
+    defined = define(name, _watched(args, reads))
+    if defined is UNDEFINED:
         return
     outputs = outputs_checked(defined, name)
-    readers = [kind for kind in operators(outputs).values() if kind.startswith("readers__")]
-    if shard_order and len(readers) > 1:
-        readers_checked(len(readers), name)
+    readers = [op for op in _operators(outputs).values() if _kind(op).startswith("readers__")]
+    if not shard_order:
+        read_checked(len(readers) - len(reads), bool(reads), name)
+        return
+    readers_checked(len(readers), name)
+    given = _sharding(readers[0])
+    if given is not None:
+        sharding_checked(given, args.reader_args(), name)
+
+
+def _watched(args, reads: list):
+    """`args` whose `read` notes each call in `reads`: a subclass, so that copies the function makes of it
+    (dataclasses.replace) note theirs in the same list."""
+
+    class Watched(type(args)):
+        def read(self, reader: str, **kwargs):
+            reads.append(reader)
+            return super().read(reader, **kwargs)
+
+    return Watched(**{f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init})
 
 
 def define(name: str, args):
-    """What the pipeline function returns inside a DALI pipeline on the CPU, or None if it cannot be defined."""
+    """What the pipeline function returns inside a DALI pipeline on the CPU (None too), or UNDEFINED if it
+    cannot be defined here. A UsageError is ours (args.read's screen): the task would raise it, later."""
     from nvidia.dali.pipeline import Pipeline
 
     from dali_launch.trainer import entry_points
@@ -45,18 +120,43 @@ def define(name: str, args):
     try:
         with Pipeline(batch_size=1, num_threads=1, device_id=None):
             return function(args)
+    except UsageError:
+        raise
     except Exception:  # a graph of the user's we cannot look into is not refused here
-        return None
+        return UNDEFINED
 
 
 def operators(outputs) -> dict[int, str]:
-    """The schema name of every operator behind `outputs` (DataNodes), by the operator's id: each node's
-    `source` operator and, through its inputs (argument inputs included), theirs."""
-    todo, kinds = list(outputs), {}
+    """The schema name of every operator behind `outputs` (DataNodes), by the operator's id."""
+    return {key: _kind(op) for key, op in _operators(outputs).items()}
+
+
+def _operators(outputs) -> dict:
+    """DALI's operator object behind every node of `outputs`, by its instance's id: each node's `source`
+    operator and, through its inputs (argument inputs included), theirs."""
+    todo, found = list(outputs), {}
     while todo:
-        op = getattr(todo.pop(), "source", None)
-        if op is None or id(op) in kinds:
+        instance = getattr(todo.pop(), "source", None)
+        if instance is None or id(instance) in found:
             continue
-        kinds[id(op)] = getattr(op._op, "schema_name", type(op._op).__name__)  # DALI's operator object
-        todo.extend(op.inputs)
-    return kinds
+        found[id(instance)] = instance._op
+        todo.extend(instance.inputs)
+    return found
+
+
+def _kind(op) -> str:
+    return getattr(op, "schema_name", type(op).__name__)
+
+
+def _sharding(op) -> dict | None:
+    """A reader operator's SHARDING arguments: as given to it, else its schema's defaults (shard 0 of 1, no
+    padding). None where this DALI keeps them elsewhere: the task's check on the built reader remains."""
+    given, schema = getattr(op, "_init_args", None), getattr(op, "_schema", None)
+    if not isinstance(given, dict) or schema is None:
+        return None
+    try:
+        return {
+            k: given[k] if k in given else ast.literal_eval(schema.GetArgumentDefaultValueString(k)) for k in SHARDING
+        }
+    except (AttributeError, RuntimeError, ValueError, SyntaxError):
+        return None

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dali_launch.trainer.data.contract import HW_DECODER_LOAD, RANDAUGMENT
 from dali_launch.trainer.settings.fields import opt
 
-RANDAUGMENT_DEFAULT = "2,9"  # --randaugment unset: timm's rand-m9-n2
+RANDAUGMENT_DEFAULT = ",".join(map(str, RANDAUGMENT))  # --randaugment unset, as the pipelines take it
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,10 @@ class DataConfig:
         choices=("auto", "cpu", "mixed"),
     )
     hw_decoder_load: float = opt(
-        0.35,
+        HW_DECODER_LOAD,
         "--decoder mixed: the share of each batch's JPEGs given to the GPU's hardware JPEG decoder (A100/H100/"
-        "H200), the rest to nvJPEG's CUDA decoder. 0.35 trained ResNet-50 fastest on an H200 (0.9: 8 % slower, "
-        "README); DALI's own default is 0.65.",
+        "H200), the rest to nvJPEG's CUDA decoder (the default trained ResNet-50 fastest on an H200: "
+        "docs/performance.md; DALI's own default is 0.65).",
     )
     bad_samples: str = opt(
         "stop",
@@ -90,7 +91,8 @@ class DataConfig:
     )
     max_bad_samples: str = opt(
         "0.001",
-        "--bad-samples skip: stop anyway past this many bad samples in a split: a fraction of it (below 1) or a count.",
+        "--bad-samples skip: stop anyway past this many bad samples in a split: a count, or a fraction of it below 1 "
+        "(at least one sample; 0: none).",
     )
     output_dtype: str = opt(
         "auto",
