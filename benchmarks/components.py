@@ -105,6 +105,7 @@ def data_epochs(data: Path, grid: list[str], orders: list[str], workers: list[in
 
     from dali_launch.trainer.config import DataConfig
     from dali_launch.trainer.data import dali, shards
+    from dali_launch.trainer.data.batches import Readers
 
     device, rows = jax.devices()[:1], []
     variants = [(order, w) for order in orders for w in (workers if order == "global" else [0])]
@@ -116,9 +117,8 @@ def data_epochs(data: Path, grid: list[str], orders: list[str], workers: list[in
         sharding = shards.Sharding(0, 1, 1, readers)
         start = dali.Start(order, 0, 1, BATCH, PER_CALL, feed_workers=feed_workers)
         built = time.perf_counter()
-        batches = dali.build(
-            str(data / "training"), device, device, sharding, BATCH * PER_CALL, True, config, 0, start=start
-        )
+        split, readers = dali.Split(str(data / "training"), True, BATCH * PER_CALL), Readers(device, device, sharding)
+        batches = dali.build(split, readers, config, start=start)
         built, times = time.perf_counter() - built, []
         for _ in range(epochs):
             start = time.perf_counter()
@@ -158,8 +158,8 @@ def steps(count: int) -> list[dict]:
     valid = jnp.ones((PER_CALL, BATCH), jnp.float32)
 
     def call(state, images, labels):
-        state, loss, *_ = sgd.sgd_steps(state, images, labels, valid, sgd.JIT_JOB)
-        return state, loss
+        state, sums = sgd.sgd_steps(state, {"images": images, "labels": labels, "valid": valid}, sgd.JIT_JOB)
+        return state, sums["loss"]
 
     rows = []
     for name, options in CUDA_GRAPHS.items():

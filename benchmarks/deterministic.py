@@ -193,6 +193,7 @@ def data_part(args) -> dict:
     from imagenet import task_spec
 
     from dali_launch.trainer.data import dali, shards
+    from dali_launch.trainer.data.batches import Readers
     from dali_launch.trainer.plan import facts, plan
     from dali_launch.trainer.plan.placement import place
 
@@ -211,7 +212,9 @@ def data_part(args) -> dict:
     for _ in range(2):
         start = dali.Start("shards", spec.step.seed, 1, step.batch_per_device_step, step.steps_per_call)
         path, config = f"{args.data}/training", decided.data.config(spec.data)
-        data = dali.build(path, devices, devices, sharding, step.call_batch, True, config, 0, start=start)
+        data = dali.build(
+            dali.Split(path, True, step.call_batch), Readers(devices, devices, sharding), config, start=start
+        )
         sums.append([[weighted(b["images"]), weighted(b["labels"])] for b in (data.next() for _ in range(args.calls))])
         del data
     return {"name": "data", "sums": sums, "same": sums[0] == sums[1], "decoder": decided.data.decoder}

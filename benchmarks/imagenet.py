@@ -99,6 +99,7 @@ def pipelines_and_step(spec, gpus: int):
     import jax
 
     from dali_launch.trainer.data import dali, shards
+    from dali_launch.trainer.data.batches import Readers
     from dali_launch.trainer.plan import facts, plan
     from dali_launch.trainer.plan.placement import place
     from dali_launch.trainer.plan.step import parallel as choose_parallel
@@ -112,17 +113,15 @@ def pipelines_and_step(spec, gpus: int):
     spec, step = decided.step.applied(spec), decided.step  # --attention decided, as set_up.py
     sharding = shards.Sharding(0, gpus, gpus, decided.data.readers_per_device)
     start = dali.Start(spec.data.sample_order, spec.step.seed, gpus, step.batch_per_device_step, step.steps_per_call)
-    data = dali.build(
-        f"{spec.data.data_dir}/training", devices, devices, sharding, step.call_batch, True,
-        decided.data.config(spec.data), spec.step.seed, start=start,
-    )  # fmt: skip
-    fresh = create_train_state(spec, data.first_sample(), data.steps * step.steps_per_call)
+    split = dali.Split(f"{spec.data.data_dir}/training", True, step.call_batch, spec.step.seed)
+    data = dali.build(split, Readers(devices, devices, sharding), decided.data.config(spec.data), start=start)
+    fresh = create_train_state(spec, data.first_sample("images"), data.steps * step.steps_per_call)
     mode_name = choose_parallel(spec.step.parallel, bool(fresh.collections), gpus)
     mode = parallel.create(
         mode_name, devices, devices, step.batch_per_device_step, data.sharding_spec, readers=sharding.readers
     )
     state = mode.place(fresh)
-    tally = data.put([call_tally(zero_tally())] * gpus)
+    tally = data.put([call_tally(zero_tally(), fresh.recipe.task)] * gpus)
     return decided, data, mode, state, tally
 
 
@@ -143,7 +142,7 @@ def part(name: str, spec, gpus: int, calls: int) -> dict:
     decided, data, mode, state, tally = pipelines_and_step(spec, gpus)
     batch = data.next()
     if name.startswith("step"):  # the data part's `run` reads, the step parts reuse one batch
-        run = lambda state, tally: mode.call(state, tally, batch["images"], batch["labels"], batch["valid"])
+        run = lambda state, tally: mode.call(state, tally, batch)
     else:
         run = lambda state, tally: (state, data.next())
     for _ in range(3):  # compile, and fill DALI's queues

@@ -65,6 +65,7 @@ def runner(setup: Setup, device, shapes, layout: bool, offload: bool = False):
     from dali_launch.trainer.data.rows import AXIS
     from dali_launch.trainer.step import parallel
     from dali_launch.trainer.step.sgd import call_tally
+    from dali_launch.trainer.tasks.classification import classification
 
     mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))
     data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
@@ -87,8 +88,9 @@ def runner(setup: Setup, device, shapes, layout: bool, offload: bool = False):
     valid = jax.device_put(np.ones((1, rows), np.float32), data)
     zero = {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
     # ^ checkpoint.zero_tally (resilience/checkpoint.py imports DALI and Orbax)
-    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), call_tally(zero))
-    return mode, tally, (images, labels, valid)
+    task = classification(setup.num_classes)
+    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), call_tally(zero, task))
+    return mode, tally, {"images": images, "labels": labels, "valid": valid}
 
 
 def compiled(mode, shapes, tally, batch):
@@ -103,7 +105,7 @@ def compiled(mode, shapes, tally, batch):
         [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=at) for x, at in zip(leaves, shardings)]
     )
     began = time.perf_counter()
-    call = mode.call.lower(abstract, tally, *batch).compile(compiler_options=typed(OFF_GRAPHS))
+    call = mode.call.lower(abstract, tally, batch).compile(compiler_options=typed(OFF_GRAPHS))
     return call, time.perf_counter() - began
 
 
@@ -112,11 +114,11 @@ def timed(call, state, tally, batch, rows: int, seconds: float, at_least: int = 
     import jax
 
     began = time.perf_counter()
-    state, tally = call(state, tally, *batch)
+    state, tally = call(state, tally, batch)
     jax.block_until_ready(tally)
     calls = max(at_least, math.ceil(seconds / (time.perf_counter() - began))) - 1
     for _ in range(calls):
-        state, tally = call(state, tally, *batch)
+        state, tally = call(state, tally, batch)
     jax.block_until_ready(tally)
     elapsed = time.perf_counter() - began
     return state, tally, (calls + 1) * rows / elapsed, calls + 1, elapsed
@@ -126,7 +128,7 @@ def warm(call, state, tally, batch, calls: int = 2):
     import jax
 
     for _ in range(calls):
-        state, tally = call(state, tally, *batch)
+        state, tally = call(state, tally, batch)
     jax.block_until_ready(tally)
     return state, tally
 

@@ -74,9 +74,9 @@ class Contender:
         import jax
         import numpy as np
 
-        from dali_launch.trainer.data import label_check
         from dali_launch.trainer.data.rows import AXIS
         from dali_launch.trainer.step import parallel
+        from dali_launch.trainer.step.sgd import call_tally
 
         self.name, self.label = name, f"{name} ({model}, {parallel_mode})"
         devices = jax.local_devices()[:1]
@@ -88,17 +88,10 @@ class Contender:
         self.state = self.mode.place(host)
         rng = np.random.default_rng(0)
         put = lambda x: jax.device_put(x[None], data)  # (devices, rows, ...), as DALI's batches come
-        self.images = put(rng.random((rows, 784), np.float32))
-        self.labels = put(np.eye(10, dtype=np.float32)[rng.integers(0, 10, rows)])  # mnist's one-hot
-        self.valid = put(np.ones(rows, np.float32))
-        zero = {
-            "position": np.int32(0),
-            "loss": np.float32(0),
-            "count": np.float32(0),
-            "skipped": np.float32(0),
-            "labels": label_check.none(),
-        }
-        self.tally = jax.tree.map(lambda x: put(np.asarray(x)), zero)
+        images, labels = rng.random((rows, 784), np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, rows)]
+        self.batch = {"images": put(images), "labels": put(labels), "valid": put(np.ones(rows, np.float32))}  # mnist's
+        zero = {"position": np.int32(0), "loss": np.float32(0), "count": np.float32(0)}
+        self.tally = jax.tree.map(lambda x: put(np.asarray(x)), call_tally(zero, host.recipe.task))
         self.epochs_s: list[float] = []
 
     def epoch(self) -> float:
@@ -106,7 +99,7 @@ class Contender:
 
         start = time.perf_counter()
         for _ in range(self.calls):
-            self.state, self.tally = self.mode.call(self.state, self.tally, self.images, self.labels, self.valid)
+            self.state, self.tally = self.mode.call(self.state, self.tally, self.batch)
         jax.block_until_ready(self.tally)
         return time.perf_counter() - start
 
@@ -115,7 +108,7 @@ class Contender:
         import jax
 
         start = time.perf_counter()
-        self.state, self.tally = self.mode.call(self.state, self.tally, self.images, self.labels, self.valid)
+        self.state, self.tally = self.mode.call(self.state, self.tally, self.batch)
         jax.block_until_ready(self.tally)
         return time.perf_counter() - start
 

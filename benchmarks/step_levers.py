@@ -146,8 +146,10 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     )(jax.random.PRNGKey(1))
     labels = jax.device_put(np.arange(rows, dtype=np.int32)[None] % 10, data)
     valid = jax.device_put(np.ones((1, rows), np.float32), data)
-    tally = jax.tree.map(lambda x: jax.device_put(np.asarray(x)[None], data), call_tally(zero_tally()))
-    return mode, mode.place(fresh), tally, (images, labels, valid)
+    tally = jax.tree.map(
+        lambda x: jax.device_put(np.asarray(x)[None], data), call_tally(zero_tally(), fresh.recipe.task)
+    )
+    return mode, mode.place(fresh), tally, {"images": images, "labels": labels, "valid": valid}
 
 
 def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: float, trace: Path | None) -> dict:
@@ -158,23 +160,23 @@ def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: 
 
     mode, state, tally, batch = build(lever, model, image_size, precision, jax.local_devices()[0])
     began = time.perf_counter()
-    call = mode.call.lower(state, tally, *batch).compile(compiler_options=typed(lever.options))
+    call = mode.call.lower(state, tally, batch).compile(compiler_options=typed(lever.options))
     compile_s = time.perf_counter() - began
     for _ in range(2):
         began = time.perf_counter()
-        state, tally = call(state, tally, *batch)
+        state, tally = call(state, tally, batch)
         jax.block_until_ready(tally)
     calls = max(3, math.ceil(seconds / (time.perf_counter() - began)))
     began = time.perf_counter()
     for _ in range(calls):
-        state, tally = call(state, tally, *batch)
+        state, tally = call(state, tally, batch)
     jax.block_until_ready(tally)
     elapsed = time.perf_counter() - began
     images = calls * lever.batch * lever.steps
     if trace:  # two more calls under the profiler: benchmarks/kernel_time.py says where their GPU time went
         with jax.profiler.trace(str(trace / lever.name), create_perfetto_trace=True):
             for _ in range(2):
-                state, tally = call(state, tally, *batch)
+                state, tally = call(state, tally, batch)
             jax.block_until_ready(tally)
     del call, state, tally, batch
     gc.collect()

@@ -7,7 +7,7 @@
     [data]
     data_dir = "/data/fashion"    # relative paths are taken from where dali-launch runs, as for flags
 
-An earlier version kept the model, step, optimizer, recipe, eval and xla keys in one [train] table: such a
+An earlier version kept the model, step, optimizer, task, eval and xla keys in one [train] table: such a
 file still loads, its keys read from the tables that hold them now (as an old config.json is: trainer/config.py).
 Precedence: defaults < the file < flags given on the command line. TOML has no null: a key left
 out keeps its default. `dali-launch config show [flags]` prints the result in this format, and every

@@ -15,9 +15,9 @@ from dali_launch.trainer.config import (
     ModelConfig,
     ObserveConfig,
     OptimizerConfig,
-    RecipeConfig,
     ResilienceConfig,
     StepConfig,
+    TaskConfig,
     TaskSpec,
     XlaConfig,
     opt,
@@ -117,7 +117,7 @@ class RunConfig:
     model: ModelConfig = ModelConfig()
     step: StepConfig = StepConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
-    recipe: RecipeConfig = RecipeConfig()
+    task: TaskConfig = TaskConfig()
     eval: EvalConfig = EvalConfig()
     xla: XlaConfig = XlaConfig()
     distributed: DistributedConfig = DistributedConfig()
@@ -176,7 +176,7 @@ RUN_OPTIONS = (
     ("Model", (ModelConfig,)),
     ("Steps", (StepConfig,)),
     ("Optimizer", (OptimizerConfig,)),
-    ("Recipe", (RecipeConfig,)),
+    ("Task", (TaskConfig,)),
     ("Evaluation", (EvalConfig,)),
     ("XLA", (XlaConfig,)),
     ("Distributed", (DistributedConfig,)),

@@ -15,6 +15,7 @@ from nvidia.dali import fn, pipeline_def
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import augment, dali, shards
+from dali_launch.trainer.data.batches import Readers
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.errors import UsageError
 
@@ -84,10 +85,13 @@ def test_a_checkpoint_mid_run_restores_the_augmentations_random_state(synth_sets
         data_dir=str(synth_sets["tfrecord"]), pipeline="tfrecord", num_classes=4, image_size=SIDE,
         decoder="cpu", reader_threads=1, output_dtype="float32", augment=policy,
     )  # fmt: skip
+    split, readers = (
+        dali.Split(f"{config.data_dir}/training", True, 64, 5),
+        Readers(device, device, shards.Sharding(0, 1, 1, 1)),
+    )
     build = lambda checkpoints=None: dali.build(
-        f"{config.data_dir}/training", device, device, shards.Sharding(0, 1, 1, 1), 64, True, config, 5,
-        checkpoints=checkpoints, start=dali.Start("shards", 5, 1, 64, 1),
-    )  # fmt: skip
+        split, readers, config, checkpoints=checkpoints, start=dali.Start("shards", 5, 1, 64, 1)
+    )
     data = build()
     for _ in range(3):
         data.next()

@@ -14,7 +14,7 @@ from conftest import dali_launch
 from run_readers import final_params, only_run
 
 from dali_launch.trainer.config import TaskSpec, replaced
-from dali_launch.trainer.step import parallel
+from dali_launch.trainer.step import sgd
 from dali_launch.trainer.step.initial_state import create_train_state
 
 
@@ -117,9 +117,12 @@ def test_skip_step_drops_an_update_whose_loss_is_not_finite():
     images = rng.random((2, 8, 784), np.float32)
     images[1, 3, 5] = np.nan
     labels = jnp.asarray(rng.integers(0, 10, (2, 8)), jnp.int32)
-    steps = lambda s, x: jax.jit(lambda s: parallel.sgd_steps(s, x, labels, jnp.ones((2, 8)), parallel.JIT_JOB))(s)
-    after, loss, count, skipped = steps(states["skip-step"], jnp.asarray(images))
-    alone, first_loss, first_count, _ = steps(states["skip-step"], jnp.asarray(images[:1]))
+    batch = lambda x: {"images": x, "labels": labels[: len(x)], "valid": jnp.ones(labels[: len(x)].shape)}
+    steps = lambda s, x: jax.jit(lambda s: sgd.sgd_steps(s, batch(x), sgd.JIT_JOB))(s)
+    after, sums = steps(states["skip-step"], jnp.asarray(images))
+    loss, count, skipped = sums["loss"], sums["count"], sums["skipped"]
+    alone, first = steps(states["skip-step"], jnp.asarray(images[:1]))
+    first_loss, first_count = first["loss"], first["count"]
     assert (float(count), float(skipped), int(after.step), int(after.slot)) == (8.0, 1.0, 1, 2)
     assert float(loss) == float(first_loss) and float(first_count) == 8.0
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(after.params), jax.tree.leaves(alone.params)))

@@ -14,7 +14,9 @@ from catalogue import NOT_AN_IMAGE, dataset, good_records, replace_image, synth_
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, expected, formats, shards
+from dali_launch.trainer.data.batches import Readers, calls_per_epoch
 from dali_launch.trainer.data.expected import Expected
+from dali_launch.trainer.tasks.classification import classification
 
 
 def _split(tmp_path, found: formats.Format, spoilt: bool) -> str:
@@ -47,16 +49,18 @@ def test_every_built_in_format_gives_the_batch_expected_of_it(tmp_path, monkeypa
         max_bad_samples="1",
     )
     sharding, start = shards.Sharding(0, 1, 1, 1), dali.Start(order, 0, 1, 1, 1)
-    calls = partial(dali.calls_per_epoch, sharding=sharding, reader_batch=1, start=start)
-    guess = expected.guess(config, split, calls)
-    data = dali.build(split, devices, devices, sharding, 1, True, config, 0, start=start)
+    calls = partial(calls_per_epoch, sharding=sharding, reader_batch=1, start=start)
+    guess = expected.guess(config, split, calls, classification())
+    data = dali.build(dali.Split(split, True, 1), Readers(devices, devices, sharding), config, start=start)
     assert guess == Expected(data.sample_spec(), data.steps) and data.steps == 6 - spoilt
     abstract = lambda x: (x.shape, x.dtype, x.sharding)
     assert jax.tree.map(abstract, guess.batch(data.sharding_spec, 1)) == jax.tree.map(abstract, data.peek())
-    example, first = guess.example(), data.first_sample()
+    example, first = guess.example("images"), data.first_sample("images")
     assert (example.shape, example.dtype) == (first.shape, first.dtype)
 
 
 def test_a_pipeline_of_ones_own_is_not_guessed(tmp_path):
     """Only the task knows what it gives: its pipelines' first batch decides, as before."""
-    assert expected.guess(DataConfig(pipeline="my_pipes:pipeline"), str(tmp_path), lambda n: n) is None
+    assert (
+        expected.guess(DataConfig(pipeline="my_pipes:pipeline"), str(tmp_path), lambda n: n, classification()) is None
+    )

@@ -202,8 +202,11 @@ def test_bf16_accumulation_and_ema_step_an_nnx_model_as_a_linen_one(user_code):
     rng = np.random.default_rng(0)
     images = jnp.asarray(rng.random((2, 8, 784), np.float32))
     labels = jnp.asarray(np.eye(10, dtype=np.float32)[rng.integers(0, 10, (2, 8))])
-    steps = jax.jit(lambda s: sgd.sgd_steps(s, images, labels, jnp.ones((2, 8)), sgd.JIT_JOB))
-    after, loss, count, _ = steps(state)
+    steps = jax.jit(
+        lambda s: sgd.sgd_steps(s, {"images": images, "labels": labels, "valid": jnp.ones((2, 8))}, sgd.JIT_JOB)
+    )
+    after, sums = steps(state)
+    loss, count = sums["loss"], sums["count"]
     assert (int(after.step), int(after.slot), float(count)) == (1, 2, 16.0) and np.isfinite(float(loss))
     assert {x.dtype for x in jax.tree.leaves(after.params)} == {jnp.dtype("float32")}
     moved = lambda a, b: any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))

@@ -16,8 +16,9 @@ from flax.traverse_util import flatten_dict
 from dali_launch.trainer.config import OptimizerConfig
 from dali_launch.trainer.model.forward import Forward
 from dali_launch.trainer.model.resnet import ResNet, resnet50
-from dali_launch.trainer.step import optim, parallel
+from dali_launch.trainer.step import optim, sgd
 from dali_launch.trainer.step.state import Recipe, TrainState
+from dali_launch.trainer.tasks.classification import classification
 
 SLOTS = 40  # SGD steps per epoch
 
@@ -109,7 +110,7 @@ def _state(accumulate: int, optimizer: str) -> TrainState:
         Forward(model),
         optim.optimizer(config),
         optim.schedule(config, EPOCHS, 8),
-        Recipe(accumulate_steps=accumulate, label_smoothing=0.1),
+        Recipe(accumulate_steps=accumulate, task=classification(num_classes=3, label_smoothing=0.1)),
     )
 
 
@@ -125,18 +126,16 @@ def test_accumulating_4_steps_is_one_step_of_4x_the_batch(optimizer):
     valid[7, :] = 0  # a padding-only step
     small = _state(4, optimizer)
     for group in (slice(0, 4), slice(4, 8)):
-        small, *_ = jax.jit(parallel.sgd_steps, static_argnums=4)(
-            small, images[group], labels[group], valid[group], parallel.JIT_JOB
-        )
+        batch = {"images": images[group], "labels": labels[group], "valid": valid[group]}
+        small, _ = jax.jit(sgd.sgd_steps, static_argnums=2)(small, batch, sgd.JIT_JOB)
     big = _state(1, optimizer)
     for group in (slice(0, 4), slice(4, 8)):
-        big, *_ = jax.jit(parallel.sgd_steps, static_argnums=4)(
-            big,
-            images[group].reshape(1, 24, 5),
-            labels[group].reshape(1, 24),
-            valid[group].reshape(1, 24),
-            parallel.JIT_JOB,
-        )
+        batch = {
+            "images": images[group].reshape(1, 24, 5),
+            "labels": labels[group].reshape(1, 24),
+            "valid": valid[group].reshape(1, 24),
+        }
+        big, _ = jax.jit(sgd.sgd_steps, static_argnums=2)(big, batch, sgd.JIT_JOB)
     assert int(small.step) == int(big.step) == 2 and int(small.slot) == 8
     for name, a in flatten_dict(small.params, sep="/").items():
         np.testing.assert_allclose(a, flatten_dict(big.params, sep="/")[name], rtol=1e-5, atol=1e-7, err_msg=name)

@@ -208,18 +208,18 @@ def test_gpu_decoding_settings_are_arguments_dali_takes(op):
     misspelt one would otherwise fail only on a GPU machine."""
     from nvidia.dali import backend, types
 
-    from dali_launch.trainer.data.dali import pipeline_args
+    from dali_launch.trainer.data.dali import Split, pipeline_args
 
     spec = TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", hw_decoder_load=0.35, output_dtype="float16"))
     config = resolved_data(spec, "gpu")  # folders on a GPU: nvJPEG
-    args = pipeline_args("x", 0, 1, 8, True, config, 0)
+    args = pipeline_args(Split("x", True, 8), 0, 1, 8, config)
     assert args.dtype() == types.FLOAT16
     kwargs = args.decoder_args()
     assert kwargs.pop("device") == "mixed" and kwargs["hw_decoder_load"] == 0.35
     schema = backend.GetSchema(op)
     assert kwargs and all(schema.HasArgument(name) for name in kwargs), kwargs
     cpu = pipeline_args(
-        "x", 0, 1, 8, True, resolved_data(TaskSpec(run_dir="x", data=DataConfig(pipeline="folders")), "cpu"), 0
+        Split("x", True, 8), 0, 1, 8, resolved_data(TaskSpec(run_dir="x", data=DataConfig(pipeline="folders")), "cpu")
     )
     assert cpu.decoder_args() == {"device": "cpu"}  # CPU decoders take none of nvJPEG's settings
 

@@ -22,9 +22,9 @@ from dali_launch.trainer.settings.fields import opt
 from dali_launch.trainer.settings.model import ModelConfig
 from dali_launch.trainer.settings.observe import ObserveConfig
 from dali_launch.trainer.settings.optimizer import OptimizerConfig
-from dali_launch.trainer.settings.recipe import RecipeConfig
 from dali_launch.trainer.settings.resilience import ResilienceConfig
 from dali_launch.trainer.settings.step import StepConfig
+from dali_launch.trainer.settings.task import TaskConfig
 from dali_launch.trainer.settings.xla import XlaConfig
 
 __all__ = [
@@ -37,9 +37,9 @@ __all__ = [
     "ModelConfig",
     "ObserveConfig",
     "OptimizerConfig",
-    "RecipeConfig",
     "ResilienceConfig",
     "StepConfig",
+    "TaskConfig",
     "TaskSpec",
     "XlaConfig",
     "opt",
@@ -53,7 +53,7 @@ TRAINING = {
     "model": ModelConfig,
     "step": StepConfig,
     "optimizer": OptimizerConfig,
-    "recipe": RecipeConfig,
+    "task": TaskConfig,
     "eval": EvalConfig,
     "xla": XlaConfig,
 }
@@ -68,7 +68,7 @@ class TaskSpec:
     model: ModelConfig = ModelConfig()
     step: StepConfig = StepConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
-    recipe: RecipeConfig = RecipeConfig()
+    task: TaskConfig = TaskConfig()
     eval: EvalConfig = EvalConfig()
     xla: XlaConfig = XlaConfig()
     distributed: DistributedConfig = DistributedConfig()

@@ -1,11 +1,13 @@
-"""`--model` and `--pipeline` values: a built-in name, or `package.module:attribute` of the user's own.
+"""`--model`, `--pipeline` and `--task` values: a built-in name, or `package.module:attribute` of the user's own.
 
     dali-launch train --model cnn                                    # built-in
     dali-launch train --model mypkg.models:build --pipeline mypkg.pipe:make --data-dir DIR
+    dali-launch train --task mypkg.tasks:regression --model mypkg.models:build --pipeline mypkg.pipe:make
 
 The module must be importable where the tasks run: installed, or its folder on PYTHONPATH (local
 tasks inherit the environment; sbatch exports it by default). What the attribute must be is
-documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function).
+documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function),
+tasks/contract.py (a Task or its factory).
 This module imports nothing heavy, so the launcher checks built-in names without starting JAX; Flax
 only where a model is made (`create_model`).
 """
@@ -29,14 +31,17 @@ MODELS = {
     "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
     "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
 }
+TASKS = {
+    "classification": "dali_launch.trainer.tasks.classification:classification",
+}
 # The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
 TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))
 
 
 def builtin(kind: str) -> dict[str, str]:
-    """The built-in names of `kind` (model or pipeline) and the "module:attribute" each stands for; the
+    """The built-in names of `kind` (model, pipeline or task) and the "module:attribute" each stands for; the
     pipelines are the formats' own (formats.FORMATS)."""
-    return MODELS if kind == "model" else {f.name: f.pipeline for f in formats.FORMATS}
+    return {"model": MODELS, "task": TASKS}.get(kind) or {f.name: f.pipeline for f in formats.FORMATS}
 
 
 def load(kind: str, name: str):
@@ -50,7 +55,7 @@ def load(kind: str, name: str):
         if not hasattr(value, part):
             raise UsageError(f"{flag}: module {module_name} has no attribute {attribute}; check the name after ':'")
         value = getattr(value, part)
-    if not callable(value):
+    if not callable(value) and not (kind == "task" and _is_task(value)):
         raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
     _check_signature(flag, value, kind)
     return value
@@ -147,14 +152,51 @@ def run_model(spec):
     return create_model(spec.model.model, spec.data.num_classes, **model_options(spec.model))
 
 
-_CALLS = {"model": ("factory(num_classes=N)", (), {"num_classes": 10}), "pipeline": ("function(args)", (None,), {})}
+def create_task(name: str, **options):
+    """`--task NAME`: a tasks.contract.Task as it is, or its factory called with the `options` it names (tasks/
+    contract.py's OPTIONS: num_classes, label_smoothing, mixup, cutmix)."""
+    value = load("task", name)
+    if not _is_task(value):
+        try:
+            value = value(**{k: v for k, v in options.items() if k in _named(value)})
+        except Exception as e:  # the user's factory: one line, where
+            raise UsageError(f"--task {name}: its factory raised {type(e).__name__}: {e}; fix the factory") from None
+        if not _is_task(value):
+            raise UsageError(f"--task {name} returned a {type(value).__name__}, not a Task (tasks/contract.py)")
+    return value
+
+
+def task_options(spec) -> dict:
+    """The settings a task factory may take: --num-classes and the [task] table's options."""
+    from dali_launch.trainer.tasks.contract import OPTIONS
+
+    values = {"num_classes": spec.data.num_classes, **vars(spec.task)}
+    return {name: values[name] for name in OPTIONS}
+
+
+def run_task(spec):
+    """The run's task: --task with the options it names."""
+    return create_task(spec.task.task, **task_options(spec))
+
+
+def _is_task(value) -> bool:
+    from dali_launch.trainer.tasks.contract import Task
+
+    return isinstance(value, Task)
+
+
+_CALLS = {
+    "model": ("factory(num_classes=N)", (), {"num_classes": 10}),
+    "pipeline": ("function(args)", (None,), {}),
+    "task": ("factory(num_classes=N, ...)", (), {"num_classes": 10}),
+}
 
 
 def _check_signature(flag: str, value, kind: str) -> None:
     """The call the trainer will make binds to `value`'s parameters: a TypeError raised by the call
     itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
     signature = signature_of(value)
-    if signature is None:
+    if signature is None or (kind == "task" and _is_task(value)):
         return
     call, args, kwargs = _call(kind, signature)
     try:
@@ -168,6 +210,10 @@ def _call(kind: str, signature: inspect.Signature) -> tuple[str, tuple, dict]:
     call, args, kwargs = _CALLS[kind]
     if kind == "model" and "rngs" in signature.parameters:  # Flax NNX: model/nnx_model.py
         call, kwargs = "factory(num_classes=N, rngs=nnx.Rngs(seed))", {**kwargs, "rngs": None}
+    if kind == "task":  # the options it names, each given
+        from dali_launch.trainer.tasks.contract import OPTIONS
+
+        kwargs = {name: None for name in OPTIONS if name in signature.parameters}
     return call, args, kwargs
 
 
@@ -199,4 +245,4 @@ def takes_rngs(factory) -> bool:
 
 
 def _factory(kind: str) -> str:
-    return {"model": "factory", "pipeline": "function"}[kind]
+    return {"model": "factory", "pipeline": "function", "task": "task"}[kind]

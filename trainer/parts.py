@@ -14,8 +14,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, expected, records, remainder, shards
+from dali_launch.trainer.data.batches import DeviceBatches, Readers, batch_sharding, calls_per_epoch
 from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.data.rows import laid_out
 from dali_launch.trainer.plan import Plan
@@ -27,6 +29,7 @@ from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import build
 from dali_launch.trainer.step.evaluate import Evaluator, split_dir
 from dali_launch.trainer.step.sgd import call_tally
+from dali_launch.trainer.tasks.contract import Task
 
 
 @dataclass
@@ -39,9 +42,11 @@ class Parts:
     start: StartPoint
     sharding: shards.Sharding = field(init=False)
     begin: dali.Start = field(init=False)
+    task: Task = field(init=False)  # the run's (tasks/contract.py): its outputs name the batches
 
     def __post_init__(self):
         f, p = self.facts, self.plan
+        self.task = entry_points.run_task(self.spec)
         self.sharding = shards.Sharding(
             f.first_device, f.local_device_count, f.job_device_count, p.data.readers_per_device
         )
@@ -51,38 +56,38 @@ class Parts:
     def data_config(self):
         return self.plan.data.config(self.spec.data)
 
-    def pipelines(self) -> dali.DeviceBatches:
+    @property
+    def training(self) -> dali.Split:
+        """Training's split as its pipelines read it: the task's outputs, this plan's samples a device and call."""
+        split, outputs = split_dir(self.spec, "training"), self.task.outputs
+        return dali.Split(split, True, self.plan.step.call_batch, self.spec.step.seed, outputs)
+
+    def pipelines(self) -> DeviceBatches:
         """Training's pipelines from the start point, their DALI states where they apply."""
         layout = ShardLayout(self.sharding.global_devices, self.sharding.readers, *self._batch_and_k())
         states = self.start.pipeline_states(self.sharding.shard_ids, layout)
-        split, f = split_dir(self.spec, "training"), self.facts
-        return dali.build(
-            split, list(f.devices), list(f.job_devices), self.sharding, self.plan.step.call_batch, True,
-            self.data_config, self.spec.step.seed, checkpoints=states, start=self.begin,
-        )  # fmt: skip
+        readers = Readers(list(self.facts.devices), list(self.facts.job_devices), self.sharding)
+        return dali.build(self.training, readers, self.data_config, checkpoints=states, start=self.begin)
 
-    def remainder(self, data) -> dali.DeviceBatches:
+    def remainder(self, data) -> DeviceBatches:
         """The rest of the start point's epoch, begun on another layout: that layout's pipelines, from their
         states, hosted on this process's devices (the data plan decided, data/hosting.py says how)."""
-        split, start = split_dir(self.spec, "training"), self.start
-        rest, seed = self.plan.data.remainder, self.spec.step.seed
-        devices, sample = list(self.facts.devices), start.shards["sample"]
-        return remainder.build(split, devices, rest, self.data_config, seed, start.states, data, sample)
+        devices, rest = list(self.facts.devices), self.plan.data.remainder
+        return remainder.build(self.training, devices, rest, self.data_config, self.start, data)
 
     def model_ahead(self) -> build.Model | None:
         """The model's side made before the pipelines are built, on the batch they are expected to give
         (data/expected.py): the first call compiles while they are built. None where no guess is made."""
         reader_batch = self.plan.step.call_batch // self.sharding.readers  # dali.build's
-        calls = partial(dali.calls_per_epoch, sharding=self.sharding, reader_batch=reader_batch, start=self.begin)
-        guess = expected.guess(self.data_config, split_dir(self.spec, "training"), calls)
+        calls = partial(calls_per_epoch, sharding=self.sharding, reader_batch=reader_batch, start=self.begin)
+        guess = expected.guess(self.data_config, split_dir(self.spec, "training"), calls, self.task)
         if guess is None:
             return None
-        on, slots = dali.batch_sharding(list(self.facts.job_devices)), guess.steps * self.plan.step.steps_per_call
+        on, slots = batch_sharding(list(self.facts.job_devices)), guess.steps * self.plan.step.steps_per_call
         row = lambda x: laid_out(np.shape(x), np.asarray(x).dtype, on)
-        tally = jax.tree.map(row, call_tally(zero_tally()))  # as put() lays them out
-        first = build.FirstCall(
-            guess.example(), tally, guess.batch(on, self.plan.step.call_batch), on, self.sharding.readers
-        )
+        tally = jax.tree.map(row, call_tally(zero_tally(), self.task))  # as put() lays them out
+        example, batch = guess.example(self.task.model_input), guess.batch(on, self.plan.step.call_batch)
+        first = build.FirstCall(example, tally, batch, on, self.sharding.readers)
         try:
             made = build.make(self.spec, self.facts, self.plan.step, first, slots)
         except Exception:  # made again on the pipelines' batch: a true failure is met there, in the same words
@@ -92,11 +97,10 @@ class Parts:
     def model_on(self, data, rest, slots: int) -> build.Model:
         """The model's side made on the pipelines' first batch (the rest's, where one is read first)."""
         first = rest or data
-        tally = first.put([call_tally(zero_tally())] * len(self.facts.devices))
+        tally = first.put([call_tally(zero_tally(), self.task)] * len(self.facts.devices))
         rest_batch = self.plan.data.remainder.batch_per_step if rest else None
-        call = build.FirstCall(
-            first.first_sample(), tally, first.peek(), data.sharding_spec, self.sharding.readers, rest_batch
-        )
+        example, on = first.first_sample(self.task.model_input), data.sharding_spec
+        call = build.FirstCall(example, tally, first.peek(), on, self.sharding.readers, rest_batch)
         return build.make(self.spec, self.facts, self.plan.step, call, slots)
 
     def checkpointer(self, asynchronous: bool) -> Checkpointer:

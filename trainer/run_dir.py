@@ -156,3 +156,11 @@ def is_locked(path: Path) -> bool:
             return True
         fcntl.flock(handle, fcntl.LOCK_UN)
         return False
+
+
+def headline(metrics: dict) -> tuple[str, float | None]:
+    """An epoch's line of metrics.jsonl: the test value its task headlines (test_accuracy for classification;
+    lines of earlier versions name none and hold it) and its value (None where the epoch was not evaluated)."""
+    key = metrics.get("headline", "test_accuracy")
+    value = metrics.get(key)
+    return key.removeprefix("test_").replace("_", " "), value if isinstance(value, (int, float)) else None

@@ -16,7 +16,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import dali, records, shards
+from dali_launch.trainer.data import records, shards
+from dali_launch.trainer.data.batches import DeviceBatches
 from dali_launch.trainer.data.expected import Expected
 from dali_launch.trainer.model import init_from
 from dali_launch.trainer.observe import profile
@@ -41,7 +42,7 @@ class Training:
 
     spec: TaskSpec  # as the model and optimizer were built from it (plan.step.applied): its learning rate scaled
     plan: Plan  # every decision, the state's partition and --remat's included
-    data: dali.DeviceBatches  # training's pipelines, starting at the start point
+    data: DeviceBatches  # training's pipelines, starting at the start point
     runner: Runner  # step/parallel.py's Pmap or Sharded: how device calls run
     checkpointer: Checkpointer
     evaluator: Evaluator | None  # this process's part (--eval-on all), or process 0's alone; else None

@@ -14,7 +14,6 @@ import jax
 
 from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import label_check
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
@@ -22,12 +21,12 @@ from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
 from dali_launch.trainer.plan import Plan
 from dali_launch.trainer.plan.facts import Facts
-from dali_launch.trainer.resilience.checkpoint import Checkpointer, order_record, shard_record, zero_tally
+from dali_launch.trainer.resilience.checkpoint import order_record, shard_record, zero_tally
 from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.set_up import Training, finish_remainder, set_up
-from dali_launch.trainer.step.evaluate import first
+from dali_launch.trainer.step.evaluate import bounds_seen, first
 from dali_launch.trainer.step.sgd import call_tally
 from dali_launch.trainer.topology import barrier
 
@@ -47,9 +46,9 @@ def train_and_evaluate(
 
 def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoint) -> dict:
     """The epoch loop from the start point, and the finish."""
-    spec, data, k = run.spec, run.data, run.plan.step.steps_per_call
+    spec, data, k, task = run.spec, run.data, run.plan.step.steps_per_call, run.state.recipe.task
     devices = data.devices
-    loop = Loop(spec, data, run.checkpointer, reporter, run.runner, startup, k)
+    loop = Loop(run, reporter, startup)
     loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0
     if run.remainder:  # an epoch begun on another layout: its rest is read with that layout's pipelines
         loop.read_with(*run.remainder)
@@ -62,7 +61,8 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
             loop.read_with(data, run.runner, k)
         evaluated = _evaluated(run, state)
         if run.evaluator:
-            metrics.test_accuracy, metrics.test_count, metrics.eval_time_s = run.evaluator(evaluated)
+            metrics.test, metrics.test_count, metrics.eval_time_s = run.evaluator(evaluated)
+            metrics.headline, metrics.unit = task.headline_of(metrics.test), task.unit
             metrics.eval_devices, metrics.eval_sharded = run.evaluator.eval_devices, run.evaluator.sharded
             metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
@@ -92,35 +92,34 @@ def left_out(run) -> tuple:
 
 
 class Loop:
-    """One epoch of training, with its check points: preemption, periodic checkpoints, device syncs."""
+    """One epoch of training, with its sync points: preemption, periodic checkpoints, device syncs."""
 
-    def __init__(
-        self, spec: TaskSpec, data, checkpointer: Checkpointer, reporter: Reporter, runner, startup: Startup, k: int
-    ):
-        self.spec, self.reporter, self.checkpointer, self.startup = spec, reporter, checkpointer, startup
-        self.preemption = Preemption()
-        self.read_with(data, runner, k)
+    def __init__(self, run: Training, reporter: Reporter, startup: Startup):
+        spec, data, k = run.spec, run.data, run.plan.step.steps_per_call
+        self.spec, self.reporter, self.checkpointer, self.startup = spec, reporter, run.checkpointer, startup
+        self.task, self.preemption = run.state.recipe.task, Preemption()
+        self.read_with(data, run.runner, k)
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
-        self.nan_guard = NanGuard(spec, k, checkpointer.wait)
+        self.nan_guard = NanGuard(spec, k, run.checkpointer.wait)
 
     def read_with(self, data, runner, k: int) -> None:
         """The epochs from here read `data` and step with `runner`, `k` SGD steps a call (set_up.py: the rest
         of an epoch begun on another layout is read with that layout's pipelines, then this one's)."""
         self.data, self.sharding, self.runner, self.k = data, data.sharding, runner, k
         # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
-        # GPUs a check point costs a host sync, so they come rarely: every 256 steps, or as often
-        # as --checkpoint-every-steps asks (checkpoints are written at check points).
-        self.check_every = max(1, (self.spec.step.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
+        # GPUs a sync point costs a host sync, so they come rarely: every 256 steps, or as often
+        # as --checkpoint-every-steps asks (checkpoints are written at sync points).
+        self.sync_every = max(1, (self.spec.step.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)
         every = self.spec.resilience.checkpoint_every_steps
         self.checkpoint_every = max(1, every // k) if every else None
-        self.check_every = min(self.check_every, self.checkpoint_every or self.check_every)
+        self.sync_every = min(self.sync_every, self.checkpoint_every or self.sync_every)
 
     def epoch(self, state, epoch: int, done: int, saved: dict):
         """Epoch `epoch` from device call `done` on, its tally so far `saved` (a checkpoint's, or a zero one)."""
         start = time.perf_counter()
-        tally = self.data.put([call_tally(saved)] * len(self.data.devices))
+        tally = self.data.put([call_tally(saved, self.task)] * len(self.data.devices))
         counted_before = float(saved["count"])  # by the run that was interrupted, if any
         recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.step.record_samples else None
         compile_s = None
@@ -132,7 +131,7 @@ class Loop:
                 self.reporter.profile.before(before + call)
                 batch = wait.fetch(self.data.next, jax.tree.leaves(tally)[0])  # alive until the call donates it
                 fetched = time.perf_counter()
-                state, tally = self.runner.call(state, tally, batch["images"], batch["labels"], batch["valid"])
+                state, tally = self.runner.call(state, tally, batch)
                 self.reporter.profile.after(before + call, tally)
                 if self.first_call:
                     compile_s = self._first_call_done(tally, fetched)
@@ -140,9 +139,9 @@ class Loop:
                 if recorder:
                     recorder.add(call, batch)
                 advance()
-                if (call + 1) % self.check_every == 0 and call + 1 < self.data.steps:
-                    self._check_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
-        self._check_labels(tally)
+                if (call + 1) % self.sync_every == 0 and call + 1 < self.data.steps:
+                    self._sync_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
+        self._check_bounds(tally)
         loss, count, skipped = first(tally["loss"]), int(first(tally["count"])), int(first(tally["skipped"]))
         self.nan_guard.check_epoch(loss, count, skipped, before + self.data.steps, epoch)  # before its checkpoint
         self.step_log.point(before + self.data.steps, tally, wait.idle_s)
@@ -162,6 +161,7 @@ class Loop:
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
             skipped_steps=skipped,
+            train_metrics={name: first(value) / count for name, value in tally["metrics"].items()} if count else {},
             **self._startup(compile_s is not None),
         )
 
@@ -185,19 +185,22 @@ class Loop:
             "first_step_s": self.startup.phases["first step"] if launched else None,
         }
 
-    def _check_labels(self, tally) -> None:
-        label_check.check(tally["labels"], self.spec.data.num_classes, self.spec.data.pipeline, "training")
+    def _check_bounds(self, tally) -> None:
+        """What the task bounds (the classification task's class ids), as this process's devices saw it."""
+        if self.task.check_bounds and tally["bounds"]:
+            low, high = bounds_seen(tally["bounds"])
+            self.task.check_bounds(low, high, "training", self.spec.data.pipeline)
 
-    def _check_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
+    def _sync_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
         jax.block_until_ready(tally)
         self.checkpointer.check()  # a write that failed in the background: one line now, not at the next save
-        self._check_labels(tally)
+        self._check_bounds(tally)
         self.nan_guard.check(first(tally["loss"]), epoch * self.data.steps + calls_done, epoch)  # before any save
         self.step_log.point(epoch * self.data.steps + calls_done, tally, data_wait_s)  # before a preemption ends it
         minutes = self.spec.resilience.checkpoint_every_min
         asked, signum, late = self.preemption.agreed(minutes > 0 and time.monotonic() - self.saved_at > 60 * minutes)
-        if asked or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.check_every):
+        if asked or late or (self.checkpoint_every and calls_done % self.checkpoint_every < self.sync_every):
             self.save(state, epoch, calls_done, tally)
             if recorder:
                 recorder.save(calls_done)
@@ -206,7 +209,7 @@ class Loop:
             end(asked, signum, epoch * self.data.steps + calls_done, self.spec)
 
     def stop_if_asked(self, epoch: int) -> None:
-        """At an epoch's start, its checkpoint just written: a signal that came after the last check point."""
+        """At an epoch's start, its checkpoint just written: a signal that came after the last sync point."""
         asked, signum = self.preemption.agreed()
         if asked:
             self.checkpointer.wait()

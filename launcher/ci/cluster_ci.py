@@ -22,7 +22,7 @@ from dali_launch.launcher.backends.slurm_queue import cancel, queue_state
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import opt
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, headline
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def _training_suite(job, paths: RunPaths, min_accuracy: float) -> ET.Element:
         error = task_error(job, rank) or (None if done else "no result: cancelled, timed out or killed")
         print(f"training rank {rank}: exit {'0' if done and not task_error(job, rank) else 'non-zero'}")
         _case(suite, f"rank-{rank}", error)
-    accuracy = job.task(0).result()["final"]["test_accuracy"] if paths.result.exists() else None
+    accuracy = headline(job.task(0).result()["final"])[1] if paths.result.exists() else None
     _case(
         suite,
         "accuracy",

@@ -53,11 +53,13 @@ def find(job: str, run_root: str):
 def status_line(job) -> str:
     """One line: its state, the last epoch's accuracy, where it would resume, where it lives."""
     from dali_launch.launcher.backends.job import RunState, resume_hint, why_ended
+    from dali_launch.trainer.run_dir import headline
 
     metrics = job.paths.metrics
     lines = metrics.read_text().splitlines() if metrics.exists() else []
     last = json.loads(lines[-1]) if lines else None
-    progress = f"; epoch {last['epoch']} test accuracy {last['test_accuracy']:.4f}" if last else ""
+    metric, value = headline(last or {})
+    progress = f"; epoch {last['epoch']} test {metric} {value:.4f}" if value is not None else ""
     state = job.state()
     hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
     why = why_ended(job.paths, state)

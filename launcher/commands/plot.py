@@ -15,11 +15,11 @@ from typing import Annotated
 import typer
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, headline
 
 PANELS = (
     ("train/loss", "train_loss", "training loss"),
-    (None, "test_accuracy", "test accuracy"),
+    (None, "test", "test"),  # each run's task's headline value (accuracy for classification)
     ("perf/images_per_s", "images_per_s", "images/s"),
 )
 
@@ -37,9 +37,15 @@ def curves(paths: RunPaths) -> dict[str, tuple[list[int], list[float]]]:
         if tag in events:
             out[title] = events[tag]
         else:
-            points = [(m["step"], m[key]) for m in epochs if m.get("step") is not None and m.get(key) is not None]
+            points = [(m["step"], _value(m, key)) for m in epochs if m.get("step") is not None]
+            points = [(step, value) for step, value in points if value is not None]
             out[title] = ([s for s, _ in points], [v for _, v in points])
     return out
+
+
+def _value(epoch: dict, key: str) -> float | None:
+    """An epoch's value for a panel: `test` is its task's headline (run_dir.headline), other keys their own."""
+    return headline(epoch)[1] if key == "test" else epoch.get(key)
 
 
 def _events(folder: Path) -> dict[str, tuple[list[int], list[float]]]:

@@ -101,11 +101,12 @@ def describe(paths) -> dict:
     from dali_launch.launcher.backends import registry
     from dali_launch.launcher.backends.job import why_ended
     from dali_launch.trainer.config import TaskSpec
+    from dali_launch.trainer.run_dir import headline
 
     job, spec = registry.attach(paths), TaskSpec.load(paths.root)
     launch = json.loads(paths.launch.read_text()) if paths.launch.exists() else {}
     epochs = _metrics(paths)
-    accuracies = [m["test_accuracy"] for m in epochs if m.get("test_accuracy") is not None]
+    accuracies = [headline(m)[1] for m in epochs if headline(m)[1] is not None]  # the task's headline value
     state = job.state()
     started = paths.launch.stat().st_mtime if paths.launch.exists() else paths.config.stat().st_mtime
     ended = time.time() if state.live else _last_write(paths)

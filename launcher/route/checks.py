@@ -126,7 +126,7 @@ def _decoded_cache(data: DataConfig, resumed: bool) -> None:
 def _optimizer(run: RunConfig) -> None:
     """The optimizer, schedule and regularisation flags (trainer/step/optim.py)."""
     train = run.optimizer
-    fractions = {"weight_decay": train.weight_decay, "label_smoothing": run.recipe.label_smoothing}
+    fractions = {"weight_decay": train.weight_decay, "label_smoothing": run.task.label_smoothing}
     for name, value in {**fractions, "ema_decay": train.ema_decay}.items():
         if not 0 <= value < 1:
             raise UsageError(f"--{name.replace('_', '-')} {value} is out of range; use a value in [0, 1)")

@@ -28,7 +28,7 @@ from dali_launch.launcher.route.sweep import Sweep, sweep_runs
 from dali_launch.launcher.run_config import RunConfig, absolute_paths, counted, with_devices
 from dali_launch.trainer.config import replaced
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, headline
 
 
 def new_run(run: RunConfig, here: bool = False) -> int:
@@ -139,7 +139,7 @@ def summarize(result: dict, paths: RunPaths) -> None:
     same = len(set(result["checksums"])) == 1
     replicas = len(result["checksums"])
     agree = "" if replicas == 1 else f"{replicas} replicas {'identical' if same else 'DIFFER'}; "
+    metric, value = headline(final)
     echo(
-        f"done: test accuracy {final['test_accuracy']:.4f} after {counted(final['epoch'] + 1, 'epoch')}; "
-        f"{agree}metrics in {paths.metrics}"
+        f"done: test {metric} {value:.4f} after {counted(final['epoch'] + 1, 'epoch')}; {agree}metrics in {paths.metrics}"
     )

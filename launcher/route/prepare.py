@@ -52,6 +52,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.model.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
+    entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
     if run.data.pipeline not in entry_points.builtin("pipeline"):  # the built-ins' own modules import DALI (0.4 s)
         contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
     xla_options.check(run.xla.xla_options)  # an unknown name in XLA_FLAGS would abort every rank
@@ -71,8 +72,10 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
 def own_pipeline(run: RunConfig, data_dir: Path) -> None:
     """A pipeline of the user's own, its graph defined here for each split: its outputs, its reader and how
     that is sharded, what `args.read`'s screen refuses (a bad sample); under --deterministic its operators."""
+    outputs = entry_points.run_task(run).outputs  # what the run's task takes from the pipeline, in order
     for split in datasets.SPLITS:
-        graph_check.check(run.data.pipeline, _graph_args(run, data_dir, split), run.data.sample_order == "shards")
+        args = _graph_args(run, data_dir, split)
+        graph_check.check(run.data.pipeline, args, run.data.sample_order == "shards", outputs)
     if run.xla.deterministic:
         determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir, "training"))
 

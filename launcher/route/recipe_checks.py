@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dali_launch.launcher.route.model_check import crops, flat
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer.config import DataConfig, ModelConfig, RecipeConfig
+from dali_launch.trainer.config import DataConfig, ModelConfig, TaskConfig
 from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError
 
@@ -24,7 +24,7 @@ def is_vit(model: str) -> bool:
 
 def validate(run: RunConfig) -> None:
     _augment(run.data, bool(run.launch.resume))
-    _mixing(run.recipe, run.data)
+    _mixing(run.task, run.data)
     _vit(run.model, run.optimizer.layer_decay, run.data)
     if run.model.init_from is not None and not run.launch.resume:  # a resumed run starts from its checkpoint
         from dali_launch.trainer.model import init_from  # light: the checkpoint's files, without JAX
@@ -56,7 +56,7 @@ def _augment(data: DataConfig, resumed: bool) -> None:
         )
 
 
-def _mixing(recipe: RecipeConfig, data: DataConfig) -> None:
+def _mixing(recipe: TaskConfig, data: DataConfig) -> None:
     for name in ("mixup", "cutmix"):
         if not getattr(recipe, name) >= 0:
             raise UsageError(

@@ -25,7 +25,7 @@ from dali_launch.launcher.options import Values, build
 from dali_launch.launcher.run_config import RunConfig, with_devices
 from dali_launch.trainer.config import TRAINING, opt, replaced
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, headline, write_atomic
 
 SWEPT_TABLES = ("data", *TRAINING, "distributed", "resilience")  # what a point may vary; the job's shape is one
 
@@ -158,10 +158,10 @@ class Sweep(Watch):
         if outcome.message and not outcome.ok:
             error(f"point {index}: {outcome.message}")
         row = point_row(self.record["points"][index])
-        accuracy = row.get("test_accuracy")
+        value = row.get("test")
         echo(
             f"point {index} ({label(row['values'])}): {row['state']}"
-            + (f", test accuracy {accuracy:.4f}" if accuracy is not None else "")
+            + (f", test {row['metric']} {value:.4f}" if value is not None else "")
         )
 
     def summary(self) -> str:
@@ -213,7 +213,7 @@ def point_row(point: dict) -> dict:
         "values": point["values"],
         "state": str(registry.attach(paths).state()),
         "epochs": final["epoch"] + 1 if final else 0,
-        "test_accuracy": final.get("test_accuracy") if final else None,
+        **dict(zip(("metric", "test"), headline(final or {}))),
         "run_dir": str(paths.root),
     }
 
@@ -233,14 +233,15 @@ def load(sweep_dir: Path) -> dict:
 def table(grid, rows: list[dict]) -> str:
     """Rows as an aligned text table: point, one column per swept flag, state, epochs, accuracy, run directory."""
     names = [name for name, _ in grid]
-    head = ["point", *(n.replace("_", "-") for n in names), "state", "epochs", "test accuracy", "run directory"]
+    metric = next((r["metric"] for r in rows if r.get("test") is not None), "accuracy")
+    head = ["point", *(n.replace("_", "-") for n in names), "state", "epochs", f"test {metric}", "run directory"]
     body = [
         [
             str(r["index"]),
             *(str(r["values"][n]) for n in names),
             r.get("state", "planned"),
             str(r.get("epochs", "")),
-            f"{r['test_accuracy']:.4f}" if r.get("test_accuracy") is not None else "",
+            f"{r['test']:.4f}" if r.get("test") is not None else "",
             Path(r["run_dir"]).name if r.get("run_dir") else "",
         ]
         for r in rows

@@ -13,7 +13,7 @@ file named .jpg, DALI 2.4). So before a reader is built, every sample of its spl
 
 Both the launcher (before a job: the built-in pipelines' splits, formats.reader_of) and `args.read` inside
 the trainer (a pipeline of the user's own too) screen a split here, alike. What a screen left out is its
-return value, carried by the pipelines that read without it (dali.DeviceBatches.left_out): the epoch
+return value, carried by the pipelines that read without it (batches.DeviceBatches.left_out): the epoch
 line and RUN/bad_samples.jsonl say it from there. A format whose reader cannot leave a sample out (a
 Caffe2 LMDB: `Format.skips`) can only stop; the launcher refuses `skip` for it before anything starts.
 """

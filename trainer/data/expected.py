@@ -27,10 +27,10 @@ class Expected:
     sample: dict  # {name: {"shape": [...], "dtype": str}} of one sample, DeviceBatches.sample_spec's form
     steps: int  # device calls an epoch, DeviceBatches.steps
 
-    def example(self) -> np.ndarray:
-        """A zero batch of one sample shaped like the images (DeviceBatches.first_sample)."""
-        images = self.sample["images"]
-        return np.zeros((1, *images["shape"]), images["dtype"])
+    def example(self, name: str) -> np.ndarray:
+        """A zero batch of one sample shaped like output `name` (DeviceBatches.first_sample)."""
+        output = self.sample[name]
+        return np.zeros((1, *output["shape"]), output["dtype"])
 
     def batch(self, sharding: jax.sharding.NamedSharding, rows: int) -> dict:
         """A device call's batch as abstract arrays: `rows` samples a device (its readers' end to end), one
@@ -40,12 +40,13 @@ class Expected:
         return shaped | {"valid": laid_out((rows,), np.float32, sharding)}
 
 
-def guess(config: DataConfig, split: str, calls_per_epoch) -> Expected | None:
-    """What a built-in pipeline's training split gives under the resolved `config`, or None (a pipeline of
-    the user's own, or a split this cannot read: the build then says why). `calls_per_epoch(samples)`: the
-    device calls of an epoch of that many samples (dali.calls_per_epoch, for this job's shards)."""
+def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | None:
+    """What a built-in pipeline's training split gives under the decided `config`, or None (a pipeline of
+    the user's own, a task taking other outputs, or a split this cannot read: the build then says why).
+    `calls_per_epoch(samples)`: the device calls of an epoch of that many samples (batches.calls_per_epoch,
+    for this job's shards)."""
     found = formats.get(config.pipeline)
-    if found is None:
+    if found is None or tuple(task.outputs) != OUTPUTS:
         return None
     try:
         count = bad_samples.samples_read(found.reader, found.reader_arguments(split), config)

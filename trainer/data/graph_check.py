@@ -20,27 +20,29 @@ SHARDING = ("shard_id", "num_shards", "pad_last_batch", "stick_to_shard")
 UNDEFINED = object()  # define's word for a graph it could not define here
 
 
-def outputs_checked(outputs, name: str) -> tuple:
-    """The pipeline function's outputs as (images, labels); `name` is its --pipeline (the task's check too)."""
-    wrong = _wrong_outputs(outputs)
+def outputs_checked(outputs, name: str, names: tuple[str, ...] = OUTPUTS) -> tuple:
+    """The pipeline function's outputs, one DataNode for each of `names` (its task's, in order); `name` is its
+    --pipeline (the task's check too)."""
+    wrong = _wrong_outputs(outputs, names)
     if wrong:
-        raise UsageError(f"--pipeline {name} returned {wrong}; return two DataNodes: images, labels")
-    return tuple(outputs)
+        count = {1: "one DataNode", 2: "two DataNodes", 3: "three DataNodes"}.get(len(names), f"{len(names)} DataNodes")
+        raise UsageError(f"--pipeline {name} returned {wrong}; return {count}: {', '.join(names)}")
+    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
-def _wrong_outputs(outputs) -> str:
-    """What a pipeline function returned instead of two DataNodes, in words; "" when it returned them."""
+def _wrong_outputs(outputs, names: tuple[str, ...]) -> str:
+    """What a pipeline function returned instead of one DataNode for each of `names`, in words; "" when it did."""
     from nvidia.dali.data_node import DataNode  # loaded already: the function was called inside a pipeline
 
     if outputs is None:
         return "None"
     if isinstance(outputs, DataNode):
-        return "one DataNode"
+        return "" if len(names) == 1 else "one DataNode"
     if not isinstance(outputs, (tuple, list)):
         return _a(outputs)
-    if len(outputs) != len(OUTPUTS):
+    if len(outputs) != len(names):
         return f"{len(outputs)} output{'' if len(outputs) == 1 else 's'}"
-    for output, what in zip(outputs, OUTPUTS):
+    for output, what in zip(outputs, names):
         if not isinstance(output, DataNode):  # DALI would make a constant of it, outside the pipeline
             return f"{_a(output)} as its {what}"
     return ""
@@ -78,15 +80,16 @@ def read_checked(others: int, read: bool, name: str) -> None:
         )
 
 
-def check(name: str, args, shard_order: bool) -> None:
+def check(name: str, args, shard_order: bool, names: tuple[str, ...] = OUTPUTS) -> None:
     """--pipeline `name` (not a built-in one), defined for `args` (contract.PipelineArgs, without a feed, so
-    args.read makes a native reader here too): its outputs; under the shard order its one reader and how it
-    is sharded; under the global order, that it reads through args.read and nothing else."""
+    args.read makes a native reader here too): its outputs (one for each of `names`, its task's); under the shard
+    order its one reader and how it is sharded; under the global order, that it reads through args.read and
+    nothing else."""
     reads = []
     defined = define(name, _watched(args, reads))
     if defined is UNDEFINED:
         return
-    outputs = outputs_checked(defined, name)
+    outputs = outputs_checked(defined, name, names)
     readers = [op for op in _operators(outputs).values() if _kind(op).startswith("readers__")]
     if not shard_order:
         read_checked(len(readers) - len(reads), bool(reads), name)

@@ -16,17 +16,18 @@ import numpy as np
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.data.batches import DeviceBatches, Readers, device_batch
 from dali_launch.trainer.data.hosting import Remainder
 
 
-class RemainderBatches(dali.DeviceBatches):
+class RemainderBatches(DeviceBatches):
     """DeviceBatches whose device calls come from the old layout's pipelines this process hosts, calls
     `remainder.calls_done` to the old epoch's last; `main` is the job's own (its devices, mesh and start)."""
 
-    def __init__(self, pipes: list, main: dali.DeviceBatches, remainder: Remainder, sample: dict):
-        old = remainder.reading
-        super().__init__(pipes, main.devices, list(main.sharding_spec.mesh.devices.flat), main.num_samples,
-                         main.sharding, old.reader_batch, main.start)  # fmt: skip
+    def __init__(self, pipes: list, main: DeviceBatches, remainder: Remainder, sample: dict):
+        old, mesh = remainder.reading, list(main.sharding_spec.mesh.devices.flat)
+        readers = Readers(main.devices, mesh, main.sharding)
+        super().__init__(pipes, readers, main.num_samples, old.reader_batch, main.start, main.names)
         self.remainder, self.sample = remainder, sample
         self.steps, self.call = old.calls_per_epoch(main.num_samples), remainder.calls_done
         self.hosted = [remainder.hosted(d) for d in main.sharding.device_ids]
@@ -58,7 +59,7 @@ class RemainderBatches(dali.DeviceBatches):
                     slots.append(self._padding(self.names[i], device))
                     continue
                 r = self.remainder.reading.readers
-                slots.append(dali.device_batch([out[i] for out in outputs[at : at + r]], device))
+                slots.append(device_batch([out[i] for out in outputs[at : at + r]], device))
                 at += r
             rows = slots[0] if len(slots) == 1 else jnp.concatenate(slots)
             per_device.append((rows if self.order is None else jnp.take(rows, self.order, axis=0))[None])
@@ -87,35 +88,28 @@ class RemainderBatches(dali.DeviceBatches):
         return masks
 
 
-def build(
-    path: str,
-    devices: list,
-    remainder: Remainder,
-    config: DataConfig,
-    seed: int,
-    states: dict[int, bytes],
-    main: dali.DeviceBatches,
-    sample: dict,
-) -> RemainderBatches:
-    """The old layout's pipelines this process hosts (`devices`: its own), each built as the old job built
-    it (its shard, batch and seed) and restored from its state; `config` holds resolved values, its
-    threads shared out among the pipelines a device now runs; `main`: the job's own training batches."""
+def build(split: dali.Split, devices: list, remainder: Remainder, config: DataConfig, start, main):
+    """The old layout's pipelines this process hosts (`devices`: its own) reading training's `split`, each built as
+    the old job built it (its shard, batch and seed) and restored from its state (`start`, the start point: its
+    states by shard, and the sample its record holds, which shapes padding slots); `config` holds decided values,
+    its threads shared out among the pipelines a device now runs; `main`: the job's own training batches."""
     old, function = remainder.reading, entry_points.load("pipeline", config.pipeline)
-    # The checkpoint's DALI graph, decoded cache included (resolve.py keeps its kind): a host table of the
+    # The checkpoint's DALI graph, decoded cache included (the data plan keeps its kind): a host table of the
     # old shards hosted here, apart from the job's own (main's), for this epoch's rest alone.
     hosted = [d for device in main.sharding.device_ids for d in remainder.hosted(device) if d is not None]
-    keep, _ = dali.decoded_role(function, path, (hosted, old.devices), config.reader_threads, True, config, seed)
+    keep, _ = dali.decoded_role(function, split, (hosted, old.devices), config, config.reader_threads)
     threads = max(1, config.reader_threads * main.sharding.readers // (remainder.slots * old.readers))
     config = dataclasses.replace(config, reader_threads=threads)
     pipes, shard_ids = [], []
     for local, device in enumerate(main.sharding.device_ids):
         for shard in remainder.shard_ids([device]):
-            args = dali.pipeline_args(path, shard, old.num_shards, old.reader_batch, True, config, seed + shard)
+            args = dali.pipeline_args(split, shard, old.num_shards, old.reader_batch, config)
             args = dataclasses.replace(args, decoded_cache=keep)
-            pipes.append(dali.make_pipeline(function, args, config, devices[local], states[shard], None))
+            pipe = dali.make_pipeline(function, args, config, devices[local], start.states[shard], None, split.outputs)
+            pipes.append(pipe)
             shard_ids.append(shard)
     for pipe in pipes:
         pipe.build()
     for pipe, shard in zip(pipes, shard_ids):
         dali.epoch_size(pipe, config.pipeline, shard, old.num_shards)  # read as the old job read it
-    return RemainderBatches(pipes, main, remainder, sample)
+    return RemainderBatches(pipes, main, remainder, start.shards["sample"])

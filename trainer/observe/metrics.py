@@ -13,6 +13,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -46,7 +47,9 @@ class EpochMetrics:
     first_step_s: float | None = None  # launch -> first step done (local mode knows the launch time)
     startup: dict | None = None  # start-up phase -> seconds since startup_since, when it ended (first epoch)
     startup_since: str | None = None
-    test_accuracy: float | None = None
+    test: dict | None = None  # the task's summary of the test set (tasks/contract.py): test_<name> in the JSON line
+    headline: str | None = None  # which of `test` the epoch line shows (the JSON line: "test_<name>")
+    unit: str = "samples"  # what the test set's count counts
     test_count: int | None = None
     eval_time_s: float | None = None
     eval_devices: int | None = None  # the devices that evaluated (--eval-on): every device of the job, or process 0's
@@ -57,6 +60,17 @@ class EpochMetrics:
     step: int | None = None  # global SGD steps done at the epoch's end: the trackers' x axis
     bad_samples: int = 0  # training samples left out by --bad-samples skip (RUN/bad_samples.jsonl)
     skipped_steps: int = 0  # SGD steps --on-nan skip-step dropped (of this task's part of the epoch)
+    train_metrics: dict | None = None  # the task's training metrics, means over the epoch's real samples
+
+    def as_json(self) -> dict:
+        """metrics.jsonl's object: the test summary flat (test_accuracy, test_miou...), `headline` naming its key,
+        the training metrics as train_<name>."""
+        values = dataclasses.asdict(self)
+        test, headline, train = values.pop("test") or {}, values.pop("headline"), values.pop("train_metrics") or {}
+        values.pop("unit")
+        values |= {f"test_{name}": _plain(value) for name, value in test.items()}
+        values |= {f"train_{name}": value for name, value in train.items()}
+        return values | ({"headline": f"test_{headline}"} if headline else {})
 
 
 class Reporter:
@@ -158,7 +172,7 @@ class Reporter:
 
     def epoch(self, metrics: EpochMetrics, left_out: tuple = ()) -> None:
         """An epoch's line and JSON object; `left_out`: the scans of what the readers leave out (bad_samples.py)."""
-        self.last = dataclasses.asdict(metrics)
+        self.last = metrics.as_json()
         if not self.lead:
             return
         with self.paths.metrics.open("a") as f:
@@ -170,7 +184,8 @@ class Reporter:
             m.step,
             {
                 "epoch/train_loss": m.train_loss,
-                "epoch/test_accuracy": m.test_accuracy,
+                **{f"epoch/test_{name}": v for name, v in (m.test or {}).items() if np.ndim(v) == 0},
+                **{f"epoch/train_{name}": v for name, v in (m.train_metrics or {}).items()},
                 "epoch/images_per_s": m.images_per_s,
                 "epoch/data_wait_fraction": m.data_wait_fraction,
                 "epoch/host_wait_fraction": m.host_wait_fraction,
@@ -186,9 +201,13 @@ class Reporter:
         resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""
         extra += f"  {m.bad_samples} bad samples left out ({self.paths.bad_samples.name})" if m.bad_samples else ""
         extra += f"  {m.skipped_steps} steps skipped (loss not finite)" if m.skipped_steps else ""
+        trained = "".join(f"  {name} {value:.4f}" for name, value in (m.train_metrics or {}).items())
+        tested = (
+            f"test {m.headline.replace('_', ' ')} {m.test[m.headline]:.4f} ({m.test_count} {m.unit})" if m.test else ""
+        )
         self.say(
-            f"epoch {m.epoch}: loss {m.train_loss:.4f}  test accuracy {m.test_accuracy:.4f} "
-            f"({m.test_count} images)  {m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
+            f"epoch {m.epoch}: loss {m.train_loss:.4f}{trained}  {tested}  "
+            f"{m.images_per_s:,.0f} images/s ({m.images_per_s_per_device:,.0f} per "
             f"device)  epoch {m.epoch_time_s:.2f} s{resumed} ({m.data_wait_fraction:.0%} waiting for data; "
             f"the host waited {m.host_wait_fraction:.0%})  "
             f"eval {m.eval_time_s:.2f} s on {m.eval_devices} device{'s' if m.eval_devices != 1 else ''}{extra}"
@@ -198,6 +217,11 @@ class Reporter:
                 f"  start-up, s since {m.startup_since}: "
                 + ", ".join(f"{phase} {t:.1f}" for phase, t in m.startup.items())
             )
+
+
+def _plain(value):
+    """A summary value as JSON takes it: a number, or a list (an array of per-class values)."""
+    return np.asarray(value).tolist() if np.ndim(value) else float(value)
 
 
 def _how(resolved: dict) -> str:

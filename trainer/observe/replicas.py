@@ -8,7 +8,6 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from dali_launch.trainer.data.contract import class_ids
 from dali_launch.trainer.run_dir import RunPaths
 
 
@@ -30,12 +29,13 @@ def gathered_checksums(params) -> list[str]:
     return ["".join(f"{w:08x}" for w in row) for row in everyone.reshape(-1, 8)]
 
 
-def fingerprints(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """One uint64 per sample from its decoded pixels and label: equal samples, equal prints."""
-    out = np.empty(len(images), np.uint64)
-    for i, (image, label) in enumerate(zip(images, labels)):
-        digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=8)
-        digest.update(np.int64(label).tobytes())
+def fingerprints(outputs: list[np.ndarray]) -> np.ndarray:
+    """One uint64 per sample from every output's row of it (decoded pixels, labels...): equal samples, equal prints."""
+    out = np.empty(len(outputs[0]), np.uint64)
+    for i in range(len(out)):
+        digest = hashlib.blake2b(digest_size=8)
+        for output in outputs:
+            digest.update(np.ascontiguousarray(output[i]).tobytes())
         out[i] = np.frombuffer(digest.digest(), np.uint64)[0]
     return out
 
@@ -51,8 +51,7 @@ class SampleRecorder:
         """The rows of a call that the step counts (its `valid` mask), whatever the sample order."""
         flat = lambda x: x.reshape(-1, *x.shape[2:])
         real = flat(_local_rows(batch["valid"])) > 0
-        images, labels = flat(_local_rows(batch["images"]))[real], class_ids(flat(_local_rows(batch["labels"])))[real]
-        self.prints.append(fingerprints(images, labels))
+        self.prints.append(fingerprints([flat(_local_rows(batch[name]))[real] for name in self.data.names]))
 
     def save(self, next_call: int) -> None:
         """Writes what was seen since the last save: at checkpoints and at the epoch's end."""

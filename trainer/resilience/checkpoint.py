@@ -50,7 +50,7 @@ import orbax.checkpoint as ocp
 from flax import serialization
 from jax.experimental import multihost_utils
 
-from dali_launch.trainer.data.dali import first_row
+from dali_launch.trainer.data.rows import first_row
 from dali_launch.trainer.resilience import disk, saved
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -62,7 +62,7 @@ def zero_tally() -> dict:
 
 
 def order_record(data, epoch: int, calls_done: int) -> dict | None:
-    """A global order's record for a checkpoint of `data` (dali.DeviceBatches): where the job is in the
+    """A global order's record for a checkpoint of `data` (batches.DeviceBatches): where the job is in the
     epoch's order, and with what (start_point.py and elastic.py read it back); None in shard order."""
     layout, begun = data.layout, data.start
     if layout is None:
@@ -79,7 +79,7 @@ def order_record(data, epoch: int, calls_done: int) -> dict | None:
 
 
 def shard_record(data, calls_done: int) -> dict | None:
-    """A shard order's record for a checkpoint of `data` (dali.DeviceBatches, or remainder.RemainderBatches
+    """A shard order's record for a checkpoint of `data` (batches.DeviceBatches, or remainder.RemainderBatches
     while an epoch begun on another layout is read): the layout read and whose each DALI state is, and
     the job's batch as elastic.py reads it (the keys of order_record); None under a global order."""
     if data.layout is not None:

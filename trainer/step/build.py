@@ -64,7 +64,7 @@ def make(spec: TaskSpec, facts: Facts, plan: StepPlan, first: FirstCall, slots: 
     plan = partitioned(plan, spec.step, facts, size, spec.resilience.checkpoint_async)
     runners = _runners(facts, plan, first, initial.shapes)
     host = size.on_host(plan.partition.mesh, plan.partition.offload)
-    args = (first.tally, first.batch["images"], first.batch["labels"], first.batch["valid"])
+    args = (first.tally, first.batch)
     ahead = compiled.Ahead(runners.first, initial.shapes, host, args, enabled=spec.xla.compile_cache != "off")
     return Model(initial, plan, runners, ahead, first, size)
 

@@ -23,7 +23,7 @@ WAIT_S = 300  # past this the first call compiles by itself
 
 
 class Ahead:
-    """The runner's call compiled for a state of `shapes` and these `args` (tally, then the batch's arrays, or
+    """The runner's call compiled for a state of `shapes` and these `args` (the tally and the batch: arrays, or
     their abstract shapes), in a thread; `host_bytes`: the state's bytes in host memory (--offload), which
     XLA:CPU counts as its own arguments. `enabled` False: nothing compiled (--compile-cache off)."""
 
@@ -47,14 +47,12 @@ class Ahead:
     def at(self, batch: int) -> tuple[int, int] | None:
         """XLA's count of the call's buffers at `batch` samples per device and step (as many steps a call):
         compiled now; None where the runner compiles nothing ahead or the batch cannot be taken."""
-        tally, *rows = self.args
-        size = self.runner.batch_size
-        scaled = [
-            jax.ShapeDtypeStruct((x.shape[0], x.shape[1] // size * batch, *x.shape[2:]), x.dtype, sharding=x.sharding)
-            for x in rows
-        ]
+        (tally, rows), size = self.args, self.runner.batch_size
+        scale = lambda x: jax.ShapeDtypeStruct(
+            (x.shape[0], x.shape[1] // size * batch, *x.shape[2:]), x.dtype, sharding=x.sharding
+        )
         try:
-            compiled = self.runner.compile(self.shapes, tally, *scaled, batch_size=batch)
+            compiled = self.runner.compile(self.shapes, tally, jax.tree.map(scale, rows), batch_size=batch)
         except Exception:  # a batch the call cannot take (the readers' split): no count
             return None
         return None if compiled is None else step_buffers(compiled, self.host_bytes)

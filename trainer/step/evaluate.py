@@ -1,9 +1,10 @@
-"""Evaluation on every device of every process (or process 0's alone): exact accuracy over the whole test set.
+"""Evaluation on every device of every process (or process 0's alone): the task's sums over the whole test set.
 
 Each process reads its devices' shards of the test set (device d of D reads shard d, padded to whole
-batches and masked) and sums its correct and real samples in one jit program over its own devices:
-no collective spans processes while the batches run. One small all-gather per evaluation then adds up
-every process's counts, so each process holds the job's accuracy and process 0 reports it.
+batches and masked) and sums what its task's `evaluate` gives (tasks/contract.py: the classification task's
+correct samples) and its real samples, in one jit program over its own devices: no collective spans processes
+while the batches run. One small all-gather per evaluation then adds up every process's sums, so each process
+holds the job's and process 0 reports the task's summary of them.
 `--eval-on process-0` keeps the old way: process 0's devices read the whole test set, the others wait.
 
 Under a mesh that shards the train state (--mesh fsdp, tensor) with every process evaluating, the variables
@@ -24,28 +25,32 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from dali_launch.trainer.config import DataConfig, TaskSpec
-from dali_launch.trainer.data import contract, dali, label_check, shards
-from dali_launch.trainer.entry_points import run_model
+from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.data.batches import Readers
+from dali_launch.trainer.data.rows import AXIS, first_row
+from dali_launch.trainer.entry_points import run_model, run_task
 from dali_launch.trainer.model.forward import Forward
 from dali_launch.trainer.step.parallel import finished
+from dali_launch.trainer.step.sgd import NONE, fold
+from dali_launch.trainer.step.view import evaluating
 
 PREPARE_WAIT_S = 600  # the evaluation's own build and compile take over past this
 
 
-def eval_call(forward, variables, tally, images, labels, shard_sizes):
-    """One evaluation batch of every local device: images (devices, rows, ...), shard_sizes (devices, readers).
-    `tally` is per device, as the batches; correct and count are summed over the devices by XLA."""
-    rows = images.shape[1] // shard_sizes.shape[1]
+def eval_call(task, forward, variables, tally, batch, shard_sizes):
+    """One evaluation batch of every local device: each output (devices, rows, ...), shard_sizes (devices, readers).
+    `tally` is per device, as the batches; the task's sums and the count are summed over the devices by XLA."""
+    rows = batch[task.outputs[0]].shape[1] // shard_sizes.shape[1]
     valid = jax.vmap(shards.valid_mask, (0, 0, None))(tally["position"], shard_sizes, rows)
     flat = lambda x: x.reshape(-1, *x.shape[2:])
-    predicted = jnp.argmax(forward(variables, flat(images), False)[0], -1)  # BatchNorm: its running statistics
-    correct = (predicted == contract.class_ids(flat(labels))) * flat(valid)
-    per_device = lambda x: jnp.broadcast_to(jnp.sum(x), tally["count"].shape)
+    seen = evaluating(forward, variables, flat(valid))  # BatchNorm: its running statistics
+    sums = task.evaluate(seen, {name: flat(batch[name]) for name in task.outputs})
+    added = lambda kept, x: kept + jnp.broadcast_to(jnp.asarray(x, jnp.float32), kept.shape)  # every device's copy
     return {
         "position": tally["position"] + rows,
-        "correct": tally["correct"] + per_device(correct),
-        "count": tally["count"] + per_device(valid),
-        "labels": jax.vmap(label_check.fold)(tally["labels"], labels),
+        "sums": {name: added(tally["sums"][name], sums[name]) for name in tally["sums"]},
+        "count": added(tally["count"], jnp.sum(flat(valid))),
+        "bounds": jax.vmap(partial(fold, task))(tally["bounds"], batch),
     }
 
 
@@ -71,15 +76,17 @@ class Evaluator:
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.variables, self.compiled, self.ready = variables, None, finished()
         self.ahead: dict | None = None  # what `prepare` did, for the first evaluation's metrics
-        self.cache_bytes = spec.eval.eval_cache_mb << 20
-        forward = Forward(run_model(spec), spec.model.precision)
-        mesh = jax.sharding.Mesh(np.array(devices), (dali.AXIS,))
+        self.cache_bytes, self.task = spec.eval.eval_cache_mb << 20, run_task(spec)
+        self.forward = Forward(run_model(spec), spec.model.precision)
+        mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        self.eval = jax.jit(partial(eval_call, forward), donate_argnums=(1,))
+        self.eval = jax.jit(partial(eval_call, self.task, self.forward), donate_argnums=(1,))
+        self.shapes = None  # {name: shape} of what the task's `evaluate` sums, once known (`_sum_shapes`)
 
-    def __call__(self, variables) -> tuple[float, int, float]:
-        """Accuracy of `variables` (params and any collections), one replica on this process's first device
-        (copied to the others) or, sharded, as they lie; and the samples counted. Every evaluating process calls it."""
+    def __call__(self, variables) -> tuple[dict, int, float]:
+        """The task's summary of `variables` (params and any collections: one replica on this process's first
+        device, copied to the others, or, sharded, as they lie) over the test set, the samples counted and the
+        seconds it took. Every evaluating process calls it."""
         start = time.perf_counter()
         variables = variables if self.sharded else jax.device_put(variables, self.replicated)
         self.settle()
@@ -87,28 +94,35 @@ class Evaluator:
             self.ahead["waited_s"] = round(time.perf_counter() - start, 3)
         if self.data is None:
             self._build()
-        tally, kept, call = self._zero(), [], self.compiled or self.eval
+        tally, kept, call = self._zero(variables), [], self.compiled or self.eval
         for batch in self.cached or self.data.epoch():
-            tally = call(variables, tally, batch["images"], batch["labels"], self.shard_sizes)
+            tally = call(variables, tally, batch, self.shard_sizes)
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
-        correct, total, low, high = self._summed(tally)
-        label_check.check_range(low, high, self.spec.data.num_classes, self.spec.data.pipeline, "testing")
+        sums, low, high = self._summed(tally)
+        if self.task.check_bounds:
+            self.task.check_bounds(low, high, "testing", self.spec.data.pipeline)
         if self.cached is None and len(kept) == self.data.steps:
             self.cached, self.data.pipes = kept, []  # DALI's threads and buffers go with the pipelines
-        return correct / total, total, time.perf_counter() - start
+        return self.task.summary(sums), int(sums["count"]), time.perf_counter() - start
 
-    def _summed(self, tally) -> tuple[int, int, int, int]:
-        """(correct, count, lowest and highest class id) over every evaluating process: one all-gather, so
-        every process raises the same label error, or none does."""
-        low, high = label_check.bounds(tally["labels"])
-        mine = np.array([round(first(tally["correct"])), round(first(tally["count"])), low, high], np.int32)
-        if not self.every_process:
-            return tuple(int(v) for v in mine)
-        rows = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
-        if self.sharded:  # one program summed every process's counts already
-            return int(mine[0]), int(mine[1]), int(rows[:, 2].min()), int(rows[:, 3].max())
-        return int(rows[:, 0].sum()), int(rows[:, 1].sum()), int(rows[:, 2].min()), int(rows[:, 3].max())
+    def _summed(self, tally) -> tuple[dict, dict, dict]:
+        """The task's sums with the count, and the lowest and highest value of each bound, over every evaluating
+        process: one all-gather, so every process raises the same bounds error, or none does."""
+        names = sorted(tally["sums"])
+        mine = [np.asarray(first_row(tally["sums"][name]), np.float64) for name in names]
+        count = float(np.asarray(first_row(tally["count"])))
+        low, high = bounds_seen(tally["bounds"])
+        vector = np.concatenate([*(m.reshape(-1) for m in mine), [count]]).astype(np.float32)
+        if self.every_process and not self.sharded:  # each process summed its own devices: add them up
+            vector = np.asarray(multihost_utils.process_allgather(vector), np.float64).reshape(-1, vector.size).sum(0)
+        if self.every_process:
+            low, high = _gathered_bounds(low, high)
+        sums, at = {}, 0
+        for name, m in zip(names, mine):
+            sums[name] = vector[at : at + m.size].reshape(m.shape) if m.ndim else float(vector[at])
+            at += m.size
+        return {**sums, "count": float(vector[at])}, low, high
 
     def prepare(self) -> None:
         """In a thread, during the first epoch: the pipelines built and the evaluation compiled for the shapes
@@ -126,7 +140,7 @@ class Evaluator:
                 self.ahead["build_s"] = round(time.perf_counter() - began, 3)
                 at = lambda x: x.sharding if self.sharded else self.replicated
                 shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=at(x)), self.variables)
-                lowered = self.eval.lower(shapes, self._zero(), batch["images"], batch["labels"], self.shard_sizes)
+                lowered = self.eval.lower(shapes, self._zero(shapes), batch, self.shard_sizes)
                 self.compiled = lowered.compile()
                 self.ahead["compile_s"] = round(time.perf_counter() - began - self.ahead["build_s"], 3)
             except Exception as e:  # recorded; the evaluation builds and compiles itself
@@ -140,9 +154,25 @@ class Evaluator:
         """The work `prepare` started, finished (or waited for as long as an evaluation would) before the task ends."""
         self.ready.join(timeout=PREPARE_WAIT_S)
 
-    def _zero(self):
-        zero = {"position": np.int32(0), "correct": np.float32(0), "count": np.float32(0), "labels": label_check.none()}
+    def _zero(self, variables):
+        """An evaluation's first tally, per device: nothing summed yet (the task's sums shaped as it gives them)."""
+        shapes = self._sum_shapes(variables)
+        sums = {name: np.zeros(shape, np.float32) for name, shape in shapes.items()}
+        bounds = {name: np.array(NONE, np.int32) for name in self.task.bounded}
+        zero = {"position": np.int32(0), "sums": sums, "count": np.float32(0), "bounds": bounds}
         return self.data.put([zero] * len(self.data.devices))
+
+    def _sum_shapes(self, variables) -> dict:
+        """The shapes of what the task's `evaluate` sums, by name, traced once on a batch's shapes."""
+        if self.shapes is None:
+            batch = self.data.peek() if self.cached is None else self.cached[0]
+            flat = lambda x: jax.ShapeDtypeStruct((x.shape[0] * x.shape[1], *x.shape[2:]), x.dtype)
+            outputs = {name: flat(batch[name]) for name in self.task.outputs}
+            valid = jax.ShapeDtypeStruct(outputs[self.task.outputs[0]].shape[:1], jnp.float32)
+            evaluate = lambda v, b, m: self.task.evaluate(evaluating(self.forward, v, m), b)
+            sums = jax.eval_shape(evaluate, variables, outputs, valid)
+            self.shapes = {name: tuple(np.shape(value)) for name, value in sums.items()}
+        return self.shapes
 
     def _build(self) -> None:
         """Not at start-up: the job's first step waits for every process's start-up, and a pipeline that
@@ -162,8 +192,8 @@ class Evaluator:
     def _pipelines(self, sharding: shards.Sharding, batch: int):
         """This process's shards of the test split, `batch` samples a device and step; its arrays span this
         process's devices alone (each process sums its own shards), or the job's (sharded variables)."""
-        split = split_dir(self.spec, "testing")
-        return dali.build(split, self.devices, self.mesh_devices, sharding, batch, False, self.data_config, 0)
+        split = dali.Split(split_dir(self.spec, "testing"), False, batch, 0, self.task.outputs)
+        return dali.build(split, Readers(self.devices, self.mesh_devices, sharding), self.data_config)
 
     def _fits(self, batch) -> bool:
         per_device = sum(x.nbytes for x in batch.values()) // len(self.mesh_devices)
@@ -172,7 +202,28 @@ class Evaluator:
 
 def first(x):
     """A psum'd value is the same on every device; read this process's first copy."""
-    return dali.first_row(x).item()
+    return first_row(x).item()
+
+
+def bounds_seen(seen: dict) -> tuple[dict, dict]:
+    """The lowest and highest value of each bound this process's devices saw (laid out one row per device)."""
+    low, high = {}, {}
+    for name, rows in seen.items():
+        values = np.concatenate([np.asarray(shard.data).reshape(-1, 2) for shard in rows.addressable_shards])
+        low[name], high[name] = int(values[:, 0].min()), int(values[:, 1].max())
+    return low, high
+
+
+def _gathered_bounds(low: dict, high: dict) -> tuple[dict, dict]:
+    """Every process's bounds, joined: one small all-gather."""
+    names = sorted(low)
+    if not names:
+        return low, high
+    mine = np.array([[low[n], high[n]] for n in names], np.int32)
+    rows = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, len(names), 2)
+    return {n: int(rows[:, i, 0].min()) for i, n in enumerate(names)}, {
+        n: int(rows[:, i, 1].max()) for i, n in enumerate(names)
+    }
 
 
 def split_dir(spec: TaskSpec, split: str) -> str:

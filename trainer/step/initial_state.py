@@ -7,11 +7,9 @@ import jax
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.entry_points import run_model
-from dali_launch.trainer.model.contract import width_error
+from dali_launch.trainer.entry_points import run_model, run_task
 from dali_launch.trainer.model.forward import Forward, train_kwarg
 from dali_launch.trainer.step import optim
-from dali_launch.trainer.step.mixing import Mixing
 from dali_launch.trainer.step.state import Recipe, TrainState
 
 
@@ -26,10 +24,8 @@ def state_maker(spec: TaskSpec, slots_per_epoch: int):
     recipe = Recipe(
         accumulate_steps=opt.accumulate_steps,
         ema_decay=opt.ema_decay,
-        label_smoothing=spec.recipe.label_smoothing,
         skip_nonfinite=spec.step.on_nan == "skip-step",
-        mixing=Mixing(spec.recipe.mixup, spec.recipe.cutmix),
-        num_classes=spec.data.num_classes,
+        task=run_task(spec),
     )
     tx, schedule = optim.optimizer(opt), optim.schedule(opt, spec.step.epochs, slots_per_epoch)
 
@@ -47,7 +43,7 @@ def state_maker(spec: TaskSpec, slots_per_epoch: int):
 class InitialState:
     """The trainer's initial state (state_maker), traced once: its `shapes` at once (what the runners and the
     step's compile ahead need, nothing computed), its values from `create()`. Checked against --num-classes
-    by the init's own forward pass, at the trace."""
+    by the init's own forward pass, at the trace, against what its task takes (tasks/contract.py: check_model)."""
 
     def __init__(self, spec: TaskSpec, example: np.ndarray, slots_per_epoch: int):
         # One program on the host's CPU (in XLA's persistent cache): the init, the optimizer's state and the keys.
@@ -60,9 +56,10 @@ class InitialState:
         )
         self._traced = jax.jit(state_maker(spec, slots_per_epoch)).trace(on_cpu)
         self._example = example
-        logits, state = self._traced.out_info
-        if logits.shape != (1, spec.data.num_classes):
-            raise width_error(spec.model.model, logits.shape, spec.data.num_classes)
+        outputs, state = self._traced.out_info
+        task = state.recipe.task
+        if task.check_model:
+            task.check_model(spec.model.model, outputs)
         # as jax.eval_shape gave them (a weak type kept), without the trace's CPU placement: the step compiles
         # ahead for the run's own devices
         self.shapes: TrainState = jax.tree.map(

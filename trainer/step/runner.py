@@ -11,7 +11,7 @@ class Runner(Protocol):
     """How this process runs device calls: what the build and the loop hold, whichever runner it is."""
 
     name: str  # pmap or sharded
-    call: Callable  # (state, tally, images, labels, valid) -> (state, tally): one device call of k SGD steps
+    call: Callable  # (state, tally, batch) -> (state, tally): one device call of k SGD steps (step/sgd.py)
     batch_size: int  # samples per device and SGD step
     sharded: bool  # the state split over the devices (--mesh fsdp, tensor): gathering it takes every process
 

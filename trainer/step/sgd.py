@@ -1,63 +1,43 @@
 """The SGD steps of one device call, as one device's program sees them (pmap) or the whole job's (jit).
 
-A device call is a DALI batch (devices, rows, ...), rows = --steps-per-call steps of --batch-size, and its
-`valid` mask, which the data side computes for either --sample-order. Step j is rows [j*B, (j+1)*B) of every
-device; the loss is summed over the step's real samples of the whole job and divided by their count, so padding
-never counts and every replica applies the same update (state.py: the optimizer, accumulation, EMA; mixing.py:
---mixup and --cutmix, on each device's batch of a step). A model's mutable collections (BatchNorm statistics)
-are averaged over the job after every step: under pmap each device computed its own; under jit the batch is one
-job-wide array, so they are the job's already and the average is the identity. step/parallel.py runs them.
+A device call is a batch of the task's outputs, each (devices, rows, ...) with rows = --steps-per-call steps of
+--batch-size, and its `valid` mask, which the data side computes for either --sample-order. Step j is rows
+[j*B, (j+1)*B) of every device; the task's loss (tasks/contract.py) is summed over the step's real samples of
+the whole job and divided by their count, so padding never counts and every replica applies the same update
+(state.py: the optimizer, accumulation, EMA). A model's mutable collections (BatchNorm statistics) are averaged
+over the job after every step: under pmap each device computed its own; under jit the batch is one job-wide
+array, so they are the job's already and the average is the identity. step/parallel.py runs them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from dali_launch.trainer.data import label_check
-from dali_launch.trainer.data.rows import AXIS
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.step import mixing
+from dali_launch.trainer.step import view
+from dali_launch.trainer.step.view import JIT_JOB, PMAP_JOB, JobView
+
+NONE = (np.iinfo(np.int32).max, np.iinfo(np.int32).min)  # the range of no values yet (a task's bounds)
 
 
-@dataclass(frozen=True)
-class JobView:
-    """How a step's program sees the job: `sum` over every device (psum under pmap; nothing under jit,
-    whose arrays are already job-wide) and `index`, this device's global index (0 under jit: one
-    program sees every row); `devices`: the devices' batches its rows hold (jit: the job's, end to end)."""
-
-    sum: Callable
-    index: Callable
-    devices: int = 1
-
-    def mean(self, x):
-        return self.sum(x) / self.sum(jnp.ones((), x.dtype))
-
-
-PMAP_JOB = JobView(partial(jax.lax.psum, axis_name=AXIS), partial(jax.lax.axis_index, AXIS))
-JIT_JOB = JobView(lambda x: x, lambda: 0)
-
-
-def sgd_step(state, images, labels, valid, job: JobView):
-    """One SGD step on one batch (state.py applies it); the loss is the job's sum over real samples."""
-    key, recipe, goal = state.dropout_key(job.index()), state.recipe, None
-    if recipe.mixing.on:  # the images change before the forward pass, the targets with them
-        goal = smoothed(recipe, targets(labels, recipe.num_classes, mixes=True))
-        images, goal = mixed(state, images, goal, job)
+def sgd_step(state, batch: dict, job: JobView):
+    """One SGD step on one batch (state.py applies it); the task's loss and metrics are the job's sums over
+    real samples."""
+    task, valid = state.recipe.task, batch["valid"]
 
     def loss_sum(params):
-        logits, collections = state.forward({"params": params, **state.collections}, images, True, key)
-        goal_ = goal if goal is not None else smoothed(recipe, targets(labels, logits.shape[-1]))
-        return jnp.sum(optax.softmax_cross_entropy(logits, goal_) * valid), collections
+        seen = view.training(state, params, valid, job)
+        loss, metrics = _loss_and_metrics(task, task.loss(seen, {name: batch[name] for name in task.outputs}))
+        return loss, (seen.collections, metrics)
 
-    (loss, collections), grads = jax.value_and_grad(loss_sum, has_aux=True)(state.params)
+    (loss, (collections, metrics)), grads = jax.value_and_grad(loss_sum, has_aux=True)(state.params)
     count, loss, grads = job.sum(jnp.sum(valid)), job.sum(loss), jax.tree.map(job.sum, grads)
+    metrics = {name: job.sum(value) for name, value in metrics.items()}
     # BatchNorm statistics (any mutable collection) averaged over every device: replicas stay identical.
     collections = jax.tree.map(job.mean, collections)
     skipped = jnp.zeros((), jnp.float32)
@@ -66,67 +46,67 @@ def sgd_step(state, images, labels, valid, job: JobView):
         grads = jax.tree.map(lambda g: jnp.where(finite, g, 0), grads)
         # A step of no samples is no step (state.learn): no update, no statistics, no momentum
         loss, count, skipped = jnp.where(finite, loss, 0), jnp.where(finite, count, 0), 1 - finite.astype(jnp.float32)
-    return state.learn(grads, count, collections), loss, count, skipped
+    return state.learn(grads, count, collections), {"loss": loss, "count": count, "skipped": skipped, **metrics}
 
 
-def targets(labels, num_classes: int, mixes: bool = False):
-    """One-hot targets: float labels are used as they are, integer class ids are one-hot encoded here."""
-    if labels.dtype.kind == "f":
-        if labels.shape[-1] != num_classes:  # found while tracing: shapes are static
-            given, fix = (
-                f"float labels (one-hot or soft targets) {labels.shape[-1]} wide",
-                f"make them {num_classes} wide",
-            )
-            if mixes:  # mixing comes first, before the model could say so
-                raise UsageError(
-                    f"--mixup/--cutmix mix targets {num_classes} wide (--num-classes {num_classes}), but the pipeline "
-                    f"gave {given}; {fix}, or give class ids"
-                )
-            raise UsageError(f"the pipeline gave {given} but --num-classes is {num_classes}; {fix}, or give class ids")
-        return labels
-    return jax.nn.one_hot(labels.reshape(labels.shape[0]), num_classes)
+def _loss_and_metrics(task, returned) -> tuple:
+    """A task's loss as (its sum, {metric: sum}), checked while tracing: a scalar, and the metrics it names."""
+    loss, metrics = returned if isinstance(returned, tuple) else (returned, {})
+    if jnp.shape(loss) != ():
+        raise UsageError(f"the task's loss returned shape {jnp.shape(loss)}; return its sum over the batch, a scalar")
+    if set(metrics) != set(task.metrics) or any(jnp.shape(v) != () for v in metrics.values()):
+        shapes = {name: jnp.shape(v) for name, v in metrics.items()}
+        raise UsageError(
+            f"the task's loss returned metrics {shapes}, but the task names {list(task.metrics)}; return each "
+            "named metric as a scalar sum over the batch, and name every one in Task(metrics=...)"
+        )
+    return loss, {name: jnp.asarray(value, jnp.float32) for name, value in metrics.items()}
 
 
-def smoothed(recipe, goal):
-    """--label-smoothing, before any mixing (timm's order)."""
-    return optax.smooth_labels(goal, recipe.label_smoothing) if recipe.label_smoothing else goal
-
-
-def mixed(state, images, goal, job: JobView):
-    """--mixup/--cutmix on each device's batch, keyed by that device's dropout key of the step (mixing.py)."""
-    key = lambda device: jax.random.fold_in(state.dropout_key(device), mixing.STREAM)
-    if job.devices == 1:
-        return mixing.mix(key(job.index()), images, goal, state.recipe.mixing)
-    keys = jax.vmap(key)(jnp.arange(job.devices))
-    return mixing.mix_devices(keys, images, goal, state.recipe.mixing)
-
-
-def sgd_steps(state, images, labels, valid, job: JobView):
+def sgd_steps(state, batch: dict, job: JobView):
     """Steps over a leading `steps` axis, fused by `lax.scan`: the host dispatches once per DALI batch.
-    Returns the state and the loss, sample and skipped-step sums of all of them."""
-    if images.shape[0] == 1:  # XLA:CPU runs convolutions inside a scan ~15x slower (a CNN: 60 vs 1,250 images/s)
-        return sgd_step(state, images[0], labels[0], valid[0], job)
+    Returns the state and the sums of all of them (loss, samples, skipped steps, the task's metrics)."""
+    if jax.tree.leaves(batch)[0].shape[0] == 1:  # XLA:CPU runs convolutions inside a scan ~15x slower
+        return sgd_step(state, jax.tree.map(lambda x: x[0], batch), job)
 
-    def one(carry, batch):
-        state, *sums = carry
-        state, *step = sgd_step(state, *batch, job)
-        return (state, *(a + b for a, b in zip(sums, step))), None
+    def one(carry, step_batch):
+        state, sums = carry
+        state, step = sgd_step(state, step_batch, job)
+        return (state, jax.tree.map(jnp.add, sums, step)), None
 
-    zero = jnp.zeros((), jnp.float32)
-    (state, loss, count, skipped), _ = jax.lax.scan(one, (state, zero, zero, zero), (images, labels, valid))
-    return state, loss, count, skipped
+    zero = {name: jnp.zeros((), jnp.float32) for name in ("loss", "count", "skipped", *state.recipe.task.metrics)}
+    (state, sums), _ = jax.lax.scan(one, (state, zero), batch)
+    return state, sums
 
 
-def advance(tally, rows_per_reader: int, loss, count, skipped, labels) -> dict:
-    """The epoch's running tally after a call: each reader's position in its shard, loss and sample sums,
-    the steps --on-nan skip-step dropped, and the range of class ids seen (label_check.py)."""
+def advance(tally, rows_per_reader: int, sums: dict, seen: dict) -> dict:
+    """The epoch's running tally after a call: each reader's position in its shard, loss and sample sums, the
+    steps --on-nan skip-step dropped, the task's metric sums and the bounds it tracks (`seen`)."""
+    metrics = {name: tally["metrics"][name] + sums[name] for name in tally["metrics"]}
     return {
         "position": tally["position"] + rows_per_reader,
-        "loss": tally["loss"] + loss,
-        "count": tally["count"] + count,
-        "skipped": tally["skipped"] + skipped,
-        "labels": labels,
+        "loss": tally["loss"] + sums["loss"],
+        "count": tally["count"] + sums["count"],
+        "skipped": tally["skipped"] + sums["skipped"],
+        "metrics": metrics,
+        "bounds": seen,
     }
+
+
+def fold(task, seen: dict, batch: dict) -> dict:
+    """`seen` ({name: [min, max]} so far) widened by one device's batch (rows, ...), inside the step: two
+    reductions on the device, no collective, no sync (the host reads them where it waits anyway)."""
+    if task.bounds is None:
+        return seen
+    values, out = task.bounds(batch), {}
+    for name, now in seen.items():
+        ids = values.get(name)
+        if ids is None:
+            out[name] = now
+            continue
+        ids = jnp.asarray(ids).astype(jnp.int32)
+        out[name] = jnp.stack([jnp.minimum(now[0], ids.min()), jnp.maximum(now[1], ids.max())])
+    return out
 
 
 def sample_order(x, readers: int):
@@ -138,18 +118,18 @@ def sample_order(x, readers: int):
     return x.reshape(readers, -1, *x.shape[1:]).swapaxes(0, 1).reshape(x.shape)
 
 
-def pmap_call(state, tally, images, labels, valid, batch_size: int, readers: int):
-    """One device's view of a call (pmap): images (rows, ...), valid (rows,): 1 for real samples, 0 for padding."""
-    rows = images.shape[0] // readers
+def pmap_call(state, tally, batch: dict, batch_size: int, readers: int):
+    """One device's view of a call (pmap): each output (rows, ...), valid (rows,): 1 for real samples, 0 for padding."""
+    rows = batch["valid"].shape[0] // readers
     steps = lambda x: sample_order(x, readers).reshape(-1, batch_size, *x.shape[1:])
-    state, loss, count, skipped = sgd_steps(state, steps(images), steps(labels), steps(valid), PMAP_JOB)
-    return state, advance(tally, rows, loss, count, skipped, label_check.fold(tally["labels"], labels))
+    state, sums = sgd_steps(state, jax.tree.map(steps, batch), PMAP_JOB)
+    return state, advance(tally, rows, sums, fold(state.recipe.task, tally["bounds"], batch))
 
 
-def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: int, rows_at=None):
-    """The whole job's view of a call (jit): images (devices, rows, ...), valid (devices, rows). `rows_at`: where
-    a step's rows lie (a mesh with a tensor axis: each tensor group's rows on each of its devices)."""
-    rows = images.shape[1] // readers
+def sharded_call(state, tally, batch: dict, batch_size: int, readers: int, rows_at=None):
+    """The whole job's view of a call (jit): each output (devices, rows, ...), valid (devices, rows). `rows_at`:
+    where a step's rows lie (a mesh with a tensor axis: each tensor group's rows on each of its devices)."""
+    devices, rows = batch["valid"].shape[0], batch["valid"].shape[1] // readers
 
     def steps(x):  # (devices, k*B, ...) -> (k, devices*B, ...): step j takes samples j*B.. of every device
         x = jax.vmap(partial(sample_order, readers=readers))(x)
@@ -157,14 +137,17 @@ def sharded_call(state, tally, images, labels, valid, batch_size: int, readers: 
         per_step = per_step.reshape(per_step.shape[0], -1, *x.shape[2:])
         return per_step if rows_at is None else jax.lax.with_sharding_constraint(per_step, rows_at)
 
-    job = replace(JIT_JOB, devices=images.shape[0])  # each device's rows mix among themselves
-    state, loss, count, skipped = sgd_steps(state, steps(images), steps(labels), steps(valid), job)
-    seen = jax.vmap(label_check.fold)(tally["labels"], labels)  # per device, as the tally: no collective
-    return state, advance(tally, rows, loss, count, skipped, seen)
+    job = replace(JIT_JOB, devices=devices)  # each device's rows mix among themselves
+    state, sums = sgd_steps(state, jax.tree.map(steps, batch), job)
+    seen = jax.vmap(partial(fold, state.recipe.task))(tally["bounds"], batch)  # per device, as the tally
+    return state, advance(tally, rows, sums, seen)
 
 
-def call_tally(tally: dict) -> dict:
+def call_tally(tally: dict, task) -> dict:
     """What device calls carry: an epoch's `tally` as a checkpoint holds it (checkpoint.zero_tally at the
-    epoch's start), the steps --on-nan skip-step dropped since the task started the epoch, and the labels'
-    range, which is checked before every checkpoint; neither is in one (checkpoints keep their old format)."""
-    return {**tally, "skipped": np.zeros((), np.float32), "labels": label_check.none()}
+    epoch's start), the steps --on-nan skip-step dropped since the task started the epoch, the task's metric
+    sums and the bounds it tracks, which are checked before every checkpoint; none of the three is in one
+    (checkpoints keep their format)."""
+    metrics = {name: np.zeros((), np.float32) for name in task.metrics}
+    bounds = {name: np.array(NONE, np.int32) for name in task.bounded}
+    return {**tally, "skipped": np.zeros((), np.float32), "metrics": metrics, "bounds": bounds}

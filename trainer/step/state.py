@@ -11,7 +11,7 @@ continues them exactly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -20,7 +20,8 @@ import optax
 from flax import struct
 
 from dali_launch.trainer.model.forward import Forward
-from dali_launch.trainer.step.mixing import Mixing
+from dali_launch.trainer.tasks.classification import classification
+from dali_launch.trainer.tasks.contract import Task
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,8 @@ class Recipe:
 
     accumulate_steps: int = 1
     ema_decay: float = 0.0
-    label_smoothing: float = 0.0
     skip_nonfinite: bool = False  # --on-nan skip-step: a step whose loss or gradients are not finite is dropped
-    mixing: Mixing = Mixing()  # --mixup, --cutmix (mixing.py)
-    num_classes: int = 0  # the targets' width, which mixing needs before the forward pass
+    task: Task = field(default_factory=classification)  # its loss, metrics and evaluation (tasks/contract.py)
 
 
 class TrainState(struct.PyTreeNode):

@@ -1,0 +1,88 @@
+"""The task contract, for `--task package.module:name`: a training job of your own, beside its model and pipeline.
+
+It imports neither JAX nor DALI, so a task module can import it at no cost:
+
+    from dali_launch.trainer.tasks.contract import Task
+
+    def loss(step, batch):                      # one SGD step's batch of this device (or of the job, under jit)
+        predicted = step.model(batch["images"])  # the model, training: dropout on, BatchNorm statistics moving
+        error = ((predicted - batch["targets"]) ** 2).mean(-1)
+        return (error * step.valid).sum(), {"abs_error": (abs(predicted - batch["targets"]).mean(-1) * step.valid).sum()}
+
+    def evaluate(step, batch):                   # one test batch; `step.model` evaluates (dropout off)
+        error = ((step.model(batch["images"]) - batch["targets"]) ** 2).mean(-1)
+        return {"squared_error": (error * step.valid).sum()}
+
+    regression = Task(outputs=("images", "targets"), loss=loss, evaluate=evaluate, headline="squared_error")
+
+A `Task` names its pipeline's outputs (any number, any names, in the order the pipeline function returns them)
+and gives two pure JAX functions of a `step` (the view below) and a `batch` (a dict of those outputs, a leading
+axis of samples):
+- `loss(step, batch)`: the loss of the batch summed over its real samples (weight each sample by `step.valid`:
+  1 for a real sample, 0 for padding), a scalar; or (that sum, {name: sum}) with training metrics, each a
+  scalar summed the same way. The step sums them over the job and divides by the job's real samples, so the
+  mean stays exact under padding, any mesh and gradient accumulation; training metrics are reported as such
+  means each epoch.
+- `evaluate(step, batch)`: {name: sum} over the batch's real samples, scalars or arrays of a fixed shape (a
+  confusion matrix, per-class counts); summed over the whole test set on every device of every process.
+  `summary(sums)` turns the totals (with `count`, the real samples) into the reported values: by default each
+  sum over `count`. `headline` names the value the epoch line, `status` and `runs` show.
+
+The `step` view (trainer/step/view.py makes it):
+- `step.model(x)`: the model applied to `x` (its rows: samples), training or evaluating as the call is;
+- `step.valid`: the batch's (rows,) mask of real samples;
+- `step.gather(x)`: `x`'s rows of every device of the job, this device's first (under jit the batch is the
+  job's already): what a loss whose negatives span the job's batch gathers (gradients flow back);
+- `step.key`: a PRNG key of this step and device (the same again in a resumed run);
+- `step.per_device(fn, *xs)`: `fn(key, *x_rows)` on each device's own rows with that device's key, so that
+  --parallel pmap and sharded make the same steps (what mixing a device's batch needs).
+`inputs` names the output the model is initialised on (one sample of it). `bounds(batch)` (optional) gives
+integer arrays (named in `bounded`) whose smallest and largest values are tracked on the device and handed, as {name: int}, to
+`check_bounds(low, high, split, pipeline)` on the host at the loop's sync points, to refuse bad labels in one line;
+`check_model(name, outputs)` (optional) sees the model's outputs on one sample (abstract: shapes and dtypes)
+before anything is computed, to refuse a model that cannot serve the task. `options` are what
+`dali-launch` passes a task factory that names them (as a model factory's): `num_classes`, `label_smoothing`,
+`mixup`, `cutmix`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+OPTIONS = ("num_classes", "label_smoothing", "mixup", "cutmix")  # settings a task factory may name
+
+
+def ratios(sums: dict) -> dict:
+    """The default summary: each evaluation sum over the real samples counted (`count`)."""
+    count = sums["count"]
+    return {name: value / count if count else 0.0 for name, value in sums.items() if name != "count"}
+
+
+@dataclass(frozen=True)
+class Task:
+    outputs: tuple[str, ...]
+    loss: Callable
+    evaluate: Callable
+    summary: Callable[[dict], dict] = ratios
+    headline: str = ""  # the summary's value that the epoch line shows; "" takes its first
+    inputs: str = ""  # the output the model is initialised on; "" takes the first
+    unit: str = "samples"  # what the test set's count counts, for the epoch line
+    metrics: tuple[str, ...] = ()  # the names of the training metrics `loss` returns beside its sum
+    bounds: Callable | None = None  # batch -> {name: integer array, or None where there is nothing to bound}
+    bounded: tuple[str, ...] = ()  # the names `bounds` gives
+    check_bounds: Callable | None = None
+    check_model: Callable | None = None  # (model name, its outputs on one sample, abstract) -> refuse in one line
+
+    def __post_init__(self):
+        if not self.outputs or len(set(self.outputs)) != len(self.outputs) or "valid" in self.outputs:
+            raise ValueError(f"Task(outputs={self.outputs!r}): give distinct names, other than 'valid'")
+        if self.inputs and self.inputs not in self.outputs:
+            raise ValueError(f"Task(inputs={self.inputs!r}) is not one of its outputs {self.outputs}")
+
+    @property
+    def model_input(self) -> str:
+        return self.inputs or self.outputs[0]
+
+    def headline_of(self, summary: dict) -> str:
+        return self.headline or next(iter(summary), "")
