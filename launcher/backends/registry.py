@@ -8,14 +8,13 @@ and `dali-launch runs` need none of submitit.
 from __future__ import annotations
 
 import glob
-import json
 import re
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.backends.job import Job, LocalJob, read_record
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, read_json
 
 JOB_ID = re.compile(r"^\d+(_\d+)?$")  # a job, or an element of an array
 
@@ -70,7 +69,7 @@ def find_run(run: str, run_root: str) -> RunPaths:
         return RunPaths(found[0].absolute())
     if JOB_ID.match(run):
         for record in sorted([*root.glob("*/job.json"), *root.glob("*/*/job.json")], reverse=True):
-            if str(json.loads(record.read_text()).get("job_id")) == run:
+            if str(read_json(record, {}).get("job_id")) == run:
                 return RunPaths(record.parent.absolute())
         raise UsageError(f"no run of job {run} under --run-root {root.absolute()}; pass its run directory instead")
     if names_a_path(run):

@@ -59,7 +59,8 @@ def runs(
 def collect(root: Path) -> list[dict]:
     """Rows of every run directory (a folder holding config.json) right under `root`, oldest first, and of
     every sweep there (a folder holding sweep.json): its own row, then one per point (kind "point")."""
-    from dali_launch.trainer.run_dir import RunPaths
+    from dali_launch.trainer.errors import UsageError
+    from dali_launch.trainer.run_dir import RunPaths, note
 
     folders = sorted(root.iterdir()) if root.is_dir() else []
     rows = []
@@ -67,7 +68,10 @@ def collect(root: Path) -> list[dict]:
         if (folder / "config.json").is_file():
             rows.append(describe(RunPaths(folder)))
         elif (folder / "sweep.json").is_file():
-            rows += sweep_rows(folder)
+            try:
+                rows += sweep_rows(folder)
+            except UsageError as e:  # its sweep.json damaged: the rest is listed, and this said on stderr
+                note(folder / "sweep.json", str(e).removeprefix(f"{folder / 'sweep.json'} "))
     return rows
 
 
@@ -99,12 +103,12 @@ def sweep_rows(folder: Path) -> list[dict]:
 def describe(paths) -> dict:
     """One run's row: what it is, how far it got, how well and how fast."""
     from dali_launch.launcher.backends import registry
-    from dali_launch.launcher.backends.job import why_ended
-    from dali_launch.trainer.config import TaskSpec
+    from dali_launch.launcher.backends.job import spec_of, why_ended
+    from dali_launch.trainer.run_dir import read_json, read_jsonl
 
-    job, spec = registry.attach(paths), TaskSpec.load(paths.root)
-    launch = json.loads(paths.launch.read_text()) if paths.launch.exists() else {}
-    epochs = _metrics(paths)
+    job, spec = registry.attach(paths), spec_of(paths)  # damaged files: noted, and said on stderr
+    launch = read_json(paths.launch, {})
+    epochs = read_jsonl(paths.metrics)
     accuracies = [m["test_accuracy"] for m in epochs if m.get("test_accuracy") is not None]
     state = job.state()
     started = paths.launch.stat().st_mtime if paths.launch.exists() else paths.config.stat().st_mtime
@@ -115,33 +119,29 @@ def describe(paths) -> dict:
         "path": str(paths.root),
         "state": str(state),
         "why": why_ended(paths, state),
-        "mode": spec.layout.backend,
+        "mode": spec.layout.backend if spec else None,
         "nodes": _nodes(paths, launch.get("nodes", 1)),
         "processes": job.num_tasks,
-        "devices_per_process": spec.layout.local_device_count,
+        "devices_per_process": spec.layout.local_device_count if spec else None,
         "epochs_done": len(epochs),
-        "epochs": spec.train.epochs,
+        "epochs": spec.train.epochs if spec else None,
         "best_accuracy": max(accuracies, default=None),
         "last_accuracy": accuracies[-1] if accuracies else None,
-        "images_per_s": epochs[-1]["images_per_s"] if epochs else None,
+        "images_per_s": epochs[-1].get("images_per_s") if epochs else None,
         "wall_time_s": max(0.0, ended - started),
     }
 
 
 def _nodes(paths, given) -> int:
     """The nodes of the run's latest start: as given, or SLURM's pick from a --nodes range (rank_map.json)."""
+    from dali_launch.trainer.run_dir import read_json
+
     if str(given).isdigit():
         return int(given)
     try:
-        return json.loads(paths.rank_map.read_text())[0]["num_nodes"]
-    except (OSError, ValueError, LookupError):
-        return int(str(given).partition("-")[0])
-
-
-def _metrics(paths) -> list[dict]:
-    if not paths.metrics.exists():
-        return []
-    return [json.loads(line) for line in paths.metrics.read_text().splitlines() if line.strip()]
+        return int(read_json(paths.rank_map, kind=list)[0]["num_nodes"])
+    except (LookupError, TypeError, ValueError):  # none yet, or damaged (noted)
+        return int(str(given).partition("-")[0]) if str(given).partition("-")[0].isdigit() else 1
 
 
 def _last_write(paths) -> float:
@@ -205,9 +205,9 @@ def _cells(r: dict) -> dict[str, str]:
     return {
         "run": f"  {r['run'].split('/')[-1]}" if r["kind"] == "point" else r["run"],
         "state": r["state"],
-        "mode": r["mode"],
+        "mode": r["mode"] or "?",
         "topology": f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
-        "epochs": f"{r['epochs_done']}/{r['epochs']}",
+        "epochs": f"{r['epochs_done']}/{r['epochs'] or '?'}",
         "best acc": _num(r["best_accuracy"], ".4f"),
         "last acc": _num(r["last_accuracy"], ".4f"),
         "images/s": _num(r["images_per_s"], ",.0f"),
