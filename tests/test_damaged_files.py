@@ -11,6 +11,7 @@ import pytest
 from conftest import check_ok, dali_launch
 from run_readers import only_run
 
+from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 
 WARNING = "dali-launch: warning: "
@@ -105,3 +106,22 @@ def test_resume_of_a_run_whose_own_record_is_damaged_is_one_line(whole, tmp_path
     assert refused.returncode == 2 and refused.stderr.splitlines() == [
         f"dali-launch: error: --resume {paths.root}: {why}"
     ], refused.stderr
+
+
+def test_the_line_that_sets_a_damaged_checkpoint_aside_goes_to_stderr(whole, tmp_path):
+    """A warning like the others: stdout keeps the run's own lines (the resume, the epochs, the summary)."""
+    paths = copy_of(whole, tmp_path, "cut-20261201-120000")
+    steps = saved.complete_steps(paths)
+    newest = paths.checkpoints / str(steps[-1])
+    victim = max((f for f in newest.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    size = victim.stat().st_size
+    with victim.open("r+b") as f:
+        f.truncate(size // 2)
+    resumed = dali_launch("train", "--resume", str(paths.root), "--epochs", "3")
+    check_ok(resumed)
+    line = (
+        f"checkpoint step {steps[-1]} is damaged ({victim.relative_to(newest)} is {size // 2:,} of its {size:,} "
+        f"bytes); kept it as {newest}.damaged, resuming from step {steps[-2]}"
+    )
+    assert f"dali-launch: {line}" in resumed.stderr.splitlines(), resumed.stderr
+    assert "is damaged" not in resumed.stdout and f"resumed from checkpoint {steps[-2]}:" in resumed.stdout

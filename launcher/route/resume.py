@@ -71,8 +71,8 @@ def read(values: Values, entry: str, lead: bool = True) -> Resume:
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
     repairs = lead and not run.launch.dry_run  # a dry run renames nothing; another task of the step neither
     if repairs:  # the newest checkpoint whole before anything loads it
-        for line in start_point.repair(paths):
-            echo(line)
+        for line in start_point.repair(paths):  # a warning: on stderr, beside the others
+            error(line)
     low, high = run.node_range  # a --nodes range: SLURM picks the count when the job starts; each must go on
     processes = [nodes * run.tasks_per_node for nodes in range(low, high + 1)]
     elastic = start_point.check_resume(paths, spec, run.device_counts, processes)
