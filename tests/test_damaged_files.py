@@ -125,3 +125,27 @@ def test_the_line_that_sets_a_damaged_checkpoint_aside_goes_to_stderr(whole, tmp
     )
     assert f"dali-launch: {line}" in resumed.stderr.splitlines(), resumed.stderr
     assert "is damaged" not in resumed.stdout and f"resumed from checkpoint {steps[-2]}:" in resumed.stdout
+
+
+@pytest.mark.parametrize("written_by", ["this version", "a version that marked none", "a version before records"])
+def test_a_checkpoint_without_its_file_record_is_damaged_unless_written_before_records(whole, tmp_path, written_by):
+    """The newest checkpoint loses dali_launch_files.json (a careless copy): it was taken as whole, unchecked.
+    Now it is damaged, known by its own metadata or, where that does not say (a version that wrote records
+    without saying so), by the run's older checkpoint's record; only a run written before records goes on
+    from it, checked for its metadata alone."""
+    paths = copy_of(whole, tmp_path, "unrecorded-20261201-120000")
+    steps = saved.complete_steps(paths)
+    dropped = steps if written_by == "a version before records" else steps[-1:]
+    for step in dropped:
+        (paths.checkpoints / str(step) / saved.FILES).unlink()
+        if written_by != "this version":
+            meta = paths.checkpoints / str(step) / "meta" / "metadata"
+            meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != saved.RECORDED}))
+    newest, damaged = saved.newest_whole(paths, rename=True)
+    if written_by == "a version before records":
+        assert newest.step == steps[-1] and not damaged
+        return
+    assert newest.step == steps[-2] and [(d.step, d.what) for d in damaged] == [
+        (steps[-1], f"its file record {saved.FILES} is missing")
+    ]
+    assert (paths.checkpoints / f"{steps[-1]}.damaged").is_dir()

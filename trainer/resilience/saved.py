@@ -14,6 +14,11 @@ newest of a killed run included; Orbax's own commit bookkeeping, written after i
 `newest_whole` checks
 the newest against it before anything loads it and goes back to the newest whole one, renaming each
 damaged one STEP.damaged (kept for a look, never deleted; Orbax sees no step in that name).
+
+A committed checkpoint without FILES has lost it (a careless copy), unless an earlier version wrote it,
+before checkpoints carried records: that one is checked only for its metadata. Its own metadata tells
+(RECORDED: every checkpoint since says it carries a record), and so do the run's older checkpoints (one
+with a record means the versions since wrote them: a later one without it is damaged).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ COMMITTED = "commit_success.txt"
 TMP = ".orbax-checkpoint-tmp"  # Orbax's suffix of a step folder until its commit renames it
 FILES = "dali_launch_files.json"  # {"files": {relative path: [size, crc32]}}
 UNRECORDED = {FILES, COMMITTED, "_CHECKPOINT_METADATA"}  # Orbax writes the last two after FILES
+RECORDED = "file_record"  # in meta: FILES's name, so a checkpoint that lost its record cannot pass as older
 CHUNK = 1 << 22
 
 
@@ -130,13 +136,15 @@ def record_files(path: Path) -> None:
 
 def damage(path: Path, crc: bool = True) -> str | None:
     """What is wrong with the complete checkpoint at `path`, or None: its files' sizes, and with `crc` their
-    bytes. One written before FILES existed is checked only for its metadata."""
+    bytes. One written before FILES existed is checked only for its metadata; one that lost it is damaged."""
     if not path.is_dir():
         return "it is gone"
     meta, why = parse_json(path / "meta" / "metadata")
     if meta is None:
         return f"its metadata meta/metadata is {f'damaged ({why})' if why else 'missing'}"
     record, why = parse_json(path / FILES)
+    if record is None and not why and _recorded(path, meta):
+        return f"its file record {FILES} is missing"
     listed = (record or {}).get("files", {})
     if why or not isinstance(listed, dict) or not all(_an_entry(e) for e in listed.values()):
         return f"its file record {FILES} is damaged ({why or 'not a list of sizes and CRCs'})"
@@ -149,6 +157,17 @@ def damage(path: Path, crc: bool = True) -> str | None:
         if crc and _crc(f) != crc32:
             return f"{name} fails its CRC"
     return None
+
+
+def _recorded(path: Path, meta: dict) -> bool:
+    """Whether the checkpoint at `path` was written with a file record: its metadata says so, or an older
+    checkpoint of the run has one (versions only move forward)."""
+    if meta.get(RECORDED):
+        return True
+    step = int(path.name)
+    return any(
+        (older / FILES).is_file() for older in path.parent.iterdir() if older.name.isdigit() and int(older.name) < step
+    )
 
 
 def _an_entry(entry) -> bool:
