@@ -82,6 +82,18 @@ OTHER = [
         id="cancel-unknown-run-name",
     ),
     pytest.param(
+        ["runs", "{tmp}/none"],
+        "ROOT {tmp}/none does not exist; give the folder that holds the run directories (the runs' --run-root, "
+        "default runs/ where they were started)",
+        id="runs-missing-root",
+    ),
+    pytest.param(
+        ["runs", "{tmp}/file", "--json"],
+        "ROOT {tmp}/file is not a folder; give the folder that holds the run directories (the runs' --run-root, "
+        "default runs/ where they were started)",
+        id="runs-root-a-file",
+    ),
+    pytest.param(
         ["status", "{tmp}/empty"],
         "{tmp}/empty is not a run directory (no config.json); pass one that dali-launch made",
         id="status-not-a-run-directory",

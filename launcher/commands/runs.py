@@ -41,6 +41,7 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list of the rows instead of a table.")] = False,
 ):
     """Every run under ROOT: state (running, finished, failed, interrupted, ...), mode, topology, epochs, accuracy, speed."""
+    check_root(root)
     rows = collect(Path(root))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -54,6 +55,19 @@ def runs(
         width = console.width if console.is_terminal or os.environ.get("COLUMNS", "").isdigit() else None
         out = table(rows, width)
         Console(width=max(width or 0, _table_width([c.width for c in out.columns]))).print(out)
+
+
+def check_root(root: str) -> None:
+    """ROOT is a folder: a mistyped one is said, not listed as empty."""
+    from dali_launch.trainer.errors import UsageError
+
+    folder = Path(root).absolute()
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise UsageError(
+            f"ROOT {folder} {what}; give the folder that holds the run directories (the runs' --run-root, "
+            f"default runs/ where they were started)"
+        )
 
 
 def collect(root: Path) -> list[dict]:
