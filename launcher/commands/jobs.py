@@ -17,7 +17,10 @@ from dali_launch.trainer.errors import UsageError
 RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]
 JobArg = Annotated[
     str,
-    typer.Argument(help="A run directory (any mode), a run's name as `dali-launch runs` lists it, or a SLURM job id."),
+    typer.Argument(
+        help="A run directory (any mode), a run's name as `dali-launch runs` lists it, the --name it was given "
+        "(its newest run), or a SLURM job id."
+    ),
 ]
 
 

@@ -52,7 +52,8 @@ def _events(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 def plot(
     runs: Annotated[
-        list[str], typer.Argument(help="Run directories, or runs' names as `dali-launch runs` lists them.")
+        list[str],
+        typer.Argument(help="Run directories, runs' names as `dali-launch runs` lists them, or --name's (the newest)."),
     ],
     out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png"),
     run_root: Annotated[str, typer.Option(help="Folder holding the run directories.")] = "runs",
