@@ -105,6 +105,12 @@ def why_ended(paths: RunPaths, state: RunState) -> str:
     return ""
 
 
+def last_write(paths: RunPaths) -> float:
+    """When an ended run last wrote: its result, metrics, endings or heartbeats."""
+    files = [paths.result, paths.metrics, paths.config, *paths.endings.glob("*"), *paths.heartbeats.glob("*")]
+    return max(p.stat().st_mtime for p in files if p.exists())
+
+
 def resume_hint(paths: RunPaths) -> str:
     """Where an unfinished run would go on from, and the command; '' without a checkpoint, or where its
     failure said resuming would do the same again (its ending `resumable` false: every step diverged)."""

@@ -39,9 +39,28 @@ COLOURS = {
 def runs(
     root: Annotated[str, typer.Argument(help="Folder holding the run directories.")] = "runs",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list of the rows instead of a table.")] = False,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Delete the runs the selectors choose (a dry run without --yes).")
+    ] = False,
+    failed: Annotated[bool, typer.Option("--failed", help="--prune: runs that failed.")] = False,
+    older_than: Annotated[
+        str | None, typer.Option(help="--prune: runs that last wrote this long ago (30m, 12h, 7d, 2w).")
+    ] = None,
+    keep: Annotated[int | None, typer.Option(help="--prune: all but the N newest runs.")] = None,
+    run: Annotated[
+        list[str] | None, typer.Option("--run", help="--prune: this run too, even resumable (repeatable).")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="--prune: delete, rather than say what would go.")] = False,
 ):
-    """Every run under ROOT: state (running, finished, failed, interrupted, ...), mode, topology, epochs, accuracy, speed."""
+    """Every run under ROOT: state (running, finished, failed, interrupted, ...), mode, topology, epochs, accuracy, speed.
+    With --prune, run directories deleted instead: never a live run, nor a resumable one --run does not name."""
     check_root(root)
+    selectors = _selectors(prune, failed, older_than, keep, run, yes, as_json)
+    if selectors:
+        from dali_launch.launcher.commands.prune import prune as delete
+
+        delete(Path(root), selectors, yes, typer.echo)
+        return
     rows = collect(Path(root))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -55,6 +74,24 @@ def runs(
         width = console.width if console.is_terminal or os.environ.get("COLUMNS", "").isdigit() else None
         out = table(rows, width)
         Console(width=max(width or 0, _table_width([c.width for c in out.columns]))).print(out)
+
+
+def _selectors(prune: bool, failed, older_than, keep, run, yes: bool, as_json: bool):
+    """--prune's selectors, or None without --prune (a selector without it is refused: it deletes nothing)."""
+    from dali_launch.launcher.commands.prune import Selectors
+    from dali_launch.trainer.errors import UsageError
+
+    given = {"--failed": failed, "--older-than": older_than, "--keep": keep is not None, "--run": run, "--yes": yes}
+    if not prune:
+        flag = next((flag for flag, value in given.items() if value), None)
+        if flag:
+            raise UsageError(
+                f"{flag} chooses what `dali-launch runs --prune` deletes; add --prune, or leave {flag} out"
+            )
+        return None
+    if as_json:
+        raise UsageError("--json lists runs, --prune deletes them; give one of them")
+    return Selectors(failed, older_than, keep, tuple(run or ()))
 
 
 def check_root(root: str) -> None:
@@ -117,7 +154,7 @@ def sweep_rows(folder: Path) -> list[dict]:
 def describe(paths) -> dict:
     """One run's row: what it is, how far it got, how well and how fast."""
     from dali_launch.launcher.backends import registry
-    from dali_launch.launcher.backends.job import spec_of, why_ended
+    from dali_launch.launcher.backends.job import last_write, spec_of, why_ended
     from dali_launch.trainer.run_dir import read_json, read_jsonl
 
     job, spec = registry.attach(paths), spec_of(paths)  # damaged files: noted, and said on stderr
@@ -126,7 +163,7 @@ def describe(paths) -> dict:
     accuracies = [m["test_accuracy"] for m in epochs if m.get("test_accuracy") is not None]
     state = job.state()
     started = paths.launch.stat().st_mtime if paths.launch.exists() else paths.config.stat().st_mtime
-    ended = time.time() if state.live else _last_write(paths)
+    ended = time.time() if state.live else last_write(paths)
     return {
         "kind": "run",
         "run": paths.root.name,
@@ -156,12 +193,6 @@ def _nodes(paths, given) -> int:
         return int(read_json(paths.rank_map, kind=list)[0]["num_nodes"])
     except (LookupError, TypeError, ValueError):  # none yet, or damaged (noted)
         return int(str(given).partition("-")[0]) if str(given).partition("-")[0].isdigit() else 1
-
-
-def _last_write(paths) -> float:
-    """When an ended run last wrote: its result, metrics, endings or heartbeats."""
-    files = [paths.result, paths.metrics, paths.config, *paths.endings.glob("*"), *paths.heartbeats.glob("*")]
-    return max(p.stat().st_mtime for p in files if p.exists())
 
 
 def table(rows: list[dict], width: int | None = None):
