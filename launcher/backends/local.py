@@ -339,7 +339,13 @@ class LocalRanks:
         if len(self.signals) > 1:
             how = f"a second {signal.Signals(self.signals[1]).name}"
         else:
-            asked = signal.Signals(self.signals[0]).name if self.signals else f"--local-timeout-s {self.timeout_s:g}"
+            asked = (
+                signal.Signals(self.signals[0]).name
+                if self.signals
+                else f"--local-timeout-s {self.timeout_s:g}"
+                if self.timed_out
+                else "`dali-launch cancel`"
+            )
             how = f"the launcher {STOP_GRACE_S} s after {asked}"
         ended = {e["rank"] for e in ending.read(self.paths, since=self.started)}
         for rank in sorted(self.killed - ended):
