@@ -19,6 +19,7 @@ import typer
 from dali_launch.launcher.commands import ci, config_show, data, jobs, plot, run, runs, slurm, sweep
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.run_dir import take_notes
 
 HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
@@ -54,8 +55,17 @@ for name, about, commands in GROUPS:
 
 def main(argv: list[str] | None = None) -> int:
     """Every bad input ends as one line on stderr and exit code 2, never a traceback. No arguments at
-    all: the help, exit 0 (a bare word must not submit a job)."""
-    argv = sys.argv[1:] if argv is None else argv
+    all: the help, exit 0 (a bare word must not submit a job). A run directory's damaged files that a
+    command read around (run_dir.read_json) are said last, on stderr, one line each."""
+    take_notes(forget=True)  # an earlier command's, in this process (tests)
+    try:
+        return _command(sys.argv[1:] if argv is None else argv)
+    finally:
+        for line in take_notes():
+            print(f"dali-launch: warning: {line}", file=sys.stderr, flush=True)
+
+
+def _command(argv: list[str]) -> int:
     try:
         code = app(args=argv or ["--help"], prog_name="dali-launch", standalone_mode=False)
     except typer.Exit as e:
@@ -63,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as e:  # Typer's own usage errors: unknown flag, bad value
         print(f"dali-launch: error: {_usage_error(e)}", file=sys.stderr)
         return 2
-    except UsageError as e:
+    except UsageError as e:  # its one line says it all: no damage notes beside it
+        take_notes()
         print(f"dali-launch: error: {e}", file=sys.stderr)
         return 2
     except (typer.Abort, KeyboardInterrupt):

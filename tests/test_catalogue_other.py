@@ -82,6 +82,45 @@ OTHER = [
         id="cancel-unknown-run-name",
     ),
     pytest.param(
+        ["runs", "{tmp}/none"],
+        "ROOT {tmp}/none does not exist; give the folder that holds the run directories (the runs' --run-root, "
+        "default runs/ where they were started)",
+        id="runs-missing-root",
+    ),
+    pytest.param(
+        ["runs", "{tmp}/file", "--json"],
+        "ROOT {tmp}/file is not a folder; give the folder that holds the run directories (the runs' --run-root, "
+        "default runs/ where they were started)",
+        id="runs-root-a-file",
+    ),
+    pytest.param(
+        ["runs", "{tmp}/empty", "--prune"],
+        "--prune needs a selector of the runs to delete: --failed, --older-than AGE (e.g. 7d), --keep N (all but "
+        "the N newest), or --run NAME",
+        id="prune-without-selector",
+    ),
+    pytest.param(
+        ["runs", "{tmp}/empty", "--older-than", "7d"],
+        "--older-than chooses what `dali-launch runs --prune` deletes; add --prune, or leave --older-than out",
+        id="prune-selector-without-prune",
+    ),
+    pytest.param(
+        ["runs", "{tmp}/empty", "--prune", "--older-than", "a week"],
+        "--older-than a week is not an age; write a number and s, m, h, d or w: 7d",
+        id="prune-older-than-not-an-age",
+    ),
+    pytest.param(
+        ["runs", "{tmp}/empty", "--prune", "--keep", "-1"],
+        "--keep -1 must be 0 or more (the newest runs kept)",
+        id="prune-keep-negative",
+    ),
+    pytest.param(
+        ["runs", "{tmp}/empty", "--prune", "--run", "gone"],
+        "--run gone: no run named gone under --run-root {tmp}/empty; pass a run directory, a run name `dali-launch "
+        "runs {tmp}/empty` lists, or a SLURM job id",
+        id="prune-run-unknown",
+    ),
+    pytest.param(
         ["status", "{tmp}/empty"],
         "{tmp}/empty is not a run directory (no config.json); pass one that dali-launch made",
         id="status-not-a-run-directory",

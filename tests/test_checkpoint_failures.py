@@ -91,7 +91,7 @@ def test_a_full_run_root_stops_with_one_line_and_resumes_once_there_is_room_then
         f"checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, "
         f"resuming from step {steps[-2]}"
     )
-    assert line in resumed.stdout.splitlines(), resumed.stdout
+    assert f"dali-launch: {line}" in resumed.stderr.splitlines() and line not in resumed.stdout, resumed.stderr
     assert (paths.checkpoints / f"{step}.damaged").is_dir() and saved.complete_steps(paths)[-1] == step
     again = final_params(paths)  # the step written again by the resumed run
     assert all(np.array_equal(uninterrupted[k], again[k]) for k in uninterrupted)

@@ -23,6 +23,7 @@ from run_readers import has_checkpoint, only_run, rank_pid
 
 from dali_launch.launcher.route import resume
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience import saved
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 LOCAL = ["--local", "--gpus-per-node", "2", "--processes", "2", "--init-timeout-s", "30"]
@@ -167,6 +168,37 @@ def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
     assert 20 <= calls < 80  # 8,000 samples / (50 × 2 devices) calls per epoch, 100 samples each
     own = partial["images_per_s"] * partial["epoch_time_s"]
     assert abs(own - (8000 - calls * 100)) < 1 and partial["train_samples"] == 8000
+
+
+def test_ctrl_c_twice_kills_the_ranks_and_the_run_is_interrupted_everywhere(mnist_lmdb, tmp_path):
+    """A second SIGINT kills the ranks before they checkpoint: the launcher said "interrupted", but `status`
+    and `runs` called the run failed ("no rank said why"), as nothing was recorded of the ranks it killed."""
+    run = ["--epochs", "2", "--checkpoint-every-steps", "20", "--data-dir", str(mnist_lmdb)]
+    proc = _start(run, tmp_path / "runs")
+    try:
+        wait_for(lambda: has_checkpoint(tmp_path / "runs"), timeout_s=120)
+        proc.send_signal(signal.SIGINT)
+        said = [proc.stderr.readline()]  # the second once the first was taken (the kernel merges pending ones)
+        while "asking every rank to checkpoint and stop" not in said[-1] and said[-1]:
+            said.append(proc.stderr.readline())
+        proc.send_signal(signal.SIGINT)
+        err = "".join(said) + proc.communicate(timeout=60)[1]
+    finally:
+        reap(proc)
+    paths = only_run(tmp_path / "runs")
+    step = saved.newest(paths).step
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == (
+        f"dali-launch: interrupted (SIGINT); killed the ranks before they checkpointed; the newest checkpoint is "
+        f"step {step}; resume with `dali-launch --resume {paths.root}`"
+    ), err
+    status = dali_launch("status", str(paths.root))
+    check_ok(status)
+    assert status.stdout == (
+        f"run {paths.root.name}: interrupted (rank 0 was killed by a second SIGINT, before it checkpointed); resume "
+        f"from step {step} with `dali-launch --resume {paths.root}`; run directory {paths.root}\n"
+    ), status.stdout
+    [row] = json.loads(dali_launch("runs", str(tmp_path / "runs"), "--json").stdout)
+    assert row["state"] == "interrupted"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2], ids=["SIGTERM", "SIGUSR2"])

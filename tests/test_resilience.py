@@ -128,7 +128,7 @@ def test_kill_9_after_a_checkpoint_then_damage_to_it_is_found_and_the_one_before
         f"checkpoint step {steps[-1]} is damaged ({what}); kept it as {paths.checkpoints}/{steps[-1]}.damaged, "
         f"resuming from step {steps[-2]}"
     )
-    assert line in resumed.stdout.splitlines(), resumed.stdout
+    assert f"dali-launch: {line}" in resumed.stderr.splitlines() and line not in resumed.stdout, resumed.stderr
     assert f"resumed from checkpoint {steps[-2]}:" in resumed.stdout and "Traceback" not in resumed.stderr
 
 

@@ -84,9 +84,9 @@ def test_an_srun_task_run_resumes_from_a_login_node_past_a_damaged_checkpoint(sl
     check_ok(resumed)
     assert "submitted job" in resumed.stdout and "resumed from checkpoint" in resumed.stdout, resumed.stdout
     assert (
-        f"checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, resuming "
-        f"from step {steps[-2]}" in resumed.stdout
-    )
+        f"dali-launch: checkpoint step {step} is damaged ({what}); kept it as {paths.checkpoints}/{step}.damaged, "
+        f"resuming from step {steps[-2]}" in resumed.stderr.splitlines()
+    ), resumed.stderr
     again = final_params(paths)
     assert all(np.array_equal(uninterrupted[k], again[k]) for k in uninterrupted)
     check_ok(dali_launch("--resume", str(paths.root), "--platform", "cpu", "--dry-run", env=slurm_env))

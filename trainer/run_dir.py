@@ -1,8 +1,13 @@
-"""One class names every file of a run directory; the launcher and every task use it alike."""
+"""One class names every file of a run directory; the launcher and every task use it alike.
+
+Its JSON files are read through `read_json` and `read_jsonl` alone: a file cut short (a disk that filled
+during an append) or garbled is read as missing, or without its bad lines, and noted (`take_notes`), so
+that `status`, `runs` and `--resume` say which file and go on with the rest instead of a traceback."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import tempfile
 import time
@@ -164,3 +169,97 @@ def headline(metrics: dict) -> tuple[str, float | None]:
     key = metrics.get("headline", "test_accuracy")
     value = metrics.get(key)
     return key.removeprefix("test_").replace("_", " "), value if isinstance(value, (int, float)) else None
+
+
+# --- reading: a damaged file is noted, never a traceback --------------------------------------------
+
+_NOTES: dict[Path, str] = {}  # path -> what is wrong with it, in the order met; one note a file
+_SAID: set[Path] = set()  # taken already: a file read again later in the same process is not said twice
+_JSON_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def note(path: Path, what: str) -> None:
+    """Records that `path` is damaged (`what`: how, and what was done instead) for the command to say."""
+    if Path(path) not in _SAID:
+        _NOTES.setdefault(Path(path), f"{path} {what}")
+
+
+def take_notes(forget: bool = False) -> list[str]:
+    """The damage noted since the last call, one line a file; cleared (`forget`: and what was said before,
+    for a new command)."""
+    notes = list(_NOTES.values())
+    _SAID.update(_NOTES)
+    _NOTES.clear()
+    if forget:
+        _SAID.clear()
+    return notes
+
+
+def read_json(path: Path, default=None, kind: type = dict):
+    """The JSON value in `path`, or `default` where it is missing or damaged (cut short, not JSON, not a
+    `kind`); damage is noted."""
+    value, why = parse_json(path, kind)
+    if why:
+        note(path, f"is damaged ({why}); read as missing")
+    return default if value is None else value
+
+
+def parse_json(path: Path, kind: type = dict) -> tuple[object | None, str | None]:
+    """(the JSON value in `path`, None); (None, None) where it is missing; (None, what is wrong) where it
+    is damaged. Notes nothing: for a caller that says the damage its own way (a checkpoint's)."""
+    try:
+        raw = Path(path).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as e:  # EIO, EACCES, a folder where a file should be
+        return None, f"unreadable: {e.strerror}"
+    try:
+        value = json.loads(raw)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        return None, _why(raw, e)
+    if not isinstance(value, kind):
+        held, wanted = _JSON_NAMES.get(type(value), "null"), _JSON_NAMES.get(kind, kind.__name__)
+        return None, f"a JSON {held} where {'an' if wanted[0] in 'aeiou' else 'a'} {wanted} belongs"
+    return value, None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The objects of `path`, one a line; a line cut short or garbled is left out, and noted."""
+    try:
+        raw = Path(path).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        note(path, f"cannot be read ({e.strerror}); read as missing")
+        return []
+    rows, bad = [], []
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(number)
+    if bad == [len(lines)]:  # no newline after it: an append that did not finish
+        note(path, f"has its last line (line {bad[0]}) cut short; left it out")
+    elif bad:
+        which = (
+            f"line {bad[0]} is no JSON object"
+            if len(bad) == 1
+            else f"lines {', '.join(map(str, bad))} are no JSON objects"
+        )
+        note(path, f"is damaged ({which}); left {'it' if len(bad) == 1 else 'them'} out")
+    return rows
+
+
+def _why(raw: bytes, error: ValueError) -> str:
+    if not raw.strip():
+        return "empty"
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at byte {error.pos:,} of {len(raw):,}"
+    return "not UTF-8 text"

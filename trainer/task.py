@@ -7,6 +7,7 @@ Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through s
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from dali_launch.trainer import compile_cache, flavours, heap
@@ -100,7 +101,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     here = facts.gather(spec, topology, devices)  # this task's facts, once: the plan's input with the spec
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
         for line in start_point.repair(paths):
-            print(f"dali-launch: {line}", flush=True)
+            print(f"dali-launch: {line}", file=sys.stderr, flush=True)
     barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, here.job_device_count)
     startup.mark("checkpoints read")

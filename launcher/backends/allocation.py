@@ -30,7 +30,7 @@ from dali_launch.launcher.options import Values
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, read_json, write_atomic
 
 POLL_S = 0.2  # how often the other tasks look for the run directory task 0 makes
 
@@ -157,12 +157,9 @@ def _wait_for(paths: RunPaths, step: Step, timeout_s: int) -> RunPaths:
     """Until process 0 has made (or reopened) the run directory in this incarnation of the job."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        try:
-            record = json.loads(paths.step.read_text())  # this step's, not an earlier job's (task --resume)
-            if (record["job_id"], record["step_id"], record["restarts"]) == (step.job_id, step.step_id, step.restarts):
-                return paths
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        record = read_json(paths.step, {})  # this step's, not an earlier job's (task --resume)
+        if tuple(map(record.get, ("job_id", "step_id", "restarts"))) == (step.job_id, step.step_id, step.restarts):
+            return paths
         time.sleep(POLL_S)
     raise UsageError(
         f"process {step.process_id}: process 0 did not make the run directory {paths.root} within "

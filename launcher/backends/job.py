@@ -21,7 +21,7 @@ from pathlib import Path
 from dali_launch.launcher.run_config import counted
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending, saved
-from dali_launch.trainer.run_dir import RunPaths, is_locked, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, is_locked, note, parse_json, read_json, write_atomic
 
 LOCK_HOLDERS = ("launcher", "task")  # local mode's launcher, and process 0 of the task in every mode
 STOP_WAIT_S = 90  # how long `cancel` waits for the ranks to checkpoint and stop (the launcher grants 60)
@@ -73,16 +73,24 @@ def lock_holder(paths: RunPaths) -> str | None:
     return next((holder for holder in LOCK_HOLDERS if is_locked(paths.lock(holder))), None)
 
 
+def spec_of(paths: RunPaths) -> TaskSpec | None:
+    """The run's task spec (config.json), or None where it is damaged: noted, with what is wrong."""
+    try:
+        return TaskSpec.load(paths.root)
+    except OSError as e:
+        note(paths.config, f"cannot be read ({e.strerror})")
+    except (ValueError, KeyError, TypeError) as e:  # cut short, not JSON, or not a spec this version reads
+        _, why = parse_json(paths.config)
+        note(paths.config, f"is damaged ({why or e}); the run's settings are unknown")
+    return None
+
+
 def started_tasks(paths: RunPaths) -> int:
     """The tasks of the run's latest start: as planned (config.json), or, for a --nodes range, as many as
-    rank_map.json lists (SLURM's pick; 1 before any start wrote it)."""
-    planned = TaskSpec.load(paths.root).layout.num_processes
-    if planned:
-        return planned
-    try:
-        return len(json.loads(paths.rank_map.read_text())) or 1
-    except (OSError, ValueError):
-        return 1
+    rank_map.json lists (SLURM's pick; 1 before any start wrote it, or where config.json is damaged)."""
+    spec = spec_of(paths)
+    planned = spec.layout.num_processes if spec else None
+    return planned or len(read_json(paths.rank_map, [], kind=list)) or 1
 
 
 def why_ended(paths: RunPaths, state: RunState) -> str:
@@ -95,6 +103,12 @@ def why_ended(paths: RunPaths, state: RunState) -> str:
     if state is RunState.INTERRUPTED:
         return next((e["line"].split("; ")[0] for e in endings if e["how"] == ending.STOPPED), "")
     return ""
+
+
+def last_write(paths: RunPaths) -> float:
+    """When an ended run last wrote: its result, metrics, endings or heartbeats."""
+    files = [paths.result, paths.metrics, paths.config, *paths.endings.glob("*"), *paths.heartbeats.glob("*")]
+    return max(p.stat().st_mtime for p in files if p.exists())
 
 
 def resume_hint(paths: RunPaths) -> str:
@@ -123,9 +137,12 @@ def write_record(paths: RunPaths, job_id: str, folder: Path) -> None:
 
 
 def read_record(paths: RunPaths) -> JobRecord | None:
-    if not paths.job.is_file():
+    """The run's job, or None: never submitted, or job.json damaged (noted: its state is then its files')."""
+    info = read_json(paths.job)
+    if info is None or info.get("job_id") is None:
+        if info is not None:
+            note(paths.job, "is damaged (no job_id in it); read as missing")
         return None
-    info = json.loads(paths.job.read_text())
     return JobRecord(str(info["job_id"]), Path(info.get("submitit") or paths.submitit))
 
 
@@ -137,10 +154,8 @@ def request_cancel(paths: RunPaths) -> None:
 
 def cancel_requested(paths: RunPaths, since: float = 0.0) -> bool:
     """`dali-launch cancel` asked this run to stop at or after `since` (time.time())."""
-    try:
-        return json.loads(paths.cancel.read_text())["at"] >= since
-    except (OSError, ValueError, KeyError):
-        return False
+    at = read_json(paths.cancel, {}).get("at")
+    return isinstance(at, (int, float)) and at >= since
 
 
 # --- the handles ------------------------------------------------------------------------------------
@@ -197,11 +212,8 @@ class LocalJob(Job):
         """The pids its ranks reported, those on this host."""
         pids = []
         for rank in range(self.num_tasks):
-            try:
-                report = json.loads(self.paths.rank_report(rank).read_text())
-            except (OSError, ValueError):
-                continue
-            if report.get("host") in (socket.gethostname(), os.environ.get("SLURMD_NODENAME")):
+            report = read_json(self.paths.rank_report(rank), {})
+            if report.get("host") in (socket.gethostname(), os.environ.get("SLURMD_NODENAME")) and "pid" in report:
                 pids.append(report["pid"])
         return pids
 

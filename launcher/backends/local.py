@@ -324,6 +324,7 @@ class LocalRanks:
             return Outcome(
                 state, f"{head}; checkpoint written at step {stopped[0]['step']}; resume with {resume}", code
             )
+        self._record_kills()
         newest = saved.newest(self.paths)
         then = (
             f"the newest checkpoint is step {newest.step}; resume with {resume}"
@@ -331,6 +332,24 @@ class LocalRanks:
             else "no checkpoint was written; start the run again"
         )
         return Outcome(state, f"{head}; killed the ranks before they checkpointed; {then}", code)
+
+    def _record_kills(self) -> None:
+        """Ranks we killed while they were stopping (a second signal, or the grace gone) end `stopped` too,
+        without a checkpoint: the run was interrupted as asked, which `status` must say, not "failed"."""
+        if len(self.signals) > 1:
+            how = f"a second {signal.Signals(self.signals[1]).name}"
+        else:
+            asked = (
+                signal.Signals(self.signals[0]).name
+                if self.signals
+                else f"--local-timeout-s {self.timeout_s:g}"
+                if self.timed_out
+                else "`dali-launch cancel`"
+            )
+            how = f"the launcher {STOP_GRACE_S} s after {asked}"
+        ended = {e["rank"] for e in ending.read(self.paths, since=self.started)}
+        for rank in sorted(self.killed - ended):
+            ending.record(self.paths, rank, ending.STOPPED, f"rank {rank} was killed by {how}, before it checkpointed")
 
 
 def _how(code: int) -> str:

@@ -8,14 +8,13 @@ and `dali-launch runs` need none of submitit.
 from __future__ import annotations
 
 import glob
-import json
 import re
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.backends.job import Job, LocalJob, read_record
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, read_json
 
 JOB_ID = re.compile(r"^\d+(_\d+)?$")  # a job, or an element of an array
 
@@ -59,9 +58,10 @@ def names_a_path(run: str) -> bool:
 
 
 def find_run(run: str, run_root: str) -> RunPaths:
-    """RUN wherever a command takes one (status, logs, cancel, --resume, plot, task --resume): a run directory
-    (any mode), a run's name under --run-root as `dali-launch runs` lists it, or a SLURM job id looked up
-    among the runs (and sweeps' runs) under --run-root; a UsageError names which it was taken for."""
+    """RUN wherever a command takes one (status, logs, cancel, --resume, plot, task --resume, --init-from): a
+    run directory (any mode), a run's name under --run-root as `dali-launch runs` lists it, a SLURM job id
+    looked up among the runs (and sweeps' runs) under --run-root, or the name given to --name (its newest
+    run: _newest_named); a UsageError names which it was taken for."""
     root = Path(run_root)
     found = [folder for folder in (Path(run), root / run) if folder.is_dir()] or _sweep_point(root, run)
     if found:
@@ -70,15 +70,40 @@ def find_run(run: str, run_root: str) -> RunPaths:
         return RunPaths(found[0].absolute())
     if JOB_ID.match(run):
         for record in sorted([*root.glob("*/job.json"), *root.glob("*/*/job.json")], reverse=True):
-            if str(json.loads(record.read_text()).get("job_id")) == run:
+            if str(read_json(record, {}).get("job_id")) == run:
                 return RunPaths(record.parent.absolute())
-        raise UsageError(f"no run of job {run} under --run-root {root.absolute()}; pass its run directory instead")
     if names_a_path(run):
         raise UsageError(f"{run}: no such run directory; pass one that dali-launch made (see `dali-launch runs`)")
+    named = _newest_named(root, run)
+    if named:
+        return named
+    if JOB_ID.match(run):
+        raise UsageError(f"no run of job {run} under --run-root {root.absolute()}; pass its run directory instead")
     raise UsageError(
         f"no run named {run} under --run-root {root.absolute()}; pass a run directory, a run name "
         f"`dali-launch runs {run_root}` lists, or a SLURM job id"
     )
+
+
+def _newest_named(root: Path, name: str) -> RunPaths | None:
+    """The newest run `--name NAME` made under `root`, or None. Refused where that is not plainly the one
+    meant: another run of that name is live (running or queued) and the newest is not, or several are."""
+    from dali_launch.launcher.route.directory import named
+
+    found = [RunPaths(p.absolute()) for p in named(root, name)]
+    if len(found) > 1:
+        live = [p for p in found if attach(p).live_state()]
+        if len(live) > 1 or (live and live[-1].root != found[-1].root):
+            shown = [p for p in found if p in live or p is found[-1]]
+            listing = ", ".join(
+                f"{p.root.relative_to(root.absolute())} ({attach(p).state()}{', the newest' if p is found[-1] else ''})"
+                for p in shown
+            )
+            raise UsageError(
+                f"{name} names {len(found)} runs under --run-root {root.absolute()}, and one that runs is not the "
+                f"newest: {listing}; pass the name of the one you mean"
+            )
+    return found[-1] if found else None
 
 
 def _sweep_point(root: Path, name: str) -> list[Path]:

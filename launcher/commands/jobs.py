@@ -7,7 +7,6 @@ run directory alone (its ranks' logs and reports; live while its launcher or pro
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated
 
@@ -18,7 +17,10 @@ from dali_launch.trainer.errors import UsageError
 RunRoot = Annotated[str, typer.Option(help="Folder holding the run directories.")]
 JobArg = Annotated[
     str,
-    typer.Argument(help="A run directory (any mode), a run's name as `dali-launch runs` lists it, or a SLURM job id."),
+    typer.Argument(
+        help="A run directory (any mode), a run's name as `dali-launch runs` lists it, the --name it was given "
+        "(its newest run), or a SLURM job id."
+    ),
 ]
 
 
@@ -53,17 +55,20 @@ def find(job: str, run_root: str):
 def status_line(job) -> str:
     """One line: its state, the last epoch's accuracy, where it would resume, where it lives."""
     from dali_launch.launcher.backends.job import RunState, resume_hint, why_ended
-    from dali_launch.trainer.run_dir import headline
+    from dali_launch.trainer.run_dir import headline, read_jsonl, take_notes
 
-    metrics = job.paths.metrics
-    lines = metrics.read_text().splitlines() if metrics.exists() else []
-    last = json.loads(lines[-1]) if lines else None
+    epochs = [m for m in read_jsonl(job.paths.metrics) if headline(m)[1] is not None]
+    last = epochs[-1] if epochs else None
     metric, value = headline(last or {})
-    progress = f"; epoch {last['epoch']} test {metric} {value:.4f}" if value is not None else ""
+    progress = f"; epoch {last.get('epoch')} test {metric} {value:.4f}" if last else ""
     state = job.state()
     hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
     why = why_ended(job.paths, state)
-    return f"{job.name}: {state}{f' ({why})' if why else ''}{progress}{f'; {hint}' if hint else ''}; run directory {job.paths.root}"
+    damaged = "".join(f"; {note}" for note in take_notes())  # said here, not on stderr: status is this line
+    return (
+        f"{job.name}: {state}{f' ({why})' if why else ''}{progress}{f'; {hint}' if hint else ''}; run directory "
+        f"{job.paths.root}{damaged}"
+    )
 
 
 def print_logs(job, rank: int | None, follow_s: float | None, echo=print) -> None:

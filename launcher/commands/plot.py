@@ -8,14 +8,13 @@ epoch. Needs the `plot` extra (matplotlib, tensorboard).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, headline
+from dali_launch.trainer.run_dir import RunPaths, headline, read_jsonl
 
 PANELS = (
     ("train/loss", "train_loss", "training loss"),
@@ -26,11 +25,7 @@ PANELS = (
 
 def curves(paths: RunPaths) -> dict[str, tuple[list[int], list[float]]]:
     """Panel title -> (steps, values) of one run."""
-    epochs = (
-        [json.loads(line) for line in paths.metrics.read_text().splitlines() if line.strip()]
-        if paths.metrics.exists()
-        else []
-    )
+    epochs = read_jsonl(paths.metrics)
     events = _events(paths.tensorboard)
     out = {}
     for tag, key, title in PANELS:
@@ -63,7 +58,8 @@ def _events(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 def plot(
     runs: Annotated[
-        list[str], typer.Argument(help="Run directories, or runs' names as `dali-launch runs` lists them.")
+        list[str],
+        typer.Argument(help="Run directories, runs' names as `dali-launch runs` lists them, or --name's (the newest)."),
     ],
     out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path("runs.png"),
     run_root: Annotated[str, typer.Option(help="Folder holding the run directories.")] = "runs",

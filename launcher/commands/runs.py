@@ -39,8 +39,28 @@ COLOURS = {
 def runs(
     root: Annotated[str, typer.Argument(help="Folder holding the run directories.")] = "runs",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list of the rows instead of a table.")] = False,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Delete the runs the selectors choose (a dry run without --yes).")
+    ] = False,
+    failed: Annotated[bool, typer.Option("--failed", help="--prune: runs that failed.")] = False,
+    older_than: Annotated[
+        str | None, typer.Option(help="--prune: runs that last wrote this long ago (30m, 12h, 7d, 2w).")
+    ] = None,
+    keep: Annotated[int | None, typer.Option(help="--prune: all but the N newest runs.")] = None,
+    run: Annotated[
+        list[str] | None, typer.Option("--run", help="--prune: this run too, even resumable (repeatable).")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="--prune: delete, rather than say what would go.")] = False,
 ):
-    """Every run under ROOT: state (running, finished, failed, interrupted, ...), mode, topology, epochs, accuracy, speed."""
+    """Every run under ROOT: state (running, finished, failed, interrupted, ...), mode, topology, epochs, accuracy, speed.
+    With --prune, run directories deleted instead: never a live run, nor a resumable one --run does not name."""
+    check_root(root)
+    selectors = _selectors(prune, failed, older_than, keep, run, yes, as_json)
+    if selectors:
+        from dali_launch.launcher.commands.prune import prune as delete
+
+        delete(Path(root), selectors, yes, typer.echo)
+        return
     rows = collect(Path(root))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -56,10 +76,42 @@ def runs(
         Console(width=max(width or 0, _table_width([c.width for c in out.columns]))).print(out)
 
 
+def _selectors(prune: bool, failed, older_than, keep, run, yes: bool, as_json: bool):
+    """--prune's selectors, or None without --prune (a selector without it is refused: it deletes nothing)."""
+    from dali_launch.launcher.commands.prune import Selectors
+    from dali_launch.trainer.errors import UsageError
+
+    given = {"--failed": failed, "--older-than": older_than, "--keep": keep is not None, "--run": run, "--yes": yes}
+    if not prune:
+        flag = next((flag for flag, value in given.items() if value), None)
+        if flag:
+            raise UsageError(
+                f"{flag} chooses what `dali-launch runs --prune` deletes; add --prune, or leave {flag} out"
+            )
+        return None
+    if as_json:
+        raise UsageError("--json lists runs, --prune deletes them; give one of them")
+    return Selectors(failed, older_than, keep, tuple(run or ()))
+
+
+def check_root(root: str) -> None:
+    """ROOT is a folder: a mistyped one is said, not listed as empty."""
+    from dali_launch.trainer.errors import UsageError
+
+    folder = Path(root).absolute()
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise UsageError(
+            f"ROOT {folder} {what}; give the folder that holds the run directories (the runs' --run-root, "
+            f"default runs/ where they were started)"
+        )
+
+
 def collect(root: Path) -> list[dict]:
     """Rows of every run directory (a folder holding config.json) right under `root`, oldest first, and of
     every sweep there (a folder holding sweep.json): its own row, then one per point (kind "point")."""
-    from dali_launch.trainer.run_dir import RunPaths
+    from dali_launch.trainer.errors import UsageError
+    from dali_launch.trainer.run_dir import RunPaths, note
 
     folders = sorted(root.iterdir()) if root.is_dir() else []
     rows = []
@@ -67,7 +119,10 @@ def collect(root: Path) -> list[dict]:
         if (folder / "config.json").is_file():
             rows.append(describe(RunPaths(folder)))
         elif (folder / "sweep.json").is_file():
-            rows += sweep_rows(folder)
+            try:
+                rows += sweep_rows(folder)
+            except UsageError as e:  # its sweep.json damaged: the rest is listed, and this said on stderr
+                note(folder / "sweep.json", str(e).removeprefix(f"{folder / 'sweep.json'} "))
     return rows
 
 
@@ -99,56 +154,45 @@ def sweep_rows(folder: Path) -> list[dict]:
 def describe(paths) -> dict:
     """One run's row: what it is, how far it got, how well and how fast."""
     from dali_launch.launcher.backends import registry
-    from dali_launch.launcher.backends.job import why_ended
-    from dali_launch.trainer.config import TaskSpec
-    from dali_launch.trainer.run_dir import headline
+    from dali_launch.launcher.backends.job import last_write, spec_of, why_ended
+    from dali_launch.trainer.run_dir import headline, read_json, read_jsonl
 
-    job, spec = registry.attach(paths), TaskSpec.load(paths.root)
-    launch = json.loads(paths.launch.read_text()) if paths.launch.exists() else {}
-    epochs = _metrics(paths)
+    job, spec = registry.attach(paths), spec_of(paths)  # damaged files: noted, and said on stderr
+    launch = read_json(paths.launch, {})
+    epochs = read_jsonl(paths.metrics)
     accuracies = [headline(m)[1] for m in epochs if headline(m)[1] is not None]  # the task's headline value
     state = job.state()
     started = paths.launch.stat().st_mtime if paths.launch.exists() else paths.config.stat().st_mtime
-    ended = time.time() if state.live else _last_write(paths)
+    ended = time.time() if state.live else last_write(paths)
     return {
         "kind": "run",
         "run": paths.root.name,
         "path": str(paths.root),
         "state": str(state),
         "why": why_ended(paths, state),
-        "mode": spec.layout.backend,
+        "mode": spec.layout.backend if spec else None,
         "nodes": _nodes(paths, launch.get("nodes", 1)),
         "processes": job.num_tasks,
-        "devices_per_process": spec.layout.local_device_count,
+        "devices_per_process": spec.layout.local_device_count if spec else None,
         "epochs_done": len(epochs),
-        "epochs": spec.step.epochs,
+        "epochs": spec.step.epochs if spec else None,
         "best_accuracy": max(accuracies, default=None),
         "last_accuracy": accuracies[-1] if accuracies else None,
-        "images_per_s": epochs[-1]["images_per_s"] if epochs else None,
+        "images_per_s": epochs[-1].get("images_per_s") if epochs else None,
         "wall_time_s": max(0.0, ended - started),
     }
 
 
 def _nodes(paths, given) -> int:
     """The nodes of the run's latest start: as given, or SLURM's pick from a --nodes range (rank_map.json)."""
+    from dali_launch.trainer.run_dir import read_json
+
     if str(given).isdigit():
         return int(given)
     try:
-        return json.loads(paths.rank_map.read_text())[0]["num_nodes"]
-    except (OSError, ValueError, LookupError):
-        return int(str(given).partition("-")[0])
-
-
-def _metrics(paths) -> list[dict]:
-    if not paths.metrics.exists():
-        return []
-    return [json.loads(line) for line in paths.metrics.read_text().splitlines() if line.strip()]
-
-
-def _last_write(paths) -> float:
-    """When an ended run last wrote: its result, metrics, endings or heartbeats."""
-    files = [paths.result, paths.metrics, paths.config, *paths.endings.glob("*"), *paths.heartbeats.glob("*")]
-    return max(p.stat().st_mtime for p in files if p.exists())
+        return int(read_json(paths.rank_map, kind=list)[0]["num_nodes"])
+    except (LookupError, TypeError, ValueError):  # none yet, or damaged (noted)
+        return int(str(given).partition("-")[0]) if str(given).partition("-")[0].isdigit() else 1
 
 
 def table(rows: list[dict], width: int | None = None):
@@ -206,9 +250,9 @@ def _cells(r: dict) -> dict[str, str]:
     return {
         "run": f"  {r['run'].split('/')[-1]}" if r["kind"] == "point" else r["run"],
         "state": r["state"],
-        "mode": r["mode"],
+        "mode": r["mode"] or "?",
         "topology": f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
-        "epochs": f"{r['epochs_done']}/{r['epochs']}",
+        "epochs": f"{r['epochs_done']}/{r['epochs'] or '?'}",
         "best acc": _num(r["best_accuracy"], ".4f"),
         "last acc": _num(r["last_accuracy"], ".4f"),
         "images/s": _num(r["images_per_s"], ",.0f"),

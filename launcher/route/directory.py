@@ -23,6 +23,17 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
 
 
+STAMP = r"-(\d{8})-(\d{6})(?:-(\d+))?"  # what `create` adds to --name: -YYYYmmdd-HHMMSS, then -n for a second alike
+
+
+def named(root: Path, name: str) -> list[Path]:
+    """The run directories `--name NAME` made under `root` (a sweep's points among them), oldest first."""
+    stamped = re.compile(re.escape(slug(name)) + STAMP + "$")
+    folders = [*root.glob("*"), *(p for sweep in root.glob("*/sweep.json") for p in sweep.parent.iterdir())]
+    found = {f: stamped.match(f.name) for f in folders if stamped.match(f.name) and (f / "config.json").is_file()}
+    return sorted(found, key=lambda f: (found[f].group(1), found[f].group(2), int(found[f].group(3) or 0)))
+
+
 def check_root(run_root: str) -> None:
     """--run-root, checked without writing: a writable folder, or one that can be made (dry runs see it too)."""
     root = Path(run_root).absolute()

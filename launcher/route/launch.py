@@ -13,7 +13,6 @@ One run is a list of one. Every run of a list is checked before anything is writ
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from dali_launch.launcher.route.sweep import Sweep, sweep_runs
 from dali_launch.launcher.run_config import RunConfig, absolute_paths, counted, with_devices
 from dali_launch.trainer.config import replaced
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, headline
+from dali_launch.trainer.run_dir import RunPaths, headline, read_json
 
 
 def new_run(run: RunConfig, here: bool = False) -> int:
@@ -126,8 +125,9 @@ def report(started: Started, sweep: Sweep | None = None) -> int:
     for outcome, paths in zip(outcomes, started.paths):
         if len(outcomes) == 1 and outcome.message and not outcome.ok:
             (echo if outcome.code == 0 else error)(outcome.message)
-        if len(outcomes) == 1 and outcome.ok and outcome.report and paths.result.exists():
-            summarize(json.loads(paths.result.read_text()), paths)
+        result = read_json(paths.result) if len(outcomes) == 1 and outcome.ok and outcome.report else None
+        if result is not None:  # damaged: noted, and said at the end
+            summarize(result, paths)
         code = outcome.code or code
     if sweep:
         echo(sweep.summary())

@@ -13,21 +13,19 @@ trainer's rule, asked of start_point.check_resume, before anything is written.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
 from dali_launch.launcher import config_file
 from dali_launch.launcher.backends import registry
-from dali_launch.launcher.backends.job import lock_holder
-from dali_launch.launcher.console import echo
+from dali_launch.launcher.backends.job import lock_holder, read_record, spec_of
+from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values, build
 from dali_launch.launcher.route.machine_checks import folder_problem
 from dali_launch.launcher.run_config import RunConfig, counted, marked, task_spec, with_devices
-from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import saved, start_point
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, parse_json, read_json, read_jsonl, take_notes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,18 +52,27 @@ def read(values: Values, entry: str, lead: bool = True) -> Resume:
     check_writable(paths)
     if lead:
         refuse_live(paths)
-    mode = registry.kind(TaskSpec.load(paths.root).layout.backend)  # config.json, read this once
+    spec = spec_of(paths)  # config.json, read this once
+    if spec is None:
+        why = parse_json(paths.config)[1] or "not a task spec this version reads"
+        raise UsageError(
+            f"--resume {paths.root}: its config.json is damaged ({why}), and a run goes on from its settings; "
+            f"start a new run with them instead: --config {paths.config_toml}"
+        )
+    mode = registry.kind(spec.layout.backend)
     _check_entry(values, entry, paths, mode)
     recorded = _as_resolved(paths, config_file.load(str(paths.config_toml)))
     changes = _changes(values, recorded, paths)
     run = build(RunConfig, {**recorded, **changes, "resume": str(paths.root), "dry_run": bool(values.get("dry_run"))})
     run = with_devices(run, here=mode.name == "train")  # a `train` run recorded before its count was
     check_progress(paths, run.step.epochs, mode.started_by)
+    for line in take_notes():  # the run's damaged files read around so far: said before it goes on
+        error(f"warning: {line}")
     spec = task_spec(run, str(paths.root), run.data.data_dir, mode.spec_name)
     repairs = lead and not run.launch.dry_run  # a dry run renames nothing; another task of the step neither
     if repairs:  # the newest checkpoint whole before anything loads it
-        for line in start_point.repair(paths):
-            echo(line)
+        for line in start_point.repair(paths):  # a warning: on stderr, beside the others
+            error(line)
     low, high = run.node_range  # a --nodes range: SLURM picks the count when the job starts; each must go on
     processes = [nodes * run.tasks_per_node for nodes in range(low, high + 1)]
     elastic = start_point.check_resume(paths, spec, run.device_counts, processes)
@@ -76,7 +83,7 @@ def check_progress(paths: RunPaths, epochs: int, started_by: str) -> None:
     """What the run has done must be kept: a checkpoint to go on from where it trained (else it would start
     again from step 0 over its own metrics), and no fewer --epochs than its checkpoint has done."""
     newest, _ = saved.newest_whole(paths, rename=False, crc=False)
-    done = len(paths.metrics.read_text().splitlines()) if paths.metrics.is_file() else 0
+    done = len(read_jsonl(paths.metrics))
     if newest is None and done:
         raise UsageError(
             f"--resume {paths.root}: it trained {counted(done, 'epoch')} (metrics.jsonl) but has no whole checkpoint left "
@@ -95,8 +102,8 @@ def _as_resolved(paths: RunPaths, recorded: dict) -> dict:
     the launcher's checks would otherwise guess again here (a run of `srun dali-launch task` on CPU nodes
     was refused for a partition without GPUs, and --platform cpu as another run)."""
     try:
-        resolved = json.loads(paths.rank_map.read_text())[0]["resolved"]
-    except (OSError, ValueError, LookupError, TypeError):
+        resolved = read_json(paths.rank_map, kind=list)[0]["resolved"]
+    except (LookupError, TypeError):  # none yet, or damaged (noted)
         return recorded
     if recorded.get("platform", "auto") == "auto" and resolved.get("platform") in ("cpu", "gpu"):
         return {**recorded, "platform": resolved["platform"]}
@@ -145,6 +152,11 @@ def check_writable(paths: RunPaths) -> None:
 def refuse_live(paths: RunPaths) -> None:
     """A run directory a job still runs in is refused: its launcher or a task holds its lock, or its SLURM
     job is still queued (locks may not cross NFS hosts). The job handle's state decides, as for `status`."""
+    if paths.job.exists() and read_record(paths) is None:  # a SLURM run whose queue cannot be asked
+        raise UsageError(
+            f"--resume {paths.root}: its job.json is damaged ({parse_json(paths.job)[1] or 'no job id in it'}), so "
+            f"whether its SLURM job still runs is unknown; check `squeue --me`, then remove {paths.job} and resume again"
+        )
     job = registry.attach(paths)
     job.settle(echo)
     state = job.live_state()

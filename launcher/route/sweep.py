@@ -25,7 +25,7 @@ from dali_launch.launcher.options import Values, build
 from dali_launch.launcher.run_config import RunConfig, with_devices
 from dali_launch.trainer.config import TRAINING, opt, replaced
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, headline, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, headline, parse_json, read_json, read_jsonl, write_atomic
 
 SWEPT_TABLES = ("data", *TRAINING, "distributed", "resilience")  # what a point may vary; the job's shape is one
 
@@ -207,7 +207,7 @@ def point_row(point: dict) -> dict:
     from dali_launch.launcher.backends import registry
 
     paths = RunPaths(point["run_dir"])
-    final = json.loads(paths.result.read_text())["final"] if paths.result.exists() else _last_epoch(paths)
+    final = read_json(paths.result, {}).get("final") or _last_epoch(paths)
     return {
         "index": point["index"],
         "values": point["values"],
@@ -219,15 +219,20 @@ def point_row(point: dict) -> dict:
 
 
 def _last_epoch(paths: RunPaths) -> dict | None:
-    lines = paths.metrics.read_text().splitlines() if paths.metrics.exists() else []
-    return json.loads(lines[-1]) if lines else None
+    epochs = read_jsonl(paths.metrics)
+    return epochs[-1] if epochs else None
 
 
 def load(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / "sweep.json"
     if not path.is_file():
         raise UsageError(f"{sweep_dir} is not a sweep directory (no sweep.json); pass the folder `--sweep` printed")
-    return json.loads(path.read_text())
+    record, why = parse_json(path)
+    if not record or not isinstance(record.get("points"), list):
+        raise UsageError(
+            f"{path} is damaged ({why or 'no points in it'}); its points are still there: pass one's run directory"
+        )
+    return record
 
 
 def table(grid, rows: list[dict]) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import saved
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, parse_json, write_atomic
 
 METADATA = "_METADATA"  # Orbax's JSON tree metadata of a checkpoint folder (names only; shapes are in its store)
 SHOWN = 6  # names the start-up line gives of each kind
@@ -76,7 +76,13 @@ def variable_path(key: tuple[str, ...], has_params: bool) -> str | None:
 
 def tree_keys(tree: Path) -> list[tuple[str, ...]]:
     """Every leaf's key in the checkpoint, from its JSON metadata (no JAX)."""
-    metadata = json.loads((tree / METADATA).read_text())["tree_metadata"]
+    record, why = parse_json(tree / METADATA)
+    metadata = (record or {}).get("tree_metadata")
+    if not isinstance(metadata, dict):
+        raise UsageError(
+            f"--init-from: {tree / METADATA} is {f'damaged ({why})' if why else 'missing or damaged'}; give "
+            f"another checkpoint of that run (its checkpoints/STEP) or another run"
+        )
     return [tuple(ast.literal_eval(key)) for key in metadata]
 
 

@@ -27,7 +27,7 @@ from dali_launch.trainer import coordination
 from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.observe.profile import Profile
 from dali_launch.trainer.observe.trackers import Trackers
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, read_jsonl, write_atomic
 from dali_launch.trainer.step import mesh
 from dali_launch.trainer.topology import Topology, barrier
 
@@ -146,11 +146,10 @@ class Reporter:
     def resumed(self, epoch: int, calls_done: int, step: int, read: tuple[int, int]) -> None:
         """Metrics of epochs from `epoch` on will be written again: drop any earlier copies. `read`: the state's
         bytes this process read of all of them (a sharded state: its own shards)."""
-        if self.lead and self.paths.metrics.exists():
-            lines = self.paths.metrics.read_text().splitlines()
-            kept = [line for line in lines if json.loads(line)["epoch"] < epoch]
-            write_atomic(self.paths.metrics, "".join(line + "\n" for line in kept))
-            self.last = json.loads(kept[-1]) if kept else None
+        if self.lead and self.paths.metrics.exists():  # a line cut short (a full disk) is left out with them
+            kept = [m for m in read_jsonl(self.paths.metrics) if isinstance(m.get("epoch"), int) and m["epoch"] < epoch]
+            write_atomic(self.paths.metrics, "".join(json.dumps(m) + "\n" for m in kept))
+            self.last = kept[-1] if kept else None
         here, total = read
         part = "the whole state" if here >= total else f"its own shards, {here / 2**20:.1f} of {total / 2**20:.1f} MiB"
         self.say(f"resumed from checkpoint {step}: epoch {epoch}, {calls_done} device calls into it; read {part}")

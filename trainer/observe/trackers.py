@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, read_json, write_atomic
 
 
 def _summary_writer():
@@ -65,9 +65,10 @@ class WandB:
                 f"--wandb-project {spec.observe.wandb_project} needs the wandb package where the task "
                 f"runs; pip install 'dali-launch[wandb]'"
             ) from None
-        if paths.wandb_run.exists():
-            run_id = json.loads(paths.wandb_run.read_text())["id"]
-        else:  # written before the run starts: a requeue that comes before the first log still finds it
+        # Written before the run starts: a requeue that comes before the first log still finds it. Damaged
+        # (noted): another W&B run, rather than none.
+        run_id = read_json(paths.wandb_run, {}).get("id")
+        if not isinstance(run_id, str):
             run_id = secrets.token_hex(4)  # W&B's own ids: 8 lowercase letters and digits
             write_atomic(paths.wandb_run, json.dumps({"id": run_id}))
         mode = None if spec.observe.wandb_mode == "auto" else spec.observe.wandb_mode

@@ -189,6 +189,7 @@ class Checkpointer:
         step = step if latest is None else max(step, latest + 1)
         dali = _gather([p.checkpoint() for p in pipes])
         meta = {"epoch": epoch, "calls_done": calls_done, "dali": dali, "decoded_cache": self.decoded_cache}
+        meta[saved.RECORDED] = saved.FILES  # RecordedCommit writes it: a checkpoint found without it lost it
         if order:
             meta["order"] = order
         if shards:

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, note, read_json, write_atomic
 
 DONE, FAILED, STOPPED, VERDICT = "done", "failed", "stopped", "verdict"
 CAUSES = (FAILED, VERDICT)  # endings that end the whole job
@@ -71,11 +71,8 @@ def _claim_cause(paths: RunPaths, rank: int, text: str) -> None:
 
 def cause(paths: RunPaths, since: float = 0.0) -> dict | None:
     """The job's first failure or verdict written at or after `since`, or None: one file, one open."""
-    try:
-        found = json.loads(paths.cause.read_text())
-    except (OSError, ValueError):
-        return None
-    return found if found["at"] >= since else None
+    found = _valid(paths.cause, read_json(paths.cause))
+    return found if found and found["at"] >= since else None
 
 
 def explained_by(paths: RunPaths, since: float = 0.0) -> int | None:
@@ -87,10 +84,7 @@ def explained_by(paths: RunPaths, since: float = 0.0) -> int | None:
 
 def of(paths: RunPaths, rank: int) -> dict | None:
     """How `rank` ended (its fault dump's `failed` if a fatal signal ended it), or None while it has not."""
-    try:
-        return json.loads(paths.ending(rank).read_text())
-    except (OSError, ValueError):
-        return fault_ending(paths, rank)
+    return _valid(paths.ending(rank), read_json(paths.ending(rank))) or fault_ending(paths, rank)
 
 
 def clear(paths: RunPaths, rank: int) -> None:
@@ -167,11 +161,8 @@ def read(paths: RunPaths, since: float = 0.0) -> list[dict]:
     """Every rank's ending written at or after `since` (time.time()), earliest first."""
     found = []
     for path in paths.endings.glob("rank-*.json") if paths.endings.is_dir() else []:
-        try:
-            ending = json.loads(path.read_text())
-        except (OSError, ValueError):  # removed or replaced while we looked
-            continue
-        if ending["at"] >= since:
+        ending = _valid(path, read_json(path))  # None: removed while we looked, or damaged (noted)
+        if ending and ending["at"] >= since:
             found.append(ending)
     ended = {e["rank"] for e in found}
     for path in paths.endings.glob("rank-*.fault") if paths.endings.is_dir() else []:
@@ -180,6 +171,16 @@ def read(paths: RunPaths, since: float = 0.0) -> list[dict]:
         if fault and fault["at"] >= since:
             found.append(fault)
     return sorted(found, key=lambda e: e["at"])
+
+
+def _valid(path: Path, ending: dict | None) -> dict | None:
+    """An ending as written (its rank, how, line and time), else None; one that is not is noted."""
+    if ending is None:
+        return None
+    if not (isinstance(ending.get("rank"), int) and ending.get("how") and isinstance(ending.get("at"), (int, float))):
+        note(path, "is damaged (no rank, how or time in it); read as missing")
+        return None
+    return {"line": "", **ending}
 
 
 def last_line(error: BaseException) -> str:

@@ -14,6 +14,11 @@ newest of a killed run included; Orbax's own commit bookkeeping, written after i
 `newest_whole` checks
 the newest against it before anything loads it and goes back to the newest whole one, renaming each
 damaged one STEP.damaged (kept for a look, never deleted; Orbax sees no step in that name).
+
+A committed checkpoint without FILES has lost it (a careless copy), unless an earlier version wrote it,
+before checkpoints carried records: that one is checked only for its metadata. Its own metadata tells
+(RECORDED: every checkpoint since says it carries a record), and so do the run's older checkpoints (one
+with a record means the versions since wrote them: a later one without it is damaged).
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.trainer.run_dir import RunPaths, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, parse_json, read_json, write_atomic
 
 COMMITTED = "commit_success.txt"
 TMP = ".orbax-checkpoint-tmp"  # Orbax's suffix of a step folder until its commit renames it
 FILES = "dali_launch_files.json"  # {"files": {relative path: [size, crc32]}}
 UNRECORDED = {FILES, COMMITTED, "_CHECKPOINT_METADATA"}  # Orbax writes the last two after FILES
+RECORDED = "file_record"  # in meta: FILES's name, so a checkpoint that lost its record cannot pass as older
 CHUNK = 1 << 22
 
 
@@ -82,8 +88,11 @@ def drop_unfinished(paths: RunPaths, step: int | None = None) -> None:
 
 
 def read(paths: RunPaths, step: int) -> Saved:
+    """Checkpoint `step`'s small part; a ValueError where its metadata is missing or damaged (noted)."""
     path = paths.checkpoints / str(step)
-    meta = json.loads((path / "meta" / "metadata").read_text())
+    meta = read_json(path / "meta" / "metadata")
+    if meta is None:
+        raise ValueError(f"checkpoint {step} has no readable metadata")
     return Saved(
         step=step,
         path=path,
@@ -97,9 +106,14 @@ def read(paths: RunPaths, step: int) -> Saved:
 
 
 def newest(paths: RunPaths) -> Saved | None:
-    """The newest complete checkpoint, or None (not checked for damage: `status` and `runs` ask it)."""
-    steps = complete_steps(paths)
-    return read(paths, steps[-1]) if steps else None
+    """The newest complete checkpoint whose metadata reads, or None (its files not checked for damage:
+    `status` and `runs` ask it)."""
+    for step in reversed(complete_steps(paths)):
+        try:
+            return read(paths, step)
+        except (ValueError, KeyError, TypeError):  # its metadata damaged: noted
+            continue
+    return None
 
 
 def _crc(path: Path) -> int:
@@ -122,22 +136,43 @@ def record_files(path: Path) -> None:
 
 def damage(path: Path, crc: bool = True) -> str | None:
     """What is wrong with the complete checkpoint at `path`, or None: its files' sizes, and with `crc` their
-    bytes. One written before FILES existed is checked only for its metadata."""
-    try:
-        json.loads((path / "meta" / "metadata").read_text())
-        listed = json.loads((path / FILES).read_text())["files"] if (path / FILES).exists() else {}
-    except (OSError, ValueError, KeyError):
-        return "its metadata is unreadable" if path.is_dir() else "it is gone"
-    check = crc
-    for name, (size, crc) in listed.items():
+    bytes. One written before FILES existed is checked only for its metadata; one that lost it is damaged."""
+    if not path.is_dir():
+        return "it is gone"
+    meta, why = parse_json(path / "meta" / "metadata")
+    if meta is None:
+        return f"its metadata meta/metadata is {f'damaged ({why})' if why else 'missing'}"
+    record, why = parse_json(path / FILES)
+    if record is None and not why and _recorded(path, meta):
+        return f"its file record {FILES} is missing"
+    listed = (record or {}).get("files", {})
+    if why or not isinstance(listed, dict) or not all(_an_entry(e) for e in listed.values()):
+        return f"its file record {FILES} is damaged ({why or 'not a list of sizes and CRCs'})"
+    for name, (size, crc32) in listed.items():
         f = path / name
         if not f.is_file():
             return f"{name} is missing"
         if f.stat().st_size != size:
             return f"{name} is {f.stat().st_size:,} of its {size:,} bytes"
-        if check and _crc(f) != crc:
+        if crc and _crc(f) != crc32:
             return f"{name} fails its CRC"
     return None
+
+
+def _recorded(path: Path, meta: dict) -> bool:
+    """Whether the checkpoint at `path` was written with a file record: its metadata says so, or an older
+    checkpoint of the run has one (versions only move forward)."""
+    if meta.get(RECORDED):
+        return True
+    step = int(path.name)
+    return any(
+        (older / FILES).is_file() for older in path.parent.iterdir() if older.name.isdigit() and int(older.name) < step
+    )
+
+
+def _an_entry(entry) -> bool:
+    """A file's [size, crc32] as FILES lists it."""
+    return isinstance(entry, list) and len(entry) == 2 and all(isinstance(n, int) for n in entry)
 
 
 @dataclass(frozen=True)
@@ -162,7 +197,7 @@ def newest_whole(paths: RunPaths, rename: bool, crc: bool = True) -> tuple[Saved
         if what is None:
             try:
                 return read(paths, step), damaged
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError):
                 what = "its metadata is unreadable"
         kept = _renamed(path) if rename and path.exists() else path
         damaged.append(Damaged(step, what, kept))
