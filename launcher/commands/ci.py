@@ -6,7 +6,7 @@ import sys
 
 from dali_launch.launcher.ci.cluster_ci import CiConfig
 from dali_launch.launcher.options import build, config_options
-from dali_launch.launcher.run_config import RUN_OPTIONS, RunConfig
+from dali_launch.launcher.run_config import RUN_OPTIONS, from_flags
 from dali_launch.trainer.errors import UsageError
 
 
@@ -21,4 +21,4 @@ def ci(values: dict):
             "here, run the tests with `python -m pytest` and a local job with `dali-launch --local ...`"
         )
     values = {**values, "epochs": values["epochs"] if "epochs" in values.given else 1}  # CI: one epoch by default
-    sys.exit(cluster_ci.run_ci(build(RunConfig, values), build(CiConfig, values)))
+    sys.exit(cluster_ci.run_ci(from_flags(values), build(CiConfig, values)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from dali_launch.launcher.options import build, config_options
-from dali_launch.launcher.run_config import RUN_OPTIONS, RunConfig
+from dali_launch.launcher.options import config_options
+from dali_launch.launcher.run_config import RUN_OPTIONS, from_flags
 
 
 @config_options(*RUN_OPTIONS)
@@ -14,6 +14,6 @@ def show(values: dict):
     from dali_launch.launcher.config_file import dumps
     from dali_launch.launcher.route.checks import validate
 
-    run = build(RunConfig, values)
+    run = from_flags(values)
     validate(run)
     typer.echo(dumps(run), nl=False)

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from dali_launch.launcher.options import build, config_options
+from dali_launch.launcher.options import config_options
 from dali_launch.launcher.route.sweep import SweepConfig
-from dali_launch.launcher.run_config import RUN_OPTIONS, RunConfig
+from dali_launch.launcher.run_config import RUN_OPTIONS, from_flags
 from dali_launch.launcher.usage import show_version
 from dali_launch.trainer.errors import UsageError
 
@@ -38,7 +38,7 @@ def submit(
         sys.exit(launch.new_sweep(values))
     if values["max_parallel"] is not None:
         raise UsageError("--max-parallel caps the points of a --sweep running at once; give a --sweep, or leave it out")
-    sys.exit(launch.resume_run(values, "launch") if values["resume"] else launch.new_run(build(RunConfig, values)))
+    sys.exit(launch.resume_run(values, "launch") if values["resume"] else launch.new_run(from_flags(values)))
 
 
 @config_options(*NOT_SLURM)
@@ -46,9 +46,7 @@ def train(values: dict):
     """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
     from dali_launch.launcher.route import launch
 
-    sys.exit(
-        launch.resume_run(values, "train") if values["resume"] else launch.new_run(build(RunConfig, values), here=True)
-    )
+    sys.exit(launch.resume_run(values, "train") if values["resume"] else launch.new_run(from_flags(values), here=True))
 
 
 @config_options(*NOT_SLURM)
@@ -61,4 +59,4 @@ def task(values: dict):
     backend = Allocation()
     if values["resume"]:  # the run goes on in this step's tasks, not as a job of its own
         sys.exit(launch.resume_run(from_step(values, backend.env), "task", backend))
-    sys.exit(launch.launch([build(RunConfig, from_step(values, backend.env))], backend))
+    sys.exit(launch.launch([from_flags(from_step(values, backend.env))], backend))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from dali_launch.launcher.options import build, config_options
-from dali_launch.launcher.run_config import RUN_OPTIONS, RunConfig
+from dali_launch.launcher.options import config_options
+from dali_launch.launcher.run_config import RUN_OPTIONS, from_flags
 
 
 @config_options(*RUN_OPTIONS)
@@ -15,7 +15,7 @@ def template(values: dict):
     from dali_launch.launcher.backends.slurm_checks import validate_slurm
     from dali_launch.launcher.route.checks import validate
 
-    run = build(RunConfig, values)
+    run = from_flags(values)
     validate(run)
     validate_slurm(run)
     typer.echo(slurm_template.template(run, values), nl=False)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from dali_launch.launcher.backends.base import Outcome, Watch
 from dali_launch.launcher.console import echo, error
-from dali_launch.launcher.options import Values, build
-from dali_launch.launcher.run_config import RunConfig, with_devices
+from dali_launch.launcher.options import Values
+from dali_launch.launcher.run_config import RunConfig, from_flags, with_devices
 from dali_launch.trainer.config import TRAINING, opt, replaced
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, headline, parse_json, read_json, read_jsonl, write_atomic
@@ -178,7 +178,7 @@ def sweep_runs(values: Values) -> tuple[Sweep, list[RunConfig]]:
         raise UsageError(f"--{also[0].replace('_', '-')} is also swept; give it either as a flag or in --sweep")
     if values.get("max_parallel") is not None and values["max_parallel"] < 1:
         raise UsageError(f"--max-parallel {values['max_parallel']} must be at least 1")
-    base = with_devices(build(RunConfig, values), here=False)  # a grid of jobs
+    base = with_devices(from_flags(values), here=False)  # a grid of jobs
     folder = Path(base.launch.run_root).absolute() / f"{base.launch.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     sweep = Sweep(base.launch.name, folder, grid, values.get("max_parallel"))
     runs = [

@@ -39,7 +39,8 @@ def split(variables: dict) -> tuple[dict, dict]:
 
 @dataclass(frozen=True)
 class Forward:
-    """`forward(variables, images, train, rng)` -> float32 logits and the updated mutable collections.
+    """`forward(variables, images, train, rng)` -> the model's outputs (floating ones in float32: logits, or any
+    pytree a task's loss takes) and the updated mutable collections.
 
     bf16: parameters and floating images are cast to bfloat16 at the call, so any model computes
     in bf16 while the float32 parameters stay the ones differentiated and updated.
@@ -63,4 +64,9 @@ class Forward:
             updates = jax.tree.map(lambda new, old: new.astype(old.dtype), dict(updates), collections)
         else:
             logits, updates = self.module.apply({"params": params, **collections}, images, rngs=rngs, **kwargs), {}
-        return logits.astype(jnp.float32), updates
+        return jax.tree.map(_float32, logits), updates
+
+
+def _float32(x):
+    """An output as the loss takes it: floating outputs in float32 (a bf16 model's logits), others as they are."""
+    return x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x

@@ -36,7 +36,8 @@ The `step` view (trainer/step/view.py makes it):
 - `step.key`: a PRNG key of this step and device (the same again in a resumed run);
 - `step.per_device(fn, *xs)`: `fn(key, *x_rows)` on each device's own rows with that device's key, so that
   --parallel pmap and sharded make the same steps (what mixing a device's batch needs).
-`inputs` names the output the model is initialised on (one sample of it). `bounds(batch)` (optional) gives
+`inputs` names the output the model is initialised on (one sample of it); `pipeline` and `model` are what
+--pipeline and --model default to for the task (a built-in task's own). `bounds(batch)` (optional) gives
 integer arrays (named in `bounded`) whose smallest and largest values are tracked on the device and handed, as {name: int}, to
 `check_bounds(low, high, split, pipeline)` on the host at the loop's sync points, to refuse bad labels in one line;
 `check_model(name, outputs)` (optional) sees the model's outputs on one sample (abstract: shapes and dtypes)
@@ -68,6 +69,8 @@ class Task:
     headline: str = ""  # the summary's value that the epoch line shows; "" takes its first
     inputs: str = ""  # the output the model is initialised on; "" takes the first
     unit: str = "samples"  # what the test set's count counts, for the epoch line
+    pipeline: str = ""  # the --pipeline a run of this task takes where none is given ("": the flag's default)
+    model: str = ""  # likewise --model
     metrics: tuple[str, ...] = ()  # the names of the training metrics `loss` returns beside its sum
     bounds: Callable | None = None  # batch -> {name: integer array, or None where there is nothing to bound}
     bounded: tuple[str, ...] = ()  # the names `bounds` gives
