@@ -33,7 +33,7 @@ def auto_keeps_both(monkeypatch):
 
 def _rule(setting="auto", decoder="cpu", share=0.5, room=ROOM, kept=None, order="shards", cacheable=True):
     data = DataConfig(decoded_cache=setting, sample_order=order)
-    return decoded_cache(data, decoder, cacheable, room, share, kept, "cpu" if decoder == "cpu" else "gpu")
+    return decoded_cache(data, decoder, cacheable, room.shared(share), kept, "cpu" if decoder == "cpu" else "gpu")
 
 
 def test_auto_keeps_the_decoded_shards_where_they_fit(auto_keeps_both):
@@ -205,7 +205,7 @@ def test_the_kind_is_written_with_the_checkpoint_and_read_back(tmp_path):
     paths = RunPaths(tmp_path)
     checkpointer = Checkpointer(paths, keep=2, decoded_cache="host")
     tally = {"position": jax.device_put(np.zeros((1,), np.int32))}
-    checkpointer.save(4, 0, 4, {"w": np.zeros(2, np.float32)}, tally, [])
+    checkpointer.save(4, {"w": np.zeros(2, np.float32)}, tally, [], {"epoch": 0, "calls_done": 4})
     checkpointer.wait()
     assert saved.newest(paths).decoded_cache == "host"
     from dali_launch.trainer.config import TaskSpec

@@ -94,7 +94,8 @@ def test_checkpoints_in_trailing_padding_calls_get_new_step_numbers(tmp_path):
     checkpointer = Checkpointer(RunPaths(tmp_path), keep=3)
     tally = {"position": jax.device_put(np.zeros((1,), np.int32))}
     for calls_done in (8, 9):
-        checkpointer.save(800, 0, calls_done, {"w": np.zeros(2, np.float32)}, tally, [], {"position": 800})
+        position = {"epoch": 0, "calls_done": calls_done, "order": {"position": 800}}
+        checkpointer.save(800, {"w": np.zeros(2, np.float32)}, tally, [], position)
     checkpointer.wait()  # written in the background
     assert checkpointer.manager.all_steps() == [800, 801]
     assert saved.newest(RunPaths(tmp_path)).calls_done == 9  # what every task starts from (start_point.read)

@@ -51,7 +51,7 @@ def _read(found: formats.Format, split: Path, settings: dict) -> tuple[dict, int
             return super().read(reader, **kwargs)
 
     args = Asking(str(split), 0, 1, 2, False, False, "cpu", 0, 10, 32, **settings)
-    function = formats.resolve(found.pipeline)
+    function = formats.imported(found.pipeline)
     pipe = pipeline_def(lambda: tuple(function(args)), batch_size=2, num_threads=1, device_id=None)()
     pipe.build()
     return asked, epoch_size(pipe, found.name, 0, 1), args.left_out
@@ -93,10 +93,10 @@ def test_every_reference_a_format_names_imports_and_takes_its_call(found):
         reference = getattr(found, field)
         if field == "writer" and not reference:  # a format data synth does not write (mnist: data prepare)
             continue
-        function = formats.resolve(reference)
+        function = formats.imported(reference)
         assert callable(function), (field, reference)
         inspect.signature(function).bind(*call)
-    assert entry_points.load("pipeline", found.name) is formats.resolve(found.pipeline)
+    assert entry_points.load("pipeline", found.name) is formats.imported(found.pipeline)
     module = found.module()
     for name, call in RECORDS_CALLS.items():
         if name == "without" and not found.skips:  # nothing can be left out of its reader
@@ -211,7 +211,7 @@ def test_a_toy_format_registered_alone_is_in_every_derived_table(tmp_path, monke
     assert formats.detect(split) is TOY and data_check.format_of(data) is TOY
     datasets.check(data, "--data-dir", "toy", 2)  # the toy's own check, through its record
     with pytest.raises(UsageError, match="toy files; make one with `make-toy DIR`"):
-        datasets.resolve(None, "toy")
+        datasets.data_dir_of(None, "toy")
     missing = tmp_path / "none"
     with pytest.raises(UsageError, match=f"does not exist; make it with `make-toy {missing}`"):
         datasets.check(missing, "--data-dir", "toy")

@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from dali_launch.trainer import jax_private
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
@@ -101,17 +102,18 @@ def every_process_writes(folder: Path | None) -> None:
     import jax
 
     try:
-        from jax._src import compiler
-        from jax._src.config import persistent_cache_min_compile_time_secs as min_compile_s
-
-        parameters = list(inspect.signature(compiler._cache_write).parameters)
+        compiler = jax_private.compiler()
+        parameters, min_compile_s = (
+            list(inspect.signature(compiler._cache_write).parameters),
+            jax_private.min_compile_time_s(),
+        )
     except (ImportError, AttributeError, TypeError, ValueError):
         return
     if folder is None or jax.process_index() == 0 or parameters[:5] != JAX_WRITER_PARAMETERS:
         return
 
     def keep(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks=()) -> None:
-        if not host_callbacks and compile_time_secs >= min_compile_s.value:
+        if not host_callbacks and compile_time_secs >= min_compile_s:
             _PENDING.append((folder / f"{cache_key}{ENTRY_SUFFIX}", int(compile_time_secs), backend, executable))
 
     compiler._cache_write = keep
@@ -124,7 +126,7 @@ def write_pending() -> int:
     what process 0 wrote. Returns how many were written."""
     if not _PENDING:  # process 0, or JAX's internals not as expected
         return 0
-    from jax._src import compilation_cache
+    compilation_cache = jax_private.compilation_cache()
 
     written = 0
     while _PENDING:

@@ -14,9 +14,9 @@ PREFIX = "dali-launch/"
 
 
 def _client():
-    from jax._src import distributed  # the client the barrier uses too (topology.barrier)
+    from dali_launch.trainer.jax_private import distributed_client  # the client the barrier uses too
 
-    return distributed.global_state.client
+    return distributed_client()
 
 
 def publish(key: str, value: str) -> None:

@@ -368,10 +368,10 @@ def barrier(name: str, timeout_s: int) -> None:
 
     if jax.process_count() == 1:
         return
-    from jax._src import distributed
+    from dali_launch.trainer.jax_private import distributed_client
 
     try:
-        distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=timeout_s * 1000)
+        distributed_client().wait_at_barrier(name, timeout_in_ms=timeout_s * 1000)
     except Exception as e:  # XlaRuntimeError: DEADLINE_EXCEEDED, or a peer gone
         raise TimeoutError(
             f"process {jax.process_index()}: barrier '{name}' not reached by every process within {timeout_s} s ({e})"

@@ -222,7 +222,8 @@ class Loop:
         if order:  # samples, not calls: a count that grows whatever the device count (elastic resumes)
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
         shards, saved = shard_record(self.data, calls_done), self.runner.saved(state)
-        self.checkpointer.save(step, epoch, calls_done, saved, kept, self.data.pipes, order, shards)
+        position = {"epoch": epoch, "calls_done": calls_done, "order": order, "shards": shards}
+        self.checkpointer.save(step, saved, kept, self.data.pipes, position)
 
 
 def _evaluated(run: Training, state):

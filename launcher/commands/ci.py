@@ -6,7 +6,8 @@ import sys
 
 from dali_launch.launcher.ci.cluster_ci import CiConfig
 from dali_launch.launcher.options import build, config_options
-from dali_launch.launcher.run_config import RUN_OPTIONS, from_flags
+from dali_launch.launcher.run_config import RUN_OPTIONS
+from dali_launch.launcher.run_flags import from_flags
 from dali_launch.trainer.errors import UsageError
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 
 from dali_launch.launcher.options import config_options
-from dali_launch.launcher.run_config import RUN_OPTIONS, from_flags
+from dali_launch.launcher.run_config import RUN_OPTIONS
+from dali_launch.launcher.run_flags import from_flags
 
 
 @config_options(*RUN_OPTIONS)

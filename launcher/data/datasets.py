@@ -33,7 +33,7 @@ def embedded_lmdb() -> Path:
     return out
 
 
-def resolve(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10) -> Path:
+def data_dir_of(data_dir: str | None, pipeline: str = "mnist", num_classes: int = 10) -> Path:
     """--data-dir, else $DALI_EXTRA_PATH/db/MNIST, else the embedded sample; checked, absolute.
 
     Checked as `pipeline`'s format says (formats.py: its `check`); a pipeline of the user's own gets only
@@ -103,7 +103,7 @@ def check(path: Path, origin: str, pipeline: str = "mnist", num_classes: int = 1
             f"{origin} {path} {what}; a data set needs both training/ and testing/ {found.layout if found else OWN}"
         )
     if found:
-        formats.resolve(found.check)(path, origin, num_classes)
+        formats.imported(found.check)(path, origin, num_classes)
 
 
 def check_lmdbs(path: Path, origin: str, num_classes: int) -> None:

@@ -159,7 +159,7 @@ def samples(unit: Unit):
 
 def write_unit(unit: Unit) -> int:
     """Writes one unit's images with its format's writer (formats.py names it); returns the bytes of JPEG written."""
-    return formats.resolve(formats.get(unit.spec.format).writer)(unit)
+    return formats.imported(formats.get(unit.spec.format).writer)(unit)
 
 
 def _stem(unit: Unit) -> Path:

@@ -110,7 +110,7 @@ def data_of(run: RunConfig) -> Path:
     if run.launch.resume:
         path = datasets.check_resumed(run.data, run.launch.resume)
     else:
-        path = datasets.resolve(run.data.data_dir, run.data.pipeline, run.data.num_classes)
+        path = datasets.data_dir_of(run.data.data_dir, run.data.pipeline, run.data.num_classes)
     samples = datasets.check_samples(path, run.data, run.device_counts[0])
     if samples is not None:
         profile_within(run, samples)

@@ -22,7 +22,8 @@ from pathlib import Path
 from dali_launch.launcher.backends.base import Outcome, Watch
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
-from dali_launch.launcher.run_config import RunConfig, from_flags, with_devices
+from dali_launch.launcher.run_config import RunConfig, with_devices
+from dali_launch.launcher.run_flags import from_flags
 from dali_launch.trainer.config import TRAINING, opt, replaced
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, headline, parse_json, read_json, read_jsonl, write_atomic

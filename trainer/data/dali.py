@@ -97,7 +97,7 @@ def build(split: Split, readers: Readers, config: DataConfig, checkpoints=None, 
         args = dataclasses.replace(args, decoded_cache=keep)
         feeds.append(feed)
         given.append(args)
-        pipes.append(make_pipeline(function, args, config, readers.devices[local], checkpoint, feed, split.outputs))
+        pipes.append(make_pipeline(function, args, config, readers.devices[local], checkpoint, split.outputs))
     for pipe in pipes:
         pipe.build()
     sizes = {
@@ -125,9 +125,9 @@ def decoded_role(function, split: Split, devices: tuple, config: DataConfig, thr
     return decoded_cache.role(mb, config.decoder, table), table
 
 
-def make_pipeline(function, args: PipelineArgs, config: DataConfig, device, checkpoint, feed, outputs=OUTPUTS):
-    """One reader's pipeline, not built yet: on its device's GPU where it decodes there; `outputs`: the names of
-    what the function returns (the task's)."""
+def make_pipeline(function, args: PipelineArgs, config: DataConfig, device, checkpoint, outputs=OUTPUTS):
+    """One reader's pipeline, not built yet: on its device's GPU where it decodes there, its feed's workers
+    (args.feed, --sample-order global) beside it; `outputs`: the names of what the function returns (the task's)."""
     return (augmented_graph if args.training and args.augment != "none" else graph)(
         function,
         args,
@@ -140,7 +140,7 @@ def make_pipeline(function, args: PipelineArgs, config: DataConfig, device, chec
         prefetch_queue_depth=config.prefetch,
         enable_checkpointing=True,
         checkpoint=checkpoint,
-        **pipeline_options(feed),
+        **pipeline_options(args.feed),
     )
 
 

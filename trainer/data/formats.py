@@ -7,7 +7,7 @@ the launcher checks and writes it. A new format is a record here, its records/ m
 function, its launcher writer and checks, and their tests; nothing else names formats.
 
 The launcher's parts (its checks, `data synth`'s writer) are named by "module:function" strings that
-only the launcher resolves (`resolve`): the trainer never imports the launcher, and a string is no
+only the launcher imports (`imported`): the trainer never imports the launcher, and a string is no
 import, while a table of writers kept in the launcher would be a second list of formats to keep in step
 with this one. Heavy parts (DALI pipelines, record sources) are named the same way, so this module
 imports nothing but the standard library: the launcher reads it before any job at no cost.
@@ -179,7 +179,7 @@ def reader_of(name: str, split: str | Path) -> tuple[str, dict] | None:
     return None if found is None else (found.reader, found.reader_arguments(split))
 
 
-def resolve(reference: str):
+def imported(reference: str):
     """The function a "module:function" reference names, imported now."""
     module, _, attribute = reference.partition(":")
     return getattr(importlib.import_module(module), attribute)

@@ -34,6 +34,12 @@ class Room:
     host_mb: int = 0  # host memory this process may fill
     device_mb: int = 0  # GPU memory per device outside XLA's pool, less DALI's own (0: CPU devices)
 
+    def shared(self, share: float) -> Room:
+        """The room as one part of the job sees it: `share` of the decoded split (this process's shards, or a
+        device's), the memory it may use unchanged."""
+        split = None if self.split_mb is None else self.split_mb * share
+        return Room(split, self.host_mb, self.device_mb)
+
 
 def measure(spec, devices: list, processes_here: int) -> Room:
     """The room for the spec's training split on this process's `devices`; nothing measured where no cache

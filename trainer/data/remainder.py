@@ -105,7 +105,7 @@ def build(split: dali.Split, devices: list, remainder: Remainder, config: DataCo
         for shard in remainder.shard_ids([device]):
             args = dali.pipeline_args(split, shard, old.num_shards, old.reader_batch, config)
             args = dataclasses.replace(args, decoded_cache=keep)
-            pipe = dali.make_pipeline(function, args, config, devices[local], start.states[shard], None, split.outputs)
+            pipe = dali.make_pipeline(function, args, config, devices[local], start.states[shard], split.outputs)
             pipes.append(pipe)
             shard_ids.append(shard)
     for pipe in pipes:

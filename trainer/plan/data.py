@@ -95,7 +95,7 @@ def plan_data(spec: TaskSpec, facts: Facts, decoder: str, step, start) -> DataPl
     readers = readers_per_device(data.readers_per_device, threads, facts.platform, decoder, step.call_batch, cores)
     share = facts.local_device_count / facts.job_device_count if decoder == "cpu" else 1 / facts.job_device_count
     cacheable = contract.cacheable(entry_points.load("pipeline", data.pipeline), data.pipeline, data.decoded_cache)
-    kept = decoded_cache(data, decoder, cacheable, facts.room, share, start.decoded_cache, facts.platform)
+    kept = decoded_cache(data, decoder, cacheable, facts.room.shared(share), start.decoded_cache, facts.platform)
     layout = ShardLayout(facts.job_device_count, readers, step.batch_per_device_step, step.steps_per_call)
     return DataPlan(
         decoder=decoder,
@@ -145,16 +145,10 @@ def output_dtype(spec: TaskSpec) -> str:
 
 
 def decoded_cache(
-    data: DataConfig,
-    decoder: str,
-    cacheable: bool,
-    room: Room,
-    share: float,
-    kept: str | None = None,
-    platform: str = "cpu",
+    data: DataConfig, decoder: str, cacheable: bool, room: Room, kept: str | None = None, platform: str = "cpu"
 ) -> tuple[str, int, str]:
-    """--decoded-cache as (kind, MiB, what the start-up line says), by the rule above. `share`: this process's
-    part of the split (host) or a device's (decoder); `kept`: a resumed checkpoint's kind (None: afresh)."""
+    """--decoded-cache as (kind, MiB, what the start-up line says), by the rule above. `room`: as this process
+    (host) or a device (decoder) shares the split (Room.shared); `kept`: a resumed checkpoint's kind (None: afresh)."""
     setting, kind = data.decoded_cache_mb(), HOST if decoder == "cpu" else DECODER
     if data.sample_order == "global" or kept == OFF or (kept is None and setting == 0):
         why = "--sample-order global" if data.sample_order == "global" else "--decoded-cache off"
@@ -167,7 +161,7 @@ def decoded_cache(
             0,
             f"off (auto: no {kind} cache was measured faster than decoding on {platform.upper()}s; --decoded-cache SIZE keeps one)",
         )
-    need = None if room.split_mb is None else room.split_mb * share
+    need = room.split_mb
     may = setting or (room.host_mb if kind == HOST else room.device_mb)
     partial = kind == DECODER and setting  # DALI's cache holds what fits; a host table must hold every sample
     if kept is None and not partial and need is None:

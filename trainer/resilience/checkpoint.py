@@ -174,26 +174,26 @@ class Checkpointer:
         self.asynchronous, self.waited_s, self.decoded_cache = asynchronous, 0.0, decoded_cache
         self.writing: int | None = None  # the step last saved: a refusal while it may be in flight is its
 
-    def save(
-        self, step: int, epoch: int, calls_done: int, state, tally, pipes, order: dict | None = None, shards=None
-    ) -> None:
+    def save(self, step: int, state, tally, pipes, position: dict) -> None:
         """All processes call this at the same `step` (a count that grows: device calls, or under a global
         order samples; there, checkpoints in an epoch's trailing padding calls all count its N samples).
 
         `state` is one replica, or a state sharded over the job's devices (runner.saved); `tally` is per device,
-        as the batches. Returns once the checkpoint is in host memory; `wait` for it to be on disk.
+        as the batches; `position` is where in the data the checkpoint stands: its `epoch` and `calls_done`, and
+        a global order's `order` or a shard order's `shards` record (order_record, shard_record) where there is
+        one. Returns once the checkpoint is in host memory; `wait` for it to be on disk.
         """
         began = time.perf_counter()
         # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
         latest = self.manager.latest_step()
         step = step if latest is None else max(step, latest + 1)
         dali = _gather([p.checkpoint() for p in pipes])
-        meta = {"epoch": epoch, "calls_done": calls_done, "dali": dali, "decoded_cache": self.decoded_cache}
+        meta = {"epoch": position["epoch"], "calls_done": position["calls_done"], "dali": dali}
+        meta |= {
+            "decoded_cache": self.decoded_cache,
+            **{k: v for k, v in position.items() if k in ("order", "shards") and v},
+        }
         meta[saved.RECORDED] = saved.FILES  # RecordedCommit writes it: a checkpoint found without it lost it
-        if order:
-            meta["order"] = order
-        if shards:
-            meta["shards"] = shards
         host_state = jax.tree.map(_host, state)  # a copy: the next step donates the device buffers
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -58,17 +59,24 @@ class Pmap:
         return self.replica(state)
 
 
+class Spread(NamedTuple):
+    """How a sharded runner spreads the train state over the devices: the `mesh` (step/mesh.py: replicated, or
+    sharded over its fsdp and tensor axes), the state's abstract arrays (`shapes`, which each array's sharding is
+    read from), and whether the optimizer's state stays in host memory (`offload`)."""
+
+    mesh: Mesh | None = None
+    shapes: object = None
+    offload: bool = False
+
+
 class Sharded:
     """--parallel sharded: one jit program for all devices (a Runner). The batch's `data_sharding` (the data
-    side's) names the devices; `mesh` (step/mesh.py) says how the train state lies on them: replicated, or
-    sharded over its fsdp and tensor axes (`shapes`: the state's abstract arrays, which each array's sharding is
-    read from); `offload` keeps the optimizer's state in host memory."""
+    side's) names the devices; `spread` how the train state lies on them (replicated without one)."""
 
     name = "sharded"
 
-    def __init__(
-        self, data_sharding, batch_size: int, readers: int, donate=True, mesh=None, shapes=None, offload=False
-    ):
+    def __init__(self, data_sharding, batch_size: int, readers: int, spread: Spread = None, donate=True):
+        mesh, shapes, offload = spread or Spread()
         self.replicated = jax.sharding.NamedSharding(data_sharding.mesh, jax.sharding.PartitionSpec())
         self.sharded = mesh is not None and mesh.shards_state
         self.data_sharding, self.readers, self.donate, self.batch_size = data_sharding, readers, donate, batch_size
@@ -148,8 +156,10 @@ def finished() -> threading.Thread:
 
 def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, **how) -> Runner:
     """The --parallel runner `name` (pmap or sharded: the step plan's partition); `how`: readers (per device),
-    and a sharded runner's mesh, the state's `shapes` and `offload` (its state's layout); `donate` False only for
+    and a sharded runner's mesh, the state's `shapes` and `offload` (its Spread); `donate` False only for
     benchmarks/step_levers.py's lever."""
+    readers, donate = how.get("readers", 1), how.get("donate", True)
     if name == Pmap.name:
-        return Pmap(devices, all_devices, batch_size, how.get("readers", 1), how.get("donate", True))
-    return Sharded(data_sharding, batch_size, **{"readers": 1, **how})
+        return Pmap(devices, all_devices, batch_size, readers, donate)
+    spread = Spread(how.get("mesh"), how.get("shapes"), how.get("offload", False))
+    return Sharded(data_sharding, batch_size, readers, spread, donate)

@@ -1,0 +1,39 @@
+"""JAX's private parts the trainer leans on, in one module: checked against JAX 0.10.2 (the CPU machines') and
+0.11.2 (the GPU machines'). Each is a name JAX keeps under jax._src alone; a JAX that moves one breaks here,
+and tests/test_compile_cache.py and the multi-process tests find it.
+
+    distributed_client   jax.distributed's coordination client: its key-value store (coordination.py) and its
+                         barrier with a timeout (topology.barrier; multihost_utils' has none and hangs on a dead peer)
+    compiler             the persistent compilation cache's writer (compile_cache.py keeps non-zero processes'
+                         programs), and the smallest compile time an entry is written for
+    compilation_cache    the cache's own entry format, to write those programs as JAX would
+"""
+
+from __future__ import annotations
+
+
+def distributed_client():
+    """The client jax.distributed.initialize made (None before it)."""
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def compiler():
+    """jax._src.compiler, whose `_cache_write` writes a compiled program to the persistent cache."""
+    from jax._src import compiler as module
+
+    return module
+
+
+def min_compile_time_s() -> float:
+    """JAX's threshold: programs compiled faster than this are not cached."""
+    from jax._src.config import persistent_cache_min_compile_time_secs
+
+    return persistent_cache_min_compile_time_secs.value
+
+
+def compilation_cache():
+    from jax._src import compilation_cache as module
+
+    return module
