@@ -253,4 +253,3 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
         observe=run.observe,
         layout=layout,
     )
-

@@ -93,7 +93,7 @@ MODELS = [
     pytest.param(
         ["--model", "bad_models:NoClasses"],
         "--model bad_models:NoClasses cannot be called as factory(num_classes=N, rngs=nnx.Rngs(seed)) "
-        "(got an unexpected keyword argument 'num_classes'); see the contract in the README",
+        "(got an unexpected keyword argument 'num_classes'); see the contract in docs/models.md",
         id="nnx-class-without-num-classes",
     ),
     pytest.param(

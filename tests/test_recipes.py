@@ -192,8 +192,8 @@ def test_bad_entry_points_fail_before_anything_is_written(
             "--model",
             "mypkg.models:fixed",
             "--model mypkg.models:fixed cannot be called as "
-            "factory(num_classes=N) (got an unexpected keyword argument 'num_classes'); see the contract in the "
-            "README",
+            "factory(num_classes=N) (got an unexpected keyword argument 'num_classes'); see the contract in "
+            "docs/models.md",
             id="factory-without-num-classes",
         ),
         pytest.param(
@@ -206,7 +206,7 @@ def test_bad_entry_points_fail_before_anything_is_written(
             "--pipeline",
             "mypkg.pipe:two_args",
             "--pipeline mypkg.pipe:two_args cannot be called as "
-            "function(args) (missing a required argument: 'extra'); see the contract in the README",
+            "function(args) (missing a required argument: 'extra'); see the contract in docs/data.md",
             id="pipeline-signature",
         ),
         pytest.param(  # these three were the task's, after the run directory was written (a "failed" run)

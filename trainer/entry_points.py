@@ -185,6 +185,7 @@ def _is_task(value) -> bool:
     return isinstance(value, Task)
 
 
+CONTRACTS = {"model": "docs/models.md", "pipeline": "docs/data.md", "task": "docs/tasks.md"}  # where each is said
 _CALLS = {
     "model": ("factory(num_classes=N)", (), {"num_classes": 10}),
     "pipeline": ("function(args)", (None,), {}),
@@ -202,7 +203,7 @@ def _check_signature(flag: str, value, kind: str) -> None:
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in the README") from None
+        raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in {CONTRACTS[kind]}") from None
 
 
 def _call(kind: str, signature: inspect.Signature) -> tuple[str, tuple, dict]:
@@ -232,6 +233,13 @@ def signature_of(value) -> inspect.Signature | None:
 def model_takes(name: str, option: str) -> bool:
     """Whether `--model NAME`'s factory is given `option` (one of MODEL_OPTIONS) by naming it."""
     return option in _named(load("model", name))
+
+
+def task_takes(name: str, option: str) -> bool:
+    """Whether `--task NAME` is given `option` (tasks/contract.py's OPTIONS): its factory names it (a Task made
+    already takes none)."""
+    value = load("task", name)
+    return not _is_task(value) and option in _named(value)
 
 
 def _named(factory) -> dict:

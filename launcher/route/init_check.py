@@ -3,7 +3,7 @@
 Comparing shapes needs JAX (the model's, through `jax.eval_shape`) and Orbax (the checkpoint's), which
 this process must not import: under `dali-launch train` it becomes the task, whose environment is set
 before JAX's first import. So a child does it on the CPU (trainer/model/init_from.py's `main`), in a
-few seconds. It needs the pipeline's sample shape, known for the built-in pipelines (model_check.py's); a
+few seconds. It needs the pipeline's sample shape, known for the built-in pipelines (task_check.py's); a
 pipeline of one's own is checked by the task at its start, the same way, before its first step.
 """
 
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dali_launch.launcher.route.model_check import sample_shape
+from dali_launch.launcher.route.task_check import sample_shape
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import TRAINING, TaskSpec
 from dali_launch.trainer.errors import UsageError

@@ -1,11 +1,11 @@
 """The one preparation every launch takes: every check of every run -> their directories (a dry run stops here).
 
-Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
-contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
-it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), a pipeline
-of the user's own defined on the CPU for each split (its outputs, its reader and that reader's sharding,
-its split's bad samples: trainer/data/graph_check.py; under --deterministic its operators:
-trainer/determinism.py). Then each run's directory is created, or reopened for --resume (route/resume.py
+Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline/--task
+contracts, the backend's own (SLURM's flags and cluster), the run root, the data, a pipeline of the user's
+own defined on the CPU for each split (its outputs, its reader and that reader's sharding, its split's bad
+samples: trainer/data/graph_check.py; under --deterministic its operators: trainer/determinism.py) and run
+once for its samples' shapes, the task's loss and evaluation and the model's outputs on them
+(task_check.py), an --init-from checkpoint's shapes against the model's (init_check.py). Then each run's directory is created, or reopened for --resume (route/resume.py
 made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.route import directory, init_check, machine_checks, model_check, rank_map
+from dali_launch.launcher.route import directory, init_check, machine_checks, rank_map, task_check
 from dali_launch.launcher.route.checks import profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours
@@ -62,22 +62,23 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
         directory.check_root(run.launch.run_root)
     machine_checks.check_cache(run)
     data_dir = data_of(run)
-    model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
+    sample = own_pipeline(run, data_dir) if run.data.pipeline not in entry_points.builtin("pipeline") else None
+    task_check.check(run, data_dir, sample)  # the task's loss and the model's outputs on the data's samples
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
-    if run.data.pipeline not in entry_points.builtin("pipeline"):
-        own_pipeline(run, data_dir)
     return data_dir
 
 
-def own_pipeline(run: RunConfig, data_dir: Path) -> None:
+def own_pipeline(run: RunConfig, data_dir: Path) -> dict | None:
     """A pipeline of the user's own, its graph defined here for each split: its outputs, its reader and how
-    that is sharded, what `args.read`'s screen refuses (a bad sample); under --deterministic its operators."""
+    that is sharded, what `args.read`'s screen refuses (a bad sample); under --deterministic its operators.
+    Returns one training sample of each output (graph_check.sample), where the graph runs here."""
     outputs = entry_points.run_task(run).outputs  # what the run's task takes from the pipeline, in order
     for split in datasets.SPLITS:
         args = _graph_args(run, data_dir, split)
         graph_check.check(run.data.pipeline, args, run.data.sample_order == "shards", outputs)
     if run.xla.deterministic:
         determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir, "training"))
+    return graph_check.sample(run.data.pipeline, _graph_args(run, data_dir, "training"), outputs)
 
 
 def _graph_args(run: RunConfig, data_dir: Path, split: str):

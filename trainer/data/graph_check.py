@@ -163,3 +163,26 @@ def _sharding(op) -> dict | None:
         }
     except (AttributeError, RuntimeError, ValueError, SyntaxError):
         return None
+
+
+def sample(name: str, args, names: tuple[str, ...]) -> dict | None:
+    """One sample of each output of --pipeline `name`, its graph run once on the CPU for `args`: {output: (shape,
+    dtype)}, what the task is checked against (tasks/check.py); None where it cannot run here (GPU operators,
+    data it needs elsewhere): the task checks at its start."""
+    import numpy as np
+    from nvidia.dali.pipeline import Pipeline
+
+    from dali_launch.trainer import entry_points
+
+    function = entry_points.load("pipeline", name)
+    try:
+        pipe = Pipeline(batch_size=1, num_threads=1, device_id=None, seed=0)
+        with pipe:
+            pipe.set_outputs(*outputs_checked(function(args), name, names))
+        pipe.build()
+        arrays = [np.asarray(output.as_tensor()) for output in pipe.run()]
+    except UsageError:
+        raise
+    except Exception:  # a graph of the user's that does not run here is not refused here
+        return None
+    return {output: (tuple(a.shape[1:]), a.dtype.name) for output, a in zip(names, arrays)}

@@ -32,7 +32,7 @@ def sgd_step(state, batch: dict, job: JobView):
 
     def loss_sum(params):
         seen = view.training(state, params, valid, job)
-        loss, metrics = _loss_and_metrics(task, task.loss(seen, {name: batch[name] for name in task.outputs}))
+        loss, metrics = loss_and_metrics(task, task.loss(seen, {name: batch[name] for name in task.outputs}))
         return loss, (seen.collections, metrics)
 
     (loss, (collections, metrics)), grads = jax.value_and_grad(loss_sum, has_aux=True)(state.params)
@@ -49,7 +49,7 @@ def sgd_step(state, batch: dict, job: JobView):
     return state.learn(grads, count, collections), {"loss": loss, "count": count, "skipped": skipped, **metrics}
 
 
-def _loss_and_metrics(task, returned) -> tuple:
+def loss_and_metrics(task, returned) -> tuple:
     """A task's loss as (its sum, {metric: sum}), checked while tracing: a scalar, and the metrics it names."""
     loss, metrics = returned if isinstance(returned, tuple) else (returned, {})
     if jnp.shape(loss) != ():
