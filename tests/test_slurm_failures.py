@@ -1,7 +1,7 @@
 """What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
 its peers' follow-on errors; a run root that fills up, in one line; a run of the user's own `srun dali-launch
 task` continued with `dali-launch --resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C
-while following a job."""
+while following a job; a SIGUSR2 as the tasks start."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -133,3 +134,44 @@ def test_resume_waits_for_a_job_slurm_is_still_reaping(slurm_env, tmp_path, monk
         "to leave the queue"
     ]
     assert slurm_queue.queue_state(job_id) is None
+
+
+def _task_pids(folder) -> list[int]:
+    """The processes on this host that are tasks of the job whose submitit folder is `folder` (both nodes of
+    the test cluster are this machine), not the sruns that started them."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            continue
+        task = b"submitit.core._submit" in argv and not argv[0].endswith(b"srun")
+        if task and any(a.startswith(str(folder).encode()) for a in argv):
+            pids.append(int(entry))
+    return pids
+
+
+def test_usr2_as_the_tasks_start_requeues_the_job(slurm_env, small_lmdb, tmp_path):
+    """`scancel --signal=USR2` (the way to ask a job for a checkpoint and a requeue) sent the moment the tasks
+    exist, before their Python has installed any handler: the signal waits for the trainer's handler, and the
+    job checkpoints and requeues itself. Before, its default action killed the tasks and the job ended
+    FAILED, unrequeued, its run "not started"."""
+    env = {**os.environ, **slurm_env}
+    args = [*JOB, "--epochs", "2", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path), "--detach"]
+    check_ok(dali_launch(*args, env=slurm_env))
+    paths = only_run(tmp_path)
+    job_id = json.loads(paths.job.read_text())["job_id"]
+    wait_for(lambda: len(_task_pids(paths.submitit)) == 2, timeout_s=120)
+    for _ in range(10):  # from the tasks' first instant until well past their imports
+        subprocess.run(["scancel", "--signal=USR2", job_id], env=env, capture_output=True, timeout=30)
+        time.sleep(0.1)
+    said = lambda: (paths.submitit / job_id / f"{job_id}_0_log.out").read_text()
+    requeued = lambda: f"job {job_id} requeued (1/3)" in said() and squeue(slurm_env, job_id) in slurm_queue.WAITING
+    ended = lambda: (state := squeue(slurm_env, job_id)) in ("", "FAILED", "COMPLETED") and (state or "gone")
+    try:
+        how = wait_for(lambda: "requeued" if requeued() else ended(), timeout_s=120)
+    finally:
+        subprocess.run(["scancel", job_id], env=env, timeout=30)
+    err = (paths.submitit / job_id / f"{job_id}_0_log.err").read_text()
+    assert how == "requeued", f"job {job_id} not requeued: {how}\n{err[-2000:]}"
