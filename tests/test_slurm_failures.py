@@ -1,13 +1,14 @@
 """What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
 its peers' follow-on errors; a run root that fills up, in one line; a run of the user's own `srun dali-launch
 task` continued with `dali-launch --resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C
-while following a job; a SIGUSR2 as the tasks start."""
+while following a job; a SIGUSR2 as the tasks start; a coordinator port another program holds."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,7 @@ from dali_launch.launcher.backends.slurm_job import SlurmJob
 from dali_launch.launcher.backends.slurm_queue import RELEASE_TIMEOUT_S
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.topology import coordinator_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
 JOB = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15"]
@@ -175,3 +177,27 @@ def test_usr2_as_the_tasks_start_requeues_the_job(slurm_env, small_lmdb, tmp_pat
         subprocess.run(["scancel", job_id], env=env, timeout=30)
     err = (paths.submitit / job_id / f"{job_id}_0_log.err").read_text()
     assert how == "requeued", f"job {job_id} not requeued: {how}\n{err[-2000:]}"
+
+
+def test_a_taken_coordinator_port_is_passed_over(slurm_env, small_lmdb, tmp_path):
+    """Another program listens on the port the next job's id derives for its coordinator (both nodes of the
+    test cluster are this machine). Process 0 listens on the next free port, says so, and tells the other
+    rank through the run directory; the job trains. Before, process 0 failed with JAX's "Failed to start RPC
+    server" and a page of traceback that named no port."""
+    env = {**os.environ, **slurm_env}
+    last = subprocess.run(
+        ["sbatch", "--parsable", "--time=1", "--output=/dev/null", "--wrap=true"],
+        env=env, capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    port = coordinator_port(str(int(last) + 1))  # the cluster numbers jobs in turn; this test submits the next
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", port))
+        holder.listen(1)
+        proc = dali_launch(
+            *JOB, "--epochs", "1", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path), env=slurm_env
+        )
+    job_id = json.loads(only_run(tmp_path).job.read_text())["job_id"]
+    assert job_id == str(int(last) + 1), f"another job was submitted between {last} and ours, {job_id}"
+    check_ok(proc)
+    assert f"[rank 0] dali-launch: port {port} on node1 is taken; the coordinator listens on {port + 1}" in proc.stdout
+    assert "done: test accuracy" in proc.stdout

@@ -7,9 +7,10 @@ Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through s
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
-from dali_launch.trainer import compile_cache, flavours, heap
+from dali_launch.trainer import compile_cache, flavours, heap, rendezvous
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data.placement import place
 from dali_launch.trainer.errors import UsageError
@@ -88,7 +89,10 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     cache = compile_cache.use(spec)  # before anything compiles
     heap.freeze_imports()
     startup.mark("imports")
-    initialize(topology, spec.distributed)
+    # Process 0 listens where it can and tells the others (rendezvous.py)
+    topology = initialize(
+        topology, spec.distributed, partial(rendezvous.settle, paths=paths), rendezvous.taken_after_probe
+    )
     compile_cache.every_process_writes(cache)  # after initialize: which process this is
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
