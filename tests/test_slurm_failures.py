@@ -1,7 +1,7 @@
 """What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
 its peers' follow-on errors; a run root that fills up, in one line; a run of the user's own `srun dali-launch
 task` continued with `dali-launch --resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C
-while following a job; a SIGUSR2 as the tasks start; a coordinator port another program holds."""
+while following a job; a SIGUSR2 as the tasks start; a coordinator port another program holds; a job that waits in the queue."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import check_ok, dali_launch, squeue, start, wait_for
+from conftest import check_ok, dali_launch, reap, squeue, start, wait_for
 from run_readers import final_params, only_run
 from test_allocation import _ended, _sbatch
 from test_checkpoint_failures import fill_run_root_then_resume, only_ours_on_the_console, resume_after_damage
@@ -201,3 +201,40 @@ def test_a_taken_coordinator_port_is_passed_over(slurm_env, small_lmdb, tmp_path
     check_ok(proc)
     assert f"[rank 0] dali-launch: port {port} on node1 is taken; the coordinator listens on {port + 1}" in proc.stdout
     assert "done: test accuracy" in proc.stdout
+
+
+def test_a_queued_job_says_why_it_waits_and_ctrl_c_calls_it_queued(slurm_env, small_lmdb, tmp_path):
+    """node2 drained: the 2-node job cannot start. The follower says why it waits, in squeue's words, once
+    (not at every poll); Ctrl-C then calls the job queued, not running (before, nothing was said while it
+    waited, and Ctrl-C said it "goes on running")."""
+    env = {**os.environ, **slurm_env}
+    node2 = lambda *state: subprocess.run(["scontrol", "update", "nodename=node2", *state], env=env, check=True, timeout=30)  # fmt: skip
+    out, runs = tmp_path / "stdout.txt", tmp_path / "runs"
+    node2("state=drain", "reason=drained by a test")
+    try:
+        with out.open("w") as sink:
+            args = [*JOB, "--epochs", "1", "--data-dir", str(small_lmdb), "--run-root", str(runs)]
+            proc = start(*args, env=slurm_env, stdout=sink)
+            try:
+                wait_for(lambda: "in the queue" in out.read_text(), timeout_s=60)
+                time.sleep(3)  # three more polls
+                proc.send_signal(signal.SIGINT)
+                _, err = proc.communicate(timeout=60)
+            finally:
+                reap(proc)
+    finally:
+        node2("state=resume")
+        for record in runs.glob("*/job.json"):
+            subprocess.run(["scancel", json.loads(record.read_text())["job_id"]], env=env, timeout=30)
+    paths = only_run(runs)
+    job_id = json.loads(paths.job.read_text())["job_id"]
+    waiting = (
+        f"job {job_id} is pending in the queue: Nodes required for job are DOWN, DRAINED or reserved for jobs in "
+        "higher priority partitions"
+    )
+    assert out.read_text().count(waiting) == 1, out.read_text()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == (
+        f"dali-launch: interrupted: job {job_id} is still queued (pending: Nodes required for job are DOWN, DRAINED "
+        f"or reserved for jobs in higher priority partitions); it stays queued; follow it again with `dali-launch "
+        f"logs {paths.root} --follow`, or stop it with `dali-launch cancel {paths.root}`"
+    ), err

@@ -72,13 +72,7 @@ class Slurm(Backend):
         try:
             code = follow.follow(job, paths, timeout_s=follow_timeout_s(run), echo=echo)
         except KeyboardInterrupt:  # the job is SLURM's: it goes on, and the user should know it and how to reach it
-            return Outcome(
-                RunState.RUNNING,
-                f"interrupted: job {job.job_id} goes on running; follow it again with `dali-launch logs "
-                f"{paths.root} --follow`, or stop it with `dali-launch cancel {paths.root}`",
-                130,
-                report=False,
-            )
+            return interrupted(job.job_id, paths)
         for side in self.beside:
             side.wait(max(0.0, deadline - time.monotonic()))
         if code == 0:
@@ -150,6 +144,25 @@ class Slurm(Backend):
         if record is None:
             raise UsageError(f"{paths.root} holds no SLURM job (no job.json); it was not submitted")
         return SlurmJob(paths, record)
+
+
+def interrupted(job_id: str, paths: RunPaths) -> Outcome:
+    """Ctrl-C while following: the job goes on, queued or running as squeue says, and how to reach it."""
+    state, reason = slurm_queue.queue_entry(job_id)
+    if state in slurm_queue.WAITING:
+        now, how = (
+            RunState.PENDING,
+            f"is still queued ({state.lower()}: {reason or 'no reason given'}); it stays queued",
+        )
+    else:
+        now, how = RunState.RUNNING, "goes on running"
+    return Outcome(
+        now,
+        f"interrupted: job {job_id} {how}; follow it again with `dali-launch logs {paths.root} --follow`, or stop "
+        f"it with `dali-launch cancel {paths.root}`",
+        130,
+        report=False,
+    )
 
 
 def parameters(run: RunConfig) -> dict:
