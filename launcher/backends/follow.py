@@ -26,8 +26,8 @@ from dali_launch.launcher.backends.slurm_queue import (
     wait_until_gone,
     waiting_line,
 )
-from dali_launch.launcher.console import is_chatter
-from dali_launch.trainer.observe.library_output import is_tagged, untagged
+from dali_launch.launcher.console import RankLines
+from dali_launch.trainer.observe.library_output import untagged
 from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -43,6 +43,7 @@ class LogTail:
 
     def __init__(self, path: Path):
         self.path, self.offset, self.partial = path, 0, b""
+        self.console = RankLines()  # what of its lines the console shows (a rank's stream: gloo cuts its lines)
 
     def lines(self) -> list[str]:
         try:
@@ -167,8 +168,9 @@ def _print_new(tails, echo, paths: RunPaths) -> None:
     for rank, *files in tails:
         for tail in files:
             for line in tail.lines():
-                if explained in (None, rank) and not (is_tagged(line) or is_chatter(line) or line.startswith("srun: ")):
-                    echo(f"[rank {rank}] {line}")
+                for part in tail.console.console(line):
+                    if explained in (None, rank) and not part.startswith("srun: "):
+                        echo(f"[rank {rank}] {part}")
 
 
 def _stderr(job, rank: int) -> str:
