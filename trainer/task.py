@@ -7,6 +7,7 @@ Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through s
 from __future__ import annotations
 
 import json
+import os
 from functools import partial
 from pathlib import Path
 
@@ -41,10 +42,14 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     paths = RunPaths(run_dir)
     ending.clear(paths, topology.process_id)
     ending.record_faults(paths, topology.process_id, Path(log) if log else None)
+    start, startup_s = rendezvous.this_start(os.environ), spec.distributed.init_timeout_s
+    watchdog = Watchdog(paths, topology, spec.resilience, start, startup_s)
+    if topology.num_processes > 1:
+        watchdog.start()  # from now: a rank stuck in its start-up is named, not waited for (watchdog.py)
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
         lock = _lock(paths) if topology.process_id == 0 else None
         try:
-            result = _train(spec, topology, paths, startup)
+            result = _train(spec, topology, paths, startup, watchdog)
         except OSError as e:  # a write the file system refused: one line, how to go on
             if disk.refusal(e) is None:
                 raise
@@ -75,7 +80,7 @@ def _lock(paths: RunPaths):
     return lock
 
 
-def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
+def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog) -> dict:
     if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
         raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
     placement = place(spec, topology.platform)  # resolve.py's stage 1: what the environment must say first
@@ -93,14 +98,12 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     topology = initialize(
         topology, spec.distributed, partial(rendezvous.settle, paths=paths), rendezvous.taken_after_probe
     )
+    watchdog.meet()
     compile_cache.every_process_writes(cache)  # after initialize: which process this is
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
-    watchdog = Watchdog(paths, topology, spec.resilience)
-    if topology.num_processes > 1:
-        watchdog.start()
     startup.mark("jax initialized")
     job_devices = len(devices) * topology.num_processes
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
