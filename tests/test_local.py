@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -144,7 +145,8 @@ def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
 
 
 def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
-    """Process 0 of 2 waits for a peer that never comes: bounded, and the error says why."""
+    """Process 0 of 2 waits for a peer that never comes: bounded, and the error names it (its watchdog, which
+    runs from the start, says so as the coordinator's wait ends)."""
     spec = TaskSpec(
         run_dir=str(tmp_path),
         distributed=DistributedConfig(platform="cpu", init_timeout_s=5),
@@ -167,7 +169,9 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
         timeout=90,
     )
     assert proc.returncode != 0 and time.monotonic() - start < 60
-    assert "not all 2 processes reached the coordinator at 127.0.0.1:29517 within 5 s" in proc.stderr
+    assert re.search(r"rank 1 never started: no heartbeat from it in \d+ s \(--init-timeout-s 5\)", proc.stderr), (
+        proc.stderr
+    )
 
 
 def test_a_local_run_resumes_from_its_directory_and_reports_itself(sharded_two, tmp_path):

@@ -86,11 +86,19 @@ class Watchdog:
         self.paths.heartbeat(self.me).touch()
 
     def _run(self) -> None:
-        while not self._stop.wait(BEAT_S):
+        while not self._stop.wait(self._next_look()):
             self._beat()
             found = self._peer_problem()
             if found is not None and not self._stop.is_set():
                 self._act(*found)
+
+    def _next_look(self) -> float:
+        """A beat, or less where a peer not yet heard of runs out of its start-up time sooner: its verdict then
+        comes before process 0's own wait at the coordinator ends (topology.initialize, started later), which
+        could name no one."""
+        if self.met or self.watched is None or self.watched in self.known:
+            return BEAT_S
+        return min(BEAT_S, max(0.05, self.started + self.startup_s + 0.05 - time.time()))
 
     def _after(self, rank: int) -> int | None:
         """The next rank in the ring after `rank`, other than this one; None when that is this one."""
