@@ -296,3 +296,38 @@ def test_a_signal_to_trains_process_group_stops_it_with_a_checkpoint_past_its_fe
     assert proc.returncode == 128 + signum and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith(f"dali-launch: stopped by {name}; checkpoint written at step "), err
     assert took < 30 and not any(alive(pid) for pid in workers)
+
+
+def test_a_rank_stopped_in_its_start_up_is_named_within_the_watchdogs_time(small_lmdb, tmp_path):
+    """Rank 1 is SIGSTOPped as soon as it says it is alive, in its first lines, before the task's imports and
+    so before it reaches the coordinator: the job ends within --watchdog-s and a few beats, not at
+    --init-timeout-s (the whole 120 s by default held it before, 123 s seen), and its first line names rank 1,
+    its pid and host, and how far it got (before: "a rank did not start", no rank named)."""
+    args = ["--local", "--gpus-per-node", "2", "--processes", "2", "--epochs", "1", "--watchdog-s", "10"]
+    proc = start(*args, "--init-timeout-s", "90", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path))
+    pid = None
+    try:
+        heartbeat = wait_for(lambda: next(tmp_path.glob("*/heartbeats/rank-1"), None), timeout_s=60)
+        pid = wait_for(lambda: _said(heartbeat).get("pid"), timeout_s=10)
+        os.kill(pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - stopped_at
+    finally:
+        reap(proc, [pid] if pid else [])
+    print(f"rank 1 stopped in its start-up: the job was over {took:.1f} s later (--watchdog-s 10)")
+    first = err.strip().splitlines()[0]
+    assert re.fullmatch(
+        rf"dali-launch: rank 1 \(pid {pid} on \S+\) made no progress for \d+ s \(stopped, hung or dead; --watchdog-s "
+        r"10\), before every rank reached the coordinator",
+        first,
+    ), err
+    assert proc.returncode == 1 and took < 30, err
+    assert not alive(pid)
+
+
+def _said(heartbeat: Path) -> dict:
+    try:
+        return json.loads(heartbeat.read_text())
+    except (OSError, ValueError):
+        return {}

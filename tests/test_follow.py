@@ -71,7 +71,7 @@ def test_the_console_gets_the_runs_own_lines_and_logs_get_every_line(tmp_path, c
     job = fake_job(tmp_path, said, {0: "Traceback (most recent call last):\nOSError: [Errno 28] No space left"})
     (tmp_path / "1.err").write_text("F1206 client.h:80] Terminating process because the JAX distributed service\n")
     ending.record(RunPaths(tmp_path), 0, ending.FAILED, "cannot write checkpoint: No space left", explained=True)
-    monkeypatch.setattr(follow, "queue_state", lambda job_id: None)
+    monkeypatch.setattr(follow, "queue_entry", lambda job_id: (None, ""))
     shown = []
     assert follow.follow(job, RunPaths(tmp_path), timeout_s=10, echo=shown.append) == 1
     assert shown == ["[rank 0] epoch 0: loss 2.0"], shown
@@ -92,15 +92,15 @@ def test_a_job_slurm_keeps_queued_or_requeues_is_not_cancelled_one_running_too_l
     job, paths = fake_job(tmp_path, {0: "", 1: ""}, {}), RunPaths(tmp_path)
     monkeypatch.setattr(follow, "POLL_S", 0.01)
     states = iter(["PENDING"] * 30 + ["RUNNING"] * 3 + ["REQUEUED"] * 30 + ["RUNNING"] * 3)
-    monkeypatch.setattr(follow, "queue_state", lambda job_id: next(states, None))
+    monkeypatch.setattr(follow, "queue_entry", lambda job_id: (next(states, None), "None"))
     follow.follow(job, paths, timeout_s=0.1, echo=lambda line: None)
     assert cancels == [] and "cancelled it" not in capsys.readouterr().err
 
-    monkeypatch.setattr(follow, "queue_state", lambda job_id: "RUNNING")
+    monkeypatch.setattr(follow, "queue_entry", lambda job_id: ("RUNNING", "None"))
     assert follow.follow(job, paths, timeout_s=0.1, echo=lambda line: None) == 1
     assert cancels == ["77"] and "job 77 still running past its time limit; cancelled it" in capsys.readouterr().err
 
-    monkeypatch.setattr(follow, "queue_state", lambda job_id: "PENDING")
+    monkeypatch.setattr(follow, "queue_entry", lambda job_id: ("PENDING", "Priority"))
     monkeypatch.setattr(follow, "QUEUED_FOLLOW_S", 0.1)
     assert follow.follow(job, paths, timeout_s=0.05, echo=lambda line: None) == 1
     err = capsys.readouterr().err
@@ -122,7 +122,7 @@ def test_while_the_job_runs_only_the_rank_its_cause_names_is_read(tmp_path, caps
     read = []
     real = follow.task_error
     monkeypatch.setattr(follow, "task_error", lambda job, rank: read.append(rank) or real(job, rank))
-    monkeypatch.setattr(follow, "queue_state", lambda job_id: "RUNNING")
+    monkeypatch.setattr(follow, "queue_entry", lambda job_id: ("RUNNING", "None"))
     assert follow.follow(job, RunPaths(tmp_path), timeout_s=10, echo=lambda line: None) == 1
     # The poll reads rank 1's result alone; reporting the failure then reads every rank's, once.
     assert read == [1, 0, 1] and "dali-launch: rank 1 of job 77 failed:" in capsys.readouterr().err

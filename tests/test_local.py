@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -99,7 +100,10 @@ def test_sharded_mode_across_processes_matches_one_process(sharded_two):
     (one_paths, _), (paths, two) = _result(root / "one"), _result(root / "two")
     # Each rank's start line under its own prefix; gloo's connection lines only in the logs
     assert "[rank 1] rank 1 on " in multi.stdout and "[rank 0] rank 1 on " not in multi.stdout
-    assert "[Gloo]" not in multi.stdout and "[Gloo] Rank" in paths.log(1).read_text()
+    # none of gloo's pieces either, which it writes one by one: another line could cut them apart
+    assert (
+        "[Gloo]" not in multi.stdout and "peer ranks" not in multi.stdout and "[Gloo] Rank" in paths.log(1).read_text()
+    )
     assert len(two["checksums"]) == 2 and len(set(two["checksums"])) == 1
     assert two["final"]["train_samples"] == 800
     assert_same_params(one_paths, paths)
@@ -141,7 +145,8 @@ def test_kill_9_of_one_rank_stops_the_job(mnist_lmdb, tmp_path):
 
 
 def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
-    """Process 0 of 2 waits for a peer that never comes: bounded, and the error says why."""
+    """Process 0 of 2 waits for a peer that never comes: bounded, and the error names it (its watchdog, which
+    runs from the start, says so as the coordinator's wait ends)."""
     spec = TaskSpec(
         run_dir=str(tmp_path),
         distributed=DistributedConfig(platform="cpu", init_timeout_s=5),
@@ -164,7 +169,9 @@ def test_a_rank_that_never_starts_is_a_clear_timeout(tmp_path):
         timeout=90,
     )
     assert proc.returncode != 0 and time.monotonic() - start < 60
-    assert "not all 2 processes reached the coordinator at 127.0.0.1:29517 within 5 s" in proc.stderr
+    assert re.search(r"rank 1 never started: no heartbeat from it in \d+ s \(--init-timeout-s 5\)", proc.stderr), (
+        proc.stderr
+    )
 
 
 def test_a_local_run_resumes_from_its_directory_and_reports_itself(sharded_two, tmp_path):

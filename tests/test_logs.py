@@ -59,3 +59,50 @@ def test_the_progress_bar_is_drawn_on_the_terminal_and_not_in_the_log(small_lmdb
     log = only_run(tmp_path).log(0).read_bytes()
     assert b"\x1b[" in seen and b"epoch 0" in seen  # the bar was there, on the terminal
     assert b"epoch 0: loss" in log and b"\x1b" not in log and b"\r" not in log, log[-2000:]
+
+
+# gloo's connection line as a rank writes it: in pieces, one write(2) each (strace of a rank)
+GLOO = [b"[Gloo] Rank ", b"0", b" is connected to ", b"1", b" peer ranks. ", b"Expected number of connected peer ranks is : ", b"1", b"\n"]  # fmt: skip
+CUTS = [b"epoch 0: loss 0.5000\n", b"\x1fa library's line\n", b"\n"]  # ours, a library's (tagged), a blank one
+
+
+def _interleaved() -> list[tuple[bytes, list[str]]]:
+    """Every way a whole line of another writer falls between two of gloo's writes, between two lines of
+    ours, and two cuts in one gloo line: (a rank's stream, the lines its console shows)."""
+    streams = []
+    for cut in CUTS:
+        ours = [] if cut.startswith(b"\x1f") or cut == b"\n" else [cut.decode().rstrip()]
+        shown = ["rank 0 on vm", *ours, "done"]
+        streams += [(b"rank 0 on vm\n" + b"".join(GLOO[:k]) + cut + b"".join(GLOO[k:]) + b"done\n", shown) for k in range(8)]  # fmt: skip
+    twice = b"".join([*GLOO[:2], CUTS[0], *GLOO[2:5], b"second\n", *GLOO[5:]])
+    return [*streams, (twice + b"done\n", ["epoch 0: loss 0.5000", "second", "done"])]
+
+
+def test_gloo_cut_by_another_write_stays_off_the_local_console(tmp_path):
+    """Each interleaving, through a real pipe, into the pump of the local launcher: the console gets our lines
+    whole and none of gloo's pieces (1 in 5 runs of 2 ranks showed them before); the log keeps every byte."""
+    from dali_launch.launcher.backends.local import LocalRanks
+    from dali_launch.launcher.run_config import RunConfig
+    from dali_launch.trainer.run_dir import RunPaths
+
+    for n, (stream, expected) in enumerate(_interleaved()):
+        paths, shown, written = RunPaths(tmp_path / str(n)), [], tmp_path / f"{n}.bytes"
+        paths.logs.mkdir(parents=True)
+        written.write_bytes(stream)
+        proc = subprocess.Popen(["cat", str(written)], stdout=subprocess.PIPE)
+        LocalRanks(RunConfig(), paths, echo=shown.append)._pump(0, proc)
+        proc.wait(timeout=30)
+        assert shown == [f"[rank 0] {line}" for line in expected], (stream, shown)
+        assert paths.log(0).read_bytes() == stream.replace(b"\x1f", b"")
+
+
+def test_gloo_cut_by_another_write_stays_off_a_followed_jobs_console(tmp_path):
+    """The same streams as a SLURM task's output file, read by the follower."""
+    from dali_launch.launcher.backends import follow
+    from dali_launch.trainer.run_dir import RunPaths
+
+    for n, (stream, expected) in enumerate(_interleaved()):
+        out, shown = tmp_path / f"{n}.out", []
+        out.write_bytes(stream)
+        follow._print_new([(0, follow.LogTail(out))], shown.append, RunPaths(tmp_path))
+        assert shown == [f"[rank 0] {line}" for line in expected], (stream, shown)

@@ -172,7 +172,8 @@ def test_sigstop_of_a_rank_stops_the_local_job(mnist_lmdb, tmp_path):
     finally:
         reap(proc)
     found = re.match(
-        r"dali-launch: rank 1 made no progress for (\d+) s \(stopped, hung or dead; --watchdog-s 10\)", err
+        rf"dali-launch: rank 1 \(pid {pid} on \S+\) made no progress for (\d+) s \(stopped, hung or dead; --watchdog-s 10\)",
+        err,
     )
     assert proc.returncode != 0 and found and int(found.group(1)) < 20, err
     with pytest.raises(ProcessLookupError):

@@ -1,20 +1,22 @@
 """What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
 its peers' follow-on errors; a run root that fills up, in one line; a run of the user's own `srun dali-launch
 task` continued with `dali-launch --resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C
-while following a job."""
+while following a job; a SIGUSR2 as the tasks start; a coordinator port another program holds; a job that waits in the queue."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
-from conftest import check_ok, dali_launch, squeue, start, wait_for
+from conftest import check_ok, dali_launch, reap, squeue, start, wait_for
 from run_readers import final_params, only_run
 from test_allocation import _ended, _sbatch
 from test_checkpoint_failures import fill_run_root_then_resume, only_ours_on_the_console, resume_after_damage
@@ -26,6 +28,7 @@ from dali_launch.launcher.backends.slurm_job import SlurmJob
 from dali_launch.launcher.backends.slurm_queue import RELEASE_TIMEOUT_S
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.topology import coordinator_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
 JOB = ["--nodes", "2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15"]
@@ -133,3 +136,105 @@ def test_resume_waits_for_a_job_slurm_is_still_reaping(slurm_env, tmp_path, monk
         "to leave the queue"
     ]
     assert slurm_queue.queue_state(job_id) is None
+
+
+def _task_pids(folder) -> list[int]:
+    """The processes on this host that are tasks of the job whose submitit folder is `folder` (both nodes of
+    the test cluster are this machine), not the sruns that started them."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            continue
+        task = b"submitit.core._submit" in argv and not argv[0].endswith(b"srun")
+        if task and any(a.startswith(str(folder).encode()) for a in argv):
+            pids.append(int(entry))
+    return pids
+
+
+def test_usr2_as_the_tasks_start_requeues_the_job(slurm_env, small_lmdb, tmp_path):
+    """`scancel --signal=USR2` (the way to ask a job for a checkpoint and a requeue) sent the moment the tasks
+    exist, before their Python has installed any handler: the signal waits for the trainer's handler, and the
+    job checkpoints and requeues itself. Before, its default action killed the tasks and the job ended
+    FAILED, unrequeued, its run "not started"."""
+    env = {**os.environ, **slurm_env}
+    args = [*JOB, "--epochs", "2", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path), "--detach"]
+    check_ok(dali_launch(*args, env=slurm_env))
+    paths = only_run(tmp_path)
+    job_id = json.loads(paths.job.read_text())["job_id"]
+    wait_for(lambda: len(_task_pids(paths.submitit)) == 2, timeout_s=120)
+    for _ in range(10):  # from the tasks' first instant until well past their imports
+        subprocess.run(["scancel", "--signal=USR2", job_id], env=env, capture_output=True, timeout=30)
+        time.sleep(0.1)
+    said = lambda: (paths.submitit / job_id / f"{job_id}_0_log.out").read_text()
+    requeued = lambda: f"job {job_id} requeued (1/3)" in said() and squeue(slurm_env, job_id) in slurm_queue.WAITING
+    ended = lambda: (state := squeue(slurm_env, job_id)) in ("", "FAILED", "COMPLETED") and (state or "gone")
+    try:
+        how = wait_for(lambda: "requeued" if requeued() else ended(), timeout_s=120)
+    finally:
+        subprocess.run(["scancel", job_id], env=env, timeout=30)
+    err = (paths.submitit / job_id / f"{job_id}_0_log.err").read_text()
+    assert how == "requeued", f"job {job_id} not requeued: {how}\n{err[-2000:]}"
+
+
+def test_a_taken_coordinator_port_is_passed_over(slurm_env, small_lmdb, tmp_path):
+    """Another program listens on the port the next job's id derives for its coordinator (both nodes of the
+    test cluster are this machine). Process 0 listens on the next free port, says so, and tells the other
+    rank through the run directory; the job trains. Before, process 0 failed with JAX's "Failed to start RPC
+    server" and a page of traceback that named no port."""
+    env = {**os.environ, **slurm_env}
+    last = subprocess.run(
+        ["sbatch", "--parsable", "--time=1", "--output=/dev/null", "--wrap=true"],
+        env=env, capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    port = coordinator_port(str(int(last) + 1))  # the cluster numbers jobs in turn; this test submits the next
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", port))
+        holder.listen(1)
+        proc = dali_launch(
+            *JOB, "--epochs", "1", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path), env=slurm_env
+        )
+    job_id = json.loads(only_run(tmp_path).job.read_text())["job_id"]
+    assert job_id == str(int(last) + 1), f"another job was submitted between {last} and ours, {job_id}"
+    check_ok(proc)
+    assert f"[rank 0] dali-launch: port {port} on node1 is taken; the coordinator listens on {port + 1}" in proc.stdout
+    assert "done: test accuracy" in proc.stdout
+
+
+def test_a_queued_job_says_why_it_waits_and_ctrl_c_calls_it_queued(slurm_env, small_lmdb, tmp_path):
+    """node2 drained: the 2-node job cannot start. The follower says why it waits, in squeue's words, once
+    (not at every poll); Ctrl-C then calls the job queued, not running (before, nothing was said while it
+    waited, and Ctrl-C said it "goes on running")."""
+    env = {**os.environ, **slurm_env}
+    node2 = lambda *state: subprocess.run(["scontrol", "update", "nodename=node2", *state], env=env, check=True, timeout=30)  # fmt: skip
+    out, runs = tmp_path / "stdout.txt", tmp_path / "runs"
+    node2("state=drain", "reason=drained by a test")
+    try:
+        with out.open("w") as sink:
+            args = [*JOB, "--epochs", "1", "--data-dir", str(small_lmdb), "--run-root", str(runs)]
+            proc = start(*args, env=slurm_env, stdout=sink)
+            try:
+                wait_for(lambda: "in the queue" in out.read_text(), timeout_s=60)
+                time.sleep(3)  # three more polls
+                proc.send_signal(signal.SIGINT)
+                _, err = proc.communicate(timeout=60)
+            finally:
+                reap(proc)
+    finally:
+        node2("state=resume")
+        for record in runs.glob("*/job.json"):
+            subprocess.run(["scancel", json.loads(record.read_text())["job_id"]], env=env, timeout=30)
+    paths = only_run(runs)
+    job_id = json.loads(paths.job.read_text())["job_id"]
+    waiting = (
+        f"job {job_id} is pending in the queue: Nodes required for job are DOWN, DRAINED or reserved for jobs in "
+        "higher priority partitions"
+    )
+    assert out.read_text().count(waiting) == 1, out.read_text()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == (
+        f"dali-launch: interrupted: job {job_id} is still queued (pending: Nodes required for job are DOWN, DRAINED "
+        f"or reserved for jobs in higher priority partitions); it stays queued; follow it again with `dali-launch "
+        f"logs {paths.root} --follow`, or stop it with `dali-launch cancel {paths.root}`"
+    ), err

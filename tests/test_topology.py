@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 
@@ -10,7 +12,10 @@ import pytest
 
 from dali_launch.launcher.route import rank_map
 from dali_launch.launcher.run_config import LaunchConfig, RunConfig
+from dali_launch.trainer import rendezvous
 from dali_launch.trainer.config import Layout
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.topology import (
     coordinator_port,
     expand_hostlist,
@@ -115,3 +120,33 @@ def test_slurm_job_facts_come_from_the_table_and_only_for_slurm_tasks():
     assert (slurm.job_id, slurm.restart_count) == ("4242", 2)
     here = from_environment(Layout(backend="train", local_device_count=1), "cpu", env)
     assert (here.job_id, here.restart_count) == (None, 0)
+
+
+def test_process_0_passes_over_taken_ports_and_names_them_when_all_are(tmp_path):
+    """Real sockets hold ports where process 0's coordinator would listen: it takes the next free one and
+    writes it for the others, who read it for this start of the job only; with every port of its range
+    held, one line names them and the fix."""
+    env = _slurm(procid=0, localid=0, ntasks=2, per_node="1", SLURMD_NODENAME="node01", SLURM_STEP_ID="0")
+    config = Layout(backend="slurm", num_processes=2, local_device_count=1)
+    first, paths = from_environment(config, "cpu", env), RunPaths(tmp_path)
+    port = int(first.coordinator_address.rsplit(":", 1)[1])
+    with contextlib.ExitStack() as held:
+        for taken in range(port, port + rendezvous.PORT_TRIES):
+            if taken == port + 2:
+                continue
+            holder = held.enter_context(socket.socket())
+            holder.bind(("127.0.0.1", taken))  # loopback alone still takes the port from the any-address
+            holder.listen(1)
+        met = rendezvous.settle(first, paths, env)
+        assert met.coordinator_address == f"node01:{port + 2}"
+        other = from_environment(config, "cpu", {**env, "SLURM_PROCID": "1"})
+        assert rendezvous.settle(other, paths, env).coordinator_address == f"node01:{port + 2}"
+        holder = held.enter_context(socket.socket())
+        holder.bind(("0.0.0.0", port + 2))
+        holder.listen(1)
+        with pytest.raises(UsageError) as refused:
+            rendezvous.settle(first, paths, env)
+    assert str(refused.value) == (
+        f"ports {port}-{port + 15} on node01, where process 0's coordinator listens, are all taken (derived from "
+        f"job id 4242); free one of them (`ss -ltnp 'sport = :{port}'` names its holder), or start the job again"
+    )

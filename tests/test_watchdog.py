@@ -9,7 +9,7 @@ import time
 
 from dali_launch.trainer.config import ResilienceConfig
 from dali_launch.trainer.resilience import ending
-from dali_launch.trainer.resilience.watchdog import Watchdog
+from dali_launch.trainer.resilience.watchdog import Watchdog, announce
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.topology import Topology
 
@@ -20,8 +20,8 @@ def _watchdog(paths: RunPaths, rank: int, n: int, watchdog_s: int = 60) -> Watch
 
 
 def _beat(paths: RunPaths, rank: int, age_s: float = 0.0) -> None:
-    paths.heartbeats.mkdir(exist_ok=True)
-    paths.heartbeat(rank).touch()
+    """`rank`'s heartbeat in this start of the job (the watchdogs' start, ""), last touched `age_s` ago."""
+    announce(paths, rank, f"node{rank}", "")
     then = time.time() - age_s
     os.utime(paths.heartbeat(rank), (then, then))
 
@@ -47,7 +47,9 @@ def test_a_stuck_peer_is_named_by_its_watcher_and_ended_ones_are_passed(tmp_path
         _beat(paths, rank, age_s=100 if rank in (1, 2) else 0)
     ending.record(paths, 1, ending.DONE)  # quiet by design: rank 0 moves on to rank 2
     rank, what, stale = dog._peer_problem()
-    assert (rank, stale) == (2, True) and what.startswith("rank 2 made no progress for 100 s"), what
+    assert (rank, stale) == (2, True) and what.startswith(
+        f"rank 2 (pid {os.getpid()} on node2) made no progress for 100 s"
+    ), what
     assert dog.watched == 2
 
 
@@ -58,7 +60,10 @@ def test_the_first_cause_wins_and_every_rank_sees_it_in_one_file(tmp_path):
     ending.record(paths, 2, ending.FAILED, "rank 2 failed: RuntimeError: boom")
     ending.record(paths, 0, ending.VERDICT, "rank 1 made no progress", culprit=1)  # later: not the cause
     assert ending.cause(paths)["line"] == "rank 2 failed: RuntimeError: boom"
-    assert _watchdog(paths, 1, 3)._peer_problem() == (2, "rank 2 failed: RuntimeError: boom", False)
+    dog = _watchdog(paths, 1, 3)
+    assert dog._peer_problem() is None  # before the coordinator, a cause may be an earlier start's
+    dog.meet()
+    assert dog._peer_problem() == (2, "rank 2 failed: RuntimeError: boom", False)
     assert ending.cause(paths, since=time.time() + 1) is None  # an earlier run's cause
     assert sorted(p.name for p in paths.endings.iterdir()) == ["cause.json", "rank-0.json", "rank-2.json"]
     ending.clear(paths, 0)  # process 0, before the rendezvous of a resumed run
@@ -93,3 +98,31 @@ def test_the_local_launcher_does_not_name_a_rank_whose_watchdog_left_on_the_caus
     assert [culprit for _, culprit, _, _ in ranks._causes()] == [1]
     ranks._record_deaths()
     assert ending.of(paths, 0) is None
+
+
+def test_in_the_start_up_an_earlier_starts_heartbeat_and_ending_are_no_evidence(tmp_path):
+    """Before the coordinator: rank 1's heartbeat and `done` ending are an earlier start's; it has
+    --init-timeout-s to announce itself, then it "never started". Announced and then quiet, it has
+    --watchdog-s, and its earlier ending does not excuse it."""
+    paths = RunPaths(tmp_path)
+    announce(paths, 1, "node1", "earlier")
+    ending.record(paths, 1, ending.DONE)
+    topology = Topology(0, 2, "127.0.0.1:1", 1, None, "node0", "cpu")
+    dog = Watchdog(paths, topology, ResilienceConfig(watchdog_s=10), start="now", startup_s=30)
+    assert dog._peer_problem() is None
+    dog.started -= 31
+    rank, what, stale = dog._peer_problem()
+    assert (rank, stale, what) == (
+        1,
+        True,
+        "rank 1 never started: no heartbeat from it in 31 s (--init-timeout-s 30); see its log",
+    )
+    announce(paths, 1, "node1", "now")
+    assert dog._peer_problem() is None
+    then = time.time() - 12
+    os.utime(paths.heartbeat(1), (then, then))
+    rank, what, stale = dog._peer_problem()
+    assert what == (
+        f"rank 1 (pid {os.getpid()} on node1) made no progress for 12 s (stopped, hung or dead; --watchdog-s 10), "
+        "before every rank reached the coordinator"
+    )

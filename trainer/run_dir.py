@@ -39,6 +39,7 @@ class RunPaths:
                       cause.json: the job's first failure or verdict (what watchdogs and launchers poll)
                       rank-N.fault: the stacks of a rank a fatal signal ended (SIGSEGV, SIGABRT)
     step.json         the SLURM job step whose tasks run here (`srun dali-launch task`), once the directory is made
+    coordinator.json  where process 0's coordinator listens in this start of the job (rendezvous.py)
     locks/            launcher.lock, task.lock: held (flock) while a launcher or a task's process 0 runs here
     tensorboard/      TensorBoard event files (process 0); rank-N/plugins/profile/: --profile-steps traces
     wandb.json        the W&B run id, so a requeued or resumed run continues the same W&B run
@@ -70,6 +71,7 @@ class RunPaths:
     tensorboard = property(lambda self: self.root / "tensorboard")
     wandb_run = property(lambda self: self.root / "wandb.json")
     step = property(lambda self: self.root / "step.json")
+    coordinator = property(lambda self: self.root / "coordinator.json")
     elastic = property(lambda self: self.root / "elastic.jsonl")
     compile_cache = property(lambda self: self.root / "compile-cache")
     bad_samples = property(lambda self: self.root / "bad_samples.jsonl")

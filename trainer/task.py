@@ -7,10 +7,12 @@ Local mode starts it as `python -m dali_launch.trainer RUN_DIR`; SLURM through s
 from __future__ import annotations
 
 import json
+import os
 import sys
+from functools import partial
 from pathlib import Path
 
-from dali_launch.trainer import compile_cache, flavours, heap
+from dali_launch.trainer import compile_cache, flavours, heap, rendezvous
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
@@ -41,10 +43,14 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     paths = RunPaths(run_dir)
     ending.clear(paths, topology.process_id)
     ending.record_faults(paths, topology.process_id, Path(log) if log else None)
+    start, startup_s = rendezvous.this_start(os.environ), spec.distributed.init_timeout_s
+    watchdog = Watchdog(paths, topology, spec.resilience, start, startup_s)
+    if topology.num_processes > 1:
+        watchdog.start()  # from now: a rank stuck in its start-up is named, not waited for (watchdog.py)
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
         lock = _lock(paths) if topology.process_id == 0 else None
         try:
-            result = _train(spec, topology, paths, startup)
+            result = _train(spec, topology, paths, startup, watchdog)
         except OSError as e:  # a write the file system refused: one line, how to go on
             if disk.refusal(e) is None:
                 raise
@@ -75,7 +81,7 @@ def _lock(paths: RunPaths):
     return lock
 
 
-def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup) -> dict:
+def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog) -> dict:
     if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
         raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
     placement = place(spec, topology.platform)  # the plan's first step: what the environment must say first
@@ -88,15 +94,16 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     cache = compile_cache.use(spec)  # before anything compiles
     heap.freeze_imports()
     startup.mark("imports")
-    initialize(topology, spec.distributed)
+    # Process 0 listens where it can and tells the others (rendezvous.py)
+    topology = initialize(
+        topology, spec.distributed, partial(rendezvous.settle, paths=paths), rendezvous.taken_after_probe
+    )
+    watchdog.meet()
     compile_cache.every_process_writes(cache)  # after initialize: which process this is
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
-    watchdog = Watchdog(paths, topology, spec.resilience)
-    if topology.num_processes > 1:
-        watchdog.start()
     startup.mark("jax initialized")
     here = facts.gather(spec, topology, devices)  # this task's facts, once: the plan's input with the spec
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here

@@ -279,28 +279,27 @@ def set_xla_flag(name: str, value) -> None:
     os.environ["XLA_FLAGS"] = " ".join([*flags, f"--{name}={value}"])
 
 
-def initialize(topology: Topology, config: DistributedConfig) -> None:
-    """jax.distributed.initialize with every value explicit and every wait bounded."""
+def initialize(topology: Topology, config: DistributedConfig, meet=None, refused=None) -> Topology:
+    """jax.distributed.initialize with every value explicit and every wait bounded; the topology as it met.
+    `meet(topology)`: where the coordinator listens (rendezvous.settle), within the same deadline;
+    `refused(error, topology)`: JAX's failure as one line of ours, or None (rendezvous.taken_after_probe)."""
     import jax
 
     if topology.coordinator_address is None:
-        return
-    message = (
-        f"process {topology.process_id}: not all {topology.num_processes} processes reached the "
-        f"coordinator at {topology.coordinator_address} within {config.init_timeout_s} s (--init-timeout-s); "
-        f"a rank did not start, or cannot reach that address"
-    )
+        return topology
+    met = [topology]
     # JAX's preemption service would take SIGTERM for itself; our handlers decide (preemption.py).
     # Should a JAX version lack the option, preemption.listen still replaces its handler afterwards.
     with contextlib.suppress(AttributeError):
         jax.config.update("jax_enable_preemption_service", False)
     # On this deadline JAX aborts the whole process from C++ with a page of stack; ours fires first
     # and leaves one line. JAX keeps its own, later, deadline as the backstop.
-    watchdog = threading.Timer(config.init_timeout_s, _die, args=(message,))
+    watchdog = threading.Timer(config.init_timeout_s, lambda: _die(_late(met[0], config)))
     watchdog.daemon = True
     watchdog.start()
     ids = topology.local_device_ids
     try:
+        met[0] = topology = meet(topology) if meet else topology
         if topology.process_id != 0:
             _wait_for_coordinator(topology.coordinator_address)
         jax.distributed.initialize(
@@ -312,8 +311,22 @@ def initialize(topology: Topology, config: DistributedConfig) -> None:
             cluster_detection_method="deactivate",  # every value is given: JAX's SLURM guess never runs
             heartbeat_timeout_seconds=config.heartbeat_timeout_s,
         )
+    except Exception as e:
+        said = refused(e, topology) if refused else None
+        if said is None:
+            raise
+        raise said from None
     finally:
         watchdog.cancel()
+    return topology
+
+
+def _late(topology: Topology, config: DistributedConfig) -> str:
+    return (
+        f"process {topology.process_id}: not all {topology.num_processes} processes reached the "
+        f"coordinator at {topology.coordinator_address} within {config.init_timeout_s} s (--init-timeout-s); "
+        f"a rank did not start, or cannot reach that address"
+    )
 
 
 def _wait_for_coordinator(address: str, poll_s: float = 0.02) -> None:

@@ -18,9 +18,16 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher.backends.job import started_tasks
-from dali_launch.launcher.backends.slurm_queue import QUEUED_FOLLOW_S, WAITING, cancel, queue_state, wait_until_gone
-from dali_launch.launcher.console import is_chatter
-from dali_launch.trainer.observe.library_output import is_tagged, untagged
+from dali_launch.launcher.backends.slurm_queue import (
+    QUEUED_FOLLOW_S,
+    WAITING,
+    cancel,
+    queue_entry,
+    wait_until_gone,
+    waiting_line,
+)
+from dali_launch.launcher.console import RankLines
+from dali_launch.trainer.observe.library_output import untagged
 from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -36,6 +43,7 @@ class LogTail:
 
     def __init__(self, path: Path):
         self.path, self.offset, self.partial = path, 0, b""
+        self.console = RankLines()  # what of its lines the console shows (a rank's stream: gloo cuts its lines)
 
     def lines(self) -> list[str]:
         try:
@@ -65,10 +73,12 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
     `timeout_s` bounds each start of the job (it runs again after a requeue); the queue's wait has its own bound."""
     tails = [(r, LogTail(job.task(r).paths.stdout), LogTail(job.task(r).paths.stderr)) for r in range(job.num_tasks)]
     deadline, queued_until, polls = time.monotonic() + timeout_s, time.monotonic() + QUEUED_FOLLOW_S, 0
+    waiting = None  # the state and reason last said of the job's wait in the queue
     while True:
         _print_new(_due(tails, polls), echo, paths)
         polls += 1
-        state = queue_state(job.job_id)
+        state, reason = queue_entry(job.job_id)
+        waiting = _say_waiting(job.job_id, state, reason, waiting, echo)
         gone = state is None
         # Queued, or requeued (a time limit's warning, a preemption): its clock starts when it runs.
         if state in WAITING:
@@ -99,6 +109,17 @@ def follow(job, paths: RunPaths, timeout_s: float, echo=print) -> int:
         time.sleep(POLL_S)
     _print_new(tails, echo, paths)
     return _ending(job, paths)
+
+
+def _say_waiting(job_id: str, state: str | None, reason: str, said: tuple | None, echo) -> tuple | None:
+    """Why a queued job waits, in squeue's words: once, and again when it changes (a requeue waits anew);
+    squeue's "None" (not looked at yet) is no reason. What was said, for the next poll."""
+    if state not in WAITING:
+        return None
+    if reason in ("", "None") or (state, reason) == said:
+        return said
+    echo(waiting_line(job_id, state, reason))
+    return state, reason
 
 
 def _out_of_time(job, paths: RunPaths, waiting: bool, ran_too_long: bool, queued_too_long: bool) -> int | None:
@@ -147,8 +168,9 @@ def _print_new(tails, echo, paths: RunPaths) -> None:
     for rank, *files in tails:
         for tail in files:
             for line in tail.lines():
-                if explained in (None, rank) and not (is_tagged(line) or is_chatter(line) or line.startswith("srun: ")):
-                    echo(f"[rank {rank}] {line}")
+                for part in tail.console.console(line):
+                    if explained in (None, rank) and not part.startswith("srun: "):
+                        echo(f"[rank {rank}] {part}")
 
 
 def _stderr(job, rank: int) -> str:

@@ -25,7 +25,7 @@ import time
 
 from dali_launch.launcher.backends.base import Backend, Outcome, refuse_node_range
 from dali_launch.launcher.backends.job import RunState, cancel_requested
-from dali_launch.launcher.console import echo, is_chatter
+from dali_launch.launcher.console import RankLines, echo
 from dali_launch.launcher.route.machine_checks import check_gpus
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import TaskSpec
@@ -139,21 +139,20 @@ class LocalRanks:
 
     def _pump(self, rank: int, proc: subprocess.Popen) -> None:
         """Copies the rank's output to its log, completely, and to the console while it listens."""
-        log_path = self.paths.log(rank)
+        log_path, console = self.paths.log(rank), RankLines()
         resumed = log_path.exists() and log_path.stat().st_size > 0
         with log_path.open("ab") as log:
             if resumed:
                 log.write(f"--- resumed {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             for line in proc.stdout:
-                library = line.startswith(LIBRARY)  # a library's thread's: the log alone (library_output.py)
-                line = line.replace(LIBRARY, b"")
                 try:
-                    log.write(line)
+                    log.write(line.replace(LIBRARY, b""))  # every line, a library's tagged one too (library_output.py)
                     log.flush()
                 except OSError:  # a full disk: the rank's own error says so; its output must still drain
                     pass
-                if not library and not is_chatter(line) and not self._reacting(rank):
-                    self._say(f"[rank {rank}] {line.decode(errors='replace').rstrip()}")
+                for part in console.console(line.decode(errors="replace").rstrip("\r\n")):
+                    if not self._reacting(rank):
+                        self._say(f"[rank {rank}] {part.rstrip()}")
 
     def _reacting(self, rank: int) -> bool:
         """Another rank ended the job in a line of ours (a refused checkpoint write, say): what this one

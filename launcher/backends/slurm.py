@@ -9,6 +9,7 @@ once sbatch took it, and a refused submission leaves no new run directory behind
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import sys
 import time
@@ -20,7 +21,7 @@ from dali_launch.launcher.backends.base import Backend, Outcome, Watch
 from dali_launch.launcher.backends.job import RunState, read_record, write_record
 from dali_launch.launcher.backends.slurm_checks import check_cluster, sbatch_pair, validate_slurm
 from dali_launch.launcher.backends.slurm_job import SlurmJob
-from dali_launch.launcher.backends.slurm_options import executor_parameters, srun_args
+from dali_launch.launcher.backends.slurm_options import HOLD_USR2_SETUP, executor_parameters, held, srun_args
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.errors import UsageError
@@ -71,13 +72,7 @@ class Slurm(Backend):
         try:
             code = follow.follow(job, paths, timeout_s=follow_timeout_s(run), echo=echo)
         except KeyboardInterrupt:  # the job is SLURM's: it goes on, and the user should know it and how to reach it
-            return Outcome(
-                RunState.RUNNING,
-                f"interrupted: job {job.job_id} goes on running; follow it again with `dali-launch logs "
-                f"{paths.root} --follow`, or stop it with `dali-launch cancel {paths.root}`",
-                130,
-                report=False,
-            )
+            return interrupted(job.job_id, paths)
         for side in self.beside:
             side.wait(max(0.0, deadline - time.monotonic()))
         if code == 0:
@@ -151,16 +146,35 @@ class Slurm(Backend):
         return SlurmJob(paths, record)
 
 
+def interrupted(job_id: str, paths: RunPaths) -> Outcome:
+    """Ctrl-C while following: the job goes on, queued or running as squeue says, and how to reach it."""
+    state, reason = slurm_queue.queue_entry(job_id)
+    if state in slurm_queue.WAITING:
+        now, how = (
+            RunState.PENDING,
+            f"is still queued ({state.lower()}: {reason or 'no reason given'}); it stays queued",
+        )
+    else:
+        now, how = RunState.RUNNING, "goes on running"
+    return Outcome(
+        now,
+        f"interrupted: job {job_id} {how}; follow it again with `dali-launch logs {paths.root} --follow`, or stop "
+        f"it with `dali-launch cancel {paths.root}`",
+        130,
+        report=False,
+    )
+
+
 def parameters(run: RunConfig) -> dict:
     """submitit's SlurmExecutor parameters for this run: the sbatch table (slurm_options.py), the step's
-    srun arguments, the --setup lines; requeue, so a preempted or timed-out job checkpoints and puts
-    itself back (trainer/resilience/preemption.py)."""
+    srun arguments, the --setup lines, then whether the tasks can start with SIGUSR2 held (slurm_options.py);
+    requeue, so a preempted or timed-out job checkpoints and puts itself back (trainer/resilience/preemption.py)."""
     extra = {"requeue": True, **dict(sbatch_pair(a) for a in run.slurm.sbatch_arg)}
     return {
         **executor_parameters(run, extra),
         "srun_args": srun_args(run),
         "stderr_to_stdout": False,
-        **({"setup": list(run.slurm.setup)} if run.slurm.setup else {}),
+        "setup": [*run.slurm.setup, HOLD_USR2_SETUP],  # after the user's: their modules may bring another env
     }
 
 
@@ -178,7 +192,8 @@ def make_executor(run: RunConfig, folder: Path, preview: bool = False):
         def affinity(cls) -> int:  # submitit's check that `srun` exists
             return 1
 
-    executor = (Preview if preview else Executor)(folder=folder / "%j", max_num_timeout=0)
+    python = held(shlex.quote(sys.executable))  # submitit's command is `PYTHON -u -m submitit.core._submit ...`
+    executor = (Preview if preview else Executor)(folder=folder / "%j", max_num_timeout=0, python=python)
     executor.update_parameters(**parameters(run))
     return executor
 

@@ -65,6 +65,21 @@ SET_BY_US = {
 }
 
 
+# A SIGUSR2 that reaches a task before its Python has a handler (`scancel --signal=USR2` as the job starts,
+# the warning of a --time-min inside its lead) would end the task by its default action, the job unrequeued.
+# So the step's command starts under coreutils' `env --block-signal=USR2` (8.31 and later): the signal waits,
+# pending across exec, until the trainer's first line installs its handler and unblocks it
+# (trainer/resilience/preemption.py, catch_early). The batch script asks this node's env whether it can;
+# where it cannot, the variable is empty and the task starts as before.
+HOLD_USR2 = "DALI_LAUNCH_HOLD_USR2"
+HOLD_USR2_SETUP = f'{HOLD_USR2}=$(env --block-signal=USR2 true 2>/dev/null && echo "env --block-signal=USR2")'
+
+
+def held(command: str) -> str:
+    """A step's command started with SIGUSR2 blocked where this node's env can (HOLD_USR2_SETUP set the variable)."""
+    return f"${{{HOLD_USR2}}} {command}"
+
+
 def sbatch_values(run: RunConfig) -> dict[str, object]:
     """sbatch option -> value for this run, in the table's order; unset ones left out."""
     values = {o.key: o.value(run) for o in OPTIONS}

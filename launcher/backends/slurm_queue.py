@@ -24,18 +24,45 @@ QUEUED_FOLLOW_S = 86400
 def queue_state(job_id: str) -> str | None:
     """The job's state in squeue (PENDING, RUNNING, ...), or None once it has left the queue (or
     without squeue); UNKNOWN when squeue does not answer in time."""
+    return queue_entry(job_id)[0]
+
+
+def queue_entry(job_id: str) -> tuple[str | None, str]:
+    """The job's state and squeue's reason for it (%r: why a pending job waits, "None" when it does not),
+    in one call; (None, "") once it has left the queue, ("UNKNOWN", "") when squeue does not answer in time."""
     if shutil.which("squeue") is None:
-        return None
+        return None, ""
     try:
         out = subprocess.run(
-            ["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
+            ["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
         )
     except subprocess.TimeoutExpired:
-        return "UNKNOWN"
-    if out.returncode != 0:  # squeue errors on ids it no longer knows
-        return None
-    states = out.stdout.split()
-    return states[0] if states else None
+        return "UNKNOWN", ""
+    lines = out.stdout.splitlines() if out.returncode == 0 else []  # squeue errors on ids it no longer knows
+    if not lines or not lines[0].strip():
+        return None, ""
+    state, _, reason = lines[0].strip().partition(" ")
+    return state, reason.strip()
+
+
+def waiting_line(job_id: str, state: str, reason: str) -> str:
+    """What a queued job waits for, in squeue's words and ours."""
+    gloss = REASONS.get(reason.split(",")[0])
+    return f"job {job_id} is {state.lower()} in the queue: {reason}" + (f" ({gloss})" if gloss else "")
+
+
+# squeue's commonest reasons for a pending job, said plainly
+REASONS = {
+    "Resources": "the nodes it asks for are busy",
+    "Priority": "jobs of higher priority go first",
+    "BeginTime": "its start time has not come: SLURM holds a requeued job back a while",
+    "Dependency": "it waits for another job",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+    "PartitionTimeLimit": "its --time-min is over the partition's limit",
+    "JobHeldUser": "held: `scontrol release JOB` lets it run",
+    "JobHeldAdmin": "held by an administrator",
+}
 
 
 def wait_until_gone(job_id: str, timeout_s: float = RELEASE_TIMEOUT_S, poll_s: float = 0.5) -> bool:

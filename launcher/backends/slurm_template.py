@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from dali_launch.launcher.backends.slurm_checks import sbatch_pair
-from dali_launch.launcher.backends.slurm_options import sbatch_values, srun_args
+from dali_launch.launcher.backends.slurm_options import HOLD_USR2_SETUP, held, sbatch_values, srun_args
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.run_config import RunConfig, SlurmConfig, marked
 from dali_launch.trainer.errors import UsageError
@@ -59,8 +59,14 @@ def template(run: RunConfig, values: Values) -> str:
         "",
     ]
     lines += [*s.setup, *([""] if s.setup else [])]
+    lines += [
+        "# The tasks start with SIGUSR2 blocked where env can (coreutils 8.31+): one that comes before their",
+        "# handler exists waits for it, instead of killing the task.",
+        HOLD_USR2_SETUP,
+    ]
     srun = ["srun", *srun_args(run)]
-    lines.append(" ".join([*map(shlex.quote, srun), _dali_launch(), "task", *map(shlex.quote, task_flags(values))]))
+    task = [held(_dali_launch()), "task", *map(shlex.quote, task_flags(values))]
+    lines.append(" ".join([*map(shlex.quote, srun), *task]))
     return "\n".join(lines) + "\n"
 
 

@@ -18,4 +18,7 @@
 
 module load cuda
 
-srun --kill-on-bad-exit=1 dali-launch task --data-dir /data/mnist --epochs 3 --gpus-per-node 8 --no-record-samples
+# The tasks start with SIGUSR2 blocked where env can (coreutils 8.31+): one that comes before their
+# handler exists waits for it, instead of killing the task.
+DALI_LAUNCH_HOLD_USR2=$(env --block-signal=USR2 true 2>/dev/null && echo "env --block-signal=USR2")
+srun --kill-on-bad-exit=1 ${DALI_LAUNCH_HOLD_USR2} dali-launch task --data-dir /data/mnist --epochs 3 --gpus-per-node 8 --no-record-samples

@@ -73,14 +73,30 @@ def tagged(text: str) -> str:
 
 
 class Tagging:
-    """A stream whose writes from other threads than ours are `tagged`."""
+    """A stream whose writes from other threads than ours are `tagged`, and that writes each thread's text in
+    whole lines, one write each: print writes its text and its newline apart, and another thread's write
+    between them (a library's tagged line, a piece of gloo's) made one line of two, which the launcher
+    could neither show nor hide rightly (launcher/console.py). A thread's unfinished line waits for its
+    newline, or for that thread's flush."""
 
     def __init__(self, stream):
-        self.stream = stream
+        self.stream, self._unfinished = stream, threading.local()
 
     def write(self, text: str) -> int:
-        self.stream.write(text if ours() else tagged(text))
+        unfinished = getattr(self._unfinished, "text", "")
+        if not ours():
+            text = tagged(text)
+            text = text[len(MARK) :] if unfinished and text.startswith(MARK) else text  # the line is marked already
+        whole, newline, self._unfinished.text = (unfinished + text).rpartition("\n")
+        if newline:
+            self.stream.write(whole + newline)
         return len(text)
+
+    def flush(self) -> None:
+        if unfinished := getattr(self._unfinished, "text", ""):
+            self._unfinished.text = ""
+            self.stream.write(unfinished)
+        self.stream.flush()
 
     def __getattr__(self, name):  # flush, fileno, isatty, encoding...: the stream's
         return getattr(self.stream, name)

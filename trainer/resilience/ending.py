@@ -89,8 +89,9 @@ def of(paths: RunPaths, rank: int) -> dict | None:
 
 def clear(paths: RunPaths, rank: int) -> None:
     """A resumed or requeued run starts without its earlier ending and heartbeat (and process 0 removes
-    the earlier cause). Called before jax.distributed.initialize, a rendezvous: no peer's watchdog runs,
-    and no rank records a cause it could remove, before every rank did this."""
+    the earlier cause). Called before jax.distributed.initialize, a rendezvous: no peer's watchdog reads the
+    cause before it met the others there, after every rank did this (watchdog.py: until then a watchdog
+    reads only its peer's heartbeat, which says the start of the job it belongs to)."""
     paths.ending(rank).unlink(missing_ok=True)
     paths.heartbeat(rank).unlink(missing_ok=True)
     if rank == 0:

@@ -19,7 +19,8 @@ task's first line (`catch_early`): SLURM's warning may come during start-up (a t
 warning's lead, --time-min 1 under USR2@90, warns at slurmctld's first check), and submitit's handler
 then raised inside whatever ran ("Unable to initialize backend 'cpu': Job not requeued because:
 timed-out too many times", from JAX's backend start: a CI run); caught early, it waits for the first
-check point like any other.
+check point like any other. One that comes even earlier, before the interpreter runs this line, waits
+too: a SLURM step's tasks start with USR2 blocked, and `catch_early` unblocks it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def catch_early() -> None:
     _asked.update(what=0, signum=0)  # a process may run several tasks (benchmarks)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR2, _on_signal)
+        # A SLURM step starts its tasks with USR2 blocked (launcher/backends/slurm_options.py, HOLD_USR2): one
+        # that came before this line waits, pending, and reaches the handler now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
 
 
 def listen(topology: Topology, paths: RunPaths) -> None:
