@@ -135,6 +135,7 @@ def test_fsdp_trains_the_data_parallel_steps_on_a_quarter_of_the_memory_and_resu
     proc = dali_launch(*common, "--epochs", "1", "--mesh", "fsdp:4", "--run-root", str(sharded))
     check_ok(proc)
     assert "(sharded, mesh data:2,fsdp:4)" in proc.stdout, proc.stdout
+    assert "after 1 epoch; 2 replicas identical;" in proc.stdout, proc.stdout  # 8 devices, 2 data replicas
     dp, fsdp = only_run(replicated), only_run(sharded)
     loss = lambda paths: [json.loads(line)["train_loss"] for line in paths.metrics.read_text().splitlines()]
     assert loss(fsdp) == pytest.approx(loss(dp), rel=1e-5)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from plans import planned
 
-from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
+from dali_launch.trainer.config import DataConfig, StepConfig, TaskSpec, replaced
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import step as plan_step
 from dali_launch.trainer.plan.eval import eval_batch_size
 from dali_launch.trainer.plan.facts import Facts
@@ -154,3 +155,19 @@ def test_sample_order_takes_the_readers_in_turn():
     assert sample_order(reader_major, 2).tolist() == list(range(8))
     assert sample_order(reader_major[:, None].repeat(3, 1), 2)[:, 0].tolist() == list(range(8))
     assert sample_order(reader_major, 1).tolist() == reader_major.tolist()
+
+
+def test_a_state_no_mesh_of_the_job_holds_is_refused_naming_the_mesh_that_would():
+    """--mesh auto on 2 devices of a 10 MiB pool, a 38 MiB state with its gradients: no fsdp count of the job
+    holds it, and the line names the one that would, over the devices it needs."""
+    mib = 1 << 20
+    size = StateSize((("params/w", (1024, 1024, 3), 4), ("opt_state/mu", (1024, 1024, 3), 4)))  # 12 + 12 MiB
+    small = Facts("cpu", local_device_count=2, pool_bytes=10 * mib)
+    with pytest.raises(UsageError) as refused:
+        plan_step.partitioned(planned(TaskSpec(run_dir="x")).step, StepConfig(), small, size, "auto")
+    said = str(refused.value)
+    assert said.startswith("the train state and its gradients need 36.0 MiB per device under --mesh data:2"), said
+    assert (
+        "no fsdp count over the job's 2 devices fits it; --mesh fsdp:4 over 4 devices would need about 9.0 MiB each"
+        in said
+    )

@@ -82,7 +82,8 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     # A sharded state (--mesh fsdp) is gathered first: each device's copy is then that of a data-parallel group.
     checked = run.runner.whole({"params": state.params, "collections": state.collections, "ema": state.ema})
-    return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last}
+    copies = run.plan.step.partition.mesh.data  # data-parallel replicas (an fsdp or tensor group holds one)
+    return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last, "replicas": copies}
 
 
 def left_out(run) -> tuple:

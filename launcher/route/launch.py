@@ -136,9 +136,11 @@ def report(started: Started, sweep: Sweep | None = None) -> int:
 
 def summarize(result: dict, paths: RunPaths) -> None:
     final = result["final"]
-    same = len(set(result["checksums"])) == 1
-    replicas = len(result["checksums"])
-    agree = "" if replicas == 1 else f"{replicas} replicas {'identical' if same else 'DIFFER'}; "
+    same, devices = len(set(result["checksums"])) == 1, len(result["checksums"])
+    replicas = result.get("replicas", devices)  # data-parallel copies: a sharded state's groups hold one each
+    agree = f"{replicas} replicas identical; " if same and replicas > 1 else ""
+    if not same:
+        agree = f"the state DIFFERS between its {devices} devices' copies; "
     metric, value = headline(final)
     echo(
         f"done: test {metric} {value:.4f} after {counted(final['epoch'] + 1, 'epoch')}; {agree}metrics in {paths.metrics}"

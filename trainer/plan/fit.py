@@ -11,6 +11,7 @@ not checked unless DALI_LAUNCH_DEVICE_MEMORY_MB gives a pool (the test suite's s
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -126,9 +127,13 @@ def check(mesh: Mesh, devices: int, size: StateSize, offload: bool, pool: int | 
     counts = _fsdp_counts(mesh.fsdp, devices, whole, pool)
     if counts:
         fix = f"--mesh fsdp:{counts[0]} would need about {size_words(whole / counts[0])}"
-    else:
+    else:  # the mesh that would: fsdp over the fewest devices that hold it, more than the job has
         job = "the job's one device" if devices == 1 else f"the job's {devices} devices"
-        fix = f"no fsdp count over {job} fits it: use more devices, a smaller model or bf16"
+        least = math.ceil(whole / pool)
+        fix = (
+            f"no fsdp count over {job} fits it; --mesh fsdp:{least} over {least} devices would need about "
+            f"{size_words(whole / least)} each (more --nodes or --gpus-per-node), or use a smaller model or bf16"
+        )
     raise UsageError(
         f"the train state and its gradients need {size_words(need)} per device under --mesh {mesh} (activations not "
         f"counted) but a device has {size_words(pool)}; {fix}"
