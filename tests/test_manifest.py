@@ -138,3 +138,15 @@ def test_git_revision_only_of_a_checkout_that_tracks_the_package(tmp_path):
     }
     (package / "__init__.py").write_text("x = 1\n")
     assert git_revision(package)["dirty"] is True
+
+
+def test_every_folder_of_modules_is_a_package_the_wheel_ships():
+    """A non-editable install (a wheel on cluster nodes) ships the packages pyproject.toml lists, only them."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {f.parent.relative_to(REPO) for top in ("launcher", "trainer") for f in (REPO / top).rglob("*.py")}
+    assert {"dali_launch." + ".".join(folder.parts) for folder in folders} == listed
+    assert all((REPO / folder / "__init__.py").exists() for folder in folders)

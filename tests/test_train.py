@@ -229,5 +229,5 @@ def _reference_prints(path) -> np.ndarray:
     n, prints = pipe.epoch_size("caffe2"), []
     for _ in range(-(-n // 1000)):
         images, labels = pipe.run()
-        prints.append(fingerprints(np.array(images.as_tensor()), np.array(labels.as_tensor())))
+        prints.append(fingerprints([np.array(images.as_tensor()), np.array(labels.as_tensor())]))
     return np.concatenate(prints)[:n]
