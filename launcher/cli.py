@@ -16,13 +16,15 @@ import sys
 
 import typer
 
-from dali_launch.launcher.commands import ci, config_show, data, jobs, plot, run, runs, slurm, sweep
+from dali_launch.launcher.commands import ci, config_show, data, flags_reference, jobs, plot, run, runs, slurm, sweep
+from dali_launch.launcher.help_panels import GroupedCommand, GroupedGroup
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import ending
 from dali_launch.trainer.run_dir import take_notes
 
-HELP = {"help_option_names": ["-h", "--help"]}
+HELP = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 app = typer.Typer(
+    cls=GroupedGroup,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -31,8 +33,8 @@ app = typer.Typer(
     "`dali-launch` alone prints this; a job needs at least one flag (e.g. `dali-launch --nodes 2`).",
 )
 app.callback(invoke_without_command=True)(run.submit)
-app.command("train")(run.train)
-app.command("task")(run.task)
+app.command("train", cls=GroupedCommand)(run.train)
+app.command("task", cls=GroupedCommand)(run.task)
 app.command("ci")(ci.ci)
 app.command("status")(jobs.status)
 app.command("logs")(jobs.logs)
@@ -42,7 +44,7 @@ app.command("plot")(plot.plot)
 
 GROUPS = (
     ("data", "Prepare data sets.", {"prepare": data.prepare, "synth": data.synth, "check": data.check}),
-    ("config", "Configuration files (--config FILE.toml).", {"show": config_show.show}),
+    ("config", "Configuration files (--config FILE.toml).", {"show": config_show.show, "flags": flags_reference.flags}),
     ("sweep", "Sweeps (--sweep KEY=V1,V2,...).", {"status": sweep.status}),
     ("slurm", "SLURM scripts of your own (see `dali-launch task`).", {"template": slurm.template}),
 )

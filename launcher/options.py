@@ -32,7 +32,11 @@ def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Para
     names = [flag, *meta.get("aliases", ())]
     if kind is bool:
         names = [f"{flag}/--no-{flag[2:]}"]
-    option = typer.Option(*names, help=meta.get("help"), rich_help_panel=panel, show_default=True)
+    # A switch says its default in its own name (--no-x): "[default: no-x]" would only repeat it
+    metavar = meta.get("metavar") or ("TEXT" if typing.get_origin(kind) is list else None)  # not "<list[str]>"
+    option = typer.Option(
+        *names, help=meta.get("help"), rich_help_panel=panel, show_default=kind is not bool, metavar=metavar
+    )
     base = typing.get_args(kind)[0] if type(None) in typing.get_args(kind) else kind
     default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
     if "choices" in meta:  # Typer lists an Enum's values as the allowed choices
@@ -88,8 +92,8 @@ _CONFIG = inspect.Parameter(
             "--config",
             metavar="FILE.toml",
             help=(
-                "Settings from a TOML file: tables [launch] [slurm] [data] [train] [distributed] ..., keys named like "
-                "the flags (batch_size = 64). Flags given here override it; `dali-launch config show` prints the result."
+                "Settings from a TOML file: a table per group ([data], [step]...), keys named like the flags "
+                "(batch_size = 64); flags given here win. `dali-launch config show` prints one."
             ),
         ),
     ],

@@ -30,38 +30,69 @@ from dali_launch.trainer.errors import UsageError
 class LaunchConfig:
     nodes: str = opt(
         "1",
-        "Nodes (hosts) for the job: a count, or MIN-MAX for SLURM to choose from at each start, a requeue "
-        "included (the batch rule of --elastic-batch applies to the count given).",
+        "Hosts for the job: a count, or MIN-MAX for SLURM to pick from at each start.",
+        details=(
+            "Nodes (hosts) for the job: a count, or MIN-MAX for SLURM to choose from at each start, a requeue "
+            "included (the batch rule of --elastic-batch applies to the count given)."
+        ),
         int_ok=True,  # a --config file or an older run's config.toml may write a count as a TOML integer
         on_resume="elastic",
     )
     gpus_per_node: int | None = opt(
         None,
-        "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
-        "Default: `train` takes every GPU it sees (1 CPU device if none), counted at its start and recorded; a job "
-        "(--local, SLURM) takes 1 per node.",
+        "Devices per node (CPU stand-ins without GPUs). Default: train: all; a job: 1.",
+        details=(
+            "Devices per node: GPUs; on a machine without GPUs, the CPU devices that stand in for them. "
+            "Default: `train` takes every GPU it sees (1 CPU device if none), counted at its start and recorded; a job "
+            "(--local, SLURM) takes 1 per node."
+        ),
         on_resume="elastic",
     )
     tasks_per_node: int | None = opt(
         None,
-        "Processes per node: 1 (one task sees all the node's GPUs) or --gpus-per-node (one task per GPU). Default 1.",
+        "Processes per node: 1, or one per GPU (--gpus-per-node). Default 1.",
+        details="Processes per node: 1 (one task sees all the node's GPUs) or --gpus-per-node (one task per GPU). Default 1.",
         aliases=("--processes",),
         on_resume="elastic",
     )
-    local: bool = opt(False, "Run the job's processes on this machine instead of submitting to SLURM.")
-    run_root: str = opt("runs", "Folder under which each run gets its own directory.", path=True)
-    name: str = opt("dali-launch", "Job name; also names the run directory.")
-    local_timeout_s: int = opt(3600, "Local mode: stop every process after this many seconds.", on_resume="may change")
+    local: bool = opt(
+        False,
+        "Run the job's processes on this machine instead of SLURM.",
+        details="Run the job's processes on this machine instead of submitting to SLURM.",
+    )
+    run_root: str = opt(
+        "runs",
+        "Folder that holds one directory per run.",
+        details="Folder under which each run gets its own directory.",
+        path=True,
+    )
+    name: str = opt(
+        "dali-launch",
+        "Job name, and the run directory's (status/--resume NAME find it).",
+        details="Job name; also names the run directory.",
+    )
+    local_timeout_s: int = opt(
+        3600,
+        "--local: stop every process after this many seconds.",
+        details="Local mode: stop every process after this many seconds.",
+        on_resume="may change",
+    )
     dry_run: bool = opt(
-        False, "Print what would run (batch script, rank map) and start nothing.", on_resume="may change"
+        False,
+        "Print what would run (batch script, rank map); start nothing.",
+        details="Print what would run (batch script, rank map) and start nothing.",
+        on_resume="may change",
     )
     resume: str | None = opt(
         None,
-        "Continue the run in this run directory (or of this name under --run-root, or SLURM job id) from its "
-        "newest checkpoint, in the mode it "
-        "started in (train, --local, SLURM) and with its own configuration. Flags that change "
-        "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
-        "given; others that differ from the run's are refused.",
+        "Continue a run (directory, name or SLURM job id) from its newest checkpoint.",
+        details=(
+            "Continue the run in this run directory (or of this name under --run-root, or SLURM job id) from its "
+            "newest checkpoint, in the mode it "
+            "started in (train, --local, SLURM) and with its own configuration. Flags that change "
+            "only how long or how it runs (--epochs, timeouts, checkpoints, SLURM knobs) may be "
+            "given; others that differ from the run's are refused."
+        ),
         on_resume="may change",
     )
 
@@ -71,40 +102,73 @@ class SlurmConfig:
     """sbatch's knobs, passed to submitit; each one is data, never shell text (setup lines excepted)."""
 
     partition: str | None = opt(
-        None, "SLURM partition (default: the cluster's default partition).", on_resume="may change"
+        None,
+        "SLURM partition (default: the cluster's).",
+        details="SLURM partition (default: the cluster's default partition).",
+        on_resume="may change",
     )
     time_min: int = opt(60, "Job time limit in minutes.", on_resume="may change")
     account: str | None = opt(None, "SLURM account to charge.", on_resume="may change")
     qos: str | None = opt(None, "SLURM quality of service.", on_resume="may change")
-    constraint: str | None = opt(None, "Node features the job needs (sbatch --constraint).", on_resume="may change")
-    mem_gb: int | None = opt(None, "Memory per node in GB (default: the partition's).", on_resume="may change")
-    cpus_per_task: int | None = opt(
-        None, "CPUs per task (DALI's reader and decoder threads run on them).", on_resume="may change"
+    constraint: str | None = opt(
+        None,
+        "Node features the job needs (sbatch --constraint).",
+        on_resume="may change",
     )
-    exclusive: bool = opt(False, "Take whole nodes (sbatch --exclusive).", on_resume="may change")
+    mem_gb: int | None = opt(
+        None,
+        "Memory per node in GB (default: the partition's).",
+        on_resume="may change",
+    )
+    cpus_per_task: int | None = opt(
+        None,
+        "CPUs per task (DALI's threads run on them).",
+        details="CPUs per task (DALI's reader and decoder threads run on them).",
+        on_resume="may change",
+    )
+    exclusive: bool = opt(
+        False,
+        "Take whole nodes (sbatch --exclusive).",
+        on_resume="may change",
+    )
     sbatch_arg: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "Extra #SBATCH line as KEY=VALUE (repeatable), e.g. --sbatch-arg mail-type=END.",
+            "help": "Extra #SBATCH line KEY=VALUE (repeatable), e.g. mail-type=END.",
+            "details": "Extra #SBATCH line as KEY=VALUE (repeatable), e.g. --sbatch-arg mail-type=END.",
             "on_resume": "may change",
         },
     )
     srun_arg: list[str] = field(
         default_factory=list,
-        metadata={"help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none.", "on_resume": "may change"},
+        metadata={
+            "help": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none.",
+            "details": "Extra srun argument (repeatable), e.g. --srun-arg=--mpi=none.",
+            "on_resume": "may change",
+        },
     )
     setup: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs. "
-            "It is shell, run as written: quote what must stay data. One line per flag, no newline.",
+            "help": "Shell line run before the tasks start (repeatable): module loads, venvs.",
+            "details": (
+                "Shell line run in the batch script before the tasks start (repeatable): module loads, venvs. "
+                "It is shell, run as written: quote what must stay data. One line per flag, no newline."
+            ),
             "on_resume": "may change",
         },
     )
     container_image: str | None = opt(
-        None, "Container image for pyxis/enroot sites (srun --container-image).", on_resume="may change"
+        None,
+        "Container image for pyxis/enroot (srun --container-image).",
+        details="Container image for pyxis/enroot sites (srun --container-image).",
+        on_resume="may change",
     )
-    detach: bool = opt(False, "Return once submitted instead of following the job.", on_resume="may change")
+    detach: bool = opt(
+        False,
+        "Return once submitted instead of following the job.",
+        on_resume="may change",
+    )
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@ values were given at all (a value equal to its default may still have been asked
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from conftest import REPO
 
 from dali_launch.launcher import cli
 from dali_launch.launcher.ci import cluster_ci
@@ -49,3 +52,23 @@ def test_help_lists_the_commands_and_the_flags(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "train" in out and "data" in out and "--gpus-per-node" in out and "--steps-per-call" in out
+
+
+def test_train_help_is_grouped_short_and_free_of_measurements(capsys, monkeypatch):
+    """`train --help` at 100 columns: a heading per concern naming its page, one short line or two per flag,
+    no measured figure (those live in docs/), and where every flag is said in full."""
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) <= 250 and max(map(len, lines)) <= 100, (len(lines), max(map(len, lines)))
+    for heading in ("Job (docs/scale.md):", "Data (docs/data.md):", "Model (docs/models.md):", "Task (docs/tasks.md):"):
+        assert heading in lines, heading
+    assert "Checkpoints and failures (docs/resilience.md):" in lines and "docs/flags.md" in lines[-1]
+    assert not re.search(r"\d %|\d(\.\d+)?x (faster|slower)|\bH[12]00s?\b|\d+(\.\d+)? s\b", out), out
+
+
+def test_docs_flags_is_what_config_flags_prints(capsys):
+    """docs/flags.md, the reference of every flag, is the command's output: a new or changed flag shows there."""
+    assert cli.main(["config", "flags"]) == 0
+    assert capsys.readouterr().out == (REPO / "docs" / "flags.md").read_text()

@@ -36,12 +36,17 @@ class SweepConfig:
     sweep: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "KEY=V1,V2,... (repeatable): one run per point of the grid of all values; KEY is a training, data "
-            "or checkpoint flag (dashes or underscores). SLURM: one job array; --local: one run after another."
+            "help": "KEY=V1,V2,... (repeatable): one run per point of the grid.",
+            "details": (
+                "KEY=V1,V2,... (repeatable): one run per point of the grid of all values; KEY is a training, data "
+                "or checkpoint flag (dashes or underscores). SLURM: one job array; --local: one run after another."
+            ),
         },
     )
     max_parallel: int | None = opt(
-        None, "With --sweep on SLURM: at most this many points run at once (the array's %N)."
+        None,
+        "--sweep on SLURM: at most this many points at once.",
+        details="With --sweep on SLURM: at most this many points run at once (the array's %N).",
     )
 
 

@@ -16,17 +16,25 @@ class DistributedConfig:
     task learns from its environment is in topology."""
 
     platform: str = opt(
-        "auto", "Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).", choices=("auto", "gpu", "cpu")
+        "auto",
+        "Devices to train on: gpu, cpu, or auto.",
+        details="Devices to train on: gpu, cpu, or auto (GPUs if JAX sees any).",
+        choices=("auto", "gpu", "cpu"),
     )
     init_timeout_s: int = opt(
-        120, "Seconds jax.distributed.initialize waits for every process.", on_resume="may change"
+        120,
+        "Seconds jax.distributed.initialize waits for every process.",
+        on_resume="may change",
     )
     heartbeat_timeout_s: int = opt(
-        100, "Seconds without a heartbeat before JAX declares a process dead.", on_resume="may change"
+        100,
+        "Seconds without a heartbeat before JAX declares a process dead.",
+        on_resume="may change",
     )
     barrier_timeout_s: int = opt(
         900,
-        "Seconds a process waits at a barrier for the others (the slowest one's evaluation, start-up steps).",
+        "Seconds a process waits at a barrier for the others.",
+        details="Seconds a process waits at a barrier for the others (the slowest one's evaluation, start-up steps).",
         on_resume="may change",
     )
 
