@@ -18,7 +18,7 @@ from catalogue import NOT_AN_IMAGE, dataset, encoded_image, good_records, replac
 from nvidia.dali import pipeline_def
 
 from dali_launch.launcher.data import data_check, datasets, synth
-from dali_launch.launcher.route import model_check
+from dali_launch.launcher.route import task_check
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import bad_samples, formats, records, sample_scan
 from dali_launch.trainer.data.contract import PipelineArgs
@@ -202,7 +202,7 @@ def test_a_toy_format_registered_alone_is_in_every_derived_table(tmp_path, monke
     monkeypatch.setattr(formats, "FORMATS", (*formats.FORMATS, TOY))
     assert entry_points.builtin("pipeline")["toy"] == f"{HERE}:toy_pipeline"
     entry_points.check("pipeline", "toy")  # a built-in name now: nothing imported
-    assert "toy" in synth.synth_formats() and "toy" not in model_check.crops() and model_check.flat("toy")
+    assert "toy" in synth.synth_formats() and "toy" not in task_check.crops() and task_check.flat("toy")
     assert "toy" in records.readers()
 
     data = tmp_path / "toy"
