@@ -11,30 +11,9 @@ import textwrap
 import pytest
 from conftest import REPO, check_ok, dali_launch, wait_for
 from run_readers import rank_report
+from test_prune import FAILING
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
-
-FAILING = """
-import flax.linen as nn
-import jax
-
-
-def _fail(x):
-    raise RuntimeError("fails in its first step (injected)")
-
-
-class Failing(nn.Module):
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-        jax.debug.callback(_fail, x[0, 0])
-        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
-
-
-def factory(num_classes):
-    return Failing(num_classes=num_classes)
-"""
 
 
 def _rows(root) -> dict[str, dict]:
