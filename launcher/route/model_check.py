@@ -29,6 +29,12 @@ def flat(pipeline: str) -> bool:
     return found is not None and not found.crops
 
 
+def masks(pipeline: str) -> bool:
+    """Whether the built-in `pipeline` gives masks beside its images (segmentation's), not labels."""
+    found = formats.get(pipeline)
+    return found is not None and found.masks
+
+
 def check(run: RunConfig, data_dir: Path) -> None:
     name = run.model.model
     if name in entry_points.MODELS:

@@ -7,7 +7,7 @@ holds them to DALI's and to model/vit.py's).
 
 from __future__ import annotations
 
-from dali_launch.launcher.route.model_check import crops, flat
+from dali_launch.launcher.route.model_check import crops, flat, masks
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import DataConfig, ModelConfig, TaskConfig
 from dali_launch.trainer.entry_points import MODELS
@@ -53,6 +53,11 @@ def _augment(data: DataConfig, resumed: bool) -> None:
         raise UsageError(
             f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(crops())} or your own); "
             f"--pipeline {data.pipeline} gives flat grey digits; use --augment none"
+        )
+    if data.augment != "none" and masks(data.pipeline):
+        raise UsageError(
+            f"--augment {data.augment} would move an image's pixels without its mask's; --pipeline {data.pipeline} "
+            "crops and flips both alike itself: use --augment none"
         )
 
 
