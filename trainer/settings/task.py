@@ -16,11 +16,13 @@ class TaskConfig:
     task: str = opt(
         "classification",
         "The training task: classification (images and class labels, cross-entropy, top-1 accuracy), "
-        "segmentation, detection, contrastive, or package.module:name of your own (a Task or its factory: "
+        "segmentation (images and masks, per-pixel cross-entropy, mean IoU), detection, contrastive, or "
+        "package.module:name of your own (a Task or its factory: "
         "docs/tasks.md). It names the pipeline's outputs, the loss, the metrics and the evaluation.",
     )
     label_smoothing: float = opt(
-        0.0, "Classification: the one-hot targets mixed with this much of a uniform one (label smoothing)."
+        0.0,
+        "Classification and segmentation: the one-hot targets mixed with this much of a uniform one (label smoothing).",
     )
     mixup: float = opt(
         0.0,
