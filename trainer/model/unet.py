@@ -4,7 +4,8 @@ An encoder of 3x3 conv blocks, each level half the last's side and twice its wid
 upsamples (nearest neighbour, to the skip's exact side: any image size works, odd ones too) and joins each
 level's skip connection. GroupNorm, as models.py's ResNet-18: nothing to keep in step across devices. It
 returns logits (batch, height, width, num_classes) at the input's resolution. Its widths (16, 32, 64) train
-on two CPU cores in seconds on 32-pixel crops; for real images, subclass it with wider and more levels.
+on two CPU cores in seconds on 32-pixel crops; real images want more and wider levels: `--model
+mypkg.models:wide` with `def wide(num_classes): return UNet(num_classes, widths=(32, 64, 128, 256))`.
 """
 
 from __future__ import annotations
