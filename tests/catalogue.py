@@ -154,6 +154,7 @@ def broken_sample(fmt: str, kind: str, sample: int = 1, split: str = "training")
 def replace_image(split: Path, fmt: str, sample: int, spoil) -> None:
     """Sample `sample` of a `data synth` split's JPEG replaced by `spoil(jpeg)`; its shard and index rewritten."""
     from dali_launch.launcher.data import tfrecord, webdataset
+    from dali_launch.trainer.data import formats
     from dali_launch.trainer.data.records.tfrecord import parse_example
 
     if fmt == "folders":
@@ -164,6 +165,11 @@ def replace_image(split: Path, fmt: str, sample: int, spoil) -> None:
     if fmt == "tfrecord":
         pairs = [parse_example(payload) for _, payload in tfrecord.records(shard)]
         tfrecord.write(shard, [(spoil(j) if i == sample else j, label) for i, (j, label) in enumerate(pairs)])
+        return
+    if fmt == "segmentation":  # the image spoilt, its mask kept
+        found = webdataset.read_samples(shard, formats.SEGMENTATION_EXT)
+        samples = [(int(b), spoil(j) if int(b) == sample else j, png) for b, j, png in found]
+        webdataset.write(shard, samples, formats.SEGMENTATION_EXT)
         return
     found = webdataset.read_samples(shard)
     webdataset.write(shard, [(int(b), spoil(j) if int(b) == sample else j, int(c)) for b, j, c in found])

@@ -64,6 +64,17 @@ def synth_sets(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def segmentation_set(tmp_path_factory) -> Path:
+    """`data synth --format segmentation`: 4 classes (the background and 3 of objects), 200 training / 40 test
+    scenes of ~50×37 (--image-scale 0.1), shards of 64."""
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+
+    out = tmp_path_factory.mktemp("segmentation") / "scenes"
+    synth(SynthSpec(out, "segmentation", classes=4, train=200, test=40, image_scale=0.1, shard_size=64, workers=1))
+    return out
+
+
+@pytest.fixture(scope="session")
 def fashion_lmdb(tmp_path_factory) -> Path:
     """Full Fashion-MNIST (60,000 / 10,000). CI installs it; elsewhere its absence skips."""
     if not FASHION_IDX.is_dir():

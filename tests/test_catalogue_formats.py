@@ -99,7 +99,72 @@ FORMATS = [
         synth_set("tfrecord"),
         id="tfrecord-label-out-of-range",
     ),
+    *[
+        pytest.param(["--task", "segmentation", *args], message, make, id=f"segmentation-{name}")
+        for name, args, message, make in [
+            (
+                "without-data-dir",
+                [],
+                "--pipeline segmentation needs --data-dir, a folder holding training/ and testing/ shards of images "
+                "with masks; make one with `dali-launch data synth DIR --format segmentation`",
+                None,
+            ),
+            (
+                "mask-id-out-of-range",
+                ["--data-dir", "{data}", "--num-classes", "2"],
+                "--num-classes 2 but the mask of sample 000000 of {data}/training/shard-00000.tar has class id 2; "
+                "use --num-classes 3 or more",
+                synth_set("segmentation"),
+            ),
+            (
+                "mask-not-grey",
+                ["--data-dir", "{data}", "--num-classes", "3"],
+                "the mask of sample 000001 of {data}/training/shard-00000.tar is a PNG of mode RGB; a mask is an "
+                "8-bit grey PNG of class ids, its image's size",
+                synth_set("segmentation", lambda root: _change_mask(root / "training", 1, "RGB")),
+            ),
+            (
+                "model-not-per-pixel",
+                ["--data-dir", "{data}", "--num-classes", "3", "--model", "cnn"],
+                "--model cnn returns (1, 3) for one sample, but --task segmentation takes per-pixel logits (1, "
+                "height, width, 3); use --model unet, or a model whose last layer is a 3-wide convolution",
+                synth_set("segmentation"),
+            ),
+            (
+                "augment",
+                ["--data-dir", "{data}", "--num-classes", "3", "--augment", "trivialaugment"],
+                "--augment trivialaugment would move an image's pixels without its mask's; --pipeline segmentation "
+                "crops and flips both alike itself: use --augment none",
+                synth_set("segmentation"),
+            ),
+            (
+                "mixup",
+                ["--data-dir", "{data}", "--num-classes", "3", "--mixup", "0.2"],
+                "--mixup 0.2: mixing is for classification targets; --task segmentation takes none, leave it out",
+                synth_set("segmentation"),
+            ),
+        ]
+    ],
 ]
+
+
+def _change_mask(split, sample: int, mode: str) -> None:
+    """Sample `sample`'s mask of a `data synth --format segmentation` split converted to `mode` (a colour PNG)."""
+    import io
+
+    from PIL import Image
+
+    from dali_launch.launcher.data import webdataset
+    from dali_launch.trainer.data.formats import SEGMENTATION_EXT
+
+    def changed(png: bytes) -> bytes:
+        out = io.BytesIO()
+        Image.open(io.BytesIO(png)).convert(mode).save(out, format="PNG")
+        return out.getvalue()
+
+    shard = split / "shard-00000.tar"
+    found = webdataset.read_samples(shard, SEGMENTATION_EXT)
+    webdataset.write(shard, [(int(b), j, changed(p) if int(b) == sample else p) for b, j, p in found], SEGMENTATION_EXT)
 
 
 def _flip_byte(path, at: int) -> None:

@@ -30,9 +30,11 @@ MODELS = {
     "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
     "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
     "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
+    "unet": "dali_launch.trainer.model.unet:UNet",
 }
 TASKS = {
     "classification": "dali_launch.trainer.tasks.classification:classification",
+    "segmentation": "dali_launch.trainer.tasks.segmentation:segmentation",
 }
 # The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
 TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))
@@ -159,6 +161,8 @@ def create_task(name: str, **options):
     if not _is_task(value):
         try:
             value = value(**{k: v for k, v in options.items() if k in _named(value)})
+        except UsageError:  # the factory refused an option itself, in its own words
+            raise
         except Exception as e:  # the user's factory: one line, where
             raise UsageError(f"--task {name}: its factory raised {type(e).__name__}: {e}; fix the factory") from None
         if not _is_task(value):

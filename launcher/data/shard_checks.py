@@ -1,12 +1,14 @@
-"""The checks of a sharded data set (--pipeline tfrecord or webdataset) before any job starts.
+"""The checks of a sharded data set (--pipeline tfrecord, webdataset or segmentation) before any job starts.
 
 DALI fails mid-epoch, with a C++ traceback, on a shard whose index is missing or does not match it,
 and trains silently on a label out of range (a zero one-hot row). Every shard is read once here:
-its framing (and CRCs), its index, its labels.
+its framing (and CRCs), its index, its labels; a segmentation set's masks are decoded (their largest
+class id, and that each is an 8-bit grey PNG of its image's size).
 """
 
 from __future__ import annotations
 
+import io
 import tarfile
 from pathlib import Path
 
@@ -27,7 +29,12 @@ def check_webdataset(path: Path, origin: str, num_classes: int) -> None:
     check_shards(path, formats.get("webdataset"), num_classes, _webdataset_labels)
 
 
-def check_shards(path: Path, found: formats.Format, num_classes: int, read) -> None:
+def check_segmentation(path: Path, origin: str, num_classes: int) -> None:
+    """--pipeline segmentation's data set (formats.py names this its check)."""
+    check_shards(path, formats.get("segmentation"), num_classes, _mask_ids, "class id")
+
+
+def check_shards(path: Path, found: formats.Format, num_classes: int, read, what: str = "label") -> None:
     """Every shard of both splits (`read(shard, index)`: its labels); a label out of range is named after
     all are read: the largest one, so one --num-classes fixes it (a 4-class set took two tries when the
     first bad label was named)."""
@@ -45,7 +52,7 @@ def check_shards(path: Path, found: formats.Format, num_classes: int, read) -> N
             except ValueError as e:
                 raise UsageError(f"{shard} is corrupt or does not match {index.name} ({e}); {fix}") from None
             found_labels += [(label, where, shard) for where, label in labels]
-    _check_range(found_labels, num_classes)
+    _check_range(found_labels, num_classes, what)
 
 
 def _tfrecord_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
@@ -59,14 +66,7 @@ def _tfrecord_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
 
 def _webdataset_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
     """(which sample, label) of every sample, the index checked against the tar's members."""
-    try:
-        with tarfile.open(shard) as tar:
-            members = [(m.name.partition(".")[2], m.offset_data, m.size, m.name) for m in tar if m.isfile()]
-        samples = webdataset.read_samples(shard)
-    except tarfile.TarError as e:
-        raise ValueError(f"not a readable tar: {e}") from None
-    if [c for sample in webdataset_source.read_index(index) for c in sample] != members:
-        raise ValueError("the index lists other members than the tar holds")
+    samples = _tar_samples(shard, index, formats.WEBDATASET_EXT)
     out = []
     for name, jpg, cls in samples:
         if not jpg or not cls.strip().isdigit():
@@ -75,7 +75,54 @@ def _webdataset_labels(shard: Path, index: Path) -> list[tuple[str, int]]:
     return out
 
 
-def _check_range(labels: list[tuple[int, str, Path]], num_classes: int) -> None:
+def _mask_ids(shard: Path, index: Path) -> list[tuple[str, int]]:
+    """(which sample's mask, its largest class id) of every sample, the index checked against the tar's members;
+    a mask DALI would read other class ids from (a colour or palette PNG) or of another size than its image is
+    refused in one line."""
+    out = []
+    for name, jpg, png in _tar_samples(shard, index, formats.SEGMENTATION_EXT):
+        if not jpg or not png:
+            raise ValueError(f"sample {name} lacks a .jpg or a .png mask")
+        mask, problem = _mask(jpg, png)
+        if problem:
+            raise UsageError(
+                f"the mask of sample {name} of {shard} is {problem}; a mask is an 8-bit grey PNG of class ids, "
+                "its image's size"
+            )
+        out.append((f"the mask of sample {name}", int(max(mask.getextrema()))))
+    return out
+
+
+def _mask(jpg: bytes, png: bytes):
+    """(the mask, opened, and what is wrong with it or ""); ValueError where either does not decode."""
+    from PIL import Image
+
+    try:
+        mask, image = Image.open(io.BytesIO(png)), Image.open(io.BytesIO(jpg))
+        mask.load()
+    except Exception as e:  # Pillow raises many kinds: each one a file DALI cannot decode either
+        raise ValueError(f"an image or mask does not decode ({e})") from None
+    if mask.format != "PNG" or mask.mode != "L":
+        return mask, f"a {mask.format} of mode {mask.mode}"
+    if mask.size != image.size:
+        return mask, f"{mask.size[0]}x{mask.size[1]} but its image {image.size[0]}x{image.size[1]}"
+    return mask, ""
+
+
+def _tar_samples(shard: Path, index: Path, ext: list[str]) -> list[tuple[str, bytes, bytes]]:
+    """(name, image, second member) of every sample of a tar, its index checked against its members."""
+    try:
+        with tarfile.open(shard) as tar:
+            members = [(m.name.partition(".")[2], m.offset_data, m.size, m.name) for m in tar if m.isfile()]
+        samples = webdataset.read_samples(shard, ext)
+    except tarfile.TarError as e:
+        raise ValueError(f"not a readable tar: {e}") from None
+    if [c for sample in webdataset_source.read_index(index) for c in sample] != members:
+        raise ValueError("the index lists other members than the tar holds")
+    return samples
+
+
+def _check_range(labels: list[tuple[int, str, Path]], num_classes: int, what: str = "label") -> None:
     """(label, which sample, shard) of every sample: a negative label first, else the largest (its first)."""
     if not labels:
         return
@@ -87,6 +134,6 @@ def _check_range(labels: list[tuple[int, str, Path]], num_classes: int) -> None:
         )
     if high[0] >= num_classes:
         raise UsageError(
-            f"--num-classes {num_classes} but {high[1]} of {high[2]} has label {high[0]}; "
+            f"--num-classes {num_classes} but {high[1]} of {high[2]} has {what} {high[0]}; "
             f"use --num-classes {high[0] + 1} or more"
         )

@@ -1,8 +1,9 @@
 """`dali-launch data synth`: a deterministic ImageNet-like data set, in the formats people store data in.
 
     dali-launch data synth /data/synth --format folders --train 50000 --test 5000 --classes 100
+    dali-launch data synth /data/scenes --format segmentation --classes 4   # images with masks
 
-`OUT/training` and `OUT/testing`, images as synth_images.py draws them. The work is cut into shards of
+`OUT/training` and `OUT/testing`, images as synth_images.py draws them (scenes with masks: synth_scenes.py). The work is cut into shards of
 `--shard-size` consecutive images, written by a pool of processes; each image depends only on (seed,
 split, index), so the bytes do not depend on the number of workers.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from dali_launch.launcher.data import new_dir, synth_images, tfrecord, webdataset
+from dali_launch.launcher.data import new_dir, synth_images, synth_scenes, tfrecord, webdataset
 from dali_launch.trainer.data import formats
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience.ending import die_with_parent
@@ -80,6 +81,11 @@ def validate(spec: SynthSpec) -> None:
     for flag, value in (("--classes", spec.classes), ("--train", spec.train), ("--test", spec.test)):
         if value < 1:
             raise UsageError(f"{flag} {value}: a data set needs at least 1; use a positive count")
+    if spec.format == "segmentation" and not 2 <= spec.classes <= synth_scenes.MAX_CLASSES:
+        raise UsageError(
+            f"--classes {spec.classes}: a segmentation set has the background (class 0) and at least one class "
+            f"of objects, at most {synth_scenes.MAX_CLASSES} in all (8-bit masks); use 2 to {synth_scenes.MAX_CLASSES}"
+        )
     if spec.train < spec.classes:
         raise UsageError(f"--train {spec.train} is fewer than --classes {spec.classes}; every class needs an image")
     if not 0 < spec.image_scale <= 1:
@@ -173,6 +179,16 @@ def write_tfrecord(unit: Unit) -> int:
 
 def write_webdataset(unit: Unit) -> int:
     return webdataset.write(_stem(unit).with_suffix(webdataset.SUFFIX), samples(unit))
+
+
+def write_segmentation(unit: Unit) -> int:
+    """Each scene's JPEG and its mask's PNG, one WebDataset sample (formats.SEGMENTATION_EXT)."""
+    spec = unit.spec
+    scenes = (
+        (index, *synth_scenes.scene(spec.seed, unit.split, index, spec.classes, spec.image_scale))
+        for index in range(unit.start, unit.stop)
+    )
+    return webdataset.write(_stem(unit).with_suffix(webdataset.SUFFIX), scenes, formats.SEGMENTATION_EXT)
 
 
 def write_folders(unit: Unit) -> int:

@@ -7,7 +7,7 @@ holds them to DALI's and to model/vit.py's).
 
 from __future__ import annotations
 
-from dali_launch.launcher.route.task_check import crops, flat
+from dali_launch.launcher.route.task_check import crops, flat, masks
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ModelConfig, TaskConfig
@@ -53,8 +53,13 @@ def _augment(data: DataConfig, resumed: bool) -> None:
         )
     if data.augment != "none" and flat(data.pipeline):
         raise UsageError(
-            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(crops())} or your own); "
+            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(c for c in crops() if not masks(c))} or your own); "
             f"--pipeline {data.pipeline} gives flat grey digits; use --augment none"
+        )
+    if data.augment != "none" and masks(data.pipeline):
+        raise UsageError(
+            f"--augment {data.augment} would move an image's pixels without its mask's; --pipeline {data.pipeline} "
+            "crops and flips both alike itself: use --augment none"
         )
 
 

@@ -5,7 +5,8 @@ each of the pipeline's outputs and has trainer/tasks/check.py initialise the mod
 no parameter computed, no device taken) on it, hand its outputs to the task's `check_model` (classification:
 logits (1, --num-classes)), and trace the task's loss and evaluation on a batch of them. The built-in
 pipelines' samples follow from the data and the flags: mnist a flat vector of the data's grey pixels and
-one-hot labels, folders/tfrecord/webdataset --image-size square RGB crops and class ids; a pipeline of the
+one-hot labels, folders/tfrecord/webdataset --image-size square RGB crops and class ids, segmentation's
+crops and their masks; a pipeline of the
 user's own is run once on the CPU (data/graph_check.sample). Where neither is known the task checks the same
 at its start.
 """
@@ -29,6 +30,12 @@ def flat(pipeline: str) -> bool:
     """Whether the built-in `pipeline` gives flat vectors (mnist's grey digits), not crops."""
     found = formats.get(pipeline)
     return found is not None and not found.crops
+
+
+def masks(pipeline: str) -> bool:
+    """Whether the built-in `pipeline` gives masks beside its images (segmentation's), not labels."""
+    found = formats.get(pipeline)
+    return found is not None and found.masks
 
 
 def check(run: RunConfig, data_dir: Path, sample: dict | None = None) -> None:
@@ -58,10 +65,13 @@ def _named(run: RunConfig):
 
 
 def builtin_sample(run: RunConfig, data_dir: Path) -> dict | None:
-    """One sample of each output of a built-in classification pipeline, as trainer/data/pipelines.py gives it."""
+    """One sample of each output of a built-in pipeline, as it gives them (trainer/data/pipelines.py and the
+    segmentation format's)."""
     shape, found = sample_shape(run, data_dir), formats.get(run.data.pipeline)
     if shape is None or found is None:
         return None
+    if found.masks:  # segmentation's: a class id per pixel of the crop
+        return {"images": (shape, "float32"), "masks": (shape[:2], "int32")}
     labels = ((run.data.num_classes,), "float32") if found.one_hot else ((), "int32")
     return {"images": (shape, "float32"), "labels": labels}
 

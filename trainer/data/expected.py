@@ -35,27 +35,30 @@ class Expected:
     def batch(self, sharding: jax.sharding.NamedSharding, rows: int) -> dict:
         """A device call's batch as abstract arrays: `rows` samples a device (its readers' end to end), one
         row of devices per mesh device, and the masks of which rows are real (DeviceBatches._read)."""
-        sample = {name: (self.sample[name]["shape"], self.sample[name]["dtype"]) for name in OUTPUTS}
+        sample = {name: (output["shape"], output["dtype"]) for name, output in self.sample.items()}
         shaped = {name: laid_out((rows, *shape), dtype, sharding) for name, (shape, dtype) in sample.items()}
         return shaped | {"valid": laid_out((rows,), np.float32, sharding)}
 
 
 def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | None:
     """What a built-in pipeline's training split gives under the decided `config`, or None (a pipeline of
-    the user's own, a task taking other outputs, or a split this cannot read: the build then says why).
-    `calls_per_epoch(samples)`: the device calls of an epoch of that many samples (batches.calls_per_epoch,
-    for this job's shards)."""
+    the user's own, a task taking another number of outputs, or a split this cannot read: the build then says
+    why). The outputs take the task's names, in order. `calls_per_epoch(samples)`: the device calls of an epoch
+    of that many samples (batches.calls_per_epoch, for this job's shards)."""
     found = formats.get(config.pipeline)
-    if found is None or tuple(task.outputs) != OUTPUTS:
+    if found is None or len(task.outputs) != len(OUTPUTS):
         return None
     try:
         count = bad_samples.samples_read(found.reader, found.reader_arguments(split), config)
         shape = [config.image_size, config.image_size, 3] if found.crops else [_flat(found, split)]
     except Exception:
         return None
-    labels = ([config.num_classes], "float32") if found.one_hot else ([], "int32")  # int64 ids arrive as int32
-    sample = {"images": {"shape": shape, "dtype": config.output_dtype}}
-    sample["labels"] = {"shape": labels[0], "dtype": labels[1]}
+    if found.masks:  # a class id a pixel
+        second = ([config.image_size, config.image_size], "int32")
+    else:  # int64 ids arrive as int32
+        second = ([config.num_classes], "float32") if found.one_hot else ([], "int32")
+    images, labels = task.outputs
+    sample = {images: {"shape": shape, "dtype": config.output_dtype}, labels: {"shape": second[0], "dtype": second[1]}}
     return Expected(sample, calls_per_epoch(count))
 
 

@@ -59,7 +59,7 @@ class Feed:
         # Padding rows repeat a real sample (they are decoded, then masked out of every sum).
         indices = self._permutation(epoch)[np.minimum(positions, layout.num_samples - 1)]
         samples = [self.source.read(int(i)) for i in indices]
-        return [s[0] for s in samples], [np.array([s[1]], np.int32) for s in samples]
+        return [s[0] for s in samples], [second(s[1]) for s in samples]
 
     def _where(self, n: int) -> tuple[int, int, int]:
         """(epoch, call in it, offset) of the n-th call since the start."""
@@ -89,6 +89,11 @@ class Feed:
                 os.setpgid(0, 0)
 
 
+def second(value):
+    """A sample's class id as DALI's readers give it ((1,) int32), or its encoded second member as it is (a mask)."""
+    return value if isinstance(value, np.ndarray) else np.array([value], np.int32)
+
+
 def restored_iteration(checkpoint: bytes | None) -> int:
     """The iteration a pipeline built from `checkpoint` (`Pipeline.checkpoint()`) numbers its next batch,
     and so its external sources' `BatchInfo.iteration`: the batches consumed before it was taken.
@@ -109,7 +114,7 @@ def read(args, reader: str, kwargs: dict):
         args.left_out.append(left_out)
     if args.feed is None:
         native = records.native_arguments(reader, kwargs)  # class folders: process 0's listing, if shared
-        return records.native(reader, getattr(fn.readers, reader)(**native, **args.reader_args()))
+        return records.native(reader, getattr(fn.readers, reader)(**native, **args.reader_args()), kwargs)
     try:
         args.feed.source = records.open_source(reader, kwargs)
     except KeyError:
@@ -119,9 +124,9 @@ def read(args, reader: str, kwargs: dict):
         ) from None
     # Parallel: two batches in flight per worker, so none waits for the pipeline to ask.
     parallel = {"parallel": True, "prefetch_queue_depth": 2 * args.feed.workers} if args.feed.workers else {}
-    return fn.external_source(
-        source=args.feed, num_outputs=2, batch=True, batch_info=True, dtype=[types.UINT8, types.INT32], **parallel
-    )
+    encoded = getattr(args.feed.source, "encoded_second", False)  # a mask's bytes, not a class id
+    dtype = [types.UINT8, types.UINT8 if encoded else types.INT32]
+    return fn.external_source(source=args.feed, num_outputs=2, batch=True, batch_info=True, dtype=dtype, **parallel)
 
 
 def pipeline_options(feed: Feed | None) -> dict:

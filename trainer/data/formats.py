@@ -45,6 +45,7 @@ class Format:
     default_data: bool = False  # a run may leave --data-dir out ($DALI_EXTRA_PATH, the embedded sample)
     writer: str = ""  # `data synth --format NAME`'s writer of one unit, "module:function"; "" for none
     detect_last: bool = False  # detection tries it after the others (any folder of folders is one)
+    masks: bool = False  # its samples pair an image with a mask of class ids (a PNG): its pipeline gives `masks`
 
     def reader_arguments(self, split: str | Path) -> dict:
         return self.arguments(str(split))
@@ -75,6 +76,21 @@ def _has(suffix: str) -> Callable[[Path], bool]:
 
 
 WEBDATASET_EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
+SEGMENTATION_EXT = ["jpg", "png"]  # --pipeline segmentation's: the image, then its mask
+
+
+def _has_masks(split: Path) -> bool:
+    """Tar shards whose first sample (its DALI index's first line) has a .png member: images with masks."""
+    _, indexes = shard_files(split, ".tar")
+    try:
+        with open(indexes[0]) as index:
+            index.readline()
+            members = index.readline().split()
+    except (IndexError, OSError):
+        return False
+    return SEGMENTATION_EXT[1] in members[0::4]
+
+
 LAUNCHER = "dali_launch.launcher.data"
 PIPELINES = "dali_launch.trainer.data.pipelines"
 RECORDS = "dali_launch.trainer.data.records"
@@ -133,7 +149,7 @@ FORMATS: tuple[Format, ...] = (
         reader="webdataset",
         holds="shards",
         arguments=_shards(".tar", "paths", "index_paths", ext=WEBDATASET_EXT),
-        detect=_has(".tar"),
+        detect=lambda split: _has(".tar")(split) and not _has_masks(split),
         records=f"{RECORDS}.webdataset",
         pipeline=f"{PIPELINES}:webdataset",
         layout="folders of *.tar shards with their DALI indexes (as `dali-launch data synth --format "
@@ -143,6 +159,23 @@ FORMATS: tuple[Format, ...] = (
         check=f"{LAUNCHER}.shard_checks:check_webdataset",
         suffix=".tar",
         writer=f"{SYNTH}:write_webdataset",
+    ),
+    Format(
+        name="segmentation",
+        reader="webdataset",  # the same reader and records as webdataset's, the second member a mask
+        holds="shards of images with masks",
+        arguments=_shards(".tar", "paths", "index_paths", ext=SEGMENTATION_EXT),
+        detect=_has_masks,
+        records=f"{RECORDS}.webdataset",
+        pipeline="dali_launch.trainer.data.segmentation:segmentation",
+        layout="folders of *.tar shards of images with masks, with their DALI indexes (as `dali-launch data synth "
+        "--format segmentation` makes them)",
+        description="SPLIT/shard-N.tar (NAME.jpg + NAME.png, the mask's class ids as grey levels)",
+        make="dali-launch data synth {path} --format segmentation",
+        check=f"{LAUNCHER}.shard_checks:check_segmentation",
+        suffix=".tar",
+        writer=f"{SYNTH}:write_segmentation",
+        masks=True,
     ),
 )
 
@@ -157,12 +190,13 @@ def get(name: str) -> Format | None:
 
 
 def of_reader(reader: str) -> Format | None:
-    """The format DALI's `fn.readers.<reader>` reads; None for a reader no format here has."""
+    """The format DALI's `fn.readers.<reader>` reads (the first: formats sharing a reader share its records
+    module); None for a reader no format here has."""
     return next((f for f in FORMATS if f.reader == reader), None)
 
 
 def readers() -> list[str]:
-    return [f.reader for f in FORMATS]
+    return list(dict.fromkeys(f.reader for f in FORMATS))
 
 
 def detect(split: Path) -> Format | None:

@@ -21,18 +21,19 @@ class DataConfig:
         details=(
             "Folder holding training/ and testing/ in the pipeline's format: Caffe2 LMDBs for mnist (the layout "
             "of DALI_extra's db/MNIST), JPEG class folders for folders, shards with DALI indexes for tfrecord and "
-            "webdataset (`dali-launch data synth` writes each). "
+            "webdataset, tar shards of images with masks for segmentation (`dali-launch data synth` writes each). "
             "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample."
         ),
         path=True,
     )
     pipeline: str = opt(
         "mnist",
-        "mnist, folders, tfrecord, webdataset, or package.module:function.",
+        "mnist, folders, tfrecord, webdataset, segmentation, or package.module:function.",
         details=(
             "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
             "crop, flip, normalize), tfrecord (tf.Example shards) and webdataset (tar shards), both with the folders "
-            "augmentation, or package.module:function of your own (docs/data.md)."
+            "augmentation, segmentation (tar shards of images with masks: one random window and flip for both), or "
+            "package.module:function of your own (docs/data.md)."
         ),
     )
     num_classes: int = opt(
@@ -43,7 +44,7 @@ class DataConfig:
     image_size: int = opt(
         224,
         "Side in pixels of the built-in image pipelines' square crops.",
-        details="Side in pixels of the square crops the folders, tfrecord and webdataset pipelines feed the model.",
+        details="Side in pixels of the square crops the folders, tfrecord, webdataset and segmentation pipelines feed the model.",
     )
     reader_threads: int = opt(
         0,

@@ -18,14 +18,15 @@ class TaskConfig:
         "classification, segmentation, detection, contrastive, or package.module:name.",
         details=(
             "The training task: classification (images and class labels, cross-entropy, top-1 accuracy), "
-            "segmentation, detection, contrastive, or package.module:name of your own (a Task or its factory: "
-            "docs/tasks.md). It names the pipeline's outputs, the loss, the metrics and the evaluation."
+            "segmentation (images and masks, per-pixel cross-entropy, mean IoU), detection, contrastive, or "
+            "package.module:name of your own (a Task or its factory: docs/tasks.md). It names the pipeline's "
+            "outputs, the loss, the metrics and the evaluation."
         ),
     )
     label_smoothing: float = opt(
         0.0,
-        "Classification: label smoothing.",
-        details="Classification: the one-hot targets mixed with this much of a uniform one (label smoothing).",
+        "Classification and segmentation: label smoothing.",
+        details="Classification and segmentation: the one-hot targets mixed with this much of a uniform one.",
     )
     mixup: float = opt(
         0.0,

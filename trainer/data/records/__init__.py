@@ -1,4 +1,4 @@
-"""Random-access record sources: sample index -> (encoded bytes, class id), one module per data format.
+"""Random-access record sources: sample index -> (encoded bytes, class id or a mask's bytes), one module per format.
 
 --sample-order global feeds DALI through `fn.external_source` from these, since DALI's native readers
 read their own shard in their own order and cannot start at a position of a job-wide one. Each module
@@ -57,11 +57,12 @@ def native_arguments(reader: str, kwargs: dict) -> dict:
     return {**kwargs, "file_list": shared.file_list(source_key(reader, kwargs))}
 
 
-def native(reader: str, outputs):
-    """`fn.readers.<reader>`'s outputs as (encoded, class ids), as a source's read gives them."""
+def native(reader: str, outputs, kwargs: dict | None = None):
+    """`fn.readers.<reader>(**kwargs)`'s outputs as (encoded, class ids), as a source's read gives them (a
+    second member that is no class, a mask, encoded)."""
     found = formats.of_reader(reader)
     convert = getattr(found.module(), "native", None) if found else None
-    return convert(outputs) if convert else outputs
+    return convert(outputs, kwargs) if convert else outputs
 
 
 def fingerprint_of(split: Path) -> dict | None:

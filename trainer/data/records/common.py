@@ -21,8 +21,9 @@ class RecordSource(Protocol):
         """One identifying key per sample, in order (the data set's fingerprint is made of them)."""
         ...
 
-    def read(self, index: int) -> tuple[np.ndarray, int]:
-        """Sample `index`: its encoded bytes (uint8, 1-D) and its class id."""
+    def read(self, index: int) -> tuple[np.ndarray, int | np.ndarray]:
+        """Sample `index`: its encoded bytes (uint8, 1-D) and its class id (or, where the source's
+        `encoded_second` is true, its mask's encoded bytes)."""
         ...
 
 

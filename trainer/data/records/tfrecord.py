@@ -40,7 +40,7 @@ def source(kwargs: dict) -> TFRecords:
     return TFRecords(as_list(kwargs["path"]), as_list(kwargs["index_path"]))
 
 
-def native(outputs: dict):
+def native(outputs: dict, kwargs: dict | None = None):
     """(encoded, class ids) of `fn.readers.tfrecord`'s outputs: its features by name."""
     return outputs[IMAGE], outputs[LABEL]
 

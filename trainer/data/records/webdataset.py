@@ -1,8 +1,9 @@
 """WebDataset tar shards (`dali-launch data synth --format webdataset`: NAME.jpg + NAME.cls, the class id
-in ASCII digits): samples tar after tar (as given: sorted) in the order of each tar's DALI index, as
-`fn.readers.webdataset(paths=[...], index_paths=[...], ext=["jpg", "cls"])` numbers them. The index
-(tools/wds2idx.py, v1.2: a line "v1.2 SAMPLES", then per sample "ext offset size name" per member)
-says where each member's data starts in its tar."""
+in ASCII digits; `--format segmentation`: NAME.jpg + NAME.png, the sample's mask): samples tar after tar (as
+given: sorted) in the order of each tar's DALI index, as `fn.readers.webdataset(paths=[...],
+index_paths=[...], ext=[image, second])` numbers them. The index (tools/wds2idx.py, v1.2: a line "v1.2
+SAMPLES", then per sample "ext offset size name" per member) says where each member's data starts in its tar.
+A `.cls` second member is a class id; any other (a mask) is handed on encoded, as the reader gives it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dali_launch.trainer.data.records.common import as_list, read_bytes
 from dali_launch.trainer.data.sample_scan import Listing, Scan, image_problem, index_without, shards_stamp
 
 INDEX_VERSION = "v1.2"
+CLASS_EXT = "cls"  # the second member that holds a class id; any other is encoded bytes (a mask)
 
 
 class WebDatasetShards:
@@ -33,10 +35,15 @@ class WebDatasetShards:
     def keys(self) -> list[bytes]:
         return [f"{os.path.basename(self.paths[t])}/{m[self.image_ext][2]}".encode() for t, m in self.samples]
 
-    def read(self, index: int) -> tuple[np.ndarray, int]:
+    @property
+    def encoded_second(self) -> bool:
+        """Its second member is handed on encoded (a mask), not as a class id."""
+        return self.class_ext != CLASS_EXT
+
+    def read(self, index: int) -> tuple[np.ndarray, int | np.ndarray]:
         tar, members = self.samples[index]
-        image, cls = (read_bytes(self.paths[tar], *members[ext][:2]) for ext in (self.image_ext, self.class_ext))
-        return image, int(cls.tobytes())
+        image, second = (read_bytes(self.paths[tar], *members[ext][:2]) for ext in (self.image_ext, self.class_ext))
+        return image, second if self.encoded_second else int(second.tobytes())
 
 
 def read_index(path: str | Path) -> list[list[tuple[str, int, int, str]]]:
@@ -57,14 +64,22 @@ def read_index(path: str | Path) -> list[list[tuple[str, int, int, str]]]:
 
 
 def source(kwargs: dict) -> WebDatasetShards:
-    ext = kwargs["ext"].split(";") if isinstance(kwargs["ext"], str) else kwargs["ext"]
-    return WebDatasetShards(as_list(kwargs["paths"]), as_list(kwargs["index_paths"]), ext)
+    return WebDatasetShards(as_list(kwargs["paths"]), as_list(kwargs["index_paths"]), source_ext(kwargs))
 
 
-def native(outputs):
-    """(encoded, class ids) of `fn.readers.webdataset(ext=[image, class])`'s outputs."""
-    encoded, cls = outputs
-    return encoded, ascii_class_id(cls)
+def source_ext(kwargs: dict) -> list[str]:
+    """The reader's `ext`: a list, or DALI's ';'-separated string."""
+    return kwargs["ext"].split(";") if isinstance(kwargs["ext"], str) else list(kwargs["ext"])
+
+
+def native(outputs, kwargs: dict | None = None):
+    """(encoded, class ids) of `fn.readers.webdataset(ext=[image, class])`'s outputs (`kwargs`: its arguments);
+    a second member other than a class (a mask) as the reader gives it."""
+    encoded, second = outputs
+    ext = source_ext(kwargs) if kwargs and "ext" in kwargs else []
+    if len(ext) > 1 and ext[1] != CLASS_EXT:  # a mask: the pipeline decodes it
+        return encoded, second
+    return encoded, ascii_class_id(second)
 
 
 def ascii_class_id(raw, max_digits: int = 9):
