@@ -227,11 +227,10 @@ def test_a_toy_format_registered_alone_is_in_every_derived_table(tmp_path, monke
 def test_the_launcher_prepares_a_built_in_pipeline_without_dali_or_jax(small_lmdb, tmp_path):
     """The launcher's pre-flight checks take a built-in pipeline's word from its name (every one keeps a
     decoded cache), so a `--local` or SLURM launcher does not import DALI (0.4 s) or JAX beside its ranks."""
-    from dali_launch.trainer.data import pipelines
     from dali_launch.trainer.data.contract import Pipeline
 
     for name, target in entry_points.builtin("pipeline").items():
-        found = getattr(pipelines, target.partition(":")[2])
+        found = formats.resolve(target)
         assert isinstance(found, Pipeline) and found.cacheable, name
     args = ["--local", "--processes", "2", "--gpus-per-node", "2", "--dry-run", "--data-dir", str(small_lmdb)]
     argv = [sys.executable, "-X", "importtime", "-m", "dali_launch.launcher.cli", *args, "--run-root", str(tmp_path)]

@@ -163,7 +163,7 @@ def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_pat
         (
             "--pipeline",
             "mypkg.absent",
-            "unknown --pipeline mypkg.absent; use one of mnist, folders, tfrecord, webdataset, or "
+            "unknown --pipeline mypkg.absent; use one of mnist, folders, tfrecord, webdataset, views, or "
             "package.module:function",
         ),
     ],

@@ -40,8 +40,9 @@ TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswit
 
 def builtin(kind: str) -> dict[str, str]:
     """The built-in names of `kind` (model, pipeline or task) and the "module:attribute" each stands for; the
-    pipelines are the formats' own (formats.FORMATS)."""
-    return {"model": MODELS, "task": TASKS}.get(kind) or {f.name: f.pipeline for f in formats.FORMATS}
+    pipelines are the formats' own (formats.FORMATS) and the further readings of them (formats.READINGS)."""
+    pipelines = {f.name: f.pipeline for f in (*formats.FORMATS, *formats.READINGS)}
+    return {"model": MODELS, "task": TASKS}.get(kind) or pipelines
 
 
 def load(kind: str, name: str):

@@ -19,13 +19,13 @@ from dali_launch.trainer.data.records import caffe2
 
 
 def crops() -> list[str]:
-    """The built-in pipelines that give --image-size square RGB crops (HWC)."""
-    return [f.name for f in formats.FORMATS if f.crops]
+    """The built-in pipelines that give --image-size square RGB crops (HWC): the model's input."""
+    return [f.name for f in (*formats.FORMATS, *formats.READINGS) if f.crops]
 
 
 def flat(pipeline: str) -> bool:
     """Whether the built-in `pipeline` gives flat vectors (mnist's grey digits), not crops."""
-    found = formats.get(pipeline)
+    found = formats.reading(pipeline) or formats.get(pipeline)
     return found is not None and not found.crops
 
 

@@ -27,7 +27,8 @@ class DataConfig:
         "mnist",
         "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
         "crop, flip, normalize), tfrecord (tf.Example shards) and webdataset (tar shards), both with the folders "
-        "augmentation, or package.module:function of your own (see README).",
+        "augmentation, views (two SimCLR views of each folders image, for --task contrastive), or "
+        "package.module:function of your own (see README).",
     )
     num_classes: int = opt(10, "Classes in the data set: the model's output width and the one-hot depth.")
     image_size: int = opt(
