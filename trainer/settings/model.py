@@ -16,7 +16,8 @@ class ModelConfig:
         "mlp",
         "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
         "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 "
-        "(big_vision's ViTs, 16x16 patches), or package.module:factory of your own, Linen or NNX (see docs/models.md).",
+        "(big_vision's ViTs, 16x16 patches), simclr-cnn (--task contrastive's encoder, projection and probe), or "
+        "package.module:factory of your own, Linen or NNX (see docs/models.md).",
     )
     precision: str = opt(
         "fp32",
