@@ -1,13 +1,16 @@
 """Pipelines for the tests, found through PYTHONPATH=tests: a built-in format's reader (its sharding,
 shuffling and padding, as --pipeline tfrecord|webdataset|folders read) with the deterministic evaluation path
 of the shared augmentation, so the fingerprints --record-samples writes can be compared with a
-reference read of the whole split."""
+reference read of the whole split; and the contrastive task's views without their randomness."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from nvidia.dali import fn
+
 from dali_launch.trainer.data import pipelines
+from dali_launch.trainer.data import views as contrastive_views
 
 
 def _unaugmented(inputs):
@@ -17,3 +20,10 @@ def _unaugmented(inputs):
 tfrecord = _unaugmented(pipelines.tfrecord_inputs)
 webdataset = _unaugmented(pipelines.webdataset_inputs)
 folders = _unaugmented(pipelines.folders_inputs)
+
+
+def views(args):
+    """--pipeline views as it evaluates (the centre crop), its second view that crop mirrored: the same views of
+    a sample on any device of any layout, where DALI's random operators draw per shard."""
+    view, _, labels = contrastive_views.views(replace(args, training=False))
+    return view, fn.flip(view, horizontal=1), labels
