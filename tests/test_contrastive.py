@@ -4,9 +4,11 @@ negatives spanning the job in every layout, its pipeline's two views, and a mode
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
+from catalogue import check_entry, synth_set
 from conftest import REPO, check_ok, dali_launch
 from run_readers import only_run
 
@@ -122,3 +124,52 @@ def test_views_differ_in_training_and_are_the_image_in_evaluation(synth_sets, au
     assert labels.tolist() == sorted(labels.tolist())  # evaluation reads in order, unshuffled
     again, _, _ = _views(split, training=False)
     np.testing.assert_array_equal(first, again)  # and deterministically, --augment or not
+
+
+CONTRASTIVE = ["train", "--task", "contrastive", "--data-dir", "{data}", "--num-classes", "3", "--run-root", "{root}"]
+NEEDS = (
+    "but --task contrastive needs a dict with 'projection' (1, any width: what the loss compares) and 'probe' (1, 3: a "
+    "linear probe's logits on features whose gradient is stopped); use --model simclr-cnn, or return both"
+)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        pytest.param(
+            ["--model", "cnn", "--image-size", "32"],
+            f"--model cnn returns an array of shape (1, 3) for one sample, {NEEDS}",
+            id="logits-only",
+        ),
+        pytest.param(
+            ["--pipeline", "folders"],
+            "--pipeline folders gives 2 outputs (images, labels), but --task contrastive takes 3 (view1, view2, "
+            "labels); leave --pipeline out to take the task's own (views)",
+            id="a-pipeline-of-one-image",
+        ),
+        pytest.param(
+            ["--mixup", "0.2"],
+            "--mixup 0.2: --task contrastive does not take --mixup; leave it out",
+            id="a-classification-option",
+        ),
+    ],
+)
+def test_what_the_task_cannot_use_is_one_line(capsys, place, nothing_starts, args, message):
+    check_entry(capsys, place, [*CONTRASTIVE, *args], message, make=synth_set("folders"))
+
+
+def test_a_model_of_ones_own_without_a_probe_is_refused(capsys, place, nothing_starts, tmp_path_factory, monkeypatch):
+    package = tmp_path_factory.mktemp("heads")  # not in the entry's folder: importing it writes __pycache__
+    (package / "heads.py").write_text(
+        "import flax.linen as nn\n\n\n"
+        "class Projection(nn.Module):\n"
+        "    num_classes: int = 10\n\n"
+        "    @nn.compact\n"
+        "    def __call__(self, x):\n"
+        "        return {'projection': nn.Dense(8)(x.reshape(x.shape[0], -1))}\n"
+    )
+    monkeypatch.syspath_prepend(str(package))
+    monkeypatch.delitem(sys.modules, "heads", raising=False)
+    message = "--model heads:Projection returns {{'projection': (1, 8)}} for one sample, " + NEEDS  # {{: format()'s
+    args = [*CONTRASTIVE, "--model", "heads:Projection", "--image-size", "32"]
+    check_entry(capsys, place, args, message, make=synth_set("folders"))

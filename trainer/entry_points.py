@@ -159,6 +159,7 @@ def create_task(name: str, **options):
     """`--task NAME`: a tasks.contract.Task as it is, or its factory called with the `options` it names (tasks/
     contract.py's OPTIONS: num_classes, label_smoothing, mixup, cutmix)."""
     value = load("task", name)
+    _options_taken(name, value, options)
     if not _is_task(value):
         try:
             value = value(**{k: v for k, v in options.items() if k in _named(value)})
@@ -167,6 +168,16 @@ def create_task(name: str, **options):
         if not _is_task(value):
             raise UsageError(f"--task {name} returned a {type(value).__name__}, not a Task (tasks/contract.py)")
     return value
+
+
+def _options_taken(name: str, value, options: dict) -> None:
+    """A task option set (not 0) that the task's factory does not name (or any, for a Task as it is) would be
+    ignored: refused in one line. --num-classes is every data set's, taken or not."""
+    takes = () if _is_task(value) else _named(value)
+    for option, setting in options.items():
+        if setting and option != "num_classes" and option not in takes:
+            flag = "--" + option.replace("_", "-")
+            raise UsageError(f"{flag} {setting}: --task {name} does not take {flag}; leave it out")
 
 
 def task_options(spec) -> dict:

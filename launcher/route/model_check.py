@@ -1,11 +1,13 @@
-"""The model's logits, checked before any job for a model of the user's own on a built-in pipeline.
+"""The model's outputs, checked before any job for a model of the user's own (or a built-in one a task did not
+bring) on a built-in pipeline.
 
 entry_points.check has refused a factory that breaks the contract; this one initialises the model
 abstractly (jax.eval_shape: no parameter computed, no device taken) on one sample shaped as the
-pipeline will hand it over, and refuses logits that are not (1, --num-classes). The built-in
-pipelines' sample shapes follow from the data and the flags: mnist a flat vector of the data's
-grey pixels, folders/tfrecord/webdataset --image-size square RGB crops. A pipeline of the user's
-own is known only to the task, which checks the same at its initialisation (trainer/train.py).
+pipeline will hand it over, and hands its outputs to the task's `check_model` (classification's refuses
+logits that are not (1, --num-classes)). The built-in pipelines' sample shapes follow from the data and
+the flags: mnist a flat vector of the data's grey pixels, folders/tfrecord/webdataset (and the views of
+folders) --image-size square RGB crops. A pipeline of the user's own is known only to the task, which
+checks the same at its initialisation (trainer/step/initial_state.py).
 """
 
 from __future__ import annotations
@@ -30,17 +32,17 @@ def flat(pipeline: str) -> bool:
 
 
 def check(run: RunConfig, data_dir: Path) -> None:
-    name = run.model.model
-    if name in entry_points.MODELS:
-        return  # ours take what ours give; cnn-nnx's fixed input size is the task's to check
+    name, task = run.model.model, entry_points.run_task(run)
+    if name in entry_points.MODELS and task.model in ("", name):
+        return  # ours take what ours give: every built-in the default task's logits, a task's own model its heads
     shape = sample_shape(run, data_dir)
     if shape is None:
         return
-    # JAX and Flax: imported only for models of the user's own, which import them anyway
+    # JAX and Flax: imported only for models the run's task did not bring, which import them anyway
     from dali_launch.trainer.entry_points import create_model
-    from dali_launch.trainer.model.contract import check_width
+    from dali_launch.trainer.model.contract import check_outputs
 
-    check_width(name, create_model(name, run.data.num_classes), run.data.num_classes, shape)
+    check_outputs(name, create_model(name, run.data.num_classes), shape, task.check_model)
 
 
 def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:

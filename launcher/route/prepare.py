@@ -1,7 +1,7 @@
 """The one preparation every launch takes: every check of every run -> their directories (a dry run stops here).
 
 Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline
-contracts, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
+contracts, a built-in pipeline's outputs against the task's, the backend's own (SLURM's flags and cluster), the run root, the data, the model's logits on
 it (model_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), a pipeline
 of the user's own defined on the CPU for each split (its outputs, its reader and that reader's sharding,
 its split's bad samples: trainer/data/graph_check.py; under --deterministic its operators:
@@ -21,7 +21,8 @@ from dali_launch.launcher.route import directory, init_check, machine_checks, mo
 from dali_launch.launcher.route.checks import profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours
-from dali_launch.trainer.data import contract, graph_check
+from dali_launch.trainer.data import contract, formats, graph_check
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import xla_options
 
@@ -52,7 +53,8 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.model.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
-    entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
+    task = entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
+    builtin_outputs(run, task)
     if run.data.pipeline not in entry_points.builtin("pipeline"):  # the built-ins' own modules import DALI (0.4 s)
         contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
     xla_options.check(run.xla.xla_options)  # an unknown name in XLA_FLAGS would abort every rank
@@ -62,7 +64,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
         directory.check_root(run.launch.run_root)
     machine_checks.check_cache(run)
     data_dir = data_of(run)
-    model_check.check(run, data_dir)  # the model's logits on the data's sample shape, where it is known
+    model_check.check(run, data_dir)  # the model's outputs on the data's sample shape, as the task takes them
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
     if run.data.pipeline not in entry_points.builtin("pipeline"):
         own_pipeline(run, data_dir)
@@ -78,6 +80,22 @@ def own_pipeline(run: RunConfig, data_dir: Path) -> None:
         graph_check.check(run.data.pipeline, args, run.data.sample_order == "shards", outputs)
     if run.xla.deterministic:
         determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir, "training"))
+
+
+def builtin_outputs(run: RunConfig, task) -> None:
+    """A built-in pipeline gives one output for each the run's task takes (the names are the task's; a pipeline of
+    the user's own is defined and counted by own_pipeline)."""
+    pipeline = run.data.pipeline
+    found = formats.reading(pipeline)
+    gives = found.outputs if found else contract.OUTPUTS if formats.get(pipeline) else None
+    outputs = task.outputs
+    if gives is None or len(gives) == len(outputs):
+        return
+    fix = f"leave --pipeline out to take the task's own ({task.pipeline})" if task.pipeline else "use one that does"
+    raise UsageError(
+        f"--pipeline {pipeline} gives {len(gives)} outputs ({', '.join(gives)}), but --task {run.task.task} takes "
+        f"{len(outputs)} ({', '.join(outputs)}); {fix}"
+    )
 
 
 def _graph_args(run: RunConfig, data_dir: Path, split: str):

@@ -80,9 +80,10 @@ def width_error(name: str, shape: tuple, num_classes: int) -> UsageError:
     )
 
 
-def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None:
-    """The launcher's check where it knows the pipeline's sample shape: `model` initialised abstractly on
-    one float32 sample returns (1, num_classes) logits."""
+def check_outputs(name: str, model, sample_shape: tuple, check) -> None:
+    """The launcher's check where it knows the pipeline's sample shape: `model` initialised abstractly on one
+    float32 sample, its outputs (shapes and dtypes) handed to `check(name, outputs)`: the run's task's
+    `check_model` (tasks/contract.py), which refuses what cannot serve it; None: only that the model runs."""
     kwargs = {k: False for k in [train_kwarg(model)] if k}
 
     def init(example):
@@ -90,7 +91,7 @@ def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None
         return model.init_with_output({"params": key, "dropout": key}, example, **kwargs)[0]
 
     try:
-        shape = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32)).shape
+        outputs = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
     except UsageError:
         raise
     except Exception as e:
@@ -100,5 +101,5 @@ def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None
             f"--model {name} failed on one sample of shape {(1, *sample_shape)} ({type(e).__name__}: "
             f"{one_line(e)}); make it take the pipeline's images"
         ) from None
-    if shape != (1, num_classes):
-        raise width_error(name, shape, num_classes)
+    if check is not None:
+        check(name, outputs)
