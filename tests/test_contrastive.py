@@ -158,6 +158,15 @@ def test_what_the_task_cannot_use_is_one_line(capsys, place, nothing_starts, arg
     check_entry(capsys, place, [*CONTRASTIVE, *args], message, make=synth_set("folders"))
 
 
+def test_the_views_are_not_for_classification(capsys, place, nothing_starts):
+    args = ["train", "--pipeline", "views", "--data-dir", "{data}", "--num-classes", "3", "--run-root", "{root}"]
+    message = (
+        "--pipeline views gives 3 outputs (view1, view2, labels), but --task classification takes 2 (images, "
+        "labels); use one that gives 2 (mnist, folders, tfrecord, webdataset) or your own"
+    )
+    check_entry(capsys, place, args, message, make=synth_set("folders"))
+
+
 def test_a_model_of_ones_own_without_a_probe_is_refused(capsys, place, nothing_starts, tmp_path_factory, monkeypatch):
     package = tmp_path_factory.mktemp("heads")  # not in the entry's folder: importing it writes __pycache__
     (package / "heads.py").write_text(

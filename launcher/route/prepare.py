@@ -91,7 +91,10 @@ def builtin_outputs(run: RunConfig, task) -> None:
     outputs = task.outputs
     if gives is None or len(gives) == len(outputs):
         return
-    fix = f"leave --pipeline out to take the task's own ({task.pipeline})" if task.pipeline else "use one that does"
+    fitting = [f.name for f in formats.FORMATS if len(contract.OUTPUTS) == len(outputs)]
+    fitting += [r.name for r in formats.READINGS if len(r.outputs) == len(outputs)]
+    fix = f"use one that gives {len(outputs)} ({', '.join(fitting)}) or your own"
+    fix = f"leave --pipeline out to take the task's own ({task.pipeline})" if task.pipeline else fix
     raise UsageError(
         f"--pipeline {pipeline} gives {len(gives)} outputs ({', '.join(gives)}), but --task {run.task.task} takes "
         f"{len(outputs)} ({', '.join(outputs)}); {fix}"
