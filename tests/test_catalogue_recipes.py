@@ -55,8 +55,8 @@ RECIPES = [
     ),
     pytest.param(
         ["--augment", "trivialaugment"],
-        "--augment trivialaugment works on RGB crops (--pipeline folders, tfrecord, webdataset or your own); "
-        "--pipeline mnist gives flat grey digits; use --augment none",
+        "--augment trivialaugment works on RGB crops (--pipeline folders, tfrecord, webdataset, views or your "
+        "own); --pipeline mnist gives flat grey digits; use --augment none",
         id="augment-mnist",
     ),
     pytest.param(

@@ -152,3 +152,14 @@ def test_every_install_line_names_extras_that_exist():
             named += [(page.name, extra) for extra in group.split(",")]
     unknown = [(page, extra) for page, extra in named if extra not in extras]
     assert named and not unknown, f"extras that pyproject.toml does not define: {unknown}"
+
+
+def test_no_file_keeps_a_merge_conflict():
+    """A conflict a merge left behind (its markers at a line's start) reads as nonsense in a page and breaks code."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    marker = re.compile(r"^(<{7}|>{7}) ", re.M)
+    texts = [f for f in files if f.endswith((".py", ".md", ".sh", ".toml", ".txt")) and (ROOT / f).is_file()]
+    left = [f for f in texts if marker.search((ROOT / f).read_text(errors="replace"))]
+    assert not left, f"merge conflict markers left in {left}"

@@ -83,7 +83,7 @@ def test_an_option_the_task_does_not_take_is_refused(tmp_path):
         "train", "--task", "digits:task", "--model", "digits:Regressor", "--mixup", "0.2", path=path, timeout=120
     )
     assert proc.returncode == 2, proc.stderr
-    assert "--mixup is given, but --task digits:task does not take it (its factory names no mixup)" in proc.stderr
+    assert "--mixup 0.2: --task digits:task does not take --mixup; leave it out" in proc.stderr
 
 
 def test_a_task_factory_is_given_the_options_it_names(tmp_path):
@@ -109,8 +109,5 @@ def test_a_task_factory_is_given_the_options_it_names(tmp_path):
         import made
 
         assert made.seen == {"num_classes": 7, "label_smoothing": 0.1} and task.outputs == ("images", "labels")
-        assert entry_points.task_takes("made:make", "label_smoothing") and not entry_points.task_takes(
-            "made:make", "mixup"
-        )
     finally:
         sys.path.remove(str(tmp_path))

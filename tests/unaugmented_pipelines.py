@@ -1,14 +1,17 @@
 """Pipelines for the tests, found through PYTHONPATH=tests: a built-in format's reader (its sharding,
 shuffling and padding, as --pipeline tfrecord|webdataset|folders|segmentation read) with the deterministic
 evaluation path of its augmentation, so the fingerprints --record-samples writes can be compared with a
-reference read of the whole split."""
+reference read of the whole split; and the contrastive task's views without their randomness."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from nvidia.dali import fn
+
 from dali_launch.trainer.data import pipelines
 from dali_launch.trainer.data import segmentation as masked
+from dali_launch.trainer.data import views as contrastive_views
 
 
 def _unaugmented(inputs):
@@ -22,3 +25,10 @@ folders = _unaugmented(pipelines.folders_inputs)
 
 def segmentation(args):
     return masked.images_and_masks(*masked.segmentation_inputs(args), replace(args, training=False))
+
+
+def views(args):
+    """--pipeline views as it evaluates (the centre crop), its second view that crop mirrored: the same views of
+    a sample on any device of any layout, where DALI's random operators draw per shard."""
+    view, _, labels = contrastive_views.views(replace(args, training=False))
+    return view, fn.flip(view, horizontal=1), labels

@@ -31,10 +31,12 @@ MODELS = {
     "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
     "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
     "unet": "dali_launch.trainer.model.unet:UNet",
+    "simclr-cnn": "dali_launch.trainer.model.contrastive:SimCLR",
 }
 TASKS = {
     "classification": "dali_launch.trainer.tasks.classification:classification",
     "segmentation": "dali_launch.trainer.tasks.segmentation:segmentation",
+    "contrastive": "dali_launch.trainer.tasks.contrastive:contrastive",
 }
 # The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
 TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))
@@ -42,8 +44,9 @@ TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswit
 
 def builtin(kind: str) -> dict[str, str]:
     """The built-in names of `kind` (model, pipeline or task) and the "module:attribute" each stands for; the
-    pipelines are the formats' own (formats.FORMATS)."""
-    return {"model": MODELS, "task": TASKS}.get(kind) or {f.name: f.pipeline for f in formats.FORMATS}
+    pipelines are the formats' own (formats.FORMATS) and the further readings of them (formats.READINGS)."""
+    pipelines = {f.name: f.pipeline for f in (*formats.FORMATS, *formats.READINGS)}
+    return {"model": MODELS, "task": TASKS}.get(kind) or pipelines
 
 
 def load(kind: str, name: str):
@@ -158,6 +161,7 @@ def create_task(name: str, **options):
     """`--task NAME`: a tasks.contract.Task as it is, or its factory called with the `options` it names (tasks/
     contract.py's OPTIONS: num_classes, label_smoothing, mixup, cutmix)."""
     value = load("task", name)
+    _options_taken(name, value, options)
     if not _is_task(value):
         try:
             value = value(**{k: v for k, v in options.items() if k in _named(value)})
@@ -168,6 +172,16 @@ def create_task(name: str, **options):
         if not _is_task(value):
             raise UsageError(f"--task {name} returned a {type(value).__name__}, not a Task (tasks/contract.py)")
     return value
+
+
+def _options_taken(name: str, value, options: dict) -> None:
+    """A task option set (not 0) that the task's factory does not name (or any, for a Task as it is) would be
+    ignored: refused in one line. --num-classes is every data set's, taken or not."""
+    takes = () if _is_task(value) else _named(value)
+    for option, setting in options.items():
+        if setting and option != "num_classes" and option not in takes:
+            flag = "--" + option.replace("_", "-")
+            raise UsageError(f"{flag} {setting}: --task {name} does not take {flag}; leave it out")
 
 
 def task_options(spec) -> dict:
@@ -237,13 +251,6 @@ def signature_of(value) -> inspect.Signature | None:
 def model_takes(name: str, option: str) -> bool:
     """Whether `--model NAME`'s factory is given `option` (one of MODEL_OPTIONS) by naming it."""
     return option in _named(load("model", name))
-
-
-def task_takes(name: str, option: str) -> bool:
-    """Whether `--task NAME` is given `option` (tasks/contract.py's OPTIONS): its factory names it (a Task made
-    already takes none)."""
-    value = load("task", name)
-    return not _is_task(value) and option in _named(value)
 
 
 def _named(factory) -> dict:

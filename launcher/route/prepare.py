@@ -21,7 +21,8 @@ from dali_launch.launcher.route import directory, init_check, machine_checks, ra
 from dali_launch.launcher.route.checks import profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours
-from dali_launch.trainer.data import contract, graph_check
+from dali_launch.trainer.data import contract, formats, graph_check
+from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import xla_options
 
@@ -52,7 +53,8 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.model.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
-    entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
+    task = entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
+    builtin_outputs(run, task)
     if run.data.pipeline not in entry_points.builtin("pipeline"):  # the built-ins' own modules import DALI (0.4 s)
         contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
     xla_options.check(run.xla.xla_options)  # an unknown name in XLA_FLAGS would abort every rank
@@ -79,6 +81,25 @@ def own_pipeline(run: RunConfig, data_dir: Path) -> dict | None:
     if run.xla.deterministic:
         determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir, "training"))
     return graph_check.sample(run.data.pipeline, _graph_args(run, data_dir, "training"), outputs)
+
+
+def builtin_outputs(run: RunConfig, task) -> None:
+    """A built-in pipeline gives one output for each the run's task takes (the names are the task's; a pipeline of
+    the user's own is defined and counted by own_pipeline)."""
+    pipeline = run.data.pipeline
+    found = formats.reading(pipeline)
+    gives = found.outputs if found else contract.OUTPUTS if formats.get(pipeline) else None
+    outputs = task.outputs
+    if gives is None or len(gives) == len(outputs):
+        return
+    fitting = [f.name for f in formats.FORMATS if len(contract.OUTPUTS) == len(outputs)]
+    fitting += [r.name for r in formats.READINGS if len(r.outputs) == len(outputs)]
+    fix = f"use one that gives {len(outputs)} ({', '.join(fitting)}) or your own"
+    fix = f"leave --pipeline out to take the task's own ({task.pipeline})" if task.pipeline else fix
+    raise UsageError(
+        f"--pipeline {pipeline} gives {len(gives)} outputs ({', '.join(gives)}), but --task {run.task.task} takes "
+        f"{len(outputs)} ({', '.join(outputs)}); {fix}"
+    )
 
 
 def _graph_args(run: RunConfig, data_dir: Path, split: str):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dali_launch.launcher.route.task_check import crops, flat, masks
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ModelConfig, TaskConfig
 from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError
@@ -25,7 +24,6 @@ def is_vit(model: str) -> bool:
 
 def validate(run: RunConfig) -> None:
     _augment(run.data, bool(run.launch.resume))
-    _task_options(run.task)
     _mixing(run.task, run.data)
     _vit(run.model, run.optimizer.layer_decay, run.data)
     if run.model.init_from is not None and not run.launch.resume:  # a resumed run starts from its checkpoint
@@ -61,17 +59,6 @@ def _augment(data: DataConfig, resumed: bool) -> None:
             f"--augment {data.augment} would move an image's pixels without its mask's; --pipeline {data.pipeline} "
             "crops and flips both alike itself: use --augment none"
         )
-
-
-def _task_options(task: TaskConfig) -> None:
-    """A task's options given to a task that does not take them (tasks/contract.py: a factory names what it
-    takes): the flag would change nothing, silently."""
-    for name, off in (("label_smoothing", 0.0), ("mixup", 0.0), ("cutmix", 0.0)):
-        if getattr(task, name) != off and not entry_points.task_takes(task.task, name):
-            flag = f"--{name.replace('_', '-')}"
-            raise UsageError(
-                f"{flag} is given, but --task {task.task} does not take it (its factory names no {name}); leave {flag} out"
-            )
 
 
 def _mixing(recipe: TaskConfig, data: DataConfig) -> None:

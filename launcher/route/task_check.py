@@ -22,8 +22,10 @@ from dali_launch.trainer.data.records import caffe2
 
 
 def crops() -> list[str]:
-    """The built-in pipelines that give --image-size square RGB crops (HWC)."""
-    return [f.name for f in formats.FORMATS if f.crops]
+    """The built-in pipelines that give --image-size square RGB crops (HWC): the formats' own and their other
+    readings (the contrastive views)."""
+    readings = [r.name for r in formats.READINGS if formats.get(r.reads).crops]
+    return [f.name for f in formats.FORMATS if f.crops] + readings
 
 
 def flat(pipeline: str) -> bool:
@@ -70,6 +72,9 @@ def builtin_sample(run: RunConfig, data_dir: Path) -> dict | None:
     shape, found = sample_shape(run, data_dir), formats.get(run.data.pipeline)
     if shape is None or found is None:
         return None
+    reading = formats.reading(run.data.pipeline)
+    if reading:  # another reading of a format's images (the contrastive views): each image output a crop
+        return {name: ((), "int32") if name == "labels" else (shape, "float32") for name in reading.outputs}
     if found.masks:  # segmentation's: a class id per pixel of the crop
         return {"images": (shape, "float32"), "masks": (shape[:2], "int32")}
     labels = ((run.data.num_classes,), "float32") if found.one_hot else ((), "int32")

@@ -27,7 +27,7 @@ MAX_TRANSLATE = {"randaugment": 100 / 224, "trivialaugment": 32 / 224, "autoaugm
 # What DALI's autograph rewrites of a conditional graph (see transpile_less): the functions that lead to a branch
 # on data (ours: the graph, the pipeline functions, --augment's apply; auto_aug's selection); not the rest of
 # this package nor auto_aug's Python helpers and operations, nor the standard library's json and importlib.
-REWRITTEN = tuple(f"dali_launch.trainer.data.{name}" for name in ("dali", "contract", "pipelines", "augment"))
+REWRITTEN = tuple(f"dali_launch.trainer.data.{name}" for name in ("dali", "contract", "pipelines", "views", "augment"))
 PLAIN_MODULES = (
     *(f"nvidia.dali.auto_aug.{name}" for name in ("core._augmentation", "core._args", "augmentations")),
     "dali_launch",

@@ -180,12 +180,37 @@ FORMATS: tuple[Format, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Reading:
+    """A built-in pipeline beside the formats' own: another reading of a format's splits, into other outputs
+    than (images, labels), for a built-in task of its own (tasks/). Its data is that format's: checked,
+    screened and counted as the format's own pipeline's (`get` gives the format)."""
+
+    name: str  # --pipeline NAME
+    reads: str  # the format whose splits it reads
+    pipeline: str  # its function, "module:attribute"
+    outputs: tuple[str, ...]  # what it gives, in order: the task taking them names the same
+    crops: bool = True  # the model's input among them is --image-size square RGB crops (HWC)
+
+
+READINGS: tuple[Reading, ...] = (
+    Reading("views", "folders", "dali_launch.trainer.data.views:views", ("view1", "view2", "labels")),
+)
+
+
+def reading(name: str) -> Reading | None:
+    """The built-in reading `--pipeline name` is, or None (a format's own pipeline, or the user's)."""
+    return next((r for r in READINGS if r.name == name), None)
+
+
 def names() -> list[str]:
     return [f.name for f in FORMATS]
 
 
 def get(name: str) -> Format | None:
-    """The format `--pipeline name` reads; None for a pipeline of the user's own."""
+    """The format `--pipeline name` reads (a built-in reading: the format it reads); None for a pipeline of the
+    user's own."""
+    name = reading(name).reads if reading(name) else name
     return next((f for f in FORMATS if f.name == name), None)
 
 

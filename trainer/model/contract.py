@@ -10,10 +10,8 @@ from collections.abc import Callable
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.model.forward import train_kwarg
 
 # How an NNX model reaches the trainer: "split" (nnx_model.py: split once, merged at trace time) or
 # "bridge" (nnx_bridge.py: Flax's ToLinen). benchmarks/nnx_step.py times both against the Linen CNN.
@@ -78,25 +76,3 @@ def width_error(name: str, shape: tuple, num_classes: int) -> UsageError:
         f"--num-classes is {num_classes}; make it return (batch, {num_classes}) "
         f"(its last layer num_classes wide)"
     )
-
-
-def outputs_on(name: str, model, sample_shape: tuple):
-    """The launcher's view where it knows the pipeline's sample shape: `model`'s outputs (abstract: shapes and
-    dtypes) initialised on one float32 sample, or the one line that says it failed on it."""
-    kwargs = {k: False for k in [train_kwarg(model)] if k}
-
-    def init(example):
-        key = jax.random.PRNGKey(0)  # made in the trace: a concrete key would start a JAX backend
-        return model.init_with_output({"params": key, "dropout": key}, example, **kwargs)[0]
-
-    try:
-        return jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
-    except UsageError:
-        raise
-    except Exception as e:
-        from dali_launch.trainer.model.nnx_model import one_line
-
-        raise UsageError(
-            f"--model {name} failed on one sample of shape {(1, *sample_shape)} ({type(e).__name__}: "
-            f"{one_line(e)}); make it take the pipeline's images"
-        ) from None

@@ -28,11 +28,12 @@ class DataConfig:
     )
     pipeline: str = opt(
         "mnist",
-        "mnist, folders, tfrecord, webdataset, segmentation, or package.module:function.",
+        "mnist, folders, tfrecord, webdataset, segmentation, views, or package.module:function.",
         details=(
             "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
             "crop, flip, normalize), tfrecord (tf.Example shards) and webdataset (tar shards), both with the folders "
-            "augmentation, segmentation (tar shards of images with masks: one random window and flip for both), or "
+            "augmentation, segmentation (tar shards of images with masks: one random window and flip for both), views "
+            "(two SimCLR views of each folders image, for --task contrastive), or "
             "package.module:function of your own (docs/data.md)."
         ),
     )

@@ -14,11 +14,12 @@ from dali_launch.trainer.settings.fields import opt
 class ModelConfig:
     model: str = opt(
         "mlp",
-        "mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16/s16/b16, unet, or package.module:factory.",
+        "mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16/s16/b16, unet, simclr-cnn, or package.module:factory.",
         details=(
             "Model: mlp (the example's 784-784-1024-1024-10 MLP), cnn (small, 28x28 images), cnn-nnx (its "
             "Flax NNX twin), resnet18 (GroupNorm), resnet50 (v1.5, BatchNorm), vit-ti16, vit-s16, vit-b16 "
-            "(big_vision's ViTs, 16x16 patches), unet (per-pixel logits, for --task segmentation), or "
+            "(big_vision's ViTs, 16x16 patches), unet (per-pixel logits, for --task segmentation), "
+            "simclr-cnn (--task contrastive's encoder, projection and probe), or "
             "package.module:factory of your own, Linen or NNX (see docs/models.md)."
         ),
     )

@@ -29,11 +29,15 @@ class JobView:
         return self.sum(x) / self.sum(jnp.ones((), x.dtype))
 
 
-PMAP_JOB = JobView(
-    partial(jax.lax.psum, axis_name=AXIS),
-    partial(jax.lax.axis_index, AXIS),
-    partial(jax.lax.all_gather, axis_name=AXIS, tiled=True),
-)
+def _own_rows_first(x):
+    """Every device's rows of `x`, this device's first (the contract's order): all_gather alone lays them out
+    in device order, where a loss indexing its own rows from 0 would pair each device's anchors with device
+    0's rows."""
+    rows = jax.lax.all_gather(x, AXIS, tiled=True)
+    return jnp.roll(rows, -jax.lax.axis_index(AXIS) * x.shape[0], axis=0)
+
+
+PMAP_JOB = JobView(partial(jax.lax.psum, axis_name=AXIS), partial(jax.lax.axis_index, AXIS), _own_rows_first)
 JIT_JOB = JobView(lambda x: x, lambda: 0)
 
 
