@@ -182,7 +182,8 @@ OTHER = [
     ),
     pytest.param(
         ["data", "synth", "{tmp}/out", "--format", "lmdb"],
-        "Invalid value for '--format': Value error, 'lmdb' is not one of 'folders', 'tfrecord', 'webdataset'.; "
+        "Invalid value for '--format': Value error, 'lmdb' is not one of 'folders', 'tfrecord', 'webdataset', "
+        "'detection'.; "
         "see dali-launch --help",
         id="synth-unknown-format",
     ),

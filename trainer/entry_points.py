@@ -166,6 +166,11 @@ def create_task(name: str, **options):
     return value
 
 
+def task_bringing(pipeline: str) -> str:
+    """The built-in task whose own --pipeline is `pipeline`, or "" (what a run of that pipeline should add)."""
+    return next((name for name in TASKS if create_task(name).pipeline == pipeline), "")
+
+
 def task_options(spec) -> dict:
     """The settings a task factory may take: --num-classes and the [task] table's options."""
     from dali_launch.trainer.tasks.contract import OPTIONS

@@ -21,7 +21,7 @@ from dali_launch.launcher.route import directory, init_check, machine_checks, mo
 from dali_launch.launcher.route.checks import profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours
-from dali_launch.trainer.data import contract, graph_check
+from dali_launch.trainer.data import contract, formats, graph_check
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import xla_options
 
@@ -52,7 +52,8 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     flavours.check()  # before any device is taken or job queued; the task checks again
     entry_points.check("model", run.model.model, run.data.num_classes)
     entry_points.check("pipeline", run.data.pipeline)
-    entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
+    task = entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
+    formats.check_outputs(run.data.pipeline, run.task.task, task.outputs, entry_points.task_bringing(run.data.pipeline))
     if run.data.pipeline not in entry_points.builtin("pipeline"):  # the built-ins' own modules import DALI (0.4 s)
         contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
     xla_options.check(run.xla.xla_options)  # an unknown name in XLA_FLAGS would abort every rank

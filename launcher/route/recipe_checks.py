@@ -10,6 +10,7 @@ from __future__ import annotations
 from dali_launch.launcher.route.model_check import crops, flat
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import DataConfig, ModelConfig, TaskConfig
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError
 
@@ -50,9 +51,16 @@ def _augment(data: DataConfig, resumed: bool) -> None:
             f"--augment randaugment, or leave --randaugment out"
         )
     if data.augment != "none" and flat(data.pipeline):
+        augmented = [name for name in crops() if formats.get(name).augments]
         raise UsageError(
-            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(crops())} or your own); "
+            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(augmented)} or your own); "
             f"--pipeline {data.pipeline} gives flat grey digits; use --augment none"
+        )
+    found = formats.get(data.pipeline)
+    if data.augment != "none" and found is not None and not found.augments:
+        raise UsageError(
+            f"--augment {data.augment} moves and warps pixels, not the boxes on them: --pipeline {data.pipeline} "
+            f"takes none; use --augment none"
         )
 
 
