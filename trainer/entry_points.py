@@ -30,6 +30,7 @@ MODELS = {
     "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
     "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
     "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
+    "centernet": "dali_launch.trainer.model.centernet:CenterNet",
 }
 TASKS = {
     "classification": "dali_launch.trainer.tasks.classification:classification",

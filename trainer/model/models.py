@@ -26,6 +26,7 @@ draws dropout from the same per-step, per-device stream. entry_points.create_mod
     resnet50  ResNet-50 v1.5 with BatchNorm, the standard ImageNet model (resnet.py)
     cnn-nnx   the CNN's twin in Flax NNX, layer for layer, for 28x28 grey images (cnn_nnx.py)
     vit-ti16, vit-s16, vit-b16  Vision Transformers as big_vision's (vit.py)
+    centernet --task detection's: a small CenterNet returning a dict of heads (centernet.py)
 
 A Linen factory that also names `drop_path`, `vit_pool`, `attention` or `remat` as parameters is given those
 flags' values (entry_points.model_options); other factories never see them.
