@@ -1,7 +1,7 @@
 """--format detection's data: `data synth` draws every annotated shape where its box says, in its class's colour,
 and the detection pipeline keeps each box on its object through the resize, the random flip and the padding
-(what the pipeline reads is checked against DALI's reader in test_formats.py, and its refusals in
-test_detection.py's catalogue)."""
+(what it reads is held to DALI's reader in test_formats.py). Bad detection input (data, flags, a model without
+the heads) stops in one line before anything is written, as the catalogue's entries do."""
 
 from __future__ import annotations
 
@@ -116,6 +116,11 @@ def test_the_data_check_refuses_a_class_out_of_range_and_a_crowd_the_pipeline_wo
     coco_check.check_detection(data, "--data-dir", CLASSES)
     with pytest.raises(UsageError, match=rf"^--num-classes 3 but {data}/training/annotations.json gives an object"):
         coco_check.check_detection(data, "--data-dir", 3)
+    broken = tmp_path / "broken"
+    synth(SynthSpec(broken, "detection", CLASSES, IMAGES, 8, image_scale=0.1, shard_size=10, workers=1))
+    (broken / "training" / "annotations.json").write_text('{"images": [')
+    with pytest.raises(UsageError, match=r"annotations.json is not a COCO annotations file \(cannot be read as JSON"):
+        coco_check.check_detection(broken, "--data-dir", CLASSES)
     crowded = tmp_path / "crowded"
     synth(SynthSpec(crowded, "detection", CLASSES, IMAGES, 8, image_scale=0.1, shard_size=10, workers=1))
     many = {"image_id": 0, "category_id": 0, "bbox": [1, 1, 2, 2]}
@@ -131,22 +136,39 @@ def test_the_data_check_refuses_a_class_out_of_range_and_a_crowd_the_pipeline_wo
     assert list(classes) == [c for c, _ in annotated[:MAX_OBJECTS]]  # the first ones, in the annotations' order
 
 
-def _small():
-    """A small detection set for a catalogue entry (3 classes)."""
+def _small(change=None, split: str = "training"):
+    """A small detection set for a catalogue entry (3 classes), then `change(annotations)` of a split (None:
+    its annotations file removed)."""
 
     def make(tmp) -> dict:
         root = tmp / "data"
         synth(SynthSpec(root, "detection", 3, 6, 3, image_scale=0.1, shard_size=4, workers=1))
+        if change:
+            _write(root / split, change)
+        elif split != "training":
+            (root / split / "annotations.json").unlink()
         return {"data": root}
 
     return make
+
+
+def _relabel(found: dict) -> None:
+    found["annotations"][2]["category_id"] = 7
+
+
+def _lose_an_image(found: dict) -> None:
+    found["images"][1]["file_name"] = "gone.jpg"
+
+
+TASK = ["--task", "detection", "--num-classes", "3"]
+FIX = "re-create the data set with `dali-launch data synth OUT --format detection`"
 
 
 REFUSED = [
     pytest.param(
         ["--pipeline", "detection", "--num-classes", "3"],
         "--pipeline detection gives images, boxes, classes, counts, but --task classification takes images, labels; "
-        "use a --pipeline that gives images, labels",
+        "add --task detection",
         _small(),
         id="detection-pipeline-without-its-task",
     ),
@@ -163,6 +185,32 @@ REFUSED = [
         "use --augment none",
         _small(),
         id="detection-augmented",
+    ),
+    pytest.param(
+        TASK,
+        "--num-classes 3 but {data}/training/annotations.json gives an object of 00000001.jpg class 7; "
+        "use --num-classes 8 or more",
+        _small(_relabel),
+        id="detection-class-out-of-range",
+    ),
+    pytest.param(
+        TASK,
+        f"{{data}}/testing has no annotations.json for --pipeline detection; {FIX}",
+        _small(split="testing"),
+        id="detection-split-without-annotations",
+    ),
+    pytest.param(
+        TASK,
+        f"{{data}}/training/annotations.json names gone.jpg, which is not in {{data}}/training; {FIX}",
+        _small(_lose_an_image),
+        id="detection-image-missing",
+    ),
+    pytest.param(
+        [*TASK, "--model", "cnn"],
+        "--model cnn returns (1, 3) for one image, but --task detection takes a dict of heads on one grid: heatmap "
+        "(1, H, W, 3), size (1, H, W, 2), offset (1, H, W, 2); use --model centernet (model/centernet.py)",
+        _small(),
+        id="detection-model-without-heads",
     ),
 ]
 

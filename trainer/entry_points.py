@@ -34,6 +34,7 @@ MODELS = {
 }
 TASKS = {
     "classification": "dali_launch.trainer.tasks.classification:classification",
+    "detection": "dali_launch.trainer.tasks.detection:detection",
 }
 # The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
 TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))

@@ -1,8 +1,9 @@
-"""The model's logits, checked before any job for a model of the user's own on a built-in pipeline.
+"""The model's outputs, checked before any job for a model the run's task does not bring, on a built-in pipeline.
 
 entry_points.check has refused a factory that breaks the contract; this one initialises the model
 abstractly (jax.eval_shape: no parameter computed, no device taken) on one sample shaped as the
-pipeline will hand it over, and refuses logits that are not (1, --num-classes). The built-in
+pipeline will hand it over, and hands its outputs to the task's `check_model` (classification refuses
+logits that are not (1, --num-classes); detection a model without its three heads). The built-in
 pipelines' sample shapes follow from the data and the flags: mnist a flat vector of the data's
 grey pixels, folders/tfrecord/webdataset --image-size square RGB crops. A pipeline of the user's
 own is known only to the task, which checks the same at its initialisation (trainer/train.py).
@@ -30,17 +31,17 @@ def flat(pipeline: str) -> bool:
 
 
 def check(run: RunConfig, data_dir: Path) -> None:
-    name = run.model.model
-    if name in entry_points.MODELS:
-        return  # ours take what ours give; cnn-nnx's fixed input size is the task's to check
+    name, task = run.model.model, entry_points.run_task(run)
+    if name in entry_points.MODELS and name == (task.model or name):
+        return  # ours take what ours give (classification any built-in); cnn-nnx's fixed input size is the task's
     shape = sample_shape(run, data_dir)
-    if shape is None:
+    if shape is None or task.check_model is None:
         return
-    # JAX and Flax: imported only for models of the user's own, which import them anyway
+    # JAX and Flax: imported only where the model is not the task's own; a user's imports them anyway
     from dali_launch.trainer.entry_points import create_model
-    from dali_launch.trainer.model.contract import check_width
+    from dali_launch.trainer.model.contract import outputs_of
 
-    check_width(name, create_model(name, run.data.num_classes), run.data.num_classes, shape)
+    task.check_model(name, outputs_of(name, create_model(name, run.data.num_classes), shape))
 
 
 def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:

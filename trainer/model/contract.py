@@ -80,9 +80,9 @@ def width_error(name: str, shape: tuple, num_classes: int) -> UsageError:
     )
 
 
-def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None:
-    """The launcher's check where it knows the pipeline's sample shape: `model` initialised abstractly on
-    one float32 sample returns (1, num_classes) logits."""
+def outputs_of(name: str, model, sample_shape: tuple):
+    """The launcher's check where it knows the pipeline's sample shape: what `model`, initialised abstractly on
+    one float32 sample, returns (shapes and dtypes), for its task's `check_model`."""
     kwargs = {k: False for k in [train_kwarg(model)] if k}
 
     def init(example):
@@ -90,7 +90,7 @@ def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None
         return model.init_with_output({"params": key, "dropout": key}, example, **kwargs)[0]
 
     try:
-        shape = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32)).shape
+        return jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
     except UsageError:
         raise
     except Exception as e:
@@ -100,5 +100,3 @@ def check_width(name: str, model, num_classes: int, sample_shape: tuple) -> None
             f"--model {name} failed on one sample of shape {(1, *sample_shape)} ({type(e).__name__}: "
             f"{one_line(e)}); make it take the pipeline's images"
         ) from None
-    if shape != (1, num_classes):
-        raise width_error(name, shape, num_classes)
