@@ -144,7 +144,7 @@ NOT_AN_IMAGE = b"this is not an image\n"
 
 
 def broken_sample(fmt: str, kind: str, sample: int = 1, split: str = "training"):
-    """A small `data synth` set of `fmt` (folders, tfrecord, webdataset) whose sample `sample` (data synth's
+    """A small `data synth` set of `fmt` (folders, tfrecord, webdataset, detection) whose sample `sample` (data synth's
     numbering: its file 0000000N.jpg, or record/sample N of shard 0) is a text file named .jpg (`kind`
     "text") or its JPEG cut short by 200 bytes ("truncated")."""
     spoil = (lambda jpeg: NOT_AN_IMAGE) if kind == "text" else (lambda jpeg: jpeg[:-200])
@@ -157,8 +157,8 @@ def replace_image(split: Path, fmt: str, sample: int, spoil) -> None:
     from dali_launch.trainer.data import formats
     from dali_launch.trainer.data.records.tfrecord import parse_example
 
-    if fmt == "folders":
-        path = next(split.glob(f"*/{sample:08d}.jpg"))
+    if fmt in ("folders", "detection"):  # a file of its own: in its class folder, or beside the annotations
+        path = next(split.glob(f"{'*/' if fmt == 'folders' else ''}{sample:08d}.jpg"))
         path.write_bytes(spoil(path.read_bytes()))
         return
     shard = split / f"shard-00000.{'tfrecord' if fmt == 'tfrecord' else 'tar'}"

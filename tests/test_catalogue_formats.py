@@ -133,8 +133,8 @@ FORMATS = [
             (
                 "augment",
                 ["--data-dir", "{data}", "--num-classes", "3", "--augment", "trivialaugment"],
-                "--augment trivialaugment would move an image's pixels without its mask's; --pipeline segmentation "
-                "crops and flips both alike itself: use --augment none",
+                "--augment trivialaugment moves and warps an image's pixels, not its masks: --pipeline segmentation "
+                "takes none; use --augment none",
                 synth_set("segmentation"),
             ),
             (

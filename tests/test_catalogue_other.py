@@ -182,8 +182,8 @@ OTHER = [
     ),
     pytest.param(
         ["data", "synth", "{tmp}/out", "--format", "lmdb"],
-        "Invalid value for '--format': Value error, 'lmdb' is not one of 'folders', 'tfrecord', 'webdataset'.; "
-        "see dali-launch --help",
+        "Invalid value for '--format': Value error, 'lmdb' is not one of 'folders', 'tfrecord', 'webdataset', "
+        "'segmentation', 'detection'.; see dali-launch --help",
         id="synth-unknown-format",
     ),
 ]

@@ -143,8 +143,8 @@ NEEDS = (
         ),
         pytest.param(
             ["--pipeline", "folders"],
-            "--pipeline folders gives 2 outputs (images, labels), but --task contrastive takes 3 (view1, view2, "
-            "labels); leave --pipeline out to take the task's own (views)",
+            "--pipeline folders gives images, labels, but --task contrastive takes view1, view2, labels; leave "
+            "--pipeline out to take the task's own (views)",
             id="a-pipeline-of-one-image",
         ),
         pytest.param(
@@ -161,8 +161,8 @@ def test_what_the_task_cannot_use_is_one_line(capsys, place, nothing_starts, arg
 def test_the_views_are_not_for_classification(capsys, place, nothing_starts):
     args = ["train", "--pipeline", "views", "--data-dir", "{data}", "--num-classes", "3", "--run-root", "{root}"]
     message = (
-        "--pipeline views gives 3 outputs (view1, view2, labels), but --task classification takes 2 (images, "
-        "labels); use one that gives 2 (mnist, folders, tfrecord, webdataset, segmentation) or your own"
+        "--pipeline views gives view1, view2, labels, but --task classification takes images, labels; add --task "
+        "contrastive"
     )
     check_entry(capsys, place, args, message, make=synth_set("folders"))
 

@@ -137,7 +137,7 @@ def _dali_read(inputs, path, count: int) -> list[tuple[bytes, int]]:
     return [(np.array(jpegs[i]).tobytes(), int(np.array(labels[i]).ravel()[0])) for i in range(count)]
 
 
-@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset", "detection"])
 def test_a_synth_set_passes_the_checks_before_a_job(tmp_path, fmt):
     """The catalogue (test_catalogue_formats.py) breaks these sets; whole, they pass."""
     from dali_launch.launcher.data import datasets

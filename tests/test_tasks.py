@@ -56,7 +56,8 @@ BAD = {
 REFUSED = {
     "not_a_scalar": "the task's loss returned shape (2,); return its sum over the batch, a scalar",
     "unnamed_metric": "the task's loss returned metrics {'abs_error': ()}, but the task names []",
-    "wrong_outputs": "--task bad:task takes the outputs images, targets, but the pipeline gives images, labels",
+    "wrong_outputs": "--pipeline mnist gives images, labels, but --task bad:task takes images, targets; name the "
+    "task's outputs as the pipeline gives them, or use a --pipeline of your own",
     "no_dict": "--task bad:task: its evaluate returned tuple; return a dict of sums",
     "broken_loss": "--task bad:task: its loss failed on a batch of the pipeline's shapes (KeyError: 'targets')",
 }

@@ -32,10 +32,12 @@ MODELS = {
     "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
     "unet": "dali_launch.trainer.model.unet:UNet",
     "simclr-cnn": "dali_launch.trainer.model.contrastive:SimCLR",
+    "centernet": "dali_launch.trainer.model.centernet:CenterNet",
 }
 TASKS = {
     "classification": "dali_launch.trainer.tasks.classification:classification",
     "segmentation": "dali_launch.trainer.tasks.segmentation:segmentation",
+    "detection": "dali_launch.trainer.tasks.detection:detection",
     "contrastive": "dali_launch.trainer.tasks.contrastive:contrastive",
 }
 # The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
@@ -182,6 +184,11 @@ def _options_taken(name: str, value, options: dict) -> None:
         if setting and option != "num_classes" and option not in takes:
             flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} {setting}: --task {name} does not take {flag}; leave it out")
+
+
+def task_bringing(pipeline: str) -> str:
+    """The built-in task whose own --pipeline is `pipeline`, or "" (what a run of that pipeline should add)."""
+    return next((name for name in TASKS if create_task(name).pipeline == pipeline), "")
 
 
 def task_options(spec) -> dict:

@@ -7,6 +7,7 @@ import math
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
 from dali_launch.trainer.config import DataConfig, ObserveConfig, OptimizerConfig, ResilienceConfig
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import data as plan_data
@@ -80,8 +81,7 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--momentum {run.optimizer.momentum} is out of range; use a value in [0, 1)")
     if step.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
         raise UsageError(f"--seed {step.seed} must be 0 or more")
-    check_limit(run.data.max_bad_samples)
-    check_mode(run.data.bad_samples, run.data.pipeline)
+    _samples(run.data)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
 
@@ -106,6 +106,13 @@ def profile_within(run: RunConfig, samples: int) -> None:
             f"({counted(epochs, 'epoch')} of {samples} samples over {counted(devices, 'device')} take fewer than "
             f"{most} steps); trace steps below that, e.g. --profile-steps {max(0, least - 10)}:{least}"
         )
+
+
+def _samples(data: DataConfig) -> None:
+    """How the samples are read: --max-bad-samples, and --bad-samples and --sample-order for the pipeline's format."""
+    check_limit(data.max_bad_samples)
+    check_mode(data.bad_samples, data.pipeline)
+    formats.check_order(data.pipeline, data.sample_order)
 
 
 def _decoded_cache(data: DataConfig, resumed: bool) -> None:

@@ -84,21 +84,25 @@ def own_pipeline(run: RunConfig, data_dir: Path) -> dict | None:
 
 
 def builtin_outputs(run: RunConfig, task) -> None:
-    """A built-in pipeline gives one output for each the run's task takes (the names are the task's; a pipeline of
-    the user's own is defined and counted by own_pipeline)."""
-    pipeline = run.data.pipeline
-    found = formats.reading(pipeline)
-    gives = found.outputs if found else contract.OUTPUTS if formats.get(pipeline) else None
-    outputs = task.outputs
-    if gives is None or len(gives) == len(outputs):
+    """A built-in pipeline gives, by name and in order, what the run's task takes (a pipeline of the user's own is
+    defined and counted by own_pipeline: its outputs take the task's names)."""
+    pipeline, outputs = run.data.pipeline, tuple(task.outputs)
+    found = formats.reading(pipeline) or formats.get(pipeline)
+    if found is None or tuple(found.outputs) == outputs:
         return
-    fitting = [f.name for f in formats.FORMATS if len(contract.OUTPUTS) == len(outputs)]
-    fitting += [r.name for r in formats.READINGS if len(r.outputs) == len(outputs)]
-    fix = f"use one that gives {len(outputs)} ({', '.join(fitting)}) or your own"
-    fix = f"leave --pipeline out to take the task's own ({task.pipeline})" if task.pipeline else fix
+    fitting = [f.name for f in (*formats.FORMATS, *formats.READINGS) if tuple(f.outputs) == outputs]
+    bringing = entry_points.task_bringing(pipeline)
+    if task.pipeline:
+        fix = f"leave --pipeline out to take the task's own ({task.pipeline})"
+    elif bringing:
+        fix = f"add --task {bringing}"
+    elif run.task.task not in entry_points.builtin("task"):
+        fix = "name the task's outputs as the pipeline gives them, or use a --pipeline of your own"
+    else:
+        fix = f"use one that gives them ({', '.join(fitting)}) or your own" if fitting else "use your own"
     raise UsageError(
-        f"--pipeline {pipeline} gives {len(gives)} outputs ({', '.join(gives)}), but --task {run.task.task} takes "
-        f"{len(outputs)} ({', '.join(outputs)}); {fix}"
+        f"--pipeline {pipeline} gives {', '.join(found.outputs)}, but --task {run.task.task} takes "
+        f"{', '.join(outputs)}; {fix}"
     )
 
 

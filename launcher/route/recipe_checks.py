@@ -7,9 +7,10 @@ holds them to DALI's and to model/vit.py's).
 
 from __future__ import annotations
 
-from dali_launch.launcher.route.task_check import crops, flat, masks
+from dali_launch.launcher.route.task_check import crops, flat
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import DataConfig, ModelConfig, TaskConfig
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError
 
@@ -50,14 +51,17 @@ def _augment(data: DataConfig, resumed: bool) -> None:
             f"--augment randaugment, or leave --randaugment out"
         )
     if data.augment != "none" and flat(data.pipeline):
+        augmented = [name for name in crops() if formats.get(name).augments]
         raise UsageError(
-            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(c for c in crops() if not masks(c))} or your own); "
+            f"--augment {data.augment} works on RGB crops (--pipeline {', '.join(augmented)} or your own); "
             f"--pipeline {data.pipeline} gives flat grey digits; use --augment none"
         )
-    if data.augment != "none" and masks(data.pipeline):
+    found = formats.get(data.pipeline)
+    if data.augment != "none" and found is not None and not found.augments:
+        moved = "its masks" if found.masks else "the boxes on them"
         raise UsageError(
-            f"--augment {data.augment} would move an image's pixels without its mask's; --pipeline {data.pipeline} "
-            "crops and flips both alike itself: use --augment none"
+            f"--augment {data.augment} moves and warps an image's pixels, not {moved}: --pipeline {data.pipeline} "
+            f"takes none; use --augment none"
         )
 
 

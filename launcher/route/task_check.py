@@ -19,6 +19,7 @@ from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import formats
 from dali_launch.trainer.data.records import caffe2
+from dali_launch.trainer.data.records.coco import MAX_OBJECTS
 
 
 def crops() -> list[str]:
@@ -67,18 +68,25 @@ def _named(run: RunConfig):
 
 
 def builtin_sample(run: RunConfig, data_dir: Path) -> dict | None:
-    """One sample of each output of a built-in pipeline, as it gives them (trainer/data/pipelines.py and the
-    segmentation format's)."""
-    shape, found = sample_shape(run, data_dir), formats.get(run.data.pipeline)
+    """One sample of each output of a built-in pipeline, as it gives them (trainer/data/pipelines.py, the readings
+    and the segmentation format's); None for an output named otherwise."""
+    shape, found = sample_shape(run, data_dir), formats.reading(run.data.pipeline) or formats.get(run.data.pipeline)
     if shape is None or found is None:
         return None
-    reading = formats.reading(run.data.pipeline)
-    if reading:  # another reading of a format's images (the contrastive views): each image output a crop
-        return {name: ((), "int32") if name == "labels" else (shape, "float32") for name in reading.outputs}
-    if found.masks:  # segmentation's: a class id per pixel of the crop
-        return {"images": (shape, "float32"), "masks": (shape[:2], "int32")}
-    labels = ((run.data.num_classes,), "float32") if found.one_hot else ((), "int32")
-    return {"images": (shape, "float32"), "labels": labels}
+    one_hot = getattr(found, "one_hot", False)  # a reading gives class ids
+    kinds = {
+        "images": (shape, "float32"),
+        "view1": (shape, "float32"),
+        "view2": (shape, "float32"),
+        "masks": (shape[:2], "int32"),  # a class id per pixel of the crop
+        "labels": ((run.data.num_classes,), "float32") if one_hot else ((), "int32"),
+        "boxes": ((MAX_OBJECTS, 4), "float32"),  # detection's, padded: relative (left, top, right, bottom)
+        "classes": ((MAX_OBJECTS,), "int32"),
+        "counts": ((), "int32"),  # the real rows of an image's boxes
+    }
+    if not set(found.outputs) <= set(kinds):
+        return None
+    return {name: kinds[name] for name in found.outputs}
 
 
 def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:

@@ -41,11 +41,14 @@ class Format:
     suffix: str = ""  # a sharded format's shard files
     skips: bool = True  # --bad-samples skip can leave samples out of its reader (a file list or index)
     crops: bool = True  # its pipeline gives --image-size square RGB crops (HWC); else flat vectors
+    augments: bool = True  # its training pipeline applies --augment to its crops (args.auto_augment)
     one_hot: bool = False  # its training labels are one-hot rows of --num-classes floats; else class ids
     default_data: bool = False  # a run may leave --data-dir out ($DALI_EXTRA_PATH, the embedded sample)
     writer: str = ""  # `data synth --format NAME`'s writer of one unit, "module:function"; "" for none
     detect_last: bool = False  # detection tries it after the others (any folder of folders is one)
     masks: bool = False  # its samples pair an image with a mask of class ids (a PNG): its pipeline gives `masks`
+    outputs: tuple[str, ...] = ("images", "labels")  # what its pipeline returns, in order: what its task takes
+    feeds: bool = True  # --sample-order global can feed its pipeline from records/ (an image and a class id each)
 
     def reader_arguments(self, split: str | Path) -> dict:
         return self.arguments(str(split))
@@ -75,6 +78,7 @@ def _has(suffix: str) -> Callable[[Path], bool]:
     return lambda split: any(split.glob(f"*{suffix}"))
 
 
+COCO_ANNOTATIONS = "annotations.json"  # a detection split's annotations, beside its images
 WEBDATASET_EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
 SEGMENTATION_EXT = ["jpg", "png"]  # --pipeline segmentation's: the image, then its mask
 
@@ -176,6 +180,26 @@ FORMATS: tuple[Format, ...] = (
         suffix=".tar",
         writer=f"{SYNTH}:write_segmentation",
         masks=True,
+        outputs=("images", "masks"),  # --task segmentation's (tasks/segmentation.py)
+        augments=False,  # --augment moves an image's pixels, not its mask's
+    ),
+    Format(
+        name="detection",
+        reader="coco",
+        holds="COCO annotations and images",
+        arguments=lambda split: {"file_root": split, "annotations_file": f"{split}/{COCO_ANNOTATIONS}"},
+        detect=lambda split: (split / COCO_ANNOTATIONS).is_file(),
+        records=f"{RECORDS}.coco",
+        pipeline=f"{PIPELINES}:detection",
+        layout="folders of images beside a COCO annotations.json (as `dali-launch data synth --format detection` "
+        "makes them)",
+        description="SPLIT/annotations.json (COCO: boxes and class ids 0..N-1) beside SPLIT/<n>.jpg",
+        make="dali-launch data synth {path} --format detection",
+        check=f"{LAUNCHER}.coco_check:check_detection",
+        writer=f"{LAUNCHER}.synth_boxes:write_detection",
+        augments=False,  # --augment moves pixels, not the boxes on them
+        outputs=("images", "boxes", "classes", "counts"),  # --task detection's (tasks/detection.py)
+        feeds=False,  # a sample is an image, its boxes and their classes: DALI's COCO reader reads them
     ),
 )
 
@@ -236,6 +260,19 @@ def reader_of(name: str, split: str | Path) -> tuple[str, dict] | None:
     """(reader, its arguments) the built-in `--pipeline name` reads `split` with; None for one of the user's."""
     found = get(name)
     return None if found is None else (found.reader, found.reader_arguments(split))
+
+
+def check_order(name: str, order: str) -> None:
+    """--sample-order global feeds a pipeline an image and a class id a sample (data/feed.py): a built-in
+    pipeline that reads more of each (the detection pipeline's boxes) is refused it in one line."""
+    found = get(name)
+    if order == "global" and found is not None and not found.feeds:
+        from dali_launch.trainer.errors import UsageError
+
+        raise UsageError(
+            f"--sample-order global feeds a pipeline an image and a class id a sample, but --pipeline {name} reads "
+            f"{found.holds} with DALI's own reader; use --sample-order shards"
+        )
 
 
 def imported(reference: str):

@@ -10,17 +10,23 @@ tfrecord   the same images and augmentation from TFRecord shards of tf.Examples 
            image/class/label), SPLIT/*.tfrecord each with DALI's index SPLIT/*.idx
 webdataset the same from WebDataset tar shards (NAME.jpg + NAME.cls), SPLIT/*.tar each with SPLIT/*.idx
            (`dali-launch data synth --format tfrecord|webdataset` writes both kinds)
+detection  COCO splits (SPLIT/annotations.json beside the images, `data synth --format detection`) for
+           --task detection: images resized to --image-size squares (training: flipped at random, the boxes
+           with them), ImageNet mean/std, HWC floats; each image's boxes (relative left, top, right, bottom)
+           and class ids padded to records/coco.py's MAX_OBJECTS, and how many are real
 """
 
 from __future__ import annotations
 
 from nvidia.dali import fn, types
+from nvidia.dali import math as dmath
 from nvidia.dali import tfrecord as tfrec
 
 from dali_launch.trainer.data import formats
 from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
 from dali_launch.trainer.data.formats import shard_files  # noqa: F401 - pipelines.shard_files for its users
 from dali_launch.trainer.data.records import tfrecord as tfrecord_records
+from dali_launch.trainer.data.records.coco import MAX_OBJECTS
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # ImageNet's, the usual start for a new image set
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
@@ -53,6 +59,30 @@ def _webdataset(args: PipelineArgs):
     return imagenet_augment(*webdataset_inputs(args), args)
 
 
+def _detection(args: PipelineArgs):
+    """(images, boxes, classes, counts): what --task detection takes (tasks/detection.py). The boxes come
+    relative to the image (DALI's `ratio`), so resizing leaves them as they are and a flip is `bb_flip`'s;
+    class ids as the annotations give them (no remapping: 0..--num-classes - 1)."""
+    formats.check_order("detection", "global" if args.feed is not None else "shards")
+    jpegs, boxes, classes = inputs(args, "detection", ratio=True, ltrb=True, avoid_class_remapping=True)
+    images = fn.resize(args.decode(jpegs, output_type=types.RGB), size=[args.image_size, args.image_size])
+    mirror = fn.random.coin_flip(probability=0.5) if args.training else 0
+    if args.training:
+        boxes = fn.bb_flip(boxes, ltrb=True, horizontal=mirror)
+    images = fn.crop_mirror_normalize(
+        images, dtype=args.dtype(), mean=MEAN, std=STD, mirror=mirror, output_layout="HWC"
+    )
+    counts = dmath.min(classes.shape(dtype=types.INT32)[0], MAX_OBJECTS)
+    objects = [_padded(boxes), _padded(classes), counts]
+    return images, *(node.gpu() if args.on_gpu else node for node in objects)
+
+
+def _padded(node):
+    """The first MAX_OBJECTS rows of an image's objects, zero rows after the last: one shape for every image."""
+    return fn.slice(node, start=[0], shape=[MAX_OBJECTS], axes=[0], out_of_bounds_policy="pad", fill_values=0)
+
+
+detection = Pipeline(_detection, cacheable=True)
 folders = Pipeline(_folders, cacheable=True)
 tfrecord = Pipeline(_tfrecord, cacheable=True)
 webdataset = Pipeline(_webdataset, cacheable=True)
