@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+from dali_launch.trainer.data import dali_graph
 from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.errors import UsageError
 
@@ -135,20 +136,11 @@ def operators(outputs) -> dict[int, str]:
 
 
 def _operators(outputs) -> dict:
-    """DALI's operator object behind every node of `outputs`, by its instance's id: each node's `source`
-    operator and, through its inputs (argument inputs included), theirs."""
-    todo, found = list(outputs), {}
-    while todo:
-        instance = getattr(todo.pop(), "source", None)
-        if instance is None or id(instance) in found:
-            continue
-        found[id(instance)] = instance._op
-        todo.extend(instance.inputs)
-    return found
+    """DALI's operator object behind every node of `outputs`, by its instance's id (dali_graph.instances)."""
+    return {key: instance._op for key, instance in dali_graph.instances(outputs).items()}
 
 
-def _kind(op) -> str:
-    return getattr(op, "schema_name", type(op).__name__)
+_kind = dali_graph.kind
 
 
 def _sharding(op) -> dict | None:
