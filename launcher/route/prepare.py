@@ -102,6 +102,7 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
         hw_decoder_load=d.hw_decoder_load,
         bad_samples=d.bad_samples,
         max_bad_samples=d.max_bad_samples,
+        pipeline_params=d.pipeline_params,
     )
 
 

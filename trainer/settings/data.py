@@ -29,6 +29,12 @@ class DataConfig:
         "crop, flip, normalize), tfrecord (tf.Example shards) and webdataset (tar shards), both with the folders "
         "augmentation, or package.module:function of your own (see README).",
     )
+    pipeline_params: str = opt(
+        "",
+        "DALI's own pipeline functions (@pipeline_def, data_iterator, or taking shard_id and num_shards): "
+        "NAME=ROLE,... fills parameters the rule cannot guess from their names; ROLE is path, training, shard_id, "
+        "num_shards, num_classes, image_size or seed, anything else a literal value (docs/data.md).",
+    )
     num_classes: int = opt(10, "Classes in the data set: the model's output width and the one-hot depth.")
     image_size: int = opt(
         224, "Side in pixels of the square crops the folders, tfrecord and webdataset pipelines feed the model."
