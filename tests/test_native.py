@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -167,3 +168,66 @@ def test_the_cli_names_the_tutorials_functions_in_a_module():
     assert "(its callables that take function(args): mnist_sharded_iterator, mnist_pipeline, mnist_ranked)" in (
         proc.stderr
     ), proc.stderr
+
+
+def _python(code: str, platforms: str | None = "cpu") -> subprocess.CompletedProcess:
+    """`code` in a fresh Python, the tests' modules importable, JAX_PLATFORMS `platforms` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"} | TESTS
+    env |= {"JAX_PLATFORMS": platforms} if platforms else {}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_decoder_auto_on_gpus_refuses_a_module_that_starts_jax():
+    """--decoder auto asks the module for its word before JAX starts; the tutorial's module starts JAX as it is
+    imported: one line, naming --decoder mixed (run here as on a GPU task, in a fresh process)."""
+    proc = _python(
+        "from dali_launch.trainer.config import DataConfig\n"
+        "from dali_launch.trainer.errors import UsageError\n"
+        "from dali_launch.trainer.plan import placement\n"
+        "try:\n"
+        "    placement.decoder(DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator'), 'gpu')\n"
+        "except UsageError as e:\n"
+        "    print(e)\n"
+        "print(placement.decoder(DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator'), 'gpu'))\n"
+    )
+    check_ok(proc)
+    said, again = proc.stdout.strip().splitlines()
+    assert said.startswith("--pipeline dali_tutorial:mnist_sharded_iterator starts JAX when imported"), said
+    assert "pass --decoder mixed (or cpu)" in said
+    assert again == "mixed"  # imported already: nothing more starts
+
+
+def test_initialize_refuses_a_jax_already_started(tmp_path):
+    """A module that asked JAX for its devices before jax.distributed.initialize (`dali-launch task` checks the
+    user's modules in the process that trains): one line, not JAX's traceback."""
+    proc = _python(
+        "import jax, dali_tutorial\n"
+        "from dali_launch.trainer import topology\n"
+        "from dali_launch.trainer.config import DistributedConfig\n"
+        "from dali_launch.trainer.errors import UsageError\n"
+        "t = topology.Topology(1, 2, '127.0.0.1:1', None, None, 'here', 'cpu')\n"
+        "try:\n"
+        "    topology.initialize(t, DistributedConfig())\n"
+        "except UsageError as e:\n"
+        "    print(e)\n"
+    )
+    check_ok(proc)
+    assert proc.stdout.startswith("process 1: JAX started before jax.distributed.initialize"), proc.stdout
+
+
+@pytest.mark.parametrize("mode, platforms", [(["--local"], "cpu"), (["train"], "None")])
+def test_the_launchers_checks_keep_jax_to_the_cpu_where_tasks_run_apart(small_lmdb, mode, platforms):
+    """The launcher imports the tutorial's module to check it, and the module asks JAX for its devices: under --local
+    (or SLURM) that JAX is the launcher's own, kept to the CPU so the GPUs stay the tasks' (whose environment is
+    given back as it was); under `train` it is the task's, left as it is."""
+    argv = [*mode, "--dry-run", "--pipeline", "dali_tutorial:mnist_sharded_iterator", "--data-dir", str(small_lmdb)]
+    proc = _python(
+        "import os\n"
+        "from dali_launch.launcher.cli import main\n"
+        f"code = main({argv!r})\n"
+        "import jax\n"
+        "print(code, jax.config.jax_platforms, os.environ.get('JAX_PLATFORMS'))\n",
+        platforms=None,
+    )
+    check_ok(proc)
+    assert proc.stdout.splitlines()[-1] == f"0 {platforms} None", proc.stdout[-2000:]
