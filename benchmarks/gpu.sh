@@ -9,6 +9,8 @@
 #              model twice the GPU's memory refused in one line (huge_mlp.py)
 #   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
 #              against its step alone; DALI's own tutorial pipeline function, unchanged (tasks.py)
+#   tutorial   DALI's multi-GPU JAX tutorial function, unchanged (dali_tutorial_gpu.py), one short run in
+#              `train` and one as a --local task: test accuracy, and that it trained (tutorial.py)
 #   startup    launch -> first step, cold and warm (startup.py)
 #
 # Here, once:  bash benchmarks/gpu.sh pack        (.devpkgs/gpu-*: wheels the GPU image lacks, Fashion-MNIST)
@@ -20,7 +22,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(mnist resnet50 mesh tasks startup)
+QUESTIONS=(mnist resnet50 mesh tasks tutorial startup)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -119,6 +121,7 @@ ask() {
       else
         echo "== tasks: benchmarks/tasks.py is not in this tree"
       fi ;;
+    tutorial) record tutorial 200 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;
     *) echo "gpu.sh: no question '$1' (ask: ${QUESTIONS[*]}, all, pack, stage)" >&2; exit 2 ;;

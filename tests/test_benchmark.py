@@ -277,6 +277,35 @@ def test_sample_check_times_the_pre_flight_check(tmp_path):
     assert result["imagenet_check_s"] == pytest.approx(result["check_us"] * 1.281167, rel=0.01, abs=0.2)
 
 
+def test_tutorial_smoke_trains_dalis_tutorial_function_in_both_modes(small_lmdb, tmp_path):
+    """benchmarks/tutorial.py --smoke-cpu (gpu.sh's `tutorial` question, on the CPU twin): a `train` run and a --local
+    one of DALI's tutorial function, one JSON line with each one's test accuracy, and that both trained."""
+    out = tmp_path / "tutorial.json"
+    proc = bench(
+        "--smoke-cpu",
+        "--data",
+        str(small_lmdb),
+        "--out",
+        str(out),
+        timeout=600,
+        script=REPO / "benchmarks" / "tutorial.py",
+    )
+    check_ok(proc)
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert line == json.loads(out.read_text()) and line["trained"], line
+    assert [r["mode"] for r in line["runs"]] == ["train", "local"]
+    assert all(r["rc"] == 0 and r["test_accuracy"] > 0.3 for r in line["runs"]), line
+
+
+def test_the_tutorials_gpu_function_passes_the_checks_as_it_is(small_lmdb):
+    """benchmarks/dali_tutorial_gpu.py, the tutorial with nvJPEG and labels.gpu(), defined on the CPU by the launcher's
+    pre-flight for each split: recognised, its parameters filled, its reader sharded and padded; no GPU needed."""
+    argv = [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--dry-run", "--data-dir", str(small_lmdb)]
+    argv += ["--pipeline", "dali_tutorial_gpu:mnist_sharded_iterator"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks")}
+    check_ok(subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=300))
+
+
 def test_bad_samples_gpu_script_smoke(tmp_path):
     """benchmarks/bad_samples_gpu.py --smoke-cpu: the pre-flight cases end in one line naming the file."""
     out = tmp_path / "bad.json"

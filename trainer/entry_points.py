@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import inspect
 
-from dali_launch.trainer.data import formats
+from dali_launch.trainer.data import formats, native
 from dali_launch.trainer.errors import UsageError
 
 MODELS = {
@@ -51,8 +51,12 @@ def builtin(kind: str) -> dict[str, str]:
     return {"model": MODELS, "task": TASKS}.get(kind) or pipelines
 
 
-def load(kind: str, name: str):
-    """The callable `name` stands for (`kind` is model or pipeline), or a one-line UsageError with the fix."""
+def load(kind: str, name):
+    """The callable `name` stands for (`kind` is model, pipeline or task), or a one-line UsageError with the fix.
+    `name` may be the object itself (a Python caller's function): it is taken as it is. A pipeline written as DALI
+    writes one (@pipeline_def, data_iterator) comes back as the contract's function(args) (data/native.py)."""
+    if not isinstance(name, str):
+        return _taken(kind, name, described(name))
     flag, target = f"--{kind} {name}", builtin(kind).get(name, name)
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
@@ -64,8 +68,21 @@ def load(kind: str, name: str):
         value = getattr(value, part)
     if not callable(value) and not (kind == "task" and _is_task(value)):
         raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
-    _check_signature(flag, value, kind)
+    return _taken(kind, value, name)
+
+
+def _taken(kind: str, value, name: str):
+    """A --KIND target `name` stands for, as the trainer calls it: a DALI-style pipeline function adapted, and the
+    call the trainer makes checked against it."""
+    if kind == "pipeline":
+        value = native.adapted(value, name)
+    _check_signature(f"--{kind} {name}", value, kind)
     return value
+
+
+def described(value) -> str:
+    """How messages name a target given as an object: module:qualified name, as --KIND would name it."""
+    return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', type(value).__name__)}"
 
 
 def _imported(flag: str, module_name: str):
@@ -110,7 +127,7 @@ def _candidate(module, value, kind: str) -> bool:
     own = getattr(value, "__module__", None) == module.__name__ or isinstance(value, Pipeline)
     if not (own and callable(value)):
         return False
-    signature = signature_of(value)
+    signature = signature_of(native.adapted(value, module.__name__) if kind == "pipeline" else value)
     if signature is None:
         return False
     _, args, kwargs = _call(kind, signature)

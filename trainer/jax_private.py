@@ -7,9 +7,22 @@ and tests/test_compile_cache.py and the multi-process tests find it.
     compiler             the persistent compilation cache's writer (compile_cache.py keeps non-zero processes'
                          programs), and the smallest compile time an entry is written for
     compilation_cache    the cache's own entry format, to write those programs as JAX would
+    backends_started     whether JAX has started its backends (any device query does): jax.distributed.initialize
+                         and XLA's flags must come first (topology.initialize, plan/placement.py)
 """
 
 from __future__ import annotations
+
+import sys
+
+
+def backends_started() -> bool:
+    """Whether JAX has started its backends in this process; False where JAX is not even imported."""
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
 
 
 def distributed_client():

@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from dali_launch.trainer import jax_private
 from dali_launch.trainer.config import DistributedConfig, Layout
 from dali_launch.trainer.data import codecs
 from dali_launch.trainer.errors import UsageError
@@ -287,6 +288,13 @@ def initialize(topology: Topology, config: DistributedConfig, meet=None, refused
 
     if topology.coordinator_address is None:
         return topology
+    if jax_private.backends_started():  # JAX's own refusal is a traceback
+        raise UsageError(
+            f"process {topology.process_id}: JAX started before jax.distributed.initialize (a module imported first "
+            f"asked it for its devices: a --pipeline or --model module that builds a sharding when imported, which "
+            f"`dali-launch task` imports to check it in the process that trains); make it when the function is "
+            f"called, or submit the job with `dali-launch --nodes N`, whose tasks import it after"
+        )
     met = [topology]
     # JAX's preemption service would take SIGTERM for itself; our handlers decide (preemption.py).
     # Should a JAX version lack the option, preemption.listen still replaces its handler afterwards.

@@ -6,8 +6,9 @@ import math
 
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ObserveConfig, OptimizerConfig, ResilienceConfig
-from dali_launch.trainer.data import formats
+from dali_launch.trainer.data import formats, native
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import data as plan_data
@@ -81,7 +82,7 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--momentum {run.optimizer.momentum} is out of range; use a value in [0, 1)")
     if step.seed < 0:  # DALI takes a negative seed as "pick one at random": runs would not repeat
         raise UsageError(f"--seed {step.seed} must be 0 or more")
-    _samples(run.data)
+    _data(run.data)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
 
@@ -108,11 +109,18 @@ def profile_within(run: RunConfig, samples: int) -> None:
         )
 
 
-def _samples(data: DataConfig) -> None:
-    """How the samples are read: --max-bad-samples, and --bad-samples and --sample-order for the pipeline's format."""
+def _data(data: DataConfig) -> None:
+    """--bad-samples and its limit; --sample-order for the pipeline's format; --pipeline-params written
+    NAME=ROLE,..., and not for a built-in pipeline, which has no parameters of DALI's kind to fill (one of the
+    user's is checked against its function in the pre-flight: trainer/data/native.py)."""
     check_limit(data.max_bad_samples)
     check_mode(data.bad_samples, data.pipeline)
     formats.check_order(data.pipeline, data.sample_order)
+    if native.parsed(data.pipeline_params) and data.pipeline in entry_points.builtin("pipeline"):
+        raise UsageError(
+            f"--pipeline-params fills the parameters of DALI's own pipeline functions, and --pipeline {data.pipeline} "
+            f"is built in; leave --pipeline-params out"
+        )
 
 
 def _decoded_cache(data: DataConfig, resumed: bool) -> None:

@@ -12,15 +12,19 @@ A dry run prints what would run where the directories would be written, and noth
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Backend
+from dali_launch.launcher.backends.this_process import Train
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, rank_map, task_check
 from dali_launch.launcher.route.checks import profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
-from dali_launch.trainer import determinism, entry_points, flavours
+from dali_launch.trainer import determinism, entry_points, flavours, jax_private
 from dali_launch.trainer.data import contract, formats, graph_check
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
@@ -32,7 +36,8 @@ def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, head
     configuration differs from what its directory holds (more epochs, say) and is written back.
     `heading`: what a dry run prints first (a sweep's points)."""
     # The backend's checks (SLURM's flags, the cluster) see one job shape, the same for every run.
-    data_dirs = [check(run, backend if i == 0 else None) for i, run in enumerate(runs)]
+    with _jax_on_the_cpu(backend):
+        data_dirs = [check(run, backend if i == 0 else None) for i, run in enumerate(runs)]
     first = runs[0]
     if first.launch.dry_run:
         echo(dry_run(runs, backend, data_dirs, heading))
@@ -45,6 +50,30 @@ def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, head
         if len(runs) == 1:
             echo(f"run directory: {made[-1].root}")
     return made
+
+
+@contextlib.contextmanager
+def _jax_on_the_cpu(backend: Backend):
+    """The checks' JAX kept to the CPU where the tasks are processes of their own (--local, SLURM): a --pipeline
+    or --model module that asks JAX for its devices when imported (DALI's JAX tutorials build their sharding so)
+    would start it on the GPUs here, and XLA would take most of their memory from the tasks. `train` and `task`
+    train in this process: its JAX is the task's, which trainer/task.py sets up."""
+    if isinstance(backend, Train) or jax_private.backends_started():
+        yield
+        return
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_platforms", "cpu")
+        yield
+        return
+    before = os.environ.get("JAX_PLATFORMS")
+    os.environ["JAX_PLATFORMS"] = "cpu"  # what JAX reads when it is imported; the tasks get the environment back
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("JAX_PLATFORMS", None)
+        else:
+            os.environ["JAX_PLATFORMS"] = before
 
 
 def check(run: RunConfig, backend: Backend | None) -> Path:
@@ -127,6 +156,7 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
         hw_decoder_load=d.hw_decoder_load,
         bad_samples=d.bad_samples,
         max_bad_samples=d.max_bad_samples,
+        pipeline_params=d.pipeline_params,
     )
 
 

@@ -76,6 +76,7 @@ class PipelineArgs:
     max_bad_samples: str = "0.001"  # --max-bad-samples
     augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
     randaugment: tuple[int, int] = RANDAUGMENT  # --randaugment N,M
+    pipeline_params: str = ""  # --pipeline-params: what a DALI-style function's parameters get (data/native.py)
     applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called
     left_out: list = field(default_factory=list, init=False, compare=False, repr=False)  # `read`'s skipped scans
 

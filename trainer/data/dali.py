@@ -11,7 +11,7 @@ from nvidia.dali import pipeline_def
 
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment, decoded_cache, graph_check
+from dali_launch.trainer.data import augment, decoded_cache, graph_check, native
 from dali_launch.trainer.data.batches import DeviceBatches, Readers
 from dali_launch.trainer.data.contract import OUTPUTS, RANDAUGMENT, PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
@@ -87,6 +87,7 @@ def build(split: Split, readers: Readers, config: DataConfig, checkpoints=None, 
             f"reads per call; use a divisor of it"
         )
     reader_batch, function = split.call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline)
+    native.check(function, config.pipeline_params, split.outputs, config.pipeline)  # the launcher's check, passed
     threads, shards_read = config.reader_threads * sharding.readers, (sharding.device_ids, sharding.global_devices)
     keep, kept = decoded_role(function, split, shards_read, config, threads)
     pipes, feeds, given = [], [], []
@@ -167,6 +168,7 @@ def pipeline_args(
         max_bad_samples=config.max_bad_samples,
         augment=config.augment,
         randaugment=config.randaugment_nm() if config.augment == "randaugment" else RANDAUGMENT,
+        pipeline_params=config.pipeline_params,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+from dali_launch.trainer.data import dali_graph, native
 from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.errors import UsageError
 
@@ -84,7 +85,10 @@ def check(name: str, args, shard_order: bool, names: tuple[str, ...] = OUTPUTS) 
     """--pipeline `name` (not a built-in one), defined for `args` (contract.PipelineArgs, without a feed, so
     args.read makes a native reader here too): its outputs (one for each of `names`, its task's); under the shard
     order its one reader and how it is sharded; under the global order, that it reads through args.read and
-    nothing else."""
+    nothing else. A pipeline written as DALI writes one is checked as native.py adapts it, first."""
+    from dali_launch.trainer import entry_points
+
+    native.check(entry_points.load("pipeline", name), args.pipeline_params, names, name)
     reads = []
     defined = define(name, _watched(args, reads))
     if defined is UNDEFINED:
@@ -135,20 +139,11 @@ def operators(outputs) -> dict[int, str]:
 
 
 def _operators(outputs) -> dict:
-    """DALI's operator object behind every node of `outputs`, by its instance's id: each node's `source`
-    operator and, through its inputs (argument inputs included), theirs."""
-    todo, found = list(outputs), {}
-    while todo:
-        instance = getattr(todo.pop(), "source", None)
-        if instance is None or id(instance) in found:
-            continue
-        found[id(instance)] = instance._op
-        todo.extend(instance.inputs)
-    return found
+    """DALI's operator object behind every node of `outputs`, by its instance's id (dali_graph.instances)."""
+    return {key: instance._op for key, instance in dali_graph.instances(outputs).items()}
 
 
-def _kind(op) -> str:
-    return getattr(op, "schema_name", type(op).__name__)
+_kind = dali_graph.kind
 
 
 def _sharding(op) -> dict | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dali_launch.trainer import compile_cache, determinism, entry_points
+from dali_launch.trainer import compile_cache, determinism, entry_points, jax_private
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
 from dali_launch.trainer.errors import UsageError
@@ -62,7 +62,22 @@ def decoder(config: DataConfig, platform: str) -> str:
         return config.decoder
     if platform != "gpu":
         return "cpu"
-    return auto_decoder(entry_points.load("pipeline", config.pipeline))
+    return auto_decoder(_loaded_before_jax(config.pipeline))
+
+
+def _loaded_before_jax(name: str):
+    """--pipeline `name`, loaded for --decoder auto's word before JAX starts. A module that starts JAX itself when
+    imported (DALI's JAX tutorials build their sharding from jax.devices()) would start it before XLA's flags and
+    jax.distributed.initialize, which fails; one line instead. With --decoder given, the task imports the module
+    only after both (plan/data.py)."""
+    started = jax_private.backends_started()
+    pipeline = entry_points.load("pipeline", name)
+    if not started and jax_private.backends_started():
+        raise UsageError(
+            f"--pipeline {name} starts JAX when imported (it asks JAX for its devices), and --decoder auto must "
+            f"import it before JAX starts; pass --decoder mixed (or cpu): the task then imports it after JAX starts"
+        )
+    return pipeline
 
 
 def cuda_graphs(setting: str, dali_gpu: bool) -> bool:

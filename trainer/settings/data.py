@@ -42,6 +42,15 @@ class DataConfig:
         "Classes in the data set: the model's output width.",
         details="Classes in the data set: the model's output width and the one-hot depth.",
     )
+    pipeline_params: str = opt(
+        "",
+        "NAME=ROLE,...: a DALI pipeline function's parameters the rule cannot fill.",
+        details=(
+            "DALI's own pipeline functions (@pipeline_def, data_iterator, or taking shard_id and num_shards): "
+            "NAME=ROLE,... fills parameters the rule cannot guess from their names; ROLE is path, training, shard_id, "
+            "num_shards, num_classes, image_size or seed, anything else a literal value (docs/data.md)."
+        ),
+    )
     image_size: int = opt(
         224,
         "Side in pixels of the built-in image pipelines' square crops.",
