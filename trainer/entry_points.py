@@ -60,6 +60,12 @@ def hold(name: str, value) -> str:
     return f"{BY_VALUE}:{name}"
 
 
+def forget_sent() -> None:
+    """Nothing sent by value is held any more (the launcher, before another submission)."""
+    _held.clear()
+    _pickles.clear()
+
+
 def read_sent(objects: Path) -> None:
     """The objects sent by value into a run directory (its objects/ folder, run_dir.RunPaths.objects): each is
     unpickled when first named, so that a model's Flax and JAX are imported where a model is made, not sooner."""
@@ -103,8 +109,8 @@ def _sent(flag: str, name: str):
             ) from None
     if name not in _held:
         raise UsageError(
-            f"{flag} names an object the Python API sends by value into a run directory, and none holds it here; "
-            f"give {flag.split()[0]} as package.module:attribute"
+            f"{flag} names an object the Python API sent by value, which only its own run directory holds "
+            f"(objects/{name}.pkl); give {flag.split()[0]} as a built-in name or package.module:attribute"
         )
     return _held[name]
 

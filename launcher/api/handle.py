@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from dali_launch.launcher.backends.detached import DetachedJob
 from dali_launch.launcher.backends.job import STOP_WAIT_S, RunState, resume_hint, why_ended
 from dali_launch.launcher.backends.job import Job as BackendJob
 from dali_launch.trainer.errors import UsageError
@@ -95,17 +96,24 @@ class Job:
         return self.wait(timeout_s)
 
     def _why(self, state: RunState) -> str:
-        """The run's own reason: what its ranks recorded (endings/), else the follower's last word, then where it
+        """The run's own reason: what its ranks recorded (endings/), else what ended its follower, then where it
         would resume."""
         why = why_ended(self._job.paths, state)
-        said = self._follower_said()
-        if said and (not why or why.startswith("no rank said why")):
-            why = said
+        if state in (RunState.FAILED, RunState.NOT_STARTED) and (not why or why.startswith("no rank said why")):
+            why = self._follower_said() or why
         hint = resume_hint(self._job.paths) if state is not RunState.NOT_STARTED else ""
         return f"{self._job.name} {state}" + (f": {why}" if why else "") + (f"; {hint}" if hint else "")
 
     def _follower_said(self) -> str:
-        """The last line the follower process of a run here or --local printed (a refusal, a traceback's end)."""
+        """A run here or --local: a signal that killed its follower, else the follower's last line of its own (a
+        refusal: `dali-launch: error: ...`)."""
+        if not isinstance(self._job, DetachedJob):
+            return ""
         log = self._job.paths.follower_log
-        lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
-        return lines[-1].removeprefix("dali-launch: error: ") if lines else ""
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        said = [
+            line.removeprefix("dali-launch: ").removeprefix("error: ")
+            for line in lines
+            if line.startswith("dali-launch: ")
+        ]
+        return self._job.follower_killed() or (said[-1] if said else "")

@@ -13,12 +13,19 @@ import sys
 
 from dali_launch.launcher.route import sent_objects
 from dali_launch.trainer import entry_points
+from dali_launch.trainer.errors import UsageError
 
 
 def reference(kind: str, value) -> str:
     """What the run's `kind` setting records for `value` (a string as it is)."""
     if isinstance(value, str):
         return value
+    if not callable(value) and not (kind == "task" and _is_task(value)):
+        what = {"model": "a Flax module class or factory", "pipeline": "a pipeline function", "task": "a Task"}[kind]
+        raise UsageError(
+            f"{kind}={value!r} is {_a(value)}; give {what}, or a name as --{kind} takes it "
+            f"(one of {', '.join(entry_points.builtin(kind))}, or package.module:attribute)"
+        )
     importable = importable_as(value)
     if importable is None:
         return sent_objects.by_value(kind, value, label(value))
@@ -43,3 +50,14 @@ def label(value) -> str:
     """How messages call an object: its qualified name, else its class's (`Task object`)."""
     name = getattr(value, "__qualname__", None)
     return name if isinstance(name, str) else f"{type(value).__name__} object"
+
+
+def _is_task(value) -> bool:
+    from dali_launch.trainer.tasks.contract import Task
+
+    return isinstance(value, Task)
+
+
+def _a(value) -> str:
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"

@@ -83,7 +83,9 @@ def _name(mode: str, name: str) -> str:
         return other_names[name]
     elsewhere = [other for other in MODES if other != mode and name in fields_of(other)]
     if elsewhere:
-        raise UsageError(f"{name} is a SLURM setting: Executor({elsewhere[-1]!r}) takes it, Executor({mode!r}) does not")
+        raise UsageError(
+            f"{name} is a SLURM setting: Executor({elsewhere[-1]!r}) takes it, Executor({mode!r}) does not"
+        )
     close = difflib.get_close_matches(name, [*known, *other_names, CONFIG], n=2, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}?" if close else "settings are the CLI's flags, `_` for `-` (batch_size)"
     raise UsageError(f"Executor({mode!r}) has no setting {name}; {hint}")

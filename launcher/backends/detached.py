@@ -52,7 +52,7 @@ def start(backend, run, paths: RunPaths) -> DetachedJob:
 
 class DetachedJob(LocalJob):
     """A run on this machine whose follower this process started: live from the follower's first instant
-    (before any rank holds the run's lock), stopped by stopping the follower."""
+    (before any rank holds the run's lock) to its last, stopped by stopping the follower."""
 
     def __init__(self, paths: RunPaths, follower: subprocess.Popen):
         super().__init__(paths)
@@ -60,6 +60,17 @@ class DetachedJob(LocalJob):
 
     def live_state(self) -> RunState | None:
         return RunState.RUNNING if self.follower.poll() is None else super().live_state()
+
+    def state(self) -> RunState:
+        """Running while the follower is: result.json comes a moment before its ranks and the follower end."""
+        return self.live_state() or self.ended()
+
+    def follower_killed(self) -> str:
+        """How the follower ended where a signal killed it (its ranks died with it), else ''."""
+        code = self.follower.poll()
+        if code is None or code >= 0:
+            return ""
+        return f"its follower (pid {self.follower.pid}) was killed by {signal.Signals(-code).name}, its ranks with it"
 
     def cancel(self, say=print) -> int:
         """SIGTERM to the follower, which asks its ranks to checkpoint and stop (or is the task, which does);

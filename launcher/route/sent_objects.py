@@ -62,6 +62,7 @@ _sent: dict[str, Sent] = {}  # reference -> what this process sent under it, for
 def forget() -> None:
     """A new submission: what an earlier one sent is not its own."""
     _sent.clear()
+    entry_points.forget_sent()
 
 
 def by_reference(kind: str, label: str, reference: str) -> str:
