@@ -133,12 +133,16 @@ def test_a_local_run_that_fails_says_its_own_reason(small_lmdb, tmp_path):
 
 
 def test_the_documented_example_trains_its_own_model_and_the_mlp(tmp_path):
-    """docs/python_api_example.py, run as a user runs it (its own model lives in __main__: sent by value)."""
+    """docs/python_api_example.py, run as a user runs it (its own model lives in __main__: sent by value); then
+    `dali-launch --resume` continues the run of that model."""
     proc = subprocess.run([sys.executable, str(EXAMPLE)], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
     check_ok(proc)
     accuracies = re.findall(r"^(own model|MLP): test accuracy (0\.\d+)$", proc.stdout, re.M)
     assert [name for name, _ in accuracies] == ["own model", "MLP"], proc.stdout
     assert all(float(value) > 0.8 for _, value in accuracies), accuracies
-    own, mlp = sorted((tmp_path / "runs").glob("*-*"))
-    assert RunPaths(own).sent("model").is_file() and 'model = "<run>:model"' in RunPaths(own).config_toml.read_text()
-    assert not RunPaths(mlp).objects.exists() and 'model = "mlp"' in RunPaths(mlp).config_toml.read_text()
+    own, mlp = (RunPaths(p) for p in sorted((tmp_path / "runs").glob("*-*")))
+    assert own.sent("model").is_file() and 'model = "<run>:model"' in own.config_toml.read_text()
+    assert not mlp.objects.exists() and 'model = "mlp"' in mlp.config_toml.read_text()
+    # The CLI continues the run of a model sent by value: --resume reads it from the run directory, as its task does.
+    check_ok(dali_launch("--resume", str(own.root), "--epochs", "2"))
+    assert [json.loads(line)["epoch"] for line in own.metrics.read_text().splitlines()] == [0, 1]
