@@ -5,6 +5,7 @@ interpreter with the tasks' environment cannot load it. Runs: test_api_runs.py (
 
 from __future__ import annotations
 
+import re
 import threading
 
 import flax.linen as nn
@@ -80,6 +81,26 @@ def test_a_bad_setting_is_one_line_and_nothing_is_written(tmp_path, mode, settin
     with pytest.raises(UsageError) as refused:
         Executor(mode, run_root=tmp_path / "runs").submit(**settings)
     assert str(refused.value) == message
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "[launch]\nlocal = true\n",
+            "sets local = true; local: the Executor's mode says where a run goes; use Executor",
+        ),
+        (
+            "[launch]\ndry_run = true\n",
+            "sets dry_run; dry_run: the Python API starts runs; see what one would run with",
+        ),
+    ],
+)
+def test_a_config_file_says_neither_where_a_run_goes_nor_that_it_is_dry(tmp_path, text, message):
+    (tmp_path / "run.toml").write_text(text)
+    with pytest.raises(UsageError, match=f"^--config {tmp_path / 'run.toml'} {re.escape(message)}"):
+        Executor("slurm", config=tmp_path / "run.toml", run_root=tmp_path / "runs").submit()
     assert not (tmp_path / "runs").exists()
 
 

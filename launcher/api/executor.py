@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from dali_launch.launcher.api.handle import Job
 from dali_launch.launcher.api.objects import reference
-from dali_launch.launcher.api.settings import CONFIG, MODES, OBJECTS, check_mode, checked, classes, defaults
+from dali_launch.launcher.api.settings import (
+    CONFIG,
+    MODES,
+    OBJECTS,
+    check_file,
+    check_mode,
+    checked,
+    classes,
+    defaults,
+)
 from dali_launch.launcher.options import settled
 from dali_launch.launcher.route import launch, sent_objects
 from dali_launch.launcher.run_config import RunConfig
@@ -53,5 +62,6 @@ class Executor:
         config = values.pop(CONFIG, None)
         if self.mode == "local":
             values["local"] = True  # as --local is given
-        every = {**defaults(self.mode), **values}
-        return from_flags(settled(every, set(values), config, classes(self.mode)))
+        every = settled({**defaults(self.mode), **values}, set(values), config, classes(self.mode))
+        check_file(self.mode, every, config)
+        return from_flags(every)

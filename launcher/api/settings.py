@@ -72,6 +72,18 @@ def checked(mode: str, settings: dict) -> dict:
     return out
 
 
+def check_file(mode: str, values: dict, config: str | None) -> None:
+    """What a --config file may not say to the Python API: where a run goes (the mode's), or a resume, or a dry
+    run, each one line as if it had been given as a keyword."""
+    if config is None:
+        return
+    if values.get("local") != (mode == "local"):
+        raise UsageError(f"--config {config} sets local = {str(values['local']).lower()}; {REFUSED['local']}")
+    for name in ("resume", "dry_run"):
+        if values.get(name):
+            raise UsageError(f"--config {config} sets {name}; {REFUSED[name]}")
+
+
 def _name(mode: str, name: str) -> str:
     """The field `name` stands for, or a one-line UsageError: refused, another mode's, or near another name."""
     known, other_names = fields_of(mode), aliases(mode)

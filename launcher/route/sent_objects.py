@@ -7,6 +7,7 @@ directory's objects/ with the run's other files (directory.create), once every c
 (`check`, in prepare.py) has a fresh interpreter with the tasks' environment (this process's working directory
 and environment: PYTHONPATH) load each as a task will; what it cannot load is one UsageError naming the object,
 what it refers to and the fix, and nothing is written. SLURM's nodes are taken to see what this machine sees.
+What was sent is this process's, for one submission at a time (a notebook's, a script's).
 """
 
 from __future__ import annotations
