@@ -19,8 +19,8 @@ from dali_launch.trainer.observe.library_output import untagged
 from dali_launch.trainer.run_dir import read_json, read_jsonl
 
 WAIT_S = 3600  # how long `wait` and `result` wait unless told
-POLL_S = {"slurm": 2.0}  # SLURM's queue is asked at most this often; a run here reads its files
-POLL_HERE_S = 0.5
+POLL_S = 0.5  # a run on this machine: its follower and files
+SLURM_POLL_S = 2.0  # SLURM's queue is asked at most this often
 
 
 class RunFailed(RuntimeError):
@@ -69,7 +69,7 @@ class Job:
         return result
 
     def _wait(self, timeout_s: float, longer: str) -> RunState:
-        end, poll_s = time.monotonic() + timeout_s, POLL_S.get(self.mode, POLL_HERE_S)
+        end, poll_s = time.monotonic() + timeout_s, SLURM_POLL_S if self.mode == "slurm" else POLL_S
         while (state := self.state()).live:
             if time.monotonic() > end:
                 raise TimeoutError(
@@ -79,7 +79,7 @@ class Job:
         return state
 
     def metrics(self) -> list[dict]:
-        """The rows of metrics.jsonl so far: one a epoch."""
+        """The rows of metrics.jsonl so far, one an epoch."""
         return read_jsonl(self._job.paths.metrics)
 
     def logs(self, rank: int = 0) -> str:

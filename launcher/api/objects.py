@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from dali_launch.launcher.api.settings import a_type
 from dali_launch.launcher.route import sent_objects
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.errors import UsageError
@@ -23,7 +24,7 @@ def reference(kind: str, value) -> str:
     if not callable(value) and not (kind == "task" and _is_task(value)):
         what = {"model": "a Flax module class or factory", "pipeline": "a pipeline function", "task": "a Task"}[kind]
         raise UsageError(
-            f"{kind}={value!r} is {_a(value)}; give {what}, or a name as --{kind} takes it "
+            f"{kind}={value!r} is {a_type(value)}; give {what}, or a name as --{kind} takes it "
             f"(one of {', '.join(entry_points.builtin(kind))}, or package.module:attribute)"
         )
     importable = importable_as(value)
@@ -56,8 +57,3 @@ def _is_task(value) -> bool:
     from dali_launch.trainer.tasks.contract import Task
 
     return isinstance(value, Task)
-
-
-def _a(value) -> str:
-    kind = type(value).__name__
-    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"

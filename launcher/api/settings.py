@@ -130,7 +130,7 @@ def _value(name: str, value, field, kind):
             else {bool: True, int: 1, float: 0.5, str: "...", list: ["..."]}[origin]
         )
         none = " or None" if optional else ""
-        raise UsageError(f"{name}={value!r} is {_a(value)}; give {WANT[origin]}{none}, e.g. {name}={example!r}")
+        raise UsageError(f"{name}={value!r} is {a_type(value)}; give {WANT[origin]}{none}, e.g. {name}={example!r}")
     choices = field.metadata.get("choices") if field is not None else None
     if choices and value not in choices:
         close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
@@ -140,6 +140,6 @@ def _value(name: str, value, field, kind):
     return value
 
 
-def _a(value) -> str:
+def a_type(value) -> str:
     kind = type(value).__name__
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
