@@ -132,6 +132,37 @@ def test_a_local_run_that_fails_says_its_own_reason(small_lmdb, tmp_path):
         job.result(timeout_s=5)
 
 
+CALLER = """
+import sys, time
+from dali_launch.launcher.api import Executor
+Executor("local", gpus_per_node=2, processes=2, init_timeout_s=60).submit(
+    data_dir=sys.argv[1], epochs=500, run_root=sys.argv[2]
+)
+time.sleep(600)  # until the test kills it
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_local_run_does_not_outlive_the_process_that_submitted_it(small_lmdb, tmp_path):
+    """kill -9 of the caller (a notebook's kernel): the kernel sends its follower SIGTERM, which stops the ranks as
+    Ctrl-C does -- each checkpoints and stops -- and the run can be resumed."""
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(small_lmdb), str(tmp_path)], start_new_session=True)
+    try:
+        ranks = [rank_pid(tmp_path, rank) for rank in (0, 1)]
+        with open(f"/proc/{ranks[0]}/stat") as f:
+            follower = int(f.read().rsplit(")", 1)[1].split()[1])
+        processes = {follower, *descendants(follower)}
+        wait_for(lambda: only_run(tmp_path).metrics.exists(), timeout_s=300)  # an epoch trained
+    finally:
+        caller.kill()
+        caller.wait(timeout=30)
+    wait_for(lambda: not any(alive(p) for p in processes), timeout_s=120)
+    status = dali_launch("status", str(only_run(tmp_path).root))
+    assert re.search(r": interrupted \(.*\); epoch \d+ test accuracy .*; resume from step \d+", status.stdout), (
+        status.stdout
+    )
+
+
 def test_the_documented_example_trains_its_own_model_and_the_mlp(tmp_path):
     """docs/python_api_example.py, run as a user runs it (its own model lives in __main__: sent by value); then
     `dali-launch --resume` continues the run of that model."""
