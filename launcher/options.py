@@ -3,7 +3,8 @@
 Typer reads a command's parameters from its signature, so `config_options` gives the wrapped
 command a signature built from the dataclass fields and hands it the values as one dict. Each
 such command also takes `--config FILE.toml` (config_file.py): a flag that click reports as
-given on the command line wins over the file, the file over the defaults.
+given on the command line wins over the file, the file over the defaults (`settled`, which the
+Python API's keywords go through too: launcher/api/).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Annotated
 import typer
 
 
-def _fields(classes) -> list[tuple[type, dataclasses.Field, type]]:
+def flag_fields(classes) -> list[tuple[type, dataclasses.Field, type]]:
+    """(class, field, its type) of every field of `classes` that is a flag (and a key of --config files)."""
     out = []
     for cls in classes:
         hints = typing.get_type_hints(cls)
@@ -32,13 +34,13 @@ def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Para
     names = [flag, *meta.get("aliases", ())]
     if kind is bool:
         names = [f"{flag}/--no-{flag[2:]}"]
-    # A switch says its default in its own name (--no-x): "[default: no-x]" would only repeat it
     metavar = meta.get("metavar") or ("TEXT" if typing.get_origin(kind) is list else None)  # not "<list[str]>"
+    # A switch says its default in its own name (--no-x): "[default: no-x]" would only repeat it
     option = typer.Option(
         *names, help=meta.get("help"), rich_help_panel=panel, show_default=kind is not bool, metavar=metavar
     )
     base = typing.get_args(kind)[0] if type(None) in typing.get_args(kind) else kind
-    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    default = default_of(field)
     if "choices" in meta:  # Typer lists an Enum's values as the allowed choices
         base = enum.Enum(field.name, {c: c for c in meta["choices"]}, type=str)
         default = base(default)
@@ -55,7 +57,7 @@ def config_options(*groups: tuple[str, tuple[type, ...]]):
             p.replace(annotation=hints.get(p.name, p.annotation))
             for p in list(inspect.signature(command).parameters.values())[1:]
         ]
-        generated = [_parameter(f, kind, panel) for panel, classes in groups for _, f, kind in _fields(classes)]
+        generated = [_parameter(f, kind, panel) for panel, classes in groups for _, f, kind in flag_fields(classes)]
         names = {p.name for p in generated}
         classes = [cls for _, group in groups for cls in group]
         # Typer hands the context to one parameter only: the command's own, if it has one.
@@ -65,16 +67,10 @@ def config_options(*groups: tuple[str, tuple[type, ...]]):
         def wrapper(**kwargs):
             ctx = kwargs[own_context] if own_context else kwargs.pop(_CONTEXT.name)
             path = kwargs.pop(_CONFIG.name)
-            values = Values({k: _plain(kwargs.pop(k)) for k in list(kwargs) if k in names})
+            flags = {k: _plain(kwargs.pop(k)) for k in list(kwargs) if k in names}
             # Typer vendors click (typer._click): compare ParameterSource by name, not by class.
-            values.given = {k for k in values if ctx.get_parameter_source(k).name != "DEFAULT"}
-            if path is not None:
-                from dali_launch.launcher import config_file
-
-                from_file = {k: v for k, v in config_file.load(path, classes).items() if k in values}
-                values |= {k: v for k, v in from_file.items() if k not in values.given}
-                values.given |= set(from_file)
-            return command(values, **kwargs)
+            given = {k for k in flags if ctx.get_parameter_source(k).name != "DEFAULT"}
+            return command(settled(flags, given, path, classes), **kwargs)
 
         wrapper.__signature__ = inspect.Signature(own + [_CONFIG] + generated + ([] if own_context else [_CONTEXT]))
         return wrapper
@@ -105,6 +101,26 @@ class Values(dict):
     """Field name -> value, and `given`: the names set by a flag or the --config file (not defaults)."""
 
     given: set[str] = frozenset()
+
+
+def settled(values: dict, given: set[str], config_path: str | None, classes) -> Values:
+    """A command's settings: `values` (every field's, defaults included) of which `given` were asked for, with a
+    --config file between them and the defaults: defaults < the file < given. The CLI's flags come through here
+    (config_options) and so do the Python API's keywords, so both make the same run of the same settings."""
+    settings = Values(values)
+    settings.given = set(given)
+    if config_path is not None:
+        from dali_launch.launcher import config_file
+
+        from_file = {k: v for k, v in config_file.load(config_path, classes).items() if k in settings}
+        settings |= {k: v for k, v in from_file.items() if k not in settings.given}
+        settings.given |= set(from_file)
+    return settings
+
+
+def default_of(field: dataclasses.Field):
+    """A field's default value (a fresh one where it has a factory: a list)."""
+    return field.default if field.default is not dataclasses.MISSING else field.default_factory()
 
 
 def _plain(value):

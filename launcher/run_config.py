@@ -247,6 +247,8 @@ RUN_OPTIONS = (
     ("Checkpoints and failures", (ResilienceConfig,)),
     ("Observe", (ObserveConfig,)),
 )
+# The flags of a run on this machine (`train`, `task`): SLURM's are its job's alone.
+NOT_SLURM = tuple(group for group in RUN_OPTIONS if group[0] != "SLURM")
 
 
 def marked(key: str) -> dict[str, object]:

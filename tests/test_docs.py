@@ -115,6 +115,14 @@ def test_every_relative_link_lands(page):
     assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
 
 
+def test_the_python_api_page_shows_its_example_file_as_it_is():
+    """docs/python-api.md's example is docs/python_api_example.py, character for character: the file that
+    tests/test_api_runs.py runs."""
+    section = (DOCS / "python-api.md").read_text().split("## How", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert code == (DOCS / "python_api_example.py").read_text()
+
+
 def fenced(text: str) -> list[str]:
     return [block.split("\n", 1)[1].rsplit("```", 1)[0].strip() for block in FENCE.findall(text)]
 

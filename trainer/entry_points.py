@@ -5,7 +5,9 @@
     dali-launch train --task mypkg.tasks:regression --model mypkg.models:build --pipeline mypkg.pipe:make
 
 The module must be importable where the tasks run: installed, or its folder on PYTHONPATH (local
-tasks inherit the environment; sbatch exports it by default). What the attribute must be is
+tasks inherit the environment; sbatch exports it by default). An object the Python API sent by value
+(defined in a notebook or in __main__: launcher/route/sent_objects.py) is named `<run>:NAME`: the
+run directory's objects/NAME.pkl, read by each task (`read_sent`). What the attribute must be is
 documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function),
 tasks/contract.py (a Task or its factory).
 This module imports nothing heavy, so the launcher checks built-in names without starting JAX; Flax
@@ -17,6 +19,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import pickle
+from pathlib import Path
 
 from dali_launch.trainer.data import formats, native
 from dali_launch.trainer.errors import UsageError
@@ -51,24 +55,56 @@ def builtin(kind: str) -> dict[str, str]:
     return {"model": MODELS, "task": TASKS}.get(kind) or pipelines
 
 
+BY_VALUE = "<run>"  # the "module" of an object sent by value: `<run>:NAME` is RUN_DIR/objects/NAME.pkl
+_held: dict[str, object] = {}  # NAME -> an object sent by value: the sender's own, or loaded from its pickle
+_pickles: dict[str, Path] = {}  # NAME -> its pickle in a run directory, loaded when first named
+
+
+def hold(name: str, value) -> str:
+    """`value`, sent by value under `name` by the launcher that holds it (before its run directory exists): the
+    reference that names it, `<run>:NAME`."""
+    _held[name] = value
+    return f"{BY_VALUE}:{name}"
+
+
+def forget_sent() -> None:
+    """Nothing sent by value is held any more (the launcher, before another submission)."""
+    _held.clear()
+    _pickles.clear()
+
+
+def read_sent(objects: Path) -> None:
+    """The objects sent by value into a run directory (its objects/ folder, run_dir.RunPaths.objects): each is
+    unpickled when first named, so that a model's Flax and JAX are imported where a model is made, not sooner."""
+    for path in sorted(Path(objects).glob("*.pkl")):
+        _held.pop(path.stem, None)
+        _pickles[path.stem] = path
+
+
 def load(kind: str, name):
     """The callable `name` stands for (`kind` is model, pipeline or task), or a one-line UsageError with the fix.
-    `name` may be the object itself (a Python caller's function): it is taken as it is. A pipeline written as DALI
-    writes one (@pipeline_def, data_iterator) comes back as the contract's function(args) (data/native.py)."""
+    `name` may be the object itself (a Python caller's function): it is taken as it is; `<run>:NAME` is one the
+    Python API sent by value. A pipeline written as DALI writes one (@pipeline_def, data_iterator) comes back as
+    the contract's function(args) (data/native.py)."""
     if not isinstance(name, str):
         return _taken(kind, name, described(name))
     flag, target = f"--{kind} {name}", builtin(kind).get(name, name)
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise UsageError(_without_attribute(kind, flag, module_name))
+    value = _sent(flag, attribute) if module_name == BY_VALUE else _attribute(flag, module_name, attribute)
+    if not callable(value) and not (kind == "task" and _is_task(value)):
+        raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
+    return _taken(kind, value, name)
+
+
+def _attribute(flag: str, module_name: str, attribute: str):
     value = _imported(flag, module_name)
     for part in attribute.split("."):
         if not hasattr(value, part):
             raise UsageError(f"{flag}: module {module_name} has no attribute {attribute}; check the name after ':'")
         value = getattr(value, part)
-    if not callable(value) and not (kind == "task" and _is_task(value)):
-        raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
-    return _taken(kind, value, name)
+    return value
 
 
 def _taken(kind: str, value, name: str):
@@ -83,6 +119,25 @@ def _taken(kind: str, value, name: str):
 def described(value) -> str:
     """How messages name a target given as an object: module:qualified name, as --KIND would name it."""
     return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', type(value).__name__)}"
+
+
+def _sent(flag: str, name: str):
+    """The object sent by value as NAME: held here, or unpickled from its run directory (cloudpickle's bytes load
+    with plain pickle where cloudpickle is installed: a submitit dependency)."""
+    if name not in _held and name in _pickles:
+        try:
+            _held[name] = pickle.loads(_pickles[name].read_bytes())
+        except Exception as e:  # the launcher loaded it in a fresh interpreter before writing it: the place changed
+            raise UsageError(
+                f"{flag}: {_pickles[name]} does not load here ({type(e).__name__}: {e}); make what it refers to "
+                f"importable where the tasks run (PYTHONPATH)"
+            ) from None
+    if name not in _held:
+        raise UsageError(
+            f"{flag} names an object the Python API sent by value, which only its own run directory holds "
+            f"(objects/{name}.pkl); give {flag.split()[0]} as a built-in name or package.module:attribute"
+        )
+    return _held[name]
 
 
 def _imported(flag: str, module_name: str):

@@ -33,6 +33,10 @@ class RunPaths:
     elastic.jsonl     one line per resume on another device count: the batch rule applied (--sample-order global)
     bad_samples.jsonl the samples --bad-samples skip leaves out, one line each (split, sample, what is wrong)
     init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
+    objects/          NAME.pkl: a model, pipeline or task the Python API sent by value (defined in a notebook or
+                      __main__), cloudpickled; the run's settings name it `<run>:NAME` (trainer/entry_points.py)
+    follower.log      what the Python API's follower process printed: the launcher's console of a run it started
+                      here or --local (launcher/backends/detached.py)
     listings/         a split's records as process 0 listed them, read by the other ranks (records/shared.py)
     heartbeats/       rank-N, touched every few seconds by each live process (the watchdog reads them)
     endings/          rank-N.json: how a rank ended (done, failed, stopped, or its watchdog's verdict on a peer);
@@ -76,6 +80,12 @@ class RunPaths:
     compile_cache = property(lambda self: self.root / "compile-cache")
     bad_samples = property(lambda self: self.root / "bad_samples.jsonl")
     init_from = property(lambda self: self.root / "init_from.json")
+    objects = property(lambda self: self.root / "objects")
+    follower_log = property(lambda self: self.root / "follower.log")
+
+    def sent(self, name: str) -> Path:
+        """An object sent by value, `<run>:NAME` in the run's settings."""
+        return self.objects / f"{name}.pkl"
 
     def log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

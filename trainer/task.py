@@ -12,7 +12,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from dali_launch.trainer import compile_cache, flavours, heap, rendezvous
+from dali_launch.trainer import compile_cache, entry_points, flavours, heap, rendezvous
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
@@ -41,6 +41,7 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
+    entry_points.read_sent(paths.objects)  # a model, pipeline or task the Python API sent by value
     ending.clear(paths, topology.process_id)
     ending.record_faults(paths, topology.process_id, Path(log) if log else None)
     start, startup_s = rendezvous.this_start(os.environ), spec.distributed.init_timeout_s

@@ -1,9 +1,10 @@
 """What every backend does, and how a run ended.
 
 The route (launcher/route/) asks a backend for its own checks, for what a dry run shows and for a new
-run's directory, then to run each run: start its tasks and wait for their end. A backend that submits
-arrays (SLURM) takes a sweep's runs as one job array; the others run them one after another. After the
-start, `attach` gives the run's job handle (backends/job.py). A backend never decides anything the run's
+run's directory, then to run each run: start its tasks and wait for their end (the CLI), or start them
+and return their job (`start`: the Python API, as submitit's `submit`). A backend that submits arrays
+(SLURM) takes a sweep's runs as one job array; the others run them one after another. After the start,
+`attach` gives the run's job handle (backends/job.py). A backend never decides anything the run's
 configuration already says.
 """
 
@@ -77,6 +78,13 @@ class Backend:
     def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
         """Starts the run's tasks and waits for their end."""
         raise NotImplementedError
+
+    def start(self, run: RunConfig, paths: RunPaths) -> Job:
+        """Starts the run's tasks and returns their job, not waiting: by default a follower process of its own
+        runs this backend for the prepared run directory (backends/detached.py)."""
+        from dali_launch.launcher.backends import detached
+
+        return detached.start(self, run, paths)
 
     def run_array(self, runs: list[RunConfig], paths: list[RunPaths], watch: Watch) -> list[Outcome]:
         """Several runs as one job array (where `arrays`)."""

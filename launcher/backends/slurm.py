@@ -61,11 +61,13 @@ class Slurm(Backend):
         executor.parameters["map_count"] = len(runs)  # what map_array sets on its copy of the executor
         return batch_script(executor)
 
+    def start(self, run: RunConfig, paths: RunPaths) -> SlurmJob:
+        """Submitted and left to run, as --detach leaves it: its job."""
+        self._submit(run, paths)
+        return self.attach(paths)
+
     def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
-        job = submit(run, paths)
-        echo(f"submitted job {job.job_id}; run directory: {paths.root}")
-        for side in self.beside:
-            side.submit(run, paths)
+        job = self._submit(run, paths)
         if run.slurm.detach:
             return Outcome(RunState.PENDING, report=False)
         deadline = time.monotonic() + follow_timeout_s(run)
@@ -78,6 +80,14 @@ class Slurm(Backend):
         if code == 0:
             return Outcome(RunState.FINISHED)
         return Outcome(self.attach(paths).state(), "", code)  # follow said why
+
+    def _submit(self, run: RunConfig, paths: RunPaths):
+        """submitit's job of the run, and the side jobs beside it."""
+        job = submit(run, paths)
+        echo(f"submitted job {job.job_id}; run directory: {paths.root}")
+        for side in self.beside:
+            side.submit(run, paths)
+        return job
 
     def run_array(self, runs: list[RunConfig], paths: list[RunPaths], watch: Watch) -> list[Outcome]:
         from dali_launch.trainer.task import run_task

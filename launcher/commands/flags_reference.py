@@ -12,7 +12,7 @@ import typer
 
 from dali_launch.launcher.config_file import table_name
 from dali_launch.launcher.help_panels import PAGES
-from dali_launch.launcher.options import _fields
+from dali_launch.launcher.options import flag_fields
 from dali_launch.launcher.route.sweep import SweepConfig
 from dali_launch.launcher.run_config import RUN_OPTIONS
 
@@ -36,7 +36,7 @@ def reference() -> str:
     for panel, classes in (*RUN_OPTIONS, ("Sweeps", (SweepConfig,))):
         page = PAGES.get(panel)
         parts.append(f"\n## {panel}\n\n" + (f"More in [{page}]({page.removeprefix('docs/')}).\n\n" if page else ""))
-        parts += [_entry(cls, field, kind) + "\n" for cls, field, kind in _fields(classes)]
+        parts += [_entry(cls, field, kind) + "\n" for cls, field, kind in flag_fields(classes)]
     return "".join(parts)
 
 

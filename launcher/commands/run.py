@@ -10,12 +10,10 @@ import typer
 
 from dali_launch.launcher.options import config_options
 from dali_launch.launcher.route.sweep import SweepConfig
-from dali_launch.launcher.run_config import RUN_OPTIONS
+from dali_launch.launcher.run_config import NOT_SLURM, RUN_OPTIONS
 from dali_launch.launcher.run_flags import from_flags
 from dali_launch.launcher.usage import show_version
 from dali_launch.trainer.errors import UsageError
-
-NOT_SLURM = [group for group in RUN_OPTIONS if group[0] != "SLURM"]
 
 
 @config_options(*RUN_OPTIONS, ("Sweeps", (SweepConfig,)))

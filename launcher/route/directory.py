@@ -1,6 +1,7 @@
 """A run's directory, from the launcher's side: created once and complete (or not at all), and rewritten
 when a --resume changes what the run may change. The files it writes are the run's configuration
-(config.json, config.toml, launch.json); the job record (job.json) is the backend's (backends/job.py)."""
+(config.json, config.toml, launch.json) and what the Python API sent by value (objects/: sent_objects.py); the
+job record (job.json) is the backend's (backends/job.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher import config_file
+from dali_launch.launcher.route import sent_objects
 from dali_launch.launcher.route.machine_checks import MIN_FREE_MB
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer.errors import UsageError
@@ -53,7 +55,7 @@ def check_root(run_root: str) -> None:
 
 
 def create(run: RunConfig, data_dir: Path, backend: str, name: str | None = None) -> RunPaths:
-    """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec), config.toml and launch.json.
+    """RUN_ROOT/NAME-YYYYmmdd-HHMMSS[-n] with config.json (the task spec), config.toml, launch.json and objects/.
 
     `name`: exactly RUN_ROOT/name instead, which must not exist yet (a job step's run directory,
     backends/allocation.py, that every task of the step names alike)."""
@@ -81,6 +83,7 @@ def create(run: RunConfig, data_dir: Path, backend: str, name: str | None = None
         resolved = dataclasses.replace(run, data=dataclasses.replace(run.data, data_dir=str(data_dir)))
         write_atomic(paths.config_toml, config_file.dumps(resolved))
         write_atomic(paths.launch, json.dumps(dataclasses.asdict(run.launch), indent=2))
+        sent_objects.write(run, paths)
         paths.logs.mkdir()
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # nothing half-written stays behind

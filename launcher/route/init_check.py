@@ -4,7 +4,8 @@ Comparing shapes needs JAX (the model's, through `jax.eval_shape`) and Orbax (th
 this process must not import: under `dali-launch train` it becomes the task, whose environment is set
 before JAX's first import. So a child does it on the CPU (trainer/model/init_from.py's `main`), in a
 few seconds. It needs the pipeline's sample shape, known for the built-in pipelines (task_check.py's); a
-pipeline of one's own is checked by the task at its start, the same way, before its first step.
+pipeline of one's own, and a model the Python API sent by value (the child has no run directory to read it
+from), are checked by the task at its start, the same way, before its first step.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from dali_launch.launcher.route.task_check import sample_shape
 from dali_launch.launcher.run_config import RunConfig
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import TRAINING, TaskSpec
 from dali_launch.trainer.errors import UsageError
 
@@ -27,7 +29,7 @@ MARK = "init-from: "  # the child's refusal, told apart from whatever else JAX a
 def check(run: RunConfig, data_dir: Path) -> None:
     """After the data's own checks: the sample shape the built-in pipelines give follows from it."""
     shape = sample_shape(run, data_dir) if run.model.init_from is not None and not run.launch.resume else None
-    if shape is None:
+    if shape is None or run.model.model.startswith(f"{entry_points.BY_VALUE}:"):
         return
     spec = TaskSpec(run_dir="", data=run.data, **{table: getattr(run, table) for table in TRAINING})
     request = json.dumps({"spec": spec.to_json(), "sample_shape": shape})

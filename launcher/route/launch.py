@@ -8,6 +8,9 @@
     srun dali-launch task ...    -> Allocation (this task of the user's own step)
     dali-launch ci               -> Slurm, with the test suite's job beside the run's (ci/cluster_ci.py)
 
+    Executor(...).submit(...)    -> submit: the same preparation, the tasks started and not waited for
+                                    (Backend.start: SLURM as --detach; here and --local a follower process)
+
 One run is a list of one. Every run of a list is checked before anything is written or submitted.
 """
 
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.base import Backend, Outcome, Watch
+from dali_launch.launcher.backends.job import Job
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import resume
@@ -31,9 +35,20 @@ from dali_launch.trainer.run_dir import RunPaths, headline, read_json
 
 
 def new_run(run: RunConfig, here: bool = False) -> int:
-    """A new run: `train` in this process, else a job (--local, or SLURM)."""
-    backend = registry.create("train" if here else "local" if run.launch.local else "slurm")
-    return launch([with_devices(run, here)], backend)
+    """A new run: `train` in this process, else a job (--local, or SLURM), followed to its end (the CLI)."""
+    mode = "train" if here else "local" if run.launch.local else "slurm"
+    return launch([with_devices(run, mode == "train")], registry.create(mode))
+
+
+def submit(run: RunConfig, mode: str) -> Job:
+    """A new run of `mode` (train, local, slurm) as `new_run` makes it -- the same checks, the same run directory
+    -- its tasks started and not waited for (Backend.start): the Python API's submit (launcher/api/)."""
+    backend = registry.create(mode)
+    prepared = _prepared([with_devices(run, mode == "train")], backend)
+    if prepared is None:
+        raise UsageError("dry_run prints what would run and starts nothing; leave it out to submit the run")
+    runs, paths = prepared
+    return backend.start(runs[0], paths[0])
 
 
 def resume_run(values: Values, entry: str, backend: Backend | None = None) -> int:
@@ -74,10 +89,10 @@ def launch(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep
 
 def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None) -> Started | None:
     """Checks and prepares every run, then has the backend run them; None after a dry run."""
-    runs = [absolute_paths(_init_from_named(run)) for run in runs]
-    paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "")
-    if paths is None:
+    prepared = _prepared(runs, backend, changed, sweep)
+    if prepared is None:
         return None
+    runs, paths = prepared
     if sweep:
         sweep.write(backend.name, paths)
     try:
@@ -86,6 +101,16 @@ def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep:
         if sweep and not sweep.started:  # nothing ran or was submitted: leave nothing behind
             shutil.rmtree(sweep.folder, ignore_errors=True)
         raise
+
+
+def _prepared(
+    runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None
+) -> tuple[list[RunConfig], list[RunPaths]] | None:
+    """The runs as they will run (their paths absolute) and their directories, every check passed
+    (prepare.py); None after a dry run."""
+    runs = [absolute_paths(_init_from_named(run)) for run in runs]
+    paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "")
+    return None if paths is None else (runs, paths)
 
 
 def _init_from_named(run: RunConfig) -> RunConfig:

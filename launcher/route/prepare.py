@@ -5,8 +5,10 @@ contracts, the backend's own (SLURM's flags and cluster), the run root, the data
 own defined on the CPU for each split (its outputs, its reader and that reader's sharding, its split's bad
 samples: trainer/data/graph_check.py; under --deterministic its operators: trainer/determinism.py) and run
 once for its samples' shapes, the task's loss and evaluation and the model's outputs on them
-(task_check.py), an --init-from checkpoint's shapes against the model's (init_check.py). Then each run's directory is created, or reopened for --resume (route/resume.py
-made the run's configuration from it).
+(task_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), and last what the Python
+API sent (a model, pipeline or task given as an object: sent_objects.py) loaded by a fresh interpreter as its
+tasks will load it; those checks saw the objects themselves. Then each run's directory is created (with what was
+sent by value), or reopened for --resume (route/resume.py made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
 
@@ -21,7 +23,7 @@ from dali_launch.launcher.backends.base import Backend
 from dali_launch.launcher.backends.this_process import Train
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
-from dali_launch.launcher.route import directory, init_check, machine_checks, rank_map, task_check
+from dali_launch.launcher.route import directory, init_check, machine_checks, rank_map, sent_objects, task_check
 from dali_launch.launcher.route.checks import profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours, jax_private
@@ -96,6 +98,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     sample = own_pipeline(run, data_dir) if run.data.pipeline not in entry_points.builtin("pipeline") else None
     task_check.check(run, data_dir, sample)  # the task's loss and the model's outputs on the data's samples
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
+    sent_objects.check(run)  # the Python API's objects, loaded in a fresh interpreter (seconds)
     return data_dir
 
 

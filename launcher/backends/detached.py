@@ -1,0 +1,121 @@
+"""A run on this machine, started and left to run (Backend.start: the Python API's `here` and `local` runs).
+
+A follower process of its own runs the backend for the prepared run directory, as the CLI's launcher runs it in
+the foreground: `train`'s task in the follower itself, --local's ranks under it, with their locks and logs; what
+that launcher would print goes to the run's follower.log. The caller (a notebook) goes on: it neither runs JAX or
+DALI nor has its signal handlers replaced, and its Ctrl-C (the follower has a session of its own) is not the run's.
+
+What outlives what: no rank outlives its follower (each dies with it: PR_SET_PDEATHSIG, SIGKILL, as under the
+CLI's --local), and the follower does not outlive its caller: the kernel sends it SIGTERM when the caller's
+thread that started it ends, which stops the run as Ctrl-C stops the CLI's (each rank checkpoints and stops,
+within local.STOP_GRACE_S). A cancel records itself (job.request_cancel), then stops the follower the same way,
+so the run ends `cancelled`; a follower that does not stop within STOP_WAIT_S is killed, and its ranks with it.
+
+    python -m dali_launch.launcher.backends.detached CALLER_PID  < pickle of (backend, run, run directory)
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+
+from dali_launch.launcher.backends.job import STOP_WAIT_S, LocalJob, RunState, request_cancel, resume_hint
+from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.resilience.ending import die_with_parent, leave
+from dali_launch.trainer.run_dir import RunPaths
+
+MODULE = "dali_launch.launcher.backends.detached"
+KILL_WAIT_S = 10  # a SIGKILLed follower is gone at once; reaping it is bounded all the same
+
+
+def start(backend, run, paths: RunPaths) -> DetachedJob:
+    """The follower of a prepared run, started; `backend` (Train or Local) is handed over pickled, with the run."""
+    with paths.follower_log.open("ab") as log:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", MODULE, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        with follower.stdin:
+            follower.stdin.write(pickle.dumps((backend, run, str(paths.root))))
+    except BrokenPipeError:  # it died at once: its log says why, and its job that it ended
+        pass
+    return DetachedJob(paths, follower)
+
+
+class DetachedJob(LocalJob):
+    """A run on this machine whose follower this process started: live from the follower's first instant
+    (before any rank holds the run's lock) to its last, stopped by stopping the follower."""
+
+    def __init__(self, paths: RunPaths, follower: subprocess.Popen):
+        super().__init__(paths)
+        self.follower = follower
+
+    def live_state(self) -> RunState | None:
+        return RunState.RUNNING if self.follower.poll() is None else super().live_state()
+
+    def state(self) -> RunState:
+        """Running while the follower is: result.json comes a moment before its ranks and the follower end."""
+        return self.live_state() or self.ended()
+
+    def follower_killed(self) -> str:
+        """How the follower ended where a signal killed it (its ranks died with it), else ''."""
+        code = self.follower.poll()
+        if code is None or code >= 0:
+            return ""
+        return f"its follower (pid {self.follower.pid}) was killed by {signal.Signals(-code).name}, its ranks with it"
+
+    def cancel(self, say=print) -> int:
+        """SIGTERM to the follower, which asks its ranks to checkpoint and stop (or is the task, which does);
+        waits for it (bounded), then says how the run ended."""
+        if self.follower.poll() is not None:
+            return super().cancel(say)
+        request_cancel(self.paths)
+        self.follower.send_signal(signal.SIGTERM)
+        say(f"stopping {self.name} (SIGTERM to its follower, pid {self.follower.pid})")
+        try:
+            self.follower.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.follower.kill()  # its ranks die with it
+            self.follower.wait(timeout=KILL_WAIT_S)
+            say(f"{self.name} did not stop within {STOP_WAIT_S} s; killed its follower, and its ranks with it")
+            return 1
+        state = self.state()
+        hint = resume_hint(self.paths) if state is not RunState.FINISHED else ""
+        say(f"{self.name}: {state}" + (f"; {hint}" if hint else ""))
+        return 0
+
+
+def main() -> None:
+    """The follower: dies with its caller (SIGTERM: a polite stop), runs the backend, exits as the CLI would."""
+    die_with_parent(int(sys.argv[1]), signal.SIGTERM)
+    backend, run, root = pickle.load(sys.stdin.buffer)
+    leave(_run(backend, run, RunPaths(root)))
+
+
+def _run(backend, run, paths: RunPaths) -> int:
+    """The backend's run to its end and what the CLI's launcher would say of it; the exit code. A failure of the
+    task itself (`train`: in this process) ends as it would in any program, its traceback in the log."""
+    try:
+        outcome = backend.run(run, paths)
+    except UsageError as e:
+        print(f"dali-launch: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except SystemExit as e:  # sys.exit("message") from a task run in this process
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr, flush=True)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    if outcome.message:
+        print(outcome.message, file=sys.stderr if outcome.code else sys.stdout, flush=True)
+    return outcome.code
+
+
+if __name__ == "__main__":
+    main()
