@@ -161,6 +161,8 @@ def test_a_local_run_does_not_outlive_the_process_that_submitted_it(small_lmdb, 
     assert re.search(r": interrupted \(.*\); epoch \d+ test accuracy .*; resume from step \d+", status.stdout), (
         status.stdout
     )
+    said = only_run(tmp_path).follower_log.read_text()  # one stop: no rank killed mid-checkpoint
+    assert "checkpoint written at step" in said and "killed the ranks" not in said, said
 
 
 def test_the_documented_example_trains_its_own_model_and_the_mlp(tmp_path):

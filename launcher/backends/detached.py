@@ -6,9 +6,11 @@ that launcher would print goes to the run's follower.log. The caller (a notebook
 DALI nor has its signal handlers replaced, and its Ctrl-C (the follower has a session of its own) is not the run's.
 
 What outlives what: no rank outlives its follower (each dies with it: PR_SET_PDEATHSIG, SIGKILL, as under the
-CLI's --local), and the follower does not outlive its caller: the kernel sends it SIGTERM when the caller's
-thread that started it ends, which stops the run as Ctrl-C stops the CLI's (each rank checkpoints and stops,
-within local.STOP_GRACE_S). A cancel records itself (job.request_cancel), then stops the follower the same way,
+CLI's --local), and the follower does not outlive its caller: once the caller's process is gone (the follower is
+reparented) it sends itself one SIGTERM, which stops the run as Ctrl-C stops the CLI's (each rank checkpoints and
+stops, within local.STOP_GRACE_S). Not the kernel's parent-death signal: that comes at the end of the thread that
+started the follower, and again as the dying caller's other threads end -- a second stop signal, which kills the
+ranks before they checkpoint. A cancel records itself (job.request_cancel), then stops the follower the same way,
 so the run ends `cancelled`; a follower that does not stop within STOP_WAIT_S is killed, and its ranks with it.
 
     python -m dali_launch.launcher.backends.detached CALLER_PID  < pickle of (backend, run, run directory)
@@ -21,14 +23,17 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 from dali_launch.launcher.backends.job import STOP_WAIT_S, LocalJob, RunState, request_cancel, resume_hint
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.resilience.ending import die_with_parent, leave
+from dali_launch.trainer.resilience.ending import EXIT_FAILED, leave
 from dali_launch.trainer.run_dir import RunPaths
 
 MODULE = "dali_launch.launcher.backends.detached"
 KILL_WAIT_S = 10  # a SIGKILLed follower is gone at once; reaping it is bounded all the same
+CALLER_POLL_S = 0.2  # how often the follower looks whether its caller is still there
 
 
 def start(backend, run, paths: RunPaths) -> DetachedJob:
@@ -94,10 +99,20 @@ class DetachedJob(LocalJob):
 
 
 def main() -> None:
-    """The follower: dies with its caller (SIGTERM: a polite stop), runs the backend, exits as the CLI would."""
-    die_with_parent(int(sys.argv[1]), signal.SIGTERM)
+    """The follower: stops with its caller (SIGTERM: a polite stop), runs the backend, exits as the CLI would."""
+    caller = int(sys.argv[1])
+    if os.getppid() != caller:  # the caller died before this line: nothing to run for
+        os._exit(EXIT_FAILED)
+    threading.Thread(target=_stop_after, args=(caller,), name="dali-launch-caller", daemon=True).start()
     backend, run, root = pickle.load(sys.stdin.buffer)
     leave(_run(backend, run, RunPaths(root)))
+
+
+def _stop_after(caller: int) -> None:
+    """One SIGTERM to this process once `caller` is gone (this process reparented)."""
+    while os.getppid() == caller:
+        time.sleep(CALLER_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run(backend, run, paths: RunPaths) -> int:

@@ -237,13 +237,11 @@ def leave(code: int) -> None:
     _exit_now(code)
 
 
-def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Never outlive the local launcher: the kernel kills this process when its parent dies
     (PR_SET_PDEATHSIG; Linux). SIGKILL, not a polite signal: with the launcher gone nobody reads
-    our output, so there is nothing left to save for. The parent may have died before the call.
-    `sig`: another signal (the Python API's follower takes SIGTERM: its run stops as after Ctrl-C). The
-    kernel sends it when the parent's *thread* that started this process ends, not only its process."""
+    our output, so there is nothing left to save for. The parent may have died before the call."""
     with contextlib.suppress(AttributeError, OSError):  # not Linux: no prctl
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(EXIT_FAILED)
