@@ -10,17 +10,21 @@
 #   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
 #              against its step alone; DALI's own tutorial pipeline function, unchanged (tasks.py)
 #   startup    launch -> first step, cold and warm (startup.py)
+#   remat      the largest-ViT ladder from ViT-g/14 up with --remat blocks (mesh_step.py --remat)
+#   offload    ViT-H/14 with AdamW's moments in host memory (mesh_step.py --offload)
 #
 # Here, once:  bash benchmarks/gpu.sh pack        (.devpkgs/gpu-*: wheels the GPU image lacks, Fashion-MNIST)
 # There, after DALI's parts (../shared/device/README.md), each call carrying one .devpkgs/gpu-* folder too:
 #   bash .devpkgs/install-dali.sh && bash benchmarks/gpu.sh stage
 #   bash .devpkgs/install-dali.sh final && COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu.sh stage all
-# Copy what comes back to benchmarks/results/NAME/h200.json (by benchmark and machine).
+# What comes back goes into benchmarks/results/BENCHMARK/h200.json (benchmarks/results/README.md), replacing
+# the entry it measures again: mnist -> against/ (entry "defaults"), resnet50 -> imagenet/, mesh, remat and
+# offload -> mesh_step/, tasks -> tasks/, startup -> startup/.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(mnist resnet50 mesh tasks startup)
+QUESTIONS=(mnist resnet50 mesh tasks startup remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -121,6 +125,10 @@ ask() {
       fi ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;
+    remat) record remat 330 python3 "$here/mesh_step.py" --parts largest --remat --rungs vit-g14,vit-G14,vit-e14 \
+      --keep-going --part-timeout 150 --out "$OUT/remat.raw.json" ;;
+    offload) record offload 100 python3 "$here/mesh_step.py" --parts largest --offload --rungs vit-h14 \
+      --part-timeout 95 --out "$OUT/offload.raw.json" ;;
     *) echo "gpu.sh: no question '$1' (ask: ${QUESTIONS[*]}, all, pack, stage)" >&2; exit 2 ;;
   esac
 }
