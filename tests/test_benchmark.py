@@ -1,6 +1,6 @@
-"""The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8; imagenet.py: issue
-18; nnx_step.py: issue 32; deterministic.py: issue 29; step_levers.py: issue 30; against.py: issue 38), run end to end with --smoke-cpu;
-scale.py (issue 33, CPU by design) at N = 2."""
+"""The benchmark commands (epoch_time.py, components.py, scaling.py, multi_gpu.py, imagenet.py, nnx_step.py,
+deterministic.py, step_levers.py, startup.py, against.py, sample_check.py, bad_samples_gpu.py), run end to end
+with --smoke-cpu; scale.py (CPU by design) at N = 2."""
 
 from __future__ import annotations
 
@@ -288,7 +288,7 @@ def test_bad_samples_gpu_script_smoke(tmp_path):
 
 
 def test_imagenet_smoke_of_a_vit_with_augmentation_and_mixing(tmp_path):
-    """Issue 31's workload through benchmarks/imagenet.py (vit-ti16 stands in for vit-s16 on CPU): the step
+    """The ViT recipe's workload through benchmarks/imagenet.py (vit-ti16 stands in for vit-s16 on CPU): the step
     with mixing and without, DALI alone with RandAugment; the table says the flags and the resolved attention."""
     out = tmp_path / "vit.json"
     proc = bench(
@@ -376,3 +376,22 @@ def test_scale_smoke_counts_file_operations_and_names_the_killed_rank(small_lmdb
     assert row["eval_devices"] == 2 and row["eval_1_cached_s"] > 0 and row["save_s"] > 0, row
     assert row["named_first"] and row["ranks_gone_s"] < 30, row
     assert (tmp_path / "scale.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_multi_gpu_smoke_runs_the_examples_two_device_loop_and_ours(small_lmdb, tmp_path):
+    """benchmarks/multi_gpu.py --smoke-cpu: the example's pmap section on two CPU devices (in a child process),
+    then ours through the CLI in both layouts, cold, and the first again on its warm compile cache."""
+    out = tmp_path / "multi_gpu.json"
+    argv = ["--smoke-cpu", "--data", str(small_lmdb), "--epochs", "2", "--work-dir", str(tmp_path / "runs")]
+    proc = bench(*argv, "--out", str(out), timeout=600, script=REPO / "benchmarks" / "multi_gpu.py")
+    check_ok(proc)
+    results = json.loads(out.read_text())["results"]
+    assert [r["name"] for r in results] == [
+        "example 1 proc x 2 GPU (no averaging)",
+        "ours 2 proc x 1 GPU sharded k=0 (cold)",
+        "ours 1 proc x 2 GPU sharded k=0 (cold)",
+        "ours 2 proc x 1 GPU sharded k=0 (warm)",
+    ], results
+    assert all(len(r["epochs"]) == 2 and not r.get("failed") for r in results), results
+    assert results[1]["command"][1] == "--local" and results[1]["first_step_s"] > 0  # after the CLI's module
+    assert results[2]["command"][1] == "train" and "cpu" in results[2]["command"]
