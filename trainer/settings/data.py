@@ -100,7 +100,7 @@ class DataConfig:
         "bfloat16), or auto: float16 with --precision bf16, which computes in bf16 anyway, else float32.",
         choices=("auto", "float32", "float16"),
     )
-    # Today's vision recipes (issue 31): augmentation on the DALI side (data/augment.py).
+    # Today's vision recipes: augmentation on the DALI side (data/augment.py).
     augment: str = opt(
         "none",
         "Training augmentation after the crop and flip, in DALI (on the GPU with --decoder mixed), from "
