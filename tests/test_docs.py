@@ -91,9 +91,13 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
+HTML_ANCHOR = re.compile(r'<a (?:name|id)="([^"]+)"></a>')  # an anchor kept for links made before a rename
+
+
 def anchors(page: Path) -> set[str]:
-    found, seen = set(), {}
-    for heading in HEADING.findall(FENCE.sub("", page.read_text())):
+    text = FENCE.sub("", page.read_text())
+    found, seen = set(HTML_ANCHOR.findall(text)), {}
+    for heading in HEADING.findall(text):
         base = slug(heading)
         found.add(f"{base}-{seen[base]}" if base in seen else base)
         seen[base] = seen.get(base, 0) + 1
