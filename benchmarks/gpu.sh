@@ -73,8 +73,9 @@ out = Path(os.environ["OUT"])
 raw = out / f"{name}.raw.json"
 gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
 doc = {
-    "question": name, "command": command, "commit": os.environ.get("COMMIT", "unknown"),
-    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": gpu, "rc": rc, "wall_s": wall,
+    "name": name, "command": command, "commit": os.environ.get("COMMIT", "unknown"),
+    "date": time.strftime("%Y-%m-%d", time.gmtime()), "time_utc": time.strftime("%H:%M", time.gmtime()),
+    "machine": gpu, "rc": rc, "wall_s": wall,
     "result": json.loads(raw.read_text()) if raw.exists() else None,
     "log_tail": Path(f"/tmp/{name}.log").read_text().splitlines()[-25:],
 }
