@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The defaults against named older code, in one run: the guard against the next slow-down (issue 38).
+"""The defaults against named older code, in one run: the guard against the next slow-down.
 
 Every contender is `dali-launch train --data-dir DATA --epochs E` in a fresh process and run root:
 
@@ -17,7 +17,7 @@ outside the figures: collapsed stacks per thread, idle ones too, in OUT_DIR/OUT-
 On the GPU machine (docs/performance.md; OLD: `git archive f9d8d52 launcher trainer | tar x -C OLD`):
 
     python benchmarks/against.py --data /tmp/fmnist --code f9d8d52=OLD --variant off="--decoded-cache off" \
-        --example --passes 2 --out benchmarks/results/against.json
+        --example --passes 2 --out benchmarks/results/against/h200.json
 
 `--smoke-cpu` runs it on one CPU device with the embedded data set: it checks the script only.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 28: bad samples with the GPU's decoders (nvJPEG and the hardware JPEG decoder): every case ends
+"""Bad samples with the GPU's decoders (nvJPEG and the hardware JPEG decoder): every case ends
 in one line naming the file, never a segfault, never a silent rank death.
 
 A tiny `data synth` folders set (2 classes, 8 + 4 images), spoilt four ways, each trained with
@@ -15,7 +15,7 @@ Each case passes when the run ends as said (exit 0 for skip; else exit 1 or 2 wi
 `dali-launch: ` line naming the spoilt file, and no signal). It prints one line per case and a verdict,
 and writes them as JSON (--out). About 2 minutes on one H200 (four short runs, each compiling a CNN):
 
-    python benchmarks/bad_samples_gpu.py --out benchmarks/results/bad_samples_gpu.json
+    python benchmarks/bad_samples_gpu.py --out benchmarks/results/bad_samples_gpu/h200.json
 
 `--smoke-cpu` runs the two pre-flight cases on CPU (`--platform cpu --decoder cpu`): seconds.
 """

@@ -15,7 +15,7 @@
 On the GPU machine:
 
     CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python benchmarks/components.py --data /tmp/fmnist \
-        --out benchmarks/results/components.json
+        --out benchmarks/results/components/h200.json
 
 `--smoke-cpu` runs it on CPU JAX (for checking the script; its numbers mean nothing).
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 29: `--deterministic` on the GPU. ResNet-50 bf16 run twice gives the same checksums, and killed
+"""`--deterministic` on the GPU. ResNet-50 bf16 run twice gives the same checksums, and killed
 (kill -9) mid-epoch then `--resume`d gives them again; what that costs against the defaults.
 
     baseline   `dali-launch train --pipeline folders --model resnet50 --precision bf16 --batch-size 256`,
@@ -15,25 +15,25 @@
     cut-root   (--variants ...,root) det-cut again, from det-1's compile cache and autotuning picks: a run of
                the same run root killed and resumed, as a user's is
     ops        (--variants ...,ops) no --deterministic, XLA_FLAGS=--xla_gpu_deterministic_ops=true: what
-               --deterministic sets, alone (the session of 2026-12-03 compared it with a trial set that kept autotuning)
+               --deterministic sets, alone (against the trial set of exclude, which keeps autotuning)
     base-2     (--variants ...,baseline2) the baseline again: what the defaults give twice
     data       the trainer's training pipelines built twice in one process, the first calls' pixels
                summed on the device: DALI alone, the hardware decoder's share included
-    before     (--variants ...,before --before DIR) the default order against the code before issue 29
+    before     (--variants ...,before --before DIR) the default order against older code
                (DIR holds its launcher/ and trainer/): `before` is the baseline's run on DIR's code (from
                the baseline's compile cache); with --mnist LMDB_DIR also the MNIST MLP with every default,
                --mlp-epochs, on DIR's code and on this one, alternately, --mlp-runs each. PASS when this
-               code's images/s are at least 98 % of DIR's for both (issue 29: within 2 %)
+               code's images/s are at least 98 % of DIR's for both (within 2 %)
 Every run's checksums are result.json's (a SHA-256 of each replica's parameters, statistics and EMA).
 PASS when det-1, det-2 and the resumed det-cut agree. Each run is a fresh process; none shares a cache.
 
 On the GPU machine (`dali-launch data synth` writes the data once if --data is empty; 25,600 images are
-20 calls of 5 x 256 an epoch; PRE: the code before issue 29, `git archive COMMIT launcher trainer`):
+20 calls of 5 x 256 an epoch; PRE: older code, `git archive COMMIT launcher trainer`):
 
     python benchmarks/deterministic.py --data /tmp/synth-det --classes 100 --variants det,before \
-        --before PRE --mnist /tmp/fmnist --out benchmarks/results/deterministic.json    # ~5 min with the synth
+        --before PRE --mnist /tmp/fmnist --out benchmarks/results/deterministic/h200.json    # ~5 min with the synth
     python benchmarks/deterministic.py --data /tmp/synth-det --classes 100 --variants det,exclude,data \
-        --out benchmarks/results/deterministic.json                                      # ~5 min
+        --out benchmarks/results/deterministic/h200.json                                      # ~5 min
 
 `--smoke-cpu` runs it on CPU devices with tiny images and a small CNN: it checks the script (and that a
 kill -9 and resume give the same bits on the CPU), its numbers mean nothing.
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         type=listed(choices=("det", "exclude", "root", "ops", "baseline2", "data", "before")),
         default="det,data",
     )
-    parser.add_argument("--before", type=Path, help="The code before issue 29 (its launcher/, trainer/): `before`.")
+    parser.add_argument("--before", type=Path, help="Older code (its launcher/, trainer/): `before`.")
     parser.add_argument("--mnist", type=Path, help="MNIST-format LMDBs (training/, testing/): `before`'s MLP runs.")
     parser.add_argument("--mlp-epochs", type=int, default=10, help="Epochs of each MLP run (the first compiles).")
     parser.add_argument("--mlp-runs", type=int, default=2, help="MLP runs of each code, alternately.")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 6: the example's DALI + Flax loop against dali-launch's trainer, one process, one GPU, same data.
+"""The example's DALI + Flax loop against dali-launch's trainer, one process, one GPU, same data.
 
 Both read the same Caffe2 LMDBs (Fashion-MNIST, from `dali-launch data prepare --from IDX_DIR --to DIR`):
 
@@ -22,7 +22,7 @@ accuracy and set-up seconds.
 On the GPU machine (docs/performance.md's command; --plot needs matplotlib: `pip install 'dali-launch[bench]'`):
 
     python benchmarks/epoch_time.py --data /tmp/fmnist --epochs 5 --parallel pmap,sharded \
-        --steps-per-call 24 --plot benchmarks/results/epoch_time.png --out benchmarks/results/epoch_time.json
+        --steps-per-call 24 --plot benchmarks/results/epoch_time/h200.png --out benchmarks/results/epoch_time/h200.json
 
 `--out` keeps every number and the command line as JSON; `--plot FILE.png` charts epoch and eval
 times. `--plot-from RESULTS.json --plot FILE.png` redraws the chart from an earlier --out file

@@ -171,9 +171,11 @@ def run_example(data_dir: Path, epochs: int, gpu: bool, batch_size: int = 50) ->
     }
 
 
-def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200) -> dict:
+def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200, gpu: bool = True) -> dict:
+    """The notebook's multi-GPU section; gpu=False: CPU pipelines on two CPU devices (checks the code path)."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
     import optax
     from flax import jax_utils
     from flax import linen as nn
@@ -193,10 +195,10 @@ def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200) -
             shard_id=shard_id,
             num_shards=num_shards,
         )
-        images = fn.decoders.image(jpegs, device="mixed", output_type=types.GRAY)
+        images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.GRAY)
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, std=[255.0], output_layout="CHW")
         images = fn.reshape(images, shape=[-1])
-        labels = labels.gpu()
+        labels = labels.gpu() if gpu else labels
         return images, (fn.one_hot(labels, num_classes=10) if random_shuffle else labels)
 
     def iterator(split, shuffle):
@@ -207,13 +209,23 @@ def run_example_two_gpus(data_dir: Path, epochs: int, global_batch: int = 200) -
                 shard_id=i,
                 num_shards=len(gpus),
                 batch_size=per_gpu,
-                device_id=i,
+                device_id=i if gpu else None,
             )
             for i in range(len(gpus))
         ]
         for p in pipes:
             p.build()
-        return dax.DALIGenericIterator(pipes, ["images", "labels"], reader_name="mnist_caffe2_reader", auto_reset=True)
+        batches = dax.DALIGenericIterator(
+            pipes, ["images", "labels"], reader_name="mnist_caffe2_reader", auto_reset=True
+        )
+        if gpu:  # each pipeline's output is on its own GPU already
+            return batches
+
+        class OnEachDevice:  # CPU pipelines' outputs land on device 0: as host arrays, pmap splits them itself
+            def __iter__(self):
+                return ({k: np.asarray(v) for k, v in batch.items()} for batch in batches)
+
+        return OnEachDevice()
 
     class MLP(nn.Module):
         @nn.compact

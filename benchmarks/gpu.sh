@@ -8,21 +8,25 @@
 #   mesh       ViT-B/16's step with the fsdp layout against the replicated step (mesh_step.py), and a
 #              model twice the GPU's memory refused in one line (huge_mlp.py)
 #   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
-#              against its step alone; DALI's own tutorial pipeline function, unchanged (tasks.py)
+#              against its step alone (tasks.py)
 #   tutorial   DALI's multi-GPU JAX tutorial function, unchanged (dali_tutorial_gpu.py), one short run in
 #              `train` and one as a --local task: test accuracy, and that it trained (tutorial.py)
 #   startup    launch -> first step, cold and warm (startup.py)
+#   remat      the largest-ViT ladder from ViT-g/14 up with --remat blocks (mesh_step.py --remat)
+#   offload    ViT-H/14 with AdamW's moments in host memory (mesh_step.py --offload)
 #
 # Here, once:  bash benchmarks/gpu.sh pack        (.devpkgs/gpu-*: wheels the GPU image lacks, Fashion-MNIST)
 # There, after DALI's parts (../shared/device/README.md), each call carrying one .devpkgs/gpu-* folder too:
 #   bash .devpkgs/install-dali.sh && bash benchmarks/gpu.sh stage
 #   bash .devpkgs/install-dali.sh final && COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu.sh stage all
-# Copy what comes back to benchmarks/results/NAME/h200.json (by benchmark and machine).
+# What comes back goes into benchmarks/results/BENCHMARK/h200.json (benchmarks/results/README.md), replacing
+# the entry it measures again: mnist -> against/ (entry "defaults"), resnet50 -> imagenet/, mesh, remat and
+# offload -> mesh_step/, tasks -> tasks/, tutorial -> tutorial/, startup -> startup/.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(mnist resnet50 mesh tasks tutorial startup)
+QUESTIONS=(mnist resnet50 mesh tasks tutorial startup remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -71,8 +75,9 @@ out = Path(os.environ["OUT"])
 raw = out / f"{name}.raw.json"
 gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
 doc = {
-    "question": name, "command": command, "commit": os.environ.get("COMMIT", "unknown"),
-    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": gpu, "rc": rc, "wall_s": wall,
+    "name": name, "command": command, "commit": os.environ.get("COMMIT", "unknown"),
+    "date": time.strftime("%Y-%m-%d", time.gmtime()), "time_utc": time.strftime("%H:%M", time.gmtime()),
+    "machine": gpu, "rc": rc, "wall_s": wall,
     "result": json.loads(raw.read_text()) if raw.exists() else None,
     "log_tail": Path(f"/tmp/{name}.log").read_text().splitlines()[-25:],
 }
@@ -115,15 +120,14 @@ ask() {
       record resnet50 200 python3 "$here/imagenet.py" --data /tmp/synth --classes 100 --gpus 1 --parts step,train \
         --epochs 3 --out "$OUT/resnet50.raw.json" ;;
     mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
-    tasks)
-      if [ -f "$here/tasks.py" ]; then
-        record tasks 200 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json"
-      else
-        echo "== tasks: benchmarks/tasks.py is not in this tree"
-      fi ;;
+    tasks) record tasks 200 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json" ;;
     tutorial) record tutorial 200 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;
+    remat) record remat 330 python3 "$here/mesh_step.py" --parts largest --remat --rungs vit-g14,vit-G14,vit-e14 \
+      --keep-going --part-timeout 150 --out "$OUT/remat.raw.json" ;;
+    offload) record offload 100 python3 "$here/mesh_step.py" --parts largest --offload --rungs vit-h14 \
+      --part-timeout 95 --out "$OUT/offload.raw.json" ;;
     *) echo "gpu.sh: no question '$1' (ask: ${QUESTIONS[*]}, all, pack, stage)" >&2; exit 2 ;;
   esac
 }

@@ -14,8 +14,7 @@
               the first (which compiles), the share of them spent waiting for DALI, test accuracy
               after the last epoch (the synthetic classes are learnable: chance is 1/classes)
 
---model resnet50 (the default: issue 18's workload, SGD) or vit-s16 / vit-b16 (issue 31's: AdamW, as
-the step-alone figures of FIELD-NOTES were measured), with --augment, --mixup and --cutmix as the
+--model resnet50 (the default: MLPerf's workload, SGD) or vit-s16 / vit-b16 (DeiT's recipe: AdamW), with --augment, --mixup and --cutmix as the
 trainer's flags. Each GPU count in --gpus runs every part; with 2 GPUs `train` runs in both layouts
 (node: one process drives both, `dali-launch train --gpus-per-node 2`; process: `dali-launch --local
 --gpus-per-node 2 --processes 2`), and the scaling efficiency is its images/s over twice the 1-GPU
@@ -28,9 +27,9 @@ ckpt wait: the share of the epochs the step waited for checkpoints).
 On the GPU machine (16 cores per GPU; `dali-launch data synth` writes the data once, ~50k images):
 
     python benchmarks/imagenet.py --data /tmp/synth --gpus 1,2 \
-        --out benchmarks/results/imagenet.json --plot benchmarks/results/imagenet.png
+        --out benchmarks/results/imagenet/h200-x2.json --plot benchmarks/results/imagenet/h200-x2.png
     python benchmarks/imagenet.py --data /tmp/synth --gpus 1 --model vit-s16 --augment randaugment \
-        --mixup 0.8 --cutmix 1.0 --parts step,step-unmixed,data,train --out benchmarks/results/issue31/vit-s16.json
+        --mixup 0.8 --cutmix 1.0 --parts step,step-unmixed,data,train --out vit-s16.json
 
 `--smoke-cpu` runs it on CPU devices with tiny images and a small model (the built-in cnn for ResNet-50:
 its test took 43 s against resnet18's 128 s on 2 busy cores; vit-ti16 for a ViT): it checks the script,
@@ -52,7 +51,7 @@ from report import environment, listed
 
 CLI = [sys.executable, "-m", "dali_launch.launcher.cli"]
 TIMEOUT_S = 900
-WORKLOAD = {  # issue 18's: ResNet-50 v1.5, bf16, batch 256 per GPU, 224x224 random resized crops
+WORKLOAD = {  # MLPerf's: ResNet-50 v1.5, bf16, batch 256 per GPU, 224x224 random resized crops
     "model": "resnet50",
     "precision": "bf16",
     "batch_size": 256,
@@ -60,7 +59,7 @@ WORKLOAD = {  # issue 18's: ResNet-50 v1.5, bf16, batch 256 per GPU, 224x224 ran
 }
 SMOKE = {"model": "cnn", "precision": "bf16", "batch_size": 8, "image_size": 32}
 SMOKE_MODELS = {"resnet50": "cnn", "vit-s16": "vit-ti16", "vit-b16": "vit-ti16"}  # CPU-sized stand-ins
-VIT_RECIPE = {"optimizer": "adamw", "learning_rate": 1e-3, "weight_decay": 0.05}  # issue 31's step-alone figures'
+VIT_RECIPE = {"optimizer": "adamw", "learning_rate": 1e-3, "weight_decay": 0.05}  # DeiT's step-alone recipe
 
 
 def workload_of(args) -> dict:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 41 on one GPU: the fsdp layout's cost on ViT-B/16, and the largest ViT that trains at batch 256.
+"""On one GPU: the fsdp layout's cost on ViT-B/16, and the largest ViT that trains at batch 256.
 
 Step only, as benchmarks/step_levers.py: random float16 images already on the device (what the DALI
 pipeline gives under --precision bf16), the trainer's own train state (step/initial_state.state_maker,
@@ -30,9 +30,9 @@ the steps per call and XLA options the trainer gives that batch on a GPU (5; com
 
 On one H200 (about 9 minutes in all, most of it compiling; --out is updated after each part and rung, and
 parts or rungs not run keep what an earlier run wrote there, so the ladder can be split over commands as
-benchmarks/results/issue41/session5.sh does):
+benchmarks/gpu.sh's remat and offload questions do):
 
-    python benchmarks/mesh_step.py --keep-going --out benchmarks/results/issue41/mesh_step.json
+    python benchmarks/mesh_step.py --keep-going --out benchmarks/results/mesh_step/h200.json
 
 `--smoke-cpu` runs both parts on CPU with a ViT-Ti-like tiny ViT (width 32, one block; a ladder of that one
 rung) on 32×32 images in fp32, batch 4, its children sharing a temporary compilation cache: it checks the
@@ -64,7 +64,7 @@ REMATS = {  # what a ladder's step keeps of the activations (--remat)
     False: "kept: no --remat (XLA's own rematerialisation pass only)",
     True: "each block's recomputed in the backward pass (--remat blocks)",
 }
-TARGET_PCT = 3.0  # issue 41: the fsdp layout over one device costs at most this against the replicated step
+TARGET_PCT = 3.0  # the fsdp layout over one device costs at most this against the replicated step
 TAG = "MESH_STEP_JSON "  # a child's result line on stdout
 
 

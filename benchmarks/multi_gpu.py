@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 3: two GPUs. The example's own multi-GPU pmap section against dali-launch, same data.
+"""Two GPUs: the example's own multi-GPU pmap section against dali-launch, same data.
 
   example   the notebook's multi-GPU section as written: one `mixed` pipeline per GPU (shard i of
             2), DALI's JAX iterator over both, a pmapped step with NO gradient averaging (each GPU
@@ -9,6 +9,9 @@
             the same global batch of 200 (100 per GPU), for each --parallel and --steps-per-call.
 
     python benchmarks/multi_gpu.py --data DIR [--epochs 3] [--steps-per-call 24] [--parallel pmap,sharded]
+
+`--smoke-cpu`: two CPU devices stand in for the GPUs (the example's pipelines decode on the CPU): it
+checks the script, its numbers mean nothing.
 
 Times are means over epochs 1..N-1 (epoch 0 compiles); ours come from each run's metrics.jsonl,
 which also holds the launch -> first step time of local mode. Each of our runs starts with an
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,7 +35,7 @@ from report import read_epochs
 from dali_launch.trainer.topology import disable_cuda_graphs
 
 
-def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path, cache: Path) -> dict:
+def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path, cache: Path, platform: str) -> dict:
     run_root = root / name.replace(" ", "_").replace(",", "")
     cmd = [
         sys.executable,
@@ -39,7 +43,7 @@ def run_ours(name: str, args: list[str], data_dir: Path, epochs: int, root: Path
         "dali_launch.launcher.cli",
         *args,
         "--platform",
-        "gpu",
+        platform,
         "--epochs",
         str(epochs),
         "--data-dir",
@@ -128,13 +132,23 @@ def main() -> int:
         help="Our --cuda-graphs (default auto); off also turns them off for the example.",
     )
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--work-dir", type=Path, help="Where the runs go (default: a new temporary folder).")
+    parser.add_argument(
+        "--smoke-cpu", action="store_true", help="Two CPU devices stand in for GPUs: checks the script."
+    )
     parser.add_argument("--example-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    data, root = args.data.absolute(), Path(tempfile.mkdtemp(prefix="multi-gpu-"))
-    if args.cuda_graphs == "off":
+    data = args.data.absolute()
+    root = args.work_dir.absolute() if args.work_dir else Path(tempfile.mkdtemp(prefix="multi-gpu-"))
+    root.mkdir(parents=True, exist_ok=True)
+    if args.smoke_cpu:  # before JAX starts
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    elif args.cuda_graphs == "off":
         disable_cuda_graphs()
     if args.example_only:
-        args.example_only.write_text(json.dumps(run_example_two_gpus(data, args.epochs)))
+        result = run_example_two_gpus(data, args.epochs, gpu=not args.smoke_cpu)
+        args.example_only.write_text(json.dumps(result))
         return 0
     # The example runs in a child process: JAX keeps most of both GPUs' memory until its process ends.
     subprocess.run(
@@ -149,16 +163,17 @@ def main() -> int:
             str(root / "example.json"),
             "--cuda-graphs",
             args.cuda_graphs,
+            *(["--smoke-cpu"] if args.smoke_cpu else []),
         ],
         check=True,
         timeout=900,
     )
     results = [json.loads((root / "example.json").read_text())]
-    runs = ours_runs(args)
+    runs, platform = ours_runs(args), "cpu" if args.smoke_cpu else "gpu"
     for i, (name, flags) in enumerate(runs):
-        results.append(run_ours(name + " (cold)", flags, data, args.epochs, root, root / f"xla-{i}"))
+        results.append(run_ours(name + " (cold)", flags, data, args.epochs, root, root / f"xla-{i}", platform))
     name, flags = runs[0]
-    results.append(run_ours(name + " (warm)", flags, data, args.epochs, root, root / "xla-0"))
+    results.append(run_ours(name + " (warm)", flags, data, args.epochs, root, root / "xla-0", platform))
     text = table(results)
     print(
         "\n" + text + "\ntrain s / eval s: mean of epochs 1..N-1; x ex: train time / the example's; img/s: "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 32: the step time of a Flax NNX model against its Linen twin, in one run: `--model cnn` (Linen)
+"""The step time of a Flax NNX model against its Linen twin, in one run: `--model cnn` (Linen)
 and `--model cnn-nnx` through both NNX adapters, each in the trainer's own device call
 (trainer/step/parallel.py: the fused SGD steps, the tally, donation, --parallel).
 
@@ -9,7 +9,7 @@ and `--model cnn-nnx` through both NNX adapters, each in the trainer's own devic
 
 On one H200 (no DALI needed: random images stand in for the pipeline's, already on the device):
 
-    python3 benchmarks/nnx_step.py --out benchmarks/results/nnx_step.json
+    python3 benchmarks/nnx_step.py --out benchmarks/results/nnx_step/h200.json
 
 A round times one epoch of the example's steps (1,200 of batch 50, 24 fused per call, what
 --steps-per-call auto gives on a GPU) of every contender in turn, so a drift of clocks reaches
@@ -83,7 +83,7 @@ class Contender:
         rows, self.calls = args.batch_size * args.steps_per_call, args.steps // args.steps_per_call
         mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
         data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-        self.mode = parallel.create(parallel_mode, devices, devices, args.batch_size, data, 1)
+        self.mode = parallel.create(parallel_mode, devices, devices, args.batch_size, data, readers=1)
         host = jax.tree.map(np.asarray, train_state(model, adapter, args.steps, args.precision))
         self.state = self.mode.place(host)
         rng = np.random.default_rng(0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 33: what grows with the number of ranks N. The MLP on CPU devices, 1 process per device, N = 1 ... 32,
+"""What grows with the number of ranks N. The MLP on CPU devices, 1 process per device, N = 1 ... 32,
 in local mode and on the local SLURM cluster (several slurmd on this host, several tasks each).
 
 Per mode and N, two runs through the CLI, each with benchmarks/fs_probe on PYTHONPATH (Python's audit
@@ -19,7 +19,7 @@ and the data; fs_probe/sitecustomize.py says what it sees and what not):
         print(datasets.EMBEDDED_IDX)')" --to /tmp/mnist
     bash slurm/cluster.sh up --nodes 4 --cpus-per-node 8 --dir /tmp/slurm-scale
     python benchmarks/scale.py --data /tmp/mnist --processes 1,2,4,8,16,32 --modes local,slurm \
-        --slurm-dir /tmp/slurm-scale --out benchmarks/results/scale.json --plot benchmarks/results/scale.png
+        --slurm-dir /tmp/slurm-scale --out benchmarks/results/scale/cpu-2core.json --plot benchmarks/results/scale/cpu-2core.png
 
 A run that fails or times out is recorded with its last stderr lines and the sweep goes on; exit 1 then.
 On a 2-core machine every number past N = 2 is dominated by N processes sharing 2 cores: read the file

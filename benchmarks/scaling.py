@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8: scaling. The example's workload on 1, 2, 4 and 8 GPUs, in both layouts, through the CLI.
+"""Scaling: the example's workload on 1, 2, 4 and 8 GPUs, in both layouts, through the CLI.
 
   node      `dali-launch train --gpus-per-node N`: one process drives the node's N GPUs.
   process   `dali-launch --local --gpus-per-node N --processes N`: one process per GPU.
@@ -17,7 +17,7 @@ On the 8-GPU machine:
 
     dali-launch data prepare --from /usr/share/datasets/fashion-mnist --to /tmp/fmnist
     python benchmarks/scaling.py --data /tmp/fmnist --gpus 1,2,4,8 --layouts node,process --epochs 5 \
-        --steps-per-call 24 --out benchmarks/results/scaling.json
+        --steps-per-call 24 --out benchmarks/results/scaling/h200-x2.json
 
 GPU counts above what JAX sees are skipped (with a line saying so). A run that fails or times out
 is recorded as failed with its last lines of stderr; the others still run, and the exit status is 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 30: launch -> first training step, cold and warm, as a user launches (`dali-launch --local`).
+"""Launch -> first training step, cold and warm, as a user launches (`dali-launch --local`).
 
 Runs the same command --runs times in one fresh run root: the first compiles everything (an empty
 RUN_ROOT/.compile-cache: cold), the later ones find every program there (warm). Local mode knows the
@@ -9,7 +9,7 @@ epoch 0: trainer/step/evaluate.py's prepare).
 
 On the GPU machine, the MNIST MLP with no flags (about 40 s):
 
-    python benchmarks/startup.py --data /tmp/fmnist --out benchmarks/results/startup.json
+    python benchmarks/startup.py --data /tmp/fmnist --out benchmarks/results/startup/h200.json
 
 `--smoke-cpu` runs it on one CPU device (the numbers mean nothing); `--extra` adds flags to each run.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 30: ResNet-50 bf16's step alone on one GPU, lever by lever, in one run and one process.
+"""ResNet-50 bf16's step alone on one GPU, lever by lever, in one run and one process.
 
 Each lever is one change from the baseline, the trainer's own settings for `--model resnet50
 --precision bf16 --batch-size 256` on one GPU with DALI decoding there (what the issue's runs
@@ -15,7 +15,7 @@ time, and what the lever decides if it wins (docs/performance.md, "The step's le
 On the GPU machine (about 4 minutes on one H200: most of it compiling; --out is rewritten after each
 lever, so a run cut short keeps the levers it measured):
 
-    python benchmarks/step_levers.py --out benchmarks/results/step_levers.json
+    python benchmarks/step_levers.py --out benchmarks/results/step_levers/h200.json
 
 `--smoke-cpu` runs every lever on CPU devices with docs/models.md's BatchNorm MLP (bn_models, tests/ on
 PYTHONPATH) in fp32 on 8x8 images, batches of 4, 6 and 8 (XLA:CPU compiles bf16 convolutions for
@@ -78,7 +78,7 @@ def levers() -> list[Lever]:
         ),
         Lever("batchnorm-compute", "resolve.py's BATCHNORM_STATS['gpu'] = 'compute'", batchnorm_stats="compute"),
         Lever("no-donation", "nothing: donation stays (it saves a copy of the state)", donate=False),
-        # --deterministic's price, and what might lower it (issue 38: -30 % in training, explained by kernel)
+        # --deterministic's price, and what might lower it (kernel_time.py on --trace's profiles says which kernels)
         Lever("deterministic", "determinism.GPU_XLA_FLAGS: what --deterministic costs", options=opts(**DETERMINISTIC)),
         Lever(
             "exclude-nondeterministic",

@@ -1,6 +1,6 @@
-"""The benchmark commands (epoch_time.py, components.py: issue 6; scaling.py: issue 8; imagenet.py: issue
-18; nnx_step.py: issue 32; deterministic.py: issue 29; step_levers.py: issue 30; against.py: issue 38), run end to end with --smoke-cpu;
-scale.py (issue 33, CPU by design) at N = 2."""
+"""The benchmark commands (epoch_time.py, components.py, scaling.py, multi_gpu.py, imagenet.py, nnx_step.py,
+deterministic.py, step_levers.py, startup.py, against.py, sample_check.py, bad_samples_gpu.py), run end to end
+with --smoke-cpu; scale.py (CPU by design) at N = 2."""
 
 from __future__ import annotations
 
@@ -151,6 +151,26 @@ def test_components_smoke_times_every_part(mnist_lmdb, tmp_path):
     assert all(r["images_per_s"] > 0 and r["build_s"] > 0 for r in codecs)
     assert all(r["epoch_s"] > 0 for r in doc["rows"] if r["component"] != "codecs")
     assert "the same with both: yes" in proc.stdout and doc["table"] in proc.stdout
+
+
+@pytest.mark.slow
+def test_tasks_smoke_times_each_task_against_its_step(tmp_path):
+    """benchmarks/tasks.py synthesises each built-in task's data, times the task's own device call alone (the
+    trainer's Parts, in a child process) and a `dali-launch train --task` run, and gives their ratio."""
+    out = tmp_path / "tasks.json"
+    proc = bench(
+        *("--smoke-cpu", "--epochs", "2", "--calls", "2", "--data-root", str(tmp_path / "data"), "--out", str(out)),
+        timeout=900,
+        script=REPO / "benchmarks" / "tasks.py",
+    )
+    check_ok(proc)
+    rows = {r["task"]: r for r in json.loads(out.read_text())["rows"]}
+    assert sorted(rows) == ["contrastive", "detection", "segmentation"], rows
+    for task, r in rows.items():
+        assert r["step"]["images_per_s_per_device"] > 0 and r["train"]["images_per_s_per_device"] > 0, task
+        assert r["ratio"] == r["train"]["images_per_s_per_device"] / r["step"]["images_per_s_per_device"]
+        assert f"--task={task}" in r["train"]["argv"] and 0 <= r["train"]["data_wait_fraction"] <= 1
+    assert "segmentation" in proc.stdout and "ratio" in proc.stdout.splitlines()[0]
 
 
 def test_imagenet_smoke_measures_each_part(tmp_path):
@@ -317,7 +337,7 @@ def test_bad_samples_gpu_script_smoke(tmp_path):
 
 
 def test_imagenet_smoke_of_a_vit_with_augmentation_and_mixing(tmp_path):
-    """Issue 31's workload through benchmarks/imagenet.py (vit-ti16 stands in for vit-s16 on CPU): the step
+    """The ViT recipe's workload through benchmarks/imagenet.py (vit-ti16 stands in for vit-s16 on CPU): the step
     with mixing and without, DALI alone with RandAugment; the table says the flags and the resolved attention."""
     out = tmp_path / "vit.json"
     proc = bench(
@@ -405,3 +425,22 @@ def test_scale_smoke_counts_file_operations_and_names_the_killed_rank(small_lmdb
     assert row["eval_devices"] == 2 and row["eval_1_cached_s"] > 0 and row["save_s"] > 0, row
     assert row["named_first"] and row["ranks_gone_s"] < 30, row
     assert (tmp_path / "scale.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_multi_gpu_smoke_runs_the_examples_two_device_loop_and_ours(small_lmdb, tmp_path):
+    """benchmarks/multi_gpu.py --smoke-cpu: the example's pmap section on two CPU devices (in a child process),
+    then ours through the CLI in both layouts, cold, and the first again on its warm compile cache."""
+    out = tmp_path / "multi_gpu.json"
+    argv = ["--smoke-cpu", "--data", str(small_lmdb), "--epochs", "2", "--work-dir", str(tmp_path / "runs")]
+    proc = bench(*argv, "--out", str(out), timeout=600, script=REPO / "benchmarks" / "multi_gpu.py")
+    check_ok(proc)
+    results = json.loads(out.read_text())["results"]
+    assert [r["name"] for r in results] == [
+        "example 1 proc x 2 GPU (no averaging)",
+        "ours 2 proc x 1 GPU sharded k=0 (cold)",
+        "ours 1 proc x 2 GPU sharded k=0 (cold)",
+        "ours 2 proc x 1 GPU sharded k=0 (warm)",
+    ], results
+    assert all(len(r["epochs"]) == 2 and not r.get("failed") for r in results), results
+    assert results[1]["command"][1] == "--local" and results[1]["first_step_s"] > 0  # after the CLI's module
+    assert results[2]["command"][1] == "train" and "cpu" in results[2]["command"]

@@ -1,10 +1,14 @@
-"""benchmarks/mesh_step.py (issue 41's GPU benchmark), end to end with --smoke-cpu: ViT-B/16's fsdp layout
+"""benchmarks/mesh_step.py (a GPU benchmark), end to end with --smoke-cpu: ViT-B/16's fsdp layout
 against the replicated step (A B B A) and the largest-ViT ladder (each rung a child process), with and
-without the optimizer's state in host memory and with the blocks' activations recomputed, at tiny sizes."""
+without the optimizer's state in host memory and with the blocks' activations recomputed, at tiny sizes;
+and benchmarks/huge_mlp.py, the model benchmarks/gpu.sh's mesh question has refused."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from conftest import REPO, check_ok
 from test_benchmark import bench
@@ -49,3 +53,21 @@ def test_mesh_step_smoke_times_the_layout_abba_and_a_ladder_rung_in_its_own_proc
     assert recomputed["status"] == "trains" and "--remat blocks" in doc["largest_remat"]["activations"], recomputed
     assert recomputed["state_bytes"] == rung["state_bytes"] and "no --remat" in doc["largest"]["activations"]
     assert recomputed["xla_temp_bytes"] > 0 and recomputed["images_per_s"] > 0, recomputed
+
+
+def test_huge_mlp_is_refused_in_one_line_before_its_state_is_made(tmp_path):
+    """gpu.sh's refusal on CPU devices given an H200's pool (XLA's default 75 % of its 139.8 GiB): the same
+    257.6 GiB the GPU run counted, refused before 64 GiB of parameters are made."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks"), "DALI_LAUNCH_DEVICE_MEMORY_MB": "107418"}
+    argv = ["train", "--epochs", "1", "--model", "huge_mlp:huge_mlp", "--optimizer", "adamw"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dali_launch.launcher.cli", *argv, "--run-root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "the train state and its gradients need 257.6 GiB per device" in proc.stderr, proc.stderr[-2000:]
+    assert "a device has 104.9 GiB" in proc.stderr, proc.stderr[-2000:]

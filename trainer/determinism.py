@@ -5,14 +5,13 @@ What varies without it, and what it sets (before JAX starts: topology.configure_
 - XLA's GPU kernels: reductions and scatters that add in the order their threads finish (atomics),
   convolution and GEMM algorithms that are not deterministic, and autotuning, which picks kernels by
   timing them at each compile. `--xla_gpu_deterministic_ops` excludes the first two and turns autotuning
-  off, so two compiles of one program agree. Measured on one H200 (ResNet-50 bf16, batch 256, 2026-12-03,
-  benchmarks/results/issue38/session3-deterministic-{a,b}.json): -30 % images/s, and the same cost with
-  `--xla_gpu_exclude_nondeterministic_ops` alone, which keeps autotuning: the price is the excluded kernels,
-  not autotuning. That flag's runs also agreed across fresh compiles, but XLA promises it only of this one,
-  and under it XLA kept no autotuning picks (the run root's autotune/ folder stayed empty), so nothing
-  would hold two compiles to one choice. Nearly all of the -30 % was XLA's deterministic form of one
-  scatter, the stem max pool's gradient; resolve.pool_grad gives it without a scatter under this flag, and
-  the cost went to nothing (6,199 against 6,137 images/s, 2026-12-05, session7-det.json).
+  off, so two compiles of one program agree. On ResNet-50 the price was the excluded kernels, not
+  autotuning: `--xla_gpu_exclude_nondeterministic_ops` alone, which keeps autotuning, cost as much. That
+  flag's runs also agreed across fresh compiles, but XLA promises it only of this one, and under it XLA
+  kept no autotuning picks (the run root's autotune/ folder stayed empty), so nothing would hold two
+  compiles to one choice. Nearly all of the price was XLA's deterministic form of one scatter, the stem max
+  pool's gradient; plan/step.py's pool_grad gives it without a scatter under this flag, and the flag then
+  costs nothing measurable (docs/resilience.md, `--deterministic`; benchmarks/HISTORY.md has the runs).
 What holds without anything set:
 - XLA on CPUs runs one compiled program the same way each time (docs/resilience.md);
 - DALI: readers shuffle and random operators draw from the pipeline's seed per sample, not per thread

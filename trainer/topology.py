@@ -3,7 +3,8 @@
 The launcher's local mode and SLURM describe a task through different environment variables; a reader per
 starter (two tables of names) maps them to the same fields, so nothing after `from_environment` knows which
 backend started it.
-JAX's own SLURM detection is not used: it assumes one GPU per task (jax issue 16788).
+JAX's own SLURM detection is not used: it assumes one GPU per task
+(https://github.com/jax-ml/jax/issues/16788).
 """
 
 from __future__ import annotations

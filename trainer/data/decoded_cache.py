@@ -46,8 +46,9 @@ class HostCache:
 
     def lookup(self, infos: list[np.ndarray]) -> list[np.ndarray]:
         """A batch's decoded samples (fn.python_function, batch_processing=True). DALI's CPU python_function
-        takes a list of samples only, each converted on its own under the GIL: on an H200 this made MNIST's
-        epochs 2.3x slower than decoding (issue 38), so resolve.py's auto keeps no host cache on GPUs."""
+        takes a list of samples only, each converted on its own under the GIL the training loop needs: on an
+        H200 this made MNIST's epochs slower than decoding every epoch (docs/performance.md, the decoded-sample
+        cache), so plan/data.py's AUTO_KINDS keeps no host cache under auto."""
         return [self.table[info.tobytes()] for info in infos]
 
     @property

@@ -4,10 +4,11 @@
     cudnn         cuDNN's fused (flash) attention kernel: GPUs, bf16/fp16 only, and only the shapes it takes
     cudnn-padded  the same with the sequence padded to a multiple of PAD (its keys masked out through
                   `key_value_seq_lengths`, its query rows dropped after): on one H200 cuDNN refused ViT-B/16's
-                  197 tokens (FIELD-NOTES); a flash kernel works in tiles of 64 rows anyway
+                  197 tokens; a flash kernel works in tiles of 64 rows anyway
 
 `auto` resolves once per task (resolve.py, recorded in rank_map.json) to xla: the form measured on one H200
-(ViT-S/16 and ViT-B/16 met issue 31's targets with it, docs/performance.md); the cuDNN forms are taken when
+(ViT-S/16 and ViT-B/16 train within a few per cent of their step alone with it: docs/performance.md); the
+cuDNN forms are taken when
 given, after a probe that their forward and backward pass compile for the model's own shapes here.
 A cuDNN form computes in 16 bits only: a pass in float32 (the model's init, traced on the CPU backend with
 float32 parameters) takes XLA's kernel, whose result is the same attention.

@@ -1,9 +1,8 @@
 """The ImageNet stem's 3x3 stride-2 max pool, with a gradient that needs no scatter (`--pool-grad masks`).
 
 JAX differentiates reduce_window's max through select_and_scatter. Under XLA's deterministic ops
-(--deterministic) XLA:GPU rewrites that scatter into a sort-like form: 16 ms of a 52 ms ResNet-50
-step on one H200 (benchmarks/results/issue38/session5-kernel_time-det.txt), nearly all of the flag's
-cost. Here the gradient is built from the nine window offsets instead: for each offset, in row-major
+(--deterministic) XLA:GPU rewrites that scatter into a sort-like form, which was nearly all of the flag's
+cost on ResNet-50 (docs/resilience.md, `--deterministic`). Here the gradient is built from the nine window offsets instead: for each offset, in row-major
 order, the positions where the window's maximum sits and no earlier offset matched (select_and_scatter's
 `ge` keeps the first maximum too), times the upstream gradient, spread back by stride 2 with lax.pad.
 Slices, compares, selects, pads and adds in a fixed order: deterministic without any flag.

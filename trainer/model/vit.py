@@ -74,10 +74,8 @@ class Encoder1DBlock(nn.Module):
 def unroll(depth: int, remat: bool, backend: str) -> int:
     """The blocks' scan unrolled on GPUs (Encoder), but never under --remat blocks: unrolled, each block's
     recomputation hangs on its saved input alone, so XLA schedules it beside the forward pass and keeps every
-    block's activations again. The trainer's vit-b16 step at batch 64, compiled by XLA:CPU with the blocks
-    unrolled, needed 16.2 GiB of temporaries with remat and without; looped, 2.7 with it and 19.9 without
-    (benchmarks/results/issue41/stop59/remat_matrix.py). On one H200 ViT-g/14's step stayed at 132 GiB with
-    remat (docs/scale.md)."""
+    block's activations again, and the remat saves nothing; in the loop each recomputation is part of the
+    backward loop's body (tests/test_vit.py compiles both; docs/scale.md)."""
     return 1 if remat or backend == "cpu" else depth
 
 

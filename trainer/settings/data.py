@@ -153,7 +153,7 @@ class DataConfig:
         ),
         choices=("auto", "float32", "float16"),
     )
-    # Today's vision recipes (issue 31): augmentation on the DALI side (data/augment.py).
+    # Today's vision recipes: augmentation on the DALI side (data/augment.py).
     augment: str = opt(
         "none",
         "Training augmentation in DALI: none, randaugment, trivialaugment, autoaugment.",

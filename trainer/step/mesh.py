@@ -1,4 +1,4 @@
-"""--mesh: how the job's devices split the work, data × fsdp × tensor (issue 41).
+"""--mesh: how the job's devices split the work, data × fsdp × tensor.
 
     data    replicas: each group of devices holds a whole copy of the train state
     fsdp    within a group the train state is sharded (ZeRO-3, as MaxText's and big_vision's `fsdp`
