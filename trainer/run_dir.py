@@ -126,8 +126,11 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     """Readers (the launcher's follow loop, other ranks) never see half a file. The temporary file's name
     is this writer's own: two processes writing the same path at once (the ranks of a host filling a shared
     cache) each rename a whole file, where one shared name let the second find the first's gone."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except FileNotFoundError:  # its folder comes with the first write: a shared file system is asked once
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data.encode() if isinstance(data, str) else data)

@@ -51,7 +51,6 @@ BEAT_S = 2.0
 def announce(paths: RunPaths, rank: int, host: str, start: str) -> None:
     """This rank is alive: its heartbeat, which says where it runs and in which start of the job; touched
     from then on (Watchdog)."""
-    paths.heartbeats.mkdir(parents=True, exist_ok=True)
     said = {"rank": rank, "host": host, "pid": os.getpid(), "start": start, "at": time.time()}
     write_atomic(paths.heartbeat(rank), json.dumps(said))
 
