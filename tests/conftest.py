@@ -42,7 +42,7 @@ def mnist_lmdb(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def small_lmdb(tmp_path_factory) -> Path:
     """800 training / 200 test digits of the embedded sample: 8 steps of 2 x 50 a epoch, for tests
-    that compare two programs' parameters, which rounding may part after many steps (FIELD-NOTES)."""
+    that compare two programs' parameters, which rounding may part after many steps."""
     images, labels = load_split(datasets.EMBEDDED_IDX, "t10k")
     out = tmp_path_factory.mktemp("small") / "lmdb"
     for split, part in (("training", slice(0, 800)), ("testing", slice(800, 1000))):

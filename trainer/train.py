@@ -109,7 +109,7 @@ class Loop:
         """The epochs from here read `data` and step with `runner`, `k` SGD steps a call (set_up.py: the rest
         of an epoch begun on another layout is read with that layout's pipelines, then this one's)."""
         self.data, self.sharding, self.runner, self.k = data, data.sharding, runner, k
-        # gloo (CPU) deadlocks on long queues of collectives (FIELD-NOTES): wait often there. On
+        # gloo (CPU) deadlocks on long queues of collectives: wait often there. On
         # GPUs a sync point costs a host sync, so they come rarely: every 256 steps, or as often
         # as --checkpoint-every-steps asks (checkpoints are written at sync points).
         self.sync_every = max(1, (self.spec.step.sync_every_steps if data.devices[0].platform == "cpu" else 256) // k)

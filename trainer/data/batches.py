@@ -36,7 +36,7 @@ class DeviceBatches:
 
     The arrays are sharded over the job-wide device mesh (leading axis = device), the layout pmap
     and jit both take without a copy. DALI's own JAX iterator is not used: it stacks CPU outputs on
-    one device and cannot shard across processes (see FIELD-NOTES).
+    one device and cannot shard across processes.
     """
 
     def __init__(self, pipes: list, readers: Readers, num_samples: int, reader_batch: int, start=None, names=()):

@@ -2,7 +2,7 @@
 an epoch takes, and which positions of a batch are padding. Pure functions of a few integers.
 
 Each device's slice of the data set is read by `readers` pipelines (--readers-per-device), each
-with its own shard: one Caffe2 reader is a serial bottleneck (FIELD-NOTES), several read in
+with its own shard: one Caffe2 reader is a serial bottleneck, several read in
 parallel. Device d of the job (its global index) is read by shards d*R .. d*R + R-1.
 
 Exactly-once epochs: every reader pads its shard to whole batches (`pad_last_batch`) and sticks to

@@ -34,7 +34,7 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan.facts import Facts
 
 CPU_DECODE_THREADS = 2  # per reader, where the CPU decodes: more readers scale better than more threads
-MAX_GPU_DECODE_THREADS = 8  # nvJPEG's host side: 8 threads decoded 1.26-1.8x faster than 4 (FIELD-NOTES)
+MAX_GPU_DECODE_THREADS = 8  # nvJPEG's host side: 8 threads decoded 1.26-1.8x faster than 4 on an H200
 MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader; more ride out slow reads
 OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
 # What auto turns on where it fits, by platform: only a kind measured faster than decoding every epoch there
