@@ -187,9 +187,9 @@ def test_a_death_after_a_peers_own_diagnosis_is_not_counted_before_it():
 
 @multiprocess
 def test_local_timeout_checkpoints_before_it_stops_and_says_how_to_resume(mnist_lmdb, tmp_path):
-    """--local-timeout-s passes mid-run: every rank checkpoints at its next check point and stops, as after
+    """--local-timeout-s passes mid-run: every rank checkpoints at its next sync point and stops, as after
     Ctrl-C; the launcher says where, and how to resume (exit 1); the run is `interrupted`, resumable. (7 s: 8.3 s
-    for the test, 13 s at 12; one that passes during start-up still ends in a checkpoint at the first check point.)"""
+    for the test, 13 s at 12; one that passes during start-up still ends in a checkpoint at the first sync point.)"""
     run = [*LOCAL, "--data-dir", str(mnist_lmdb), "--epochs", "50", "--local-timeout-s", "7"]
     proc = dali_launch(*run, "--run-root", str(tmp_path), timeout=300)
     paths = only_run(tmp_path)
@@ -208,7 +208,7 @@ def test_local_timeout_checkpoints_before_it_stops_and_says_how_to_resume(mnist_
 
 def test_a_thread_unwinding_from_a_failed_write_does_not_wait_at_orbaxs_barrier():
     """FailFast, Orbax's barrier: entered normally, but raised through by a thread leaving a failed write
-    (Orbax syncs in a `finally`), the failure kept for the loop's next check point."""
+    (Orbax syncs in a `finally`), the failure kept for the loop's next sync point."""
     from dali_launch.trainer.resilience.checkpoint import FailFast
 
     fail_fast, met = FailFast({0, 1}), []

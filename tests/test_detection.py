@@ -185,7 +185,7 @@ _seen = {"calls": 0}
 
 
 def _stop_rank_0(x):
-    # SIGTERM to rank 0 at a fixed call of the model: every rank agrees at the next check point, checkpoints, stops.
+    # SIGTERM to rank 0 at a fixed call of the model: every rank agrees at the next sync point, checkpoints, stops.
     _seen["calls"] += 1
     if jax.process_index() == 0 and _seen["calls"] == int(os.environ.get("STOP_AT", "0")):
         os.kill(os.getpid(), signal.SIGTERM)

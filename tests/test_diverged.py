@@ -1,4 +1,4 @@
-"""A loss that is not finite: --on-nan stop ends the run at the check point that sees it, naming the steps
+"""A loss that is not finite: --on-nan stop ends the run at the sync point that sees it, naming the steps
 and the last good checkpoint (kept, loadable); --on-nan skip-step drops the update in the step itself."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dali_launch.trainer.step.initial_state import create_train_state
 
 @pytest.mark.slow
 def test_a_diverging_run_stops_at_the_check_point_with_its_last_good_checkpoint(small_lmdb, tmp_path):
-    """--learning-rate 1e4: the first steps' losses are finite (checkpointed: a check point after every call),
+    """--learning-rate 1e4: the first steps' losses are finite (checkpointed: a sync point after every call),
     their updates soon make one NaN; the run stops there, one line, exit non-zero, and the checkpoint before
     it (the newest) loads."""
     proc = dali_launch(

@@ -112,7 +112,7 @@ _seen = {"steps": 0}
 
 
 def _stop_rank_0(x):
-    # SIGTERM to rank 0 at a fixed step: every rank agrees at the next check point, checkpoints and stops.
+    # SIGTERM to rank 0 at a fixed step: every rank agrees at the next sync point, checkpoints and stops.
     _seen["steps"] += 1
     if jax.process_index() == 0 and _seen["steps"] == int(os.environ.get("STOP_AT", "0")):
         os.kill(os.getpid(), signal.SIGTERM)

@@ -123,7 +123,7 @@ def test_a_killed_launcher_takes_its_ranks_and_unlocks_the_run(mnist_lmdb, tmp_p
 
 
 def test_ctrl_c_checkpoints_and_the_resumed_run_appends(mnist_lmdb, tmp_path):
-    """SIGINT to the launcher: every rank checkpoints at the next check point and stops; the launcher
+    """SIGINT to the launcher: every rank checkpoints at the next sync point and stops; the launcher
     says where and how to resume. The resumed run appends to the ranks' logs, and its first, partial
     epoch reports the images and time of its own part. Rank 1's programs, which it writes itself (JAX
     writes process 0's), were written as it stopped mid-epoch: the resumed rank 1 compiles no step."""
@@ -203,7 +203,7 @@ def test_ctrl_c_twice_kills_the_ranks_and_the_run_is_interrupted_everywhere(mnis
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2], ids=["SIGTERM", "SIGUSR2"])
 def test_a_job_that_finishes_within_the_grace_is_reported_finished(small_lmdb, tmp_path, sig):
-    """A one-epoch run with no check point inside its epoch (800 digits: 1 fused call of 8 steps): asked to
+    """A one-epoch run with no sync point inside its epoch (800 digits: 1 fused call of 8 steps): asked to
     stop once both ranks are up, it finishes instead, and says so (exit 0)."""
     proc = _start(
         ["--epochs", "1", "--steps-per-call", "8", "--sync-every-steps", "1000", "--data-dir", str(small_lmdb)],

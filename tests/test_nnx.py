@@ -78,7 +78,7 @@ def _checksums(paths) -> list[str]:
 @pytest.mark.parametrize("mode", ["pmap", "sharded"])
 def test_the_docs_example_resumes_bit_exactly_in_2_processes(user_code, small_lmdb, tmp_path, mode):
     """2 processes x 2 CPU devices, BatchNorm statistics, dropout and the EMA: every replica identical;
-    cut a few steps into epoch 0's 8 (check points every 2 steps), resumed from there, it ends bit for
+    cut a few steps into epoch 0's 8 (sync points every 2 steps), resumed from there, it ends bit for
     bit as the run never cut (the same program both times). Small on purpose: 3 launches a mode, whose
     start-up is most of their time."""
     args = [

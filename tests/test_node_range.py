@@ -16,7 +16,7 @@ from run_readers import has_checkpoint, only_run, rank_report, seen_prints
 
 # Each step of the first start waits a little, so the job is still mid-epoch when the test preempts it (the
 # requeued start, once the first has ended and the test removed the marker file, runs at full speed). On CPU
-# devices the trainer acts on a signal only at check points (every --sync-every-steps device calls, default
+# devices the trainer acts on a signal only at sync points (every --sync-every-steps device calls, default
 # 10): an epoch here is 8 calls, so the test checks at every call, or the signal waits for an epoch's end.
 SLOW = """
 import os
@@ -56,7 +56,7 @@ def test_a_requeue_with_fewer_nodes_continues_each_sample_once(slurm_env, small_
     env = {**os.environ, **slurm_env, "PYTHONPATH": str(tmp_path / "pkg")}
     args = ["--nodes", "1-2", "--gpus-per-node", "1", "--platform", "cpu", "--time-min", "15", "--epochs", "2"]
     args += ["--global-batch-size", "100", "--record-samples", "--model", "slow:small"]
-    args += ["--sync-every-steps", "1", "--checkpoint-every-steps", "1"]  # a check point at every call
+    args += ["--sync-every-steps", "1", "--checkpoint-every-steps", "1"]  # a sync point at every call
     args += ["--data-dir", str(small_lmdb), "--run-root", str(tmp_path / "runs")]
     proc, job_id, drained = start(*args, env=env), None, False
     try:

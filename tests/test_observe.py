@@ -64,7 +64,7 @@ def wandb_history(path: str) -> tuple[str, list[int]]:
 
 @pytest.mark.slow
 def test_events_and_wandb_continue_across_a_preemption(mnist_lmdb, tmp_path):
-    """80 calls an epoch, a check point every 10, scalars every 20 steps: SIGUSR2 once a checkpoint
+    """80 calls an epoch, a sync point every 10, scalars every 20 steps: SIGUSR2 once a checkpoint
     shows epoch 0 under way, then --resume. TensorBoard shows each step of the uninterrupted run's
     grid once; the W&B run keeps its id and its step axis goes on where the first part stopped."""
     train = ["train", "--data-dir", str(mnist_lmdb), "--epochs", "2", "--gpus-per-node", "2"]
@@ -151,7 +151,7 @@ def test_profile_steps_past_the_last_step_are_refused_before_the_first(small_lmd
 
 
 def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():
-    """The pure bookkeeping: which check points log, and what an interval's values are."""
+    """The pure bookkeeping: which sync points log, and what an interval's values are."""
     import jax.numpy as jnp
 
     from dali_launch.trainer.config import ObserveConfig, TaskSpec
@@ -173,7 +173,7 @@ def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():
     tally = lambda loss, count: {"loss": jnp.array([loss]), "count": jnp.array([count])}
     log.begin_epoch(0, None)
     log.compiled(tally(10.0, 100), 0.0)
-    for calls in (10, 20, 30):  # check points every 10 calls = 20 steps: 25 and 50 crossed at 40 and 60
+    for calls in (10, 20, 30):  # sync points every 10 calls = 20 steps: 25 and 50 crossed at 40 and 60
         time.sleep(0.01)
         log.point(calls, tally(10.0 * calls, 100 * calls), 0.0001 * calls)
     assert [step for step, _ in rec.rows] == [40, 60]

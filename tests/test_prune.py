@@ -58,7 +58,7 @@ def made(small_lmdb, tmp_path_factory):
     try:
         paused = lambda: any(p.name.isdigit() for p in root.glob("paused-*/checkpoints/*"))
         wait_for(lambda: proc.poll() is not None or paused(), timeout_s=120)
-        proc.send_signal(signal.SIGTERM)  # checkpoints at its next check point, and stops
+        proc.send_signal(signal.SIGTERM)  # checkpoints at its next sync point, and stops
         proc.communicate(timeout=120)
     finally:
         proc.kill() if proc.poll() is None else None

@@ -309,7 +309,7 @@ def test_slurms_own_time_limit_warns_and_the_job_checkpoints(slurm_env, small_lm
 def test_slurms_warning_during_start_up_waits_for_the_first_check_point():
     """SLURM's warning (USR2) may come before the task listens: submitit's handler, installed first, raised
     inside JAX's backend start ("Job not requeued because: timed-out too many times", seen in a run of the
-    test above). From the task's first line it only raises the flag the first check point reads."""
+    test above). From the task's first line it only raises the flag the first sync point reads."""
     from dali_launch.trainer.resilience import preemption
 
     def submitits(signum, frame):
@@ -347,7 +347,7 @@ def test_checkpoints_by_time_land_mid_epoch_and_keep_the_last_k(small_lmdb, tmp_
     )
     steps = sorted(int(p.name) for p in only_run(tmp_path).checkpoints.iterdir() if p.name.isdigit())
     assert len(steps) == 4 and steps[-1] == 16  # 800 samples / 50: the epoch-end checkpoint
-    assert all(s % 2 == 0 and s < 16 for s in steps[:-1])  # mid-epoch, at check points (every 2 steps)
+    assert all(s % 2 == 0 and s < 16 for s in steps[:-1])  # mid-epoch, at sync points (every 2 steps)
 
 
 @pytest.mark.slurm

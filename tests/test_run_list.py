@@ -76,7 +76,7 @@ def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     try:
         wait_for(lambda: proc.poll() is not None or rank_report(live_root, 0), timeout_s=120)
         [running] = _rows(live_root).values()
-        proc.send_signal(signal.SIGTERM)  # checkpoints at its next check point, and stops
+        proc.send_signal(signal.SIGTERM)  # checkpoints at its next sync point, and stops
         proc.communicate(timeout=120)
     finally:
         proc.kill() if proc.poll() is None else None

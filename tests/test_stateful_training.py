@@ -65,7 +65,7 @@ def test_batchnorm_statistics_identical_across_2_processes_x_2_devices(small_lmd
 
 
 def test_resume_is_bit_identical_with_batchnorm_dropout_ema_adamw_and_a_schedule(mnist_lmdb, tmp_path):
-    """SIGUSR2 mid-epoch, after a checkpoint 10 steps in (check points every 5 steps, groups of 2):
+    """SIGUSR2 mid-epoch, after a checkpoint 10 steps in (sync points every 5 steps, groups of 2):
     the resumed run ends with the uninterrupted run's params, statistics and EMA, bit for bit."""
     common = [
         "--data-dir",
@@ -104,7 +104,7 @@ def test_resume_is_bit_identical_with_batchnorm_dropout_ema_adamw_and_a_schedule
     whole = only_run(tmp_path / "whole")
 
     proc = start("train", *common, "--run-root", str(tmp_path / "cut"), env=MODELS)
-    # once a checkpoint is 10 steps in; taken at a later check point (every 5 steps: odd ones cut a group of 2)
+    # once a checkpoint is 10 steps in; taken at a later sync point (every 5 steps: odd ones cut a group of 2)
     err = stop_when(proc, lambda: has_checkpoint(tmp_path / "cut"), signal.SIGUSR2)
     cut = only_run(tmp_path / "cut")
     assert proc.returncode != 0 and "preempted; checkpoint written" in err, err

@@ -35,7 +35,7 @@ from dali_launch.trainer.resilience import ending, saved
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
 from dali_launch.trainer.topology import LAUNCHED_AT, LAUNCHER_PID, LOCAL_ENV
 
-# A stop request is honoured at the next check point (at most --sync-every-steps steps away on
+# A stop request is honoured at the next sync point (at most --sync-every-steps steps away on
 # CPU, every 256 on GPUs) plus one checkpoint; one that comes during start-up waits for the first
 # step to compile. SLURM gives 30 s (KillWait); we allow a slow start-up too.
 STOP_GRACE_S = 60

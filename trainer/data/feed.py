@@ -83,7 +83,7 @@ class Feed:
         if os.getpid() != parent:  # a DALI worker: SIGKILLed with its rank, so no worker outlives a job
             die_with_parent(parent)
             # Out of the rank's process group: a terminal's Ctrl-C or a SIGTERM to the group is the rank's to
-            # answer (a checkpoint at its next check point); one that also ended the workers failed the rank's
+            # answer (a checkpoint at its next sync point); one that also ended the workers failed the rank's
             # pipelines first (a traceback and no checkpoint, or a hang). DALI stops them by their pids.
             with contextlib.suppress(OSError):  # a worker that cannot leave (EPERM) still works
                 os.setpgid(0, 0)

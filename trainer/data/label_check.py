@@ -5,7 +5,7 @@ function of the user's own reads a format of its own, so its labels are first se
 else fails on them: `jax.nn.one_hot` of 12 with 10 classes is a zero row, its loss 0, and the run
 ends with exit 0 having learnt nothing from those samples. So every device call folds the smallest
 and largest class id of its batch into the tally (two reductions on the device, no collective, no
-sync), and the host reads them where it already waits for the devices: the loop's check points and
+sync), and the host reads them where it already waits for the devices: the loop's sync points and
 the end of each epoch. Float labels (one-hot or soft targets) have no class ids to bound; their
 width is checked when the step is traced.
 """

@@ -1,8 +1,8 @@
-"""Training scalars every --log-every-steps SGD steps, from what the loop already holds at its check points.
+"""Training scalars every --log-every-steps SGD steps, from what the loop already holds at its sync points.
 
-The loop syncs with the devices only at check points (and epoch ends); there the epoch's tally (loss
+The loop syncs with the devices only at sync points (and epoch ends); there the epoch's tally (loss
 and sample sums) is ready, so reading two scalars of it costs no extra sync. The log is written at
-the first check point at or past each multiple of N: the points a run logs depend only on the
+the first sync point at or past each multiple of N: the points a run logs depend only on the
 check-point grid, so a resumed run logs the same steps as one never interrupted. Each logged value
 covers the interval since the previous logged point; rates leave out the run's first device call
 (compilation).
@@ -46,7 +46,7 @@ class StepLog:
         self.rate = schedule(spec.optimizer, spec.step.epochs, slots_per_epoch) if trackers else None
         self.every = spec.observe.log_every_steps if trackers else 0
         self.sums = Sums()
-        self.point_step = 0  # the last check point's global step
+        self.point_step = 0  # the last sync point's global step
         self.at = None  # the last reading: (step, loss, count, data wait, clock) of the epoch's running values
 
     def begin_epoch(self, calls_before: int, tally: dict | None) -> None:
@@ -63,7 +63,7 @@ class StepLog:
             self.sums.count = self.sums.time_s = self.sums.wait_s = self.sums.steps = 0
 
     def point(self, calls_done: int, tally, data_wait_s: float) -> None:
-        """At a check point or an epoch end (`tally` ready), `calls_done` global device calls done."""
+        """At a sync point or an epoch end (`tally` ready), `calls_done` global device calls done."""
         if not self.every:
             return
         step, before = calls_done * self.k, self.point_step

@@ -95,7 +95,7 @@ class WandB:
 class Trackers:
     """Every tracker the run asked for, on process 0; none elsewhere (their calls do nothing).
 
-    They write on a thread of their own: at a check point the devices wait for the host, and
+    They write on a thread of their own: at a sync point the devices wait for the host, and
     building 5 TensorBoard summaries costs the host ~0.25 ms, which on GPUs is several fused steps.
     """
 

@@ -30,7 +30,7 @@ A write that fails in the background (a full disk) must not hang the job: Orbax'
 other processes at barriers even on their way out of a failed write (the others then wait for a
 barrier this process never reaches, and this process's exit waits for its thread: 900 s). Its
 barriers go through `FailFast`, which a thread unwinding from a failure does not enter: the failure
-reaches `check` at the loop's next check point (or the next `save`/`wait`) as one line, the process
+reaches `check` at the loop's next sync point (or the next `save`/`wait`) as one line, the process
 ends, and the launcher ends the others.
 """
 
@@ -216,7 +216,7 @@ class Checkpointer:
         self.waited_s += time.perf_counter() - began
 
     def check(self) -> None:
-        """At a check point: a write that failed in the background ends the task now, in one line."""
+        """At a sync point: a write that failed in the background ends the task now, in one line."""
         if self.barrier.failed is not None:
             failed, self.barrier.failed = self.barrier.failed, None
             self._guarded(self.writing or 0, lambda: _raise(failed))

@@ -3,10 +3,10 @@
 `--learning-rate 10`, or a pipeline of the user's own handing un-normalised uint8 images to the model,
 gave `loss nan` every epoch and a clean exit. The epoch's running loss sum is the job's (every step
 psums it), so once one step's loss is not finite the sum stays so, on every rank alike. It is read where
-the loop already waits for the devices -- its check points and each epoch's end -- and before anything
+the loop already waits for the devices -- its sync points and each epoch's end -- and before anything
 is saved there, so no checkpoint ever holds a diverged state:
 
-    --on-nan stop        every rank stops at that check point with one line naming the steps, the epoch
+    --on-nan stop        every rank stops at that sync point with one line naming the steps, the epoch
                          and the last good checkpoint (kept), exit non-zero
     --on-nan skip-step   the step itself drops an update whose job-wide loss or gradients are not
                          finite (step/parallel.py: its samples count as none), and counts it; the epoch
@@ -25,7 +25,7 @@ from dali_launch.trainer.run_dir import RunPaths
 
 
 class Diverged(UsageError):
-    """The loss was not finite at a check point (--on-nan stop): one line, every rank alike. `resumable`:
+    """The loss was not finite at a sync point (--on-nan stop): one line, every rank alike. `resumable`:
     whether its newest checkpoint is worth resuming (ending.failures_recorded records it for `status`)."""
 
     def __init__(self, line: str, resumable: bool = True):
@@ -34,20 +34,20 @@ class Diverged(UsageError):
 
 
 class NanGuard:
-    """Remembers the last check point whose loss was finite, and stops at the first one that is not."""
+    """Remembers the last sync point whose loss was finite, and stops at the first one that is not."""
 
     def __init__(self, spec, steps_per_call: int, settle_checkpoints):
         """`settle_checkpoints()`: the checkpoints' background writes finished, so the line names the last
         good one whole and is the task's last (Orbax's pool would speak after it)."""
         self.spec, self.k, self.settle_checkpoints = spec, steps_per_call, settle_checkpoints
-        self.last_good = None  # global device calls done at the last finite check point
+        self.last_good = None  # global device calls done at the last finite sync point
 
     def begin(self, calls_done: int) -> None:
         """An epoch starts (or resumes) with `calls_done` global device calls done: its tally is finite."""
         self.last_good = calls_done
 
     def check(self, loss_sum: float, calls_done: int, epoch: int) -> None:
-        """At a check point or an epoch's end (`calls_done` global calls done); raises Diverged under stop."""
+        """At a sync point or an epoch's end (`calls_done` global calls done); raises Diverged under stop."""
         if math.isfinite(loss_sum) or self.spec.step.on_nan != "stop":
             self.last_good = calls_done
             return

@@ -6,7 +6,7 @@ The one place that decides it; nothing else in the trainer installs a handler:
     SIGTERM  scancel, SLURM's end of a job, the local launcher passing on Ctrl-C or its own SIGTERM: stop
     SIGINT   Ctrl-C of `dali-launch train`: stop
 
-A handler only raises a flag; at the loop's next check point, which every process reaches at the
+A handler only raises a flag; at the loop's next sync point, which every process reaches at the
 same device call, the processes agree (the strongest request anywhere wins: stop over requeue),
 write one checkpoint, and then process 0 asks SLURM to requeue the job (which runs the same task
 and resumes from that checkpoint), or every process records that it stopped and exits with
@@ -19,7 +19,7 @@ task's first line (`catch_early`): SLURM's warning may come during start-up (a t
 warning's lead, --time-min 1 under USR2@90, warns at slurmctld's first check), and submitit's handler
 then raised inside whatever ran ("Unable to initialize backend 'cpu': Job not requeued because:
 timed-out too many times", from JAX's backend start: a CI run); caught early, it waits for the first
-check point like any other. One that comes even earlier, before the interpreter runs this line, waits
+sync point like any other. One that comes even earlier, before the interpreter runs this line, waits
 too: a SLURM step's tasks start with USR2 blocked, and `catch_early` unblocks it.
 """
 

@@ -18,8 +18,8 @@ class ObserveConfig:
         100,
         "Write training scalars every N steps (0: per epoch only).",
         details=(
-            "Write training scalars (loss, learning rate, images/s, data wait, step time) at the first check point "
-            "past every N SGD steps, from values read there anyway: check points come every --sync-every-steps steps "
+            "Write training scalars (loss, learning rate, images/s, data wait, step time) at the first sync point "
+            "past every N SGD steps, from values read there anyway: sync points come every --sync-every-steps steps "
             "on CPU, every 256 on GPUs, so logging adds no device sync. 0: epoch scalars only."
         ),
         on_resume="may change",

@@ -90,7 +90,7 @@ class StepConfig:
         "stop",
         "A loss that is not finite: stop, or skip-step (drop the update).",
         details=(
-            "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's check points with no "
+            "A training loss that is not finite (NaN, Inf: the run diverged), found at the loop's sync points with no "
             "extra device sync: stop (every rank, one line naming the steps and the last good checkpoint, which "
             "is kept) or skip-step (drop each such update and count it)."
         ),
