@@ -7,6 +7,7 @@ test_catalogue_native.py's."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -231,3 +232,30 @@ def test_the_launchers_checks_keep_jax_to_the_cpu_where_tasks_run_apart(small_lm
     )
     check_ok(proc)
     assert proc.stdout.splitlines()[-1] == f"0 {platforms} None", proc.stdout[-2000:]
+
+
+SCRIPT = """
+import json, sys
+from dali_tutorial import mnist_sharded_iterator  # as a notebook imports it: its sharding built on import
+from dali_launch.launcher.api import Executor
+
+local = Executor("local", gpus_per_node=2, processes=2, init_timeout_s=60, batch_size=64, record_samples=True)
+job = local.submit(pipeline=mnist_sharded_iterator, data_dir=sys.argv[1], run_root=sys.argv[2], epochs=1)
+print(json.dumps({"run_dir": str(job.run_dir), "final": job.result(timeout_s=600)["final"]}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_tutorial_function_trains_through_the_python_api(tmp_path, small_lmdb):
+    """A script hands the tutorial's function itself to Executor("local"): recorded by reference
+    (dali_tutorial:mnist_sharded_iterator), two processes read their global shards, every sample once."""
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-c", SCRIPT, str(small_lmdb), str(runs)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **TESTS}, cwd=tmp_path)
+    check_ok(proc)
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    paths = only_run(runs)
+    assert said["run_dir"] == str(paths.root) and said["final"]["test_accuracy"] > 0.3, said
+    assert json.loads(paths.config.read_text())["data"]["pipeline"] == "dali_tutorial:mnist_sharded_iterator"
+    assert seen_prints(paths, 0) == _reference_prints(small_lmdb)
