@@ -158,6 +158,20 @@ def stop_when(proc: subprocess.Popen, ready, sig: int, after_s: float = 0, timeo
         reap(proc)
 
 
+def kill_when(proc: subprocess.Popen, ready, timeout_s: float, poll_s: float = 0.001) -> None:
+    """SIGKILL a `start`ed run's process group the moment `ready()` holds (or it ended, or `timeout_s` passed),
+    and reap it: a death at a chosen instant, mid-checkpoint say."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        reap(proc)
+
+
 def reap(proc: subprocess.Popen, pids=()) -> None:
     """Whatever of a `start`ed run still lives: its process group, then `pids` (ranks out of the group)."""
     if proc.poll() is None:

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import check_ok, dali_launch, reap, squeue, start, stop_when, wait_for
+from conftest import check_ok, dali_launch, kill_when, reap, squeue, start, stop_when, wait_for
 from run_readers import has_checkpoint, only_run, rank_pid, rank_report, seen_prints, whole_checkpoints
 
 from dali_launch.trainer.resilience import saved
@@ -67,16 +67,9 @@ def test_kill_9_while_a_checkpoint_is_written_resumes_to_the_same_parameters(sma
     assert len(waits) == 2 and all(w > 0 for w in waits), waits  # each epoch's mid-epoch checkpoints
 
     proc = start("train", *common, "--run-root", str(tmp_path / "cut"))
-    try:
-        # A complete checkpoint to fall back on, and the next one being written: kill at once (they take ~0.1 s).
-        writing = lambda: has_checkpoint(tmp_path / "cut") and list((tmp_path / "cut").glob("*/checkpoints/*-tmp*"))
-        deadline = time.monotonic() + 120
-        while not writing() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.001)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        reap(proc)
+    # A complete checkpoint to fall back on, and the next one being written: kill at once (they take ~0.1 s).
+    writing = lambda: has_checkpoint(tmp_path / "cut") and list((tmp_path / "cut").glob("*/checkpoints/*-tmp*"))
+    kill_when(proc, writing, timeout_s=120)
     cut = only_run(tmp_path / "cut")
     assert proc.returncode == -signal.SIGKILL and not cut.result.exists()
     assert list(cut.checkpoints.glob("*-tmp*")), "the kill came after the write ended"

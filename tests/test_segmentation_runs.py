@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
-import time
 
 import numpy as np
 import pytest
-from conftest import REPO, check_ok, dali_launch, reap, start
+from conftest import REPO, check_ok, dali_launch, kill_when, start
 from nvidia.dali import pipeline_def
 from run_readers import has_checkpoint, only_run, seen_prints
 
@@ -96,14 +94,7 @@ def test_kill_9_mid_epoch_then_resume_ends_with_the_uninterrupted_parameters(seg
     proc = start("train", *common, "--run-root", str(tmp_path / "cut"))
     # A checkpoint, and the record of the samples before it (written just after it): kill at once.
     saved = lambda: has_checkpoint(tmp_path / "cut") and any((tmp_path / "cut").glob("*/samples/*.npy"))
-    try:
-        deadline = time.monotonic() + 300
-        while not saved() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.001)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        reap(proc)
+    kill_when(proc, saved, timeout_s=300)
     cut = only_run(tmp_path / "cut")
     assert proc.returncode == -signal.SIGKILL and not cut.result.exists()
     resumed = dali_launch("train", "--resume", str(cut.root))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import io
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 
 def local_checksums(params) -> list[str]:
@@ -58,7 +59,9 @@ class SampleRecorder:
         paths = RunPaths(self.spec.run_dir)
         paths.samples.mkdir(parents=True, exist_ok=True)
         record = np.concatenate(self.prints) if self.prints else np.zeros(0, np.uint64)
-        np.save(paths.sample_record(self.epoch, jax.process_index(), self.first_call), record)
+        out = io.BytesIO()  # whole or not at all: a rank killed mid-write leaves no cut record
+        np.save(out, record)
+        write_atomic(paths.sample_record(self.epoch, jax.process_index(), self.first_call), out.getvalue())
         self.prints, self.first_call = [], next_call
 
 
