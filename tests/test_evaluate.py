@@ -19,6 +19,7 @@ ONE_DEVICE = """
 import dataclasses, json, sys
 import jax, numpy as np
 from dali_launch.trainer.config import TaskSpec, replaced
+from dali_launch.trainer.plan.eval import EvalPlan
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.run_dir import RunPaths
@@ -31,9 +32,9 @@ paths = RunPaths(spec.run_dir)
 fresh = create_train_state(spec, np.zeros((1, 784), np.float32), slots_per_epoch=1)
 state, _ = Checkpointer(paths, 3).restore(saved.newest(paths).step, fresh, zero_tally())
 data = dataclasses.replace(spec.data, decoder="cpu", reader_threads=2, output_dtype="float32")
-evaluator = Evaluator(spec, jax.local_devices()[:1], 1, data)
-accuracy, count, _ = evaluator(state.variables())
-print(json.dumps({"accuracy": accuracy, "count": count, "devices": evaluator.eval_devices}))
+evaluator = Evaluator(spec, jax.local_devices()[:1], EvalPlan(25, 1, True), data)  # the job's 25 rows a device
+summary, count, _ = evaluator(state.variables())
+print(json.dumps({"accuracy": summary["accuracy"], "count": count, "devices": evaluator.eval_devices}))
 """
 
 

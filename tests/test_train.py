@@ -206,7 +206,8 @@ def test_a_task_collects_garbage_rarely_and_never_walks_its_imports(small_lmdb, 
 
 
 def _reference_prints(path) -> np.ndarray:
-    """Fingerprints of every training sample, read once in order through the same pipeline."""
+    """Fingerprints of every training sample, read once through the same pipeline as training reads it (its labels
+    one-hot: what the batches hold)."""
     from dali_launch.trainer.data.contract import PipelineArgs
     from dali_launch.trainer.data.dali import graph
     from dali_launch.trainer.data.pipelines import mnist
@@ -217,7 +218,7 @@ def _reference_prints(path) -> np.ndarray:
         shard_id=0,
         num_shards=1,
         batch_size=1000,
-        training=False,
+        training=True,
         on_gpu=False,
         decoder="cpu",
         seed=0,

@@ -31,8 +31,10 @@ def gathered_checksums(params) -> list[str]:
 
 
 def fingerprints(outputs: list[np.ndarray]) -> np.ndarray:
-    """One uint64 per sample from every output's row of it (decoded pixels, labels...): equal samples, equal prints."""
+    """One uint64 per sample from every output's row of it (decoded pixels, labels...): equal samples, equal prints.
+    Each row as JAX holds it (int64 as int32 without x64): a pipeline's own arrays print as its batches do."""
     out = np.empty(len(outputs[0]), np.uint64)
+    outputs = [np.asarray(o, jax.dtypes.canonicalize_dtype(np.asarray(o).dtype)) for o in outputs]
     for i in range(len(out)):
         digest = hashlib.blake2b(digest_size=8)
         for output in outputs:
