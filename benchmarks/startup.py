@@ -44,6 +44,7 @@ def launch(args, run_root: Path) -> dict:
     if proc.returncode or not runs:
         return {"argv": argv[len(CLI) :], "error": (proc.stderr or proc.stdout).strip().splitlines()[-6:]}
     first = json.loads((runs[-1] / "metrics.jsonl").read_text().splitlines()[0])
+    ranks = json.loads((runs[-1] / "rank_map.json").read_text())
     return {
         "checksums": checksums(runs[-1]),  # runs of one run root share its programs: the same bits
         "compile_s": first["compile_s"],
@@ -53,6 +54,7 @@ def launch(args, run_root: Path) -> dict:
         "startup": first["startup"],
         "first_eval_s": first["eval_time_s"],
         "epoch_s": first["epoch_time_s"],
+        "first_call_compiled": ranks[0]["resolved"]["first_call_compiled"],  # ahead, or again on the first batch
     }
 
 
@@ -68,6 +70,8 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"{name:<6}{r['first_step_s']:>13.2f}{r['compile_s']:>11.2f}{r['first_eval_s']:>10.2f}{r['wall_s']:>8.1f}  {phases}"
         )
+    compiled = {r["first_call_compiled"] for r in rows if "error" not in r}
+    lines.append(f"first device call compiled: {', '.join(sorted(compiled))}")
     sums = {str(r.get("checksums")) for r in rows if "error" not in r}
     lines.append(f"parameters alike in every run: {len(sums) == 1}")
     return "\n".join(lines)
