@@ -45,7 +45,7 @@ def run(mode: str, args, run_root: Path) -> dict:
     argv += ["--pipeline", f"{module}:mnist_sharded_iterator", "--data-dir", str(args.data)]
     argv += ["--epochs", str(args.epochs), "--run-root", str(run_root / mode)]
     path = [str(REPO / "tests" if args.smoke_cpu else HERE), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p), "JAX_TRACEBACK_FILTERING": "off"}
     if not args.smoke_cpu:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {NO_COMMAND_BUFFERS}".strip()
     began = time.perf_counter()
@@ -57,7 +57,7 @@ def run(mode: str, args, run_root: Path) -> dict:
     row = {"mode": mode, "argv": argv[3:], "rc": proc.returncode, "wall_s": round(time.perf_counter() - began, 1)}
     row |= {"test_accuracy": accuracy, "trained": accuracy is not None and accuracy > TRAINED}
     if proc.returncode:
-        row["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
+        row["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-60:]  # the whole traceback, unfiltered
     return row
 
 
