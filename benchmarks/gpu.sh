@@ -16,8 +16,9 @@
 #   offload    ViT-H/14 with AdamW's moments in host memory (mesh_step.py --offload)
 #
 # Here, once:  bash benchmarks/gpu.sh pack        (.devpkgs/gpu-*: wheels the GPU image lacks, Fashion-MNIST)
-# There, after DALI's parts (../shared/device/README.md), each call carrying one .devpkgs/gpu-* folder too:
-#   bash .devpkgs/install-dali.sh && bash benchmarks/gpu.sh stage
+# There, with DALI's four 50 MB parts (../shared/device/README.md, PART_MB=50), four calls back to back, each
+# under 64 MiB with the tree: part 00 with .devpkgs/gpu-a; parts 01 and 02 alone; part 03 with gpu-b and gpu-c:
+#   bash .devpkgs/install-dali.sh && bash benchmarks/gpu.sh stage          (calls 1-3)
 #   bash .devpkgs/install-dali.sh final && COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu.sh stage all
 # What comes back goes into benchmarks/results/BENCHMARK/h200.json (benchmarks/results/README.md), replacing
 # the entry it measures again: mnist -> against/ (entry "defaults"), resnet50 -> imagenet/, mesh, remat and
