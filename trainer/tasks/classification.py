@@ -26,7 +26,7 @@ def classification(num_classes: int = 10, label_smoothing: float = 0.0, mixup: f
         unit="images",
         bounds=_bounds,
         bounded=("labels",),
-        check_bounds=partial(_check_bounds, num_classes),
+        check_bounds=partial(class_ids_in_range, "labels", num_classes),
         check_model=partial(_check_model, num_classes),
     )
 
@@ -92,10 +92,11 @@ def _bounds(batch) -> dict:
     return {"labels": None if labels.dtype.kind == "f" else class_ids(labels)}
 
 
-def _check_bounds(num_classes: int, low: dict, high: dict, split: str, pipeline: str) -> None:
+def class_ids_in_range(output: str, num_classes: int, low: dict, high: dict, split: str, pipeline: str) -> None:
+    """`check_bounds` of a task whose `output` holds class ids: 0..num_classes-1, else data/label_check.py's line."""
     from dali_launch.trainer.data.label_check import check_range
 
-    check_range(low["labels"], high["labels"], num_classes, pipeline, split)
+    check_range(low[output], high[output], num_classes, pipeline, split)
 
 
 def _check_model(num_classes: int, name: str, logits) -> None:

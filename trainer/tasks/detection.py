@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from dali_launch.trainer.tasks.classification import class_ids_in_range
 from dali_launch.trainer.tasks.contract import Task
 
 THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # 0.05 .. 0.95
@@ -45,7 +46,7 @@ def detection(num_classes: int = 10):
         metrics=("heatmap_loss", "box_loss"),
         bounds=_bounds,
         bounded=("classes",),
-        check_bounds=partial(_check_bounds, num_classes),
+        check_bounds=partial(class_ids_in_range, "classes", num_classes),
         check_model=partial(_check_model, num_classes),
     )
 
@@ -136,12 +137,6 @@ def _bounds(batch) -> dict:
     import jax.numpy as jnp
 
     return {"classes": jnp.where(_valid(batch) > 0, batch["classes"], 0)}
-
-
-def _check_bounds(num_classes: int, low: dict, high: dict, split: str, pipeline: str) -> None:
-    from dali_launch.trainer.data.label_check import check_range
-
-    check_range(low["classes"], high["classes"], num_classes, pipeline, split)
 
 
 def _check_model(num_classes: int, name: str, outputs) -> None:
