@@ -153,26 +153,6 @@ def test_components_smoke_times_every_part(mnist_lmdb, tmp_path):
     assert "the same with both: yes" in proc.stdout and doc["table"] in proc.stdout
 
 
-@pytest.mark.slow
-def test_tasks_smoke_times_each_task_against_its_step(tmp_path):
-    """benchmarks/tasks.py synthesises each built-in task's data, times the task's own device call alone (the
-    trainer's Parts, in a child process) and a `dali-launch train --task` run, and gives their ratio."""
-    out = tmp_path / "tasks.json"
-    proc = bench(
-        *("--smoke-cpu", "--epochs", "2", "--calls", "2", "--data-root", str(tmp_path / "data"), "--out", str(out)),
-        timeout=900,
-        script=REPO / "benchmarks" / "tasks.py",
-    )
-    check_ok(proc)
-    rows = {r["task"]: r for r in json.loads(out.read_text())["rows"]}
-    assert sorted(rows) == ["contrastive", "detection", "segmentation"], rows
-    for task, r in rows.items():
-        assert r["step"]["images_per_s_per_device"] > 0 and r["train"]["images_per_s_per_device"] > 0, task
-        assert r["ratio"] == r["train"]["images_per_s_per_device"] / r["step"]["images_per_s_per_device"]
-        assert f"--task={task}" in r["train"]["argv"] and 0 <= r["train"]["data_wait_fraction"] <= 1
-    assert "segmentation" in proc.stdout and "ratio" in proc.stdout.splitlines()[0]
-
-
 def test_imagenet_smoke_measures_each_part(tmp_path):
     """benchmarks/imagenet.py synthesises its data, then times DALI alone in the global order and a
     `dali-launch train` run, each in its own process, on 1 and 2 devices (2 in both layouts: one process
@@ -295,35 +275,6 @@ def test_sample_check_times_the_pre_flight_check(tmp_path):
     result = json.loads(out.read_text())
     assert result["files"] == 300 and 0 < result["cached_s"] and 0 < result["check_s"]
     assert result["imagenet_check_s"] == pytest.approx(result["check_us"] * 1.281167, rel=0.01, abs=0.2)
-
-
-def test_tutorial_smoke_trains_dalis_tutorial_function_in_both_modes(small_lmdb, tmp_path):
-    """benchmarks/tutorial.py --smoke-cpu (gpu.sh's `tutorial` question, on the CPU twin): a `train` run and a --local
-    one of DALI's tutorial function, one JSON line with each one's test accuracy, and that both trained."""
-    out = tmp_path / "tutorial.json"
-    proc = bench(
-        "--smoke-cpu",
-        "--data",
-        str(small_lmdb),
-        "--out",
-        str(out),
-        timeout=600,
-        script=REPO / "benchmarks" / "tutorial.py",
-    )
-    check_ok(proc)
-    line = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert line == json.loads(out.read_text()) and line["trained"], line
-    assert [r["mode"] for r in line["runs"]] == ["train", "local"]
-    assert all(r["rc"] == 0 and r["test_accuracy"] > 0.3 for r in line["runs"]), line
-
-
-def test_the_tutorials_gpu_function_passes_the_checks_as_it_is(small_lmdb):
-    """benchmarks/dali_tutorial_gpu.py, the tutorial with nvJPEG and labels.gpu(), defined on the CPU by the launcher's
-    pre-flight for each split: recognised, its parameters filled, its reader sharded and padded; no GPU needed."""
-    argv = [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--dry-run", "--data-dir", str(small_lmdb)]
-    argv += ["--pipeline", "dali_tutorial_gpu:mnist_sharded_iterator"]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks")}
-    check_ok(subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=300))
 
 
 def test_bad_samples_gpu_script_smoke(tmp_path):
