@@ -34,10 +34,16 @@ def frames(seed: int, split: str, index: int, label: int, scale: float = 1.0) ->
     """(FRAMES, side, side, 3) uint8: clip `index` of class `label`."""
     rng = np.random.default_rng([seed, SPLIT_IDS[split], index])
     side = max(16, round(SIDE * scale))
-    order, phase, light = ORDERS[label], int(rng.integers(CYCLE)), rng.uniform(0.7, 1.1)
-    colours = [COLOURS[order[((phase + t) // HOLD) % len(order)]] * light for t in range(FRAMES)]
-    clip = np.array(colours)[:, None, None, :] + rng.normal(0, 12, (FRAMES, side, side, 3))
+    phase, light = int(rng.integers(CYCLE)), rng.uniform(0.7, 1.1)
+    colours = COLOURS[colour_indices(label, phase)] * light
+    clip = colours[:, None, None, :] + rng.normal(0, 12, (FRAMES, side, side, 3))
     return np.clip(clip, 0, 255).astype(np.uint8)
+
+
+def colour_indices(label: int, phase: int) -> list[int]:
+    """Which of COLOURS each frame of a clip of class `label` shows, from place `phase` of the turn."""
+    order = ORDERS[label]
+    return [order[((phase + t) // HOLD) % len(order)] for t in range(FRAMES)]
 
 
 def encode(clip: np.ndarray, path, codec: str = "libvpx-vp9", options: dict | None = None) -> int:

@@ -40,7 +40,16 @@ WINDOW = 4  # the decoded window is at most this many clips long
 
 def _video(args: PipelineArgs):
     kwargs, window = screened(args)
-    frames, labels = fn.experimental.readers.video(
+    frames, labels = reader(kwargs, window, args)
+    clips = training(frames, window, args) if args.training else evaluation(frames, window, args)
+    labels = fn.reshape(labels, shape=[])
+    return clips, labels.gpu() if args.on_gpu and labels.device == "cpu" else labels
+
+
+def reader(kwargs: dict, window: int, args: PipelineArgs):
+    """(frames, labels): `window` frames --clip-stride apart from the start of each clip of this device's shard,
+    decoded where the pipeline runs (NVDEC on a GPU)."""
+    return fn.experimental.readers.video(
         device="gpu" if args.on_gpu else "cpu",
         **videos.reader_kwargs(kwargs),
         sequence_length=window,
@@ -49,9 +58,6 @@ def _video(args: PipelineArgs):
         **args.reader_args(),
         name=READER,
     )
-    clips = _training(frames, window, args) if args.training else _evaluation(frames, window, args)
-    labels = fn.reshape(labels, shape=[])
-    return clips, labels.gpu() if args.on_gpu and labels.device == "cpu" else labels
 
 
 def screened(args: PipelineArgs) -> tuple[dict, int]:
@@ -64,7 +70,7 @@ def screened(args: PipelineArgs) -> tuple[dict, int]:
     return kwargs, videos.window_of(kwargs, args.clip_frames, args.clip_stride, WINDOW)
 
 
-def _training(frames, window: int, args: PipelineArgs):
+def training(frames, window: int, args: PipelineArgs):
     """A random run of T frames, then one random window and flip for all of them."""
     starts = list(range(window - args.clip_frames + 1))
     start = fn.cast(fn.random.uniform(values=[float(s) for s in starts]), dtype=types.INT32)
@@ -75,7 +81,7 @@ def _training(frames, window: int, args: PipelineArgs):
     return fn.crop_mirror_normalize(clip, dtype=args.dtype(), mean=MEAN, std=STD, mirror=mirror, output_layout="FHWC")
 
 
-def _evaluation(frames, window: int, args: PipelineArgs):
+def evaluation(frames, window: int, args: PipelineArgs):
     """--eval-clips runs of T frames, evenly spaced from the window's first frame to its last."""
     frames = fn.resize(frames, size=[args.image_size] * 2, interp_type=types.INTERP_LINEAR)
     frames = fn.crop_mirror_normalize(frames, dtype=args.dtype(), mean=MEAN, std=STD, output_layout="FHWC")
