@@ -49,6 +49,7 @@ class Format:
     masks: bool = False  # its samples pair an image with a mask of class ids (a PNG): its pipeline gives `masks`
     outputs: tuple[str, ...] = ("images", "labels")  # what its pipeline returns, in order: what its task takes
     feeds: bool = True  # --sample-order global can feed its pipeline from records/ (an image and a class id each)
+    decodes: bool = True  # its pipeline decodes through args.decode: --decoded-cache may keep its samples
     fits: str = (
         ""  # the launcher's check of its samples against the run's [data] settings, "module:function(path, data)"
     )
@@ -237,6 +238,7 @@ FORMATS: tuple[Format, ...] = (
         augments=False,  # --augment's policies take images, not sequences of frames
         outputs=("clips", "labels"),  # --task video's (tasks/video.py)
         feeds=False,  # DALI's video reader decodes what it reads: no external source can feed it
+        decodes=False,  # nor can --decoded-cache keep what it decodes
         fits=f"{LAUNCHER}.video_check:check_clip_frames",
     ),
 )
