@@ -7,8 +7,9 @@
 #   resnet50   ResNet-50 bf16 with no speed flag against its step alone, ImageNet-class JPEGs (imagenet.py)
 #   mesh       ViT-B/16's step with the fsdp layout against the replicated step (mesh_step.py), and a
 #              model twice the GPU's memory refused in one line (huge_mlp.py)
-#   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
+#   tasks      each built-in task (segmentation, detection, contrastive, video) through `dali-launch train`
 #              against its step alone (tasks.py)
+#   video      DALI's video reader decoding VP9 clips with NVDEC against the CPU's FFmpeg (video_decode.py)
 #   tutorial   DALI's multi-GPU JAX tutorial function, unchanged (dali_tutorial_gpu.py), one short run in
 #              `train` and one as a --local task: test accuracy, and that it trained (tutorial.py)
 #   startup    launch -> first step, cold and warm (startup.py)
@@ -16,18 +17,19 @@
 #   offload    ViT-H/14 with AdamW's moments in host memory (mesh_step.py --offload)
 #
 # Here, once:  bash benchmarks/gpu.sh pack        (.devpkgs/gpu-*: wheels the GPU image lacks, Fashion-MNIST)
-# There, with DALI's four 50 MB parts (../shared/device/README.md, PART_MB=50), four calls back to back, each
-# under 64 MiB with the tree: part 00 with .devpkgs/gpu-a; parts 01 and 02 alone; part 03 with gpu-b and gpu-c:
-#   bash .devpkgs/install-dali.sh && bash benchmarks/gpu.sh stage          (calls 1-3)
+# There, with DALI's four 50 MB parts (../shared/device/README.md, PART_MB=50), five calls back to back, each
+# under 64 MiB with the tree: part 00 with .devpkgs/gpu-a; parts 01 and 02 alone; gpu-d (PyAV) alone; part 03
+# with gpu-b and gpu-c:
+#   bash .devpkgs/install-dali.sh && bash benchmarks/gpu.sh stage          (calls 1-3; gpu-d's: stage alone)
 #   bash .devpkgs/install-dali.sh final && COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu.sh stage all
 # What comes back goes into benchmarks/results/BENCHMARK/h200.json (benchmarks/results/README.md), replacing
 # the entry it measures again: mnist -> against/ (entry "defaults"), resnet50 -> imagenet/, mesh, remat and
-# offload -> mesh_step/, tasks -> tasks/, tutorial -> tutorial/, startup -> startup/.
+# offload -> mesh_step/, tasks -> tasks/, video -> video_decode/, tutorial -> tutorial/, startup -> startup/.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(mnist resnet50 mesh tasks tutorial startup remat offload)
+QUESTIONS=(mnist resnet50 mesh tasks video tutorial startup remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -38,6 +40,9 @@ pack() {  # on this machine: what the GPU image lacks, in folders small enough t
   cp "$fm"/t10k-* "$fm"/train-labels* "$root/.devpkgs/gpu-a/"
   split -b 14M -d -a 1 "$fm/train-images-idx3-ubyte.gz" "$root/.devpkgs/gpu-b/train-images.part"
   mv "$root/.devpkgs/gpu-b/train-images.part1" "$root/.devpkgs/gpu-c/"
+  mkdir -p "$root/.devpkgs/gpu-d"  # PyAV (35 MB, FFmpeg inside): the video questions' clips; a call of its own
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$root/.devpkgs/gpu-d" av
   du -sh "$root"/.devpkgs/gpu-*
 }
 
@@ -122,6 +127,7 @@ ask() {
         --epochs 3 --out "$OUT/resnet50.raw.json" ;;
     mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
     tasks) record tasks 420 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json" ;;
+    video) record video 150 python3 "$here/video_decode.py" --out "$OUT/video.raw.json" ;;
     tutorial) record tutorial 200 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;

@@ -157,8 +157,9 @@ def replace_image(split: Path, fmt: str, sample: int, spoil) -> None:
     from dali_launch.trainer.data import formats
     from dali_launch.trainer.data.records.tfrecord import parse_example
 
-    if fmt in ("folders", "detection"):  # a file of its own: in its class folder, or beside the annotations
-        path = next(split.glob(f"{'*/' if fmt == 'folders' else ''}{sample:08d}.jpg"))
+    if fmt in ("folders", "detection", "video"):  # a file of its own: in its class folder, or beside the annotations
+        name = f"{'*/' if fmt != 'detection' else ''}{sample:08d}.{'webm' if fmt == 'video' else 'jpg'}"
+        path = next(split.glob(name))
         path.write_bytes(spoil(path.read_bytes()))
         return
     shard = split / f"shard-00000.{'tfrecord' if fmt == 'tfrecord' else 'tar'}"

@@ -323,3 +323,14 @@ def small_tmpfs(tmp_path):
     """A 44 MiB tmpfs for a run root: the MLP's checkpoints are ~18 MB, so the third does not fit."""
     with mounted_tmpfs(tmp_path / "tmpfs", "44m") as mount:
         yield mount
+
+
+@pytest.fixture(scope="session")
+def video_set(tmp_path_factory) -> Path:
+    """`data synth --format video`: 6 classes (the cyclic orders of 4 colours), 192 training / 48 test VP9 clips
+    of 12 frames of 16×16 (--image-scale 0.25)."""
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+
+    out = tmp_path_factory.mktemp("video") / "clips"
+    synth(SynthSpec(out, "video", classes=6, train=192, test=48, image_scale=0.25, shard_size=96, workers=1))
+    return out

@@ -26,12 +26,24 @@ def test_tasks_smoke_times_each_task_against_its_step(tmp_path):
     )
     check_ok(proc)
     rows = {r["task"]: r for r in json.loads(out.read_text())["rows"]}
-    assert sorted(rows) == ["contrastive", "detection", "segmentation"], rows
+    assert sorted(rows) == ["contrastive", "detection", "segmentation", "video"], rows
     for task, r in rows.items():
         assert r["step"]["images_per_s_per_device"] > 0 and r["train"]["images_per_s_per_device"] > 0, task
         assert r["ratio"] == r["train"]["images_per_s_per_device"] / r["step"]["images_per_s_per_device"]
         assert f"--task={task}" in r["train"]["argv"] and 0 <= r["train"]["data_wait_fraction"] <= 1
     assert "segmentation" in proc.stdout and "ratio" in proc.stdout.splitlines()[0]
+
+
+def test_video_decode_smoke_reads_every_clip_on_the_cpu(tmp_path):
+    """benchmarks/video_decode.py --smoke-cpu (gpu.sh's `video` question, its CPU half): data synth's clips read
+    whole by DALI's video reader on the CPU, clips and frames a second in one JSON line."""
+    out = tmp_path / "video.json"
+    args = ("--smoke-cpu", "--batch", "4", "--epochs", "1", "--threads", "1", "--data-root", str(tmp_path), "--out")
+    proc = bench(*args, str(out), timeout=300, script=REPO / "benchmarks" / "video_decode.py")
+    check_ok(proc)
+    doc = json.loads(out.read_text())
+    assert [r["device"] for r in doc["rows"]] == ["cpu"] and doc["rows"][0]["clip"] == [12, 16, 16, 3]
+    assert doc["rows"][0]["frames_per_s"] == 12 * doc["rows"][0]["clips_per_s"] > 0
 
 
 def test_tutorial_smoke_trains_dalis_tutorial_function_in_both_modes(small_lmdb, tmp_path):

@@ -32,3 +32,14 @@ def views(args):
     a sample on any device of any layout, where DALI's random operators draw per shard."""
     view, _, labels = contrastive_views.views(replace(args, training=False))
     return view, fn.flip(view, horizontal=1), labels
+
+
+def video(args):
+    """--pipeline video's reader (its shards, shuffle and padding) with its first T frames, whole: one clip a
+    file, the same on any device of any layout."""
+    from dali_launch.trainer.data import video as clips
+
+    kwargs, window = clips.screened(args)
+    frames, labels = clips.reader(kwargs, window, args)
+    first = clips.evaluation(frames, window, replace(args, eval_clips=1))
+    return fn.squeeze(first, axes=[0]), fn.reshape(labels, shape=[])

@@ -83,6 +83,9 @@ def check_samples(path: Path, data: DataConfig, devices: int = 1) -> int | None:
                 f"{path / split} holds {count} training samples, fewer than the job's {devices} devices: each "
                 f"needs at least one; use fewer devices (--nodes, --gpus-per-node) or a larger data set"
             )
+    fits = formats.get(data.pipeline).fits
+    if fits:  # its samples against the run's settings (a clip's frames against --clip-frames)
+        formats.imported(fits)(path, data)
     return counts["training"]
 
 

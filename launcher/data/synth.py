@@ -2,6 +2,7 @@
 
     dali-launch data synth /data/synth --format folders --train 50000 --test 5000 --classes 100
     dali-launch data synth /data/scenes --format segmentation --classes 4   # images with masks
+    dali-launch data synth /data/clips --format video --classes 6 --image-scale 0.25   # VP9 clips (synth_clips.py)
 
 `OUT/training` and `OUT/testing`, images as synth_images.py draws them (scenes with masks: synth_scenes.py). The work is cut into shards of
 `--shard-size` consecutive images, written by a pool of processes; each image depends only on (seed,
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from dali_launch.launcher.data import new_dir, synth_images, synth_scenes, tfrecord, webdataset
+from dali_launch.launcher.data import new_dir, synth_clips, synth_images, synth_scenes, tfrecord, webdataset
 from dali_launch.trainer.data import formats
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience.ending import die_with_parent
@@ -66,12 +67,12 @@ class SynthReport:
     workers: int
 
     def line(self, spec: SynthSpec) -> str:
-        images = sum(self.counts.values())
+        images, unit = sum(self.counts.values()), "clip" if spec.format == "video" else "JPEG"
         counts = ", ".join(f"{name} {n:,}" for name, n in self.counts.items())
         return (
             f"wrote {self.out} ({spec.format}, {spec.classes} classes): {counts}; "
-            f"{self.total_bytes / 1e6:,.1f} MB, {self.total_bytes / images / 1e3:.1f} KB per JPEG on average; "
-            f"{images / self.seconds:,.0f} images/s with {self.workers} workers"
+            f"{self.total_bytes / 1e6:,.1f} MB, {self.total_bytes / images / 1e3:.1f} KB per {unit} on average; "
+            f"{images / self.seconds:,.0f} {'clips' if unit == 'clip' else 'images'}/s with {self.workers} workers"
         )
 
 
@@ -85,6 +86,11 @@ def validate(spec: SynthSpec) -> None:
         raise UsageError(
             f"--classes {spec.classes}: a segmentation set has the background (class 0) and at least one class "
             f"of objects, at most {synth_scenes.MAX_CLASSES} in all (8-bit masks); use 2 to {synth_scenes.MAX_CLASSES}"
+        )
+    if spec.format == "video" and spec.classes > synth_clips.MAX_CLASSES:
+        raise UsageError(
+            f"--classes {spec.classes}: a video set's classes are the {synth_clips.MAX_CLASSES} orders of its four "
+            f"colours; use 2 to {synth_clips.MAX_CLASSES}"
         )
     if spec.train < spec.classes:
         raise UsageError(f"--train {spec.train} is fewer than --classes {spec.classes}; every class needs an image")

@@ -130,6 +130,12 @@ def _decoded_cache(data: DataConfig, resumed: bool) -> None:
         raise UsageError(
             f"--decoded-cache {data.decoded_cache} is no size; use auto, off, or MiB above 0 like 4096, 512M or 12G"
         ) from None
+    found = formats.get(data.pipeline)
+    if size and found is not None and not found.decodes:
+        raise UsageError(
+            f"--decoded-cache {data.decoded_cache} keeps what args.decode(...) decodes, and --pipeline {data.pipeline}'s "
+            f"reader decodes what it reads; leave --decoded-cache out (auto: off there)"
+        )
     if size and data.sample_order == "global" and not resumed:  # a resumed run's own: an earlier version let it be
         raise UsageError(
             f"--decoded-cache {data.decoded_cache} keeps each reader's decoded shard, but --sample-order global "

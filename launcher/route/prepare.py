@@ -160,6 +160,9 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
         bad_samples=d.bad_samples,
         max_bad_samples=d.max_bad_samples,
         pipeline_params=d.pipeline_params,
+        clip_frames=d.clip_frames,
+        clip_stride=d.clip_stride,
+        eval_clips=d.eval_clips,
     )
 
 

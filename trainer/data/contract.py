@@ -77,6 +77,9 @@ class PipelineArgs:
     augment: str = "none"  # --augment: none, randaugment, trivialaugment or autoaugment (see auto_augment)
     randaugment: tuple[int, int] = RANDAUGMENT  # --randaugment N,M
     pipeline_params: str = ""  # --pipeline-params: what a DALI-style function's parameters get (data/native.py)
+    clip_frames: int = 8  # --clip-frames: frames of a video clip (--pipeline video)
+    clip_stride: int = 1  # --clip-stride
+    eval_clips: int = 2  # --eval-clips: evenly spaced clips of each test video
     applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called
     left_out: list = field(default_factory=list, init=False, compare=False, repr=False)  # `read`'s skipped scans
 

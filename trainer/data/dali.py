@@ -169,6 +169,9 @@ def pipeline_args(
         augment=config.augment,
         randaugment=config.randaugment_nm() if config.augment == "randaugment" else RANDAUGMENT,
         pipeline_params=config.pipeline_params,
+        clip_frames=config.clip_frames,
+        clip_stride=config.clip_stride,
+        eval_clips=config.eval_clips,
     )
 
 

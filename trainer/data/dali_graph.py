@@ -25,9 +25,12 @@ def kind(op) -> str:
     return getattr(op, "schema_name", type(op).__name__)
 
 
+READERS = ("readers__", "experimental__readers__")  # schema names of readers: fn.readers.*, fn.experimental.readers.*
+
+
 def readers(outputs) -> list:
-    """The reader instances (fn.readers.*) behind `outputs`."""
-    return [i for i in instances(outputs).values() if kind(i._op).startswith("readers__")]
+    """The reader instances (fn.readers.*, fn.experimental.readers.* such as the video reader) behind `outputs`."""
+    return [i for i in instances(outputs).values() if kind(i._op).startswith(READERS)]
 
 
 def given(reader) -> dict:

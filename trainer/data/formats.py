@@ -49,6 +49,10 @@ class Format:
     masks: bool = False  # its samples pair an image with a mask of class ids (a PNG): its pipeline gives `masks`
     outputs: tuple[str, ...] = ("images", "labels")  # what its pipeline returns, in order: what its task takes
     feeds: bool = True  # --sample-order global can feed its pipeline from records/ (an image and a class id each)
+    decodes: bool = True  # its pipeline decodes through args.decode: --decoded-cache may keep its samples
+    fits: str = (
+        ""  # the launcher's check of its samples against the run's [data] settings, "module:function(path, data)"
+    )
 
     def reader_arguments(self, split: str | Path) -> dict:
         return self.arguments(str(split))
@@ -81,6 +85,22 @@ def _has(suffix: str) -> Callable[[Path], bool]:
 COCO_ANNOTATIONS = "annotations.json"  # a detection split's annotations, beside its images
 WEBDATASET_EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
 SEGMENTATION_EXT = ["jpg", "png"]  # --pipeline segmentation's: the image, then its mask
+VIDEO_EXT = (".webm", ".mkv", ".avi", ".mp4", ".mov")  # clips.EXTENSIONS: a class folder of these holds clips
+VIDEO_LIST = "file_list.txt"  # records/videos.py's FILE_LIST: a split's clips as `NAME LABEL` lines
+
+
+def _videos(split: str) -> dict:
+    """A split of clips: its file list where it has one, else its class folders."""
+    listed = Path(split) / VIDEO_LIST
+    return {"file_list": str(listed)} if listed.is_file() else {"file_root": split}
+
+
+def _has_videos(split: Path) -> bool:
+    """A file list, or a class folder whose first file is a clip."""
+    if (split / VIDEO_LIST).is_file():
+        return True
+    folder = next((p for p in sorted(split.iterdir()) if p.is_dir()), None)
+    return folder is not None and any(f.suffix.lower() in VIDEO_EXT for f in folder.iterdir())
 
 
 def _has_masks(split: Path) -> bool:
@@ -200,6 +220,26 @@ FORMATS: tuple[Format, ...] = (
         augments=False,  # --augment moves pixels, not the boxes on them
         outputs=("images", "boxes", "classes", "counts"),  # --task detection's (tasks/detection.py)
         feeds=False,  # a sample is an image, its boxes and their classes: DALI's COCO reader reads them
+    ),
+    Format(
+        name="video",
+        reader="video",  # fn.experimental.readers.video: it reads and decodes (data/video.py says why)
+        holds="class folders of clips",
+        arguments=_videos,
+        detect=_has_videos,
+        records=f"{RECORDS}.videos",
+        pipeline="dali_launch.trainer.data.video:video",
+        layout="folders of class folders of clips, or of clips and a file_list.txt (as `dali-launch data synth "
+        "--format video` makes them)",
+        description="SPLIT/<class>/<n>.webm (VP9; MJPEG too; H.264 and HEVC on GPUs), or SPLIT/file_list.txt",
+        make="dali-launch data synth {path} --format video",
+        check=f"{LAUNCHER}.video_check:check_videos",
+        writer=f"{LAUNCHER}.synth_clips:write_video",
+        augments=False,  # --augment's policies take images, not sequences of frames
+        outputs=("clips", "labels"),  # --task video's (tasks/video.py)
+        feeds=False,  # DALI's video reader decodes what it reads: no external source can feed it
+        decodes=False,  # nor can --decoded-cache keep what it decodes
+        fits=f"{LAUNCHER}.video_check:check_clip_frames",
     ),
 )
 

@@ -94,7 +94,7 @@ def check(name: str, args, shard_order: bool, names: tuple[str, ...] = OUTPUTS) 
     if defined is UNDEFINED:
         return
     outputs = outputs_checked(defined, name, names)
-    readers = [op for op in _operators(outputs).values() if _kind(op).startswith("readers__")]
+    readers = [op for op in _operators(outputs).values() if _kind(op).startswith(dali_graph.READERS)]
     if not shard_order:
         read_checked(len(readers) - len(reads), bool(reads), name)
         return

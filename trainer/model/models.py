@@ -28,6 +28,7 @@ draws dropout from the same per-step, per-device stream. entry_points.create_mod
     vit-ti16, vit-s16, vit-b16  Vision Transformers as big_vision's (vit.py)
     unet      a small U-Net: per-pixel logits (batch, H, W, num_classes), --task segmentation's (unet.py)
     centernet --task detection's: a small CenterNet returning a dict of heads (centernet.py)
+    st-cnn, frame-mean, vivit-ti16  --task video's models of clips (batch, T, H, W, C) (video.py)
 
 A Linen factory that also names `drop_path`, `vit_pool`, `attention` or `remat` as parameters is given those
 flags' values (entry_points.model_options); other factories never see them.

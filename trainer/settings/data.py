@@ -178,6 +178,23 @@ class DataConfig:
         n, m = (int(part) for part in (self.randaugment or RANDAUGMENT_DEFAULT).replace(" ", "").split(","))
         return n, m
 
+    clip_frames: int = opt(
+        8,
+        "--pipeline video: frames of each clip the model sees.",
+        details=(
+            "--pipeline video: the frames T of each clip the model sees, --clip-stride apart; every clip of the data "
+            "set needs at least (T - 1) × stride + 1 frames (checked before any job)."
+        ),
+    )
+    clip_stride: int = opt(1, "--pipeline video: a clip's frames are this many frames apart.")
+    eval_clips: int = opt(
+        2,
+        "--pipeline video: evenly spaced clips of each test video, their logits averaged.",
+        details=(
+            "--pipeline video: the evenly spaced clips evaluation takes of each test video; --task video scores "
+            "each clip and each video (its clips' logits averaged)."
+        ),
+    )
     decoded_cache: str = opt(
         "auto",
         "Keep decoded training samples: auto, off, or a size (4096, 512M, 12G).",
