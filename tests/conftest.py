@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -323,3 +325,33 @@ def small_tmpfs(tmp_path):
     """A 44 MiB tmpfs for a run root: the MLP's checkpoints are ~18 MB, so the third does not fit."""
     with mounted_tmpfs(tmp_path / "tmpfs", "44m") as mount:
         yield mount
+
+
+GPU_STANDIN = REPO / "tests" / "gpu_standin"  # the stand-in for DALI's GPU outputs, and its sitecustomize.py
+
+
+@pytest.fixture
+def gpu_outputs(monkeypatch, tmp_path) -> dict:
+    """Every pipeline's outputs stand-in GPU ones (tests/gpu_standin/gpu_outputs.py), in this process and in the
+    processes the test starts with the environment this returns; the stand-in's counts: `gpu_outputs.counts`
+    here, `standin_counts(env)` of those processes."""
+    from gpu_standin import gpu_outputs
+    from nvidia.dali.pipeline import Pipeline
+
+    from dali_launch.trainer.data import dali_outputs
+
+    monkeypatch.setattr(gpu_outputs, "counts", collections.Counter())
+    monkeypatch.setattr(Pipeline, "run", gpu_outputs.wrapped_run(Pipeline.run))
+    monkeypatch.setattr(dali_outputs, "GPU_TYPES", dali_outputs.GPU_TYPES)
+    gpu_outputs.extend(dali_outputs)
+    (tmp_path / "standin-counts").mkdir()
+    path = os.pathsep.join(p for p in (str(GPU_STANDIN), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, gpu_outputs.COUNTS_DIR: str(tmp_path / "standin-counts")}
+
+
+def standin_counts(env: dict) -> dict:
+    """What the stand-in saw in the processes started with `env` (the gpu_outputs fixture's), summed."""
+    total = collections.Counter()
+    for path in Path(env["GPU_STANDIN_COUNTS"]).glob("process-*.json"):
+        total.update(json.loads(path.read_text()))
+    return dict(total)
