@@ -331,10 +331,9 @@ GPU_STANDIN = REPO / "tests" / "gpu_standin"  # the stand-in for DALI's GPU outp
 
 
 @pytest.fixture
-def gpu_outputs(monkeypatch, tmp_path) -> dict:
-    """Every pipeline's outputs stand-in GPU ones (tests/gpu_standin/gpu_outputs.py), in this process and in the
-    processes the test starts with the environment this returns; the stand-in's counts: `gpu_outputs.counts`
-    here, `standin_counts(env)` of those processes."""
+def gpu_outputs(monkeypatch) -> None:
+    """Every pipeline's outputs in this process stand-in GPU ones (tests/gpu_standin/gpu_outputs.py), and taken
+    for such; what the stand-in saw: `gpu_outputs.counts`."""
     from gpu_standin import gpu_outputs
     from nvidia.dali.pipeline import Pipeline
 
@@ -344,13 +343,19 @@ def gpu_outputs(monkeypatch, tmp_path) -> dict:
     monkeypatch.setattr(Pipeline, "run", gpu_outputs.wrapped_run(Pipeline.run))
     monkeypatch.setattr(dali_outputs, "GPU_TYPES", dali_outputs.GPU_TYPES)
     gpu_outputs.extend(dali_outputs)
+
+
+@pytest.fixture
+def gpu_runs(tmp_path) -> dict:
+    """The environment in which the processes a test starts (runs, their tasks, the Python API's followers) make
+    every pipeline's outputs stand-in GPU ones, tests/ importable too; `standin_counts` of it: what they saw."""
     (tmp_path / "standin-counts").mkdir()
-    path = os.pathsep.join(p for p in (str(GPU_STANDIN), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, gpu_outputs.COUNTS_DIR: str(tmp_path / "standin-counts")}
+    path = os.pathsep.join(p for p in (str(GPU_STANDIN), str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "GPU_STANDIN_COUNTS": str(tmp_path / "standin-counts")}
 
 
 def standin_counts(env: dict) -> dict:
-    """What the stand-in saw in the processes started with `env` (the gpu_outputs fixture's), summed."""
+    """What the stand-in saw in the processes started with `env` (gpu_runs'), summed."""
     total = collections.Counter()
     for path in Path(env["GPU_STANDIN_COUNTS"]).glob("process-*.json"):
         total.update(json.loads(path.read_text()))

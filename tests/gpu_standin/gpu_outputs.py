@@ -9,8 +9,9 @@ ones they have no `__array__`: `np.asarray` of one is an array of dtype object. 
 helped: their memory is the host's, so `__dlpack_device__` says the CPU (JAX's CPU backend takes them), and
 they have no `__cuda_array_interface__`.
 
-    install()    in this process: Pipeline.run's outputs stand-ins, dali_outputs.GPU_TYPES extended
-    sitecustomize.py (this folder on PYTHONPATH): the same in every process of a run, as modules load
+    conftest.py's gpu_outputs fixture: in the test's process, Pipeline.run's outputs stand-ins, and
+                 dali_outputs.GPU_TYPES extended to take them for GPU outputs
+    sitecustomize.py (this folder on PYTHONPATH; conftest.py's gpu_runs): the same in every process of a run
 
 `counts` says what the stand-in saw (outputs made, DLPack exports, host copies); with GPU_STANDIN_COUNTS set to a
 folder, each process writes its counts there when it exits.
@@ -129,17 +130,6 @@ def wrapped_run(run):
 def extend(module) -> None:
     """dali_outputs' GPU types, the stand-in's among them."""
     module.GPU_TYPES = (*module.GPU_TYPES, TensorListGPU, TensorGPU)
-
-
-def install() -> None:
-    """This process: every pipeline's outputs GPU ones, and taken for such (once; tests use the fixture)."""
-    from nvidia.dali.pipeline import Pipeline
-
-    from dali_launch.trainer.data import dali_outputs
-
-    if not hasattr(Pipeline.run, "original"):
-        Pipeline.run = wrapped_run(Pipeline.run)
-        extend(dali_outputs)
 
 
 def write_counts() -> None:
