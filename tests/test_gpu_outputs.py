@@ -19,6 +19,8 @@ from nvidia.dali import backend, fn
 from nvidia.dali.pipeline import Pipeline
 from test_bad_samples import _corrupt_huffman_tables
 
+from dali_launch.launcher.api import Executor
+from dali_launch.launcher.run_config import task_spec
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, dali_outputs, decoded_cache, expected, graph_check, label_check, shards
@@ -26,6 +28,8 @@ from dali_launch.trainer.data.batches import Readers, calls_per_epoch, device_ba
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.replicas import SampleRecorder
+from dali_launch.trainer.plan.eval import EvalPlan
+from dali_launch.trainer.step.evaluate import Evaluator
 from dali_launch.trainer.tasks.classification import classification
 
 CONFIG = DataConfig(decoder="cpu", reader_threads=1, decoded_cache="off", output_dtype="float32")
@@ -123,6 +127,34 @@ def test_training_and_evaluation_batches_of_gpu_outputs_are_the_cpu_ones(small_l
     for split in ("training", "testing"):
         data = _build(small_lmdb / split, split == "training")
         _same(cpu_read[split], _read(data))
+    assert standin.counts["dlpack"] == standin.counts["outputs"] > 0 and not standin.counts["as_cpu"]
+
+
+@pytest.fixture(scope="module")
+def evaluation(small_lmdb, tmp_path_factory) -> tuple:
+    """The run's spec, variables shaped as its MLP's (drawn with numpy: initialising the model compiles for
+    seconds), and what the trainer's own Evaluator makes of them on the CPU outputs: twice (the second from its
+    cache on the devices)."""
+    run = tmp_path_factory.mktemp("evaluation")
+    spec = task_spec(Executor("here").run_config(data_dir=str(small_lmdb)), str(run), str(small_lmdb), "train")
+    shapes = jax.eval_shape(entry_points.run_model(spec).init, jax.random.PRNGKey(0), np.zeros((1, 784), np.float32))
+    draw = np.random.default_rng(0).standard_normal
+    variables = jax.tree.map(lambda x: (0.05 * draw(x.shape)).astype(x.dtype), shapes)
+    return spec, variables, _evaluated(spec, variables)
+
+
+def _evaluated(spec, variables) -> list:
+    evaluator = Evaluator(spec, jax.local_devices()[:1], EvalPlan(50, 2, True), CONFIG)
+    said = [evaluator(variables)[:2] for _ in range(2)]
+    assert evaluator.cached is not None and said[0][1] == 200
+    return said
+
+
+def test_evaluation_of_gpu_outputs_is_the_cpu_outputs(evaluation, gpu_outputs):
+    """The trainer's Evaluator on GPU outputs, its batches kept on the devices after the first evaluation: the
+    same sums, to the bit (the same program on the same inputs)."""
+    spec, variables, on_cpu = evaluation
+    assert _evaluated(spec, variables) == on_cpu
     assert standin.counts["dlpack"] == standin.counts["outputs"] > 0 and not standin.counts["as_cpu"]
 
 
