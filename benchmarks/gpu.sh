@@ -3,6 +3,9 @@
 # one-GPU machine. Each question writes OUT/NAME.json as soon as it ends (a call cut short keeps what it
 # measured): the benchmark's own output, with the command, commit, date and machine around it.
 #
+#   tutorial   a user's own GPU pipelines (dali_tutorial_gpu.py: DALI's multi-GPU JAX tutorial function, unchanged,
+#              and a @pipeline_def one with GPU operators after nvJPEG), each in `train`, as a --local task and
+#              through the Python API: test accuracy against the built-in pipeline's with the same flags (tutorial.py)
 #   mnist      the MNIST MLP with no flags against NVIDIA's example code, Fashion-MNIST (against.py)
 #   resnet50   ResNet-50 bf16 with no speed flag against its step alone, ImageNet-class JPEGs (imagenet.py)
 #   mesh       ViT-B/16's step with the fsdp layout against the replicated step (mesh_step.py), and a
@@ -10,8 +13,6 @@
 #   tasks      each built-in task (segmentation, detection, contrastive, video) through `dali-launch train`
 #              against its step alone (tasks.py)
 #   video      DALI's video reader decoding VP9 clips with NVDEC against the CPU's FFmpeg (video_decode.py)
-#   tutorial   DALI's multi-GPU JAX tutorial function, unchanged (dali_tutorial_gpu.py), one short run in
-#              `train` and one as a --local task: test accuracy, and that it trained (tutorial.py)
 #   startup    launch -> first step, cold and warm (startup.py)
 #   remat      the largest-ViT ladder from ViT-g/14 up with --remat blocks (mesh_step.py --remat)
 #   offload    ViT-H/14 with AdamW's moments in host memory (mesh_step.py --offload)
@@ -29,7 +30,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(mnist resnet50 mesh tasks video tutorial startup remat offload)
+QUESTIONS=(tutorial mnist resnet50 mesh tasks video startup remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -128,7 +129,7 @@ ask() {
     mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
     tasks) record tasks 420 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json" ;;
     video) record video 150 python3 "$here/video_decode.py" --out "$OUT/video.raw.json" ;;
-    tutorial) record tutorial 200 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
+    tutorial) record tutorial 400 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;
     remat) record remat 330 python3 "$here/mesh_step.py" --parts largest --remat --rungs vit-g14,vit-G14,vit-e14 \

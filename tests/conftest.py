@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -334,3 +336,38 @@ def video_set(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("video") / "clips"
     synth(SynthSpec(out, "video", classes=6, train=192, test=48, image_scale=0.25, shard_size=96, workers=1))
     return out
+
+
+GPU_STANDIN = REPO / "tests" / "gpu_standin"  # the stand-in for DALI's GPU outputs, and its sitecustomize.py
+
+
+@pytest.fixture
+def gpu_outputs(monkeypatch) -> None:
+    """Every pipeline's outputs in this process stand-in GPU ones (tests/gpu_standin/gpu_outputs.py), and taken
+    for such; what the stand-in saw: `gpu_outputs.counts`."""
+    from gpu_standin import gpu_outputs
+    from nvidia.dali.pipeline import Pipeline
+
+    from dali_launch.trainer.data import dali_outputs
+
+    monkeypatch.setattr(gpu_outputs, "counts", collections.Counter())
+    monkeypatch.setattr(Pipeline, "run", gpu_outputs.wrapped_run(Pipeline.run))
+    monkeypatch.setattr(dali_outputs, "GPU_TYPES", dali_outputs.GPU_TYPES)
+    gpu_outputs.extend(dali_outputs)
+
+
+@pytest.fixture
+def gpu_runs(tmp_path) -> dict:
+    """The environment in which the processes a test starts (runs, their tasks, the Python API's followers) make
+    every pipeline's outputs stand-in GPU ones, tests/ importable too; `standin_counts` of it: what they saw."""
+    (tmp_path / "standin-counts").mkdir()
+    path = os.pathsep.join(p for p in (str(GPU_STANDIN), str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "GPU_STANDIN_COUNTS": str(tmp_path / "standin-counts")}
+
+
+def standin_counts(env: dict) -> dict:
+    """What the stand-in saw in the processes started with `env` (gpu_runs'), summed."""
+    total = collections.Counter()
+    for path in Path(env["GPU_STANDIN_COUNTS"]).glob("process-*.json"):
+        total.update(json.loads(path.read_text()))
+    return dict(total)

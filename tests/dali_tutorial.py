@@ -5,8 +5,9 @@ the module builds its sharding over jax.devices() when imported, and `dali-launc
 dali_tutorial:mnist_sharded_iterator` trains the function as it is (trainer/data/native.py).
 benchmarks/dali_tutorial.py holds it with its GPU placements, for GPUs.
 
-Beside it, the same graph written as DALI's other tutorials write pipelines: decorated with pipeline_def, and
-with parameter names that only --pipeline-params can fill.
+Beside it, the same graph written as DALI's other tutorials write pipelines: decorated with pipeline_def (the twin
+of benchmarks/dali_tutorial_gpu.py's, which decodes with device="mixed" and moves the labels with labels.gpu()),
+and with parameter names that only --pipeline-params can fill.
 """
 
 import jax

@@ -1,5 +1,5 @@
 """The benchmarks of any training task (tasks.py) and of DALI's own pipeline functions (tutorial.py), run end to
-end with --smoke-cpu, and the tutorial's GPU function through the launcher's pre-flight on the CPU."""
+end with --smoke-cpu, and the GPU functions of the latter through the launcher's pre-flight on the CPU."""
 
 from __future__ import annotations
 
@@ -46,30 +46,36 @@ def test_video_decode_smoke_reads_every_clip_on_the_cpu(tmp_path):
     assert doc["rows"][0]["frames_per_s"] == 12 * doc["rows"][0]["clips_per_s"] > 0
 
 
-def test_tutorial_smoke_trains_dalis_tutorial_function_in_both_modes(small_lmdb, tmp_path):
-    """benchmarks/tutorial.py --smoke-cpu (gpu.sh's `tutorial` question, on the CPU twin): a `train` run and a --local
-    one of DALI's tutorial function, one JSON line with each one's test accuracy, and that both trained."""
+def test_tutorial_smoke_trains_a_gpu_pipeline_in_every_way(small_lmdb, tmp_path):
+    """benchmarks/tutorial.py --smoke-cpu (gpu.sh's `tutorial` question, on the CPU twins, outputs stood in for by
+    GPU ones): the built-in pipeline, then a pipeline_def function trained through `train`, --local and the Python
+    API, one JSON line with each one's test accuracy against the built-in's; every output went to JAX by DLPack,
+    but the pre-flight's one sample of each output of the function, copied to the host."""
     out = tmp_path / "tutorial.json"
     proc = bench(
-        "--smoke-cpu",
-        "--data",
-        str(small_lmdb),
-        "--out",
-        str(out),
-        timeout=600,
+        *("--smoke-cpu", "--functions", "pipeline_def", "--data", str(small_lmdb), "--out", str(out)),
+        timeout=900,
         script=REPO / "benchmarks" / "tutorial.py",
     )
     check_ok(proc)
     line = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert line == json.loads(out.read_text()) and line["trained"], line
-    assert [r["mode"] for r in line["runs"]] == ["train", "local"]
-    assert all(r["rc"] == 0 and r["test_accuracy"] > 0.3 for r in line["runs"]), line
+    assert line == json.loads(out.read_text()) and line["trained"] and line["within"], line
+    assert [(r["pipeline"], r["mode"]) for r in line["runs"]] == [
+        ("dali_tutorial:mnist_pipeline", mode) for mode in ("train", "local", "api")
+    ]
+    for row in [line["builtin"], *line["runs"]]:
+        counts, sampled = row["gpu_outputs"], 0 if row is line["builtin"] else 2
+        assert row["rc"] == 0 and row["test_accuracy"] > 0.3, row
+        assert counts.get("as_cpu", 0) == sampled and counts["dlpack"] == counts["outputs"] - sampled > 0, row
+    assert all(abs(r["vs_builtin"]) <= 0.01 for r in line["runs"]), line
 
 
-def test_the_tutorials_gpu_function_passes_the_checks_as_it_is(small_lmdb):
-    """benchmarks/dali_tutorial_gpu.py, the tutorial with nvJPEG and labels.gpu(), defined on the CPU by the launcher's
-    pre-flight for each split: recognised, its parameters filled, its reader sharded and padded; no GPU needed."""
+@pytest.mark.parametrize("function", ["mnist_sharded_iterator", "mnist_pipeline"])
+def test_the_gpu_functions_pass_the_checks_as_they_are(small_lmdb, function):
+    """benchmarks/dali_tutorial_gpu.py's functions (the tutorial's, with nvJPEG and labels.gpu(); a pipeline_def one
+    with GPU operators after nvJPEG), defined on the CPU by the launcher's pre-flight for each split: recognised,
+    their parameters filled, their reader sharded and padded; no GPU needed."""
     argv = [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--dry-run", "--data-dir", str(small_lmdb)]
-    argv += ["--pipeline", "dali_tutorial_gpu:mnist_sharded_iterator"]
+    argv += ["--pipeline", f"dali_tutorial_gpu:{function}"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks")}
     check_ok(subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=300))

@@ -1,6 +1,8 @@
 """DALI's own pipeline functions trained as they are written (trainer/data/native.py): DALI's multi-GPU JAX tutorial
-function (tests/dali_tutorial.py) through `dali-launch train` and `--local` processes, every training sample seen
-once an epoch; a pipeline_def one, over two readers a device; one whose parameters only --pipeline-params names.
+function (tests/dali_tutorial.py) through `dali-launch train`, `--local` processes and the Python API, its outputs
+GPU ones (the stand-in, tests/gpu_standin: the tutorial's are on the GPU), every training sample seen once an
+epoch; a pipeline_def one on CPU outputs, over two readers a device; one whose parameters only --pipeline-params
+names.
 What the adapter gives the reader, and the two places JAX could start before the run sets it up. The refusals are
 test_catalogue_native.py's."""
 
@@ -14,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import CLI, REPO, check_ok, dali_launch
+from conftest import CLI, REPO, check_ok, dali_launch, standin_counts
 from nvidia.dali.pipeline import Pipeline
 from run_readers import only_run, seen_prints
 
@@ -108,13 +110,13 @@ def _reference_prints(data) -> collections.Counter:
     return collections.Counter(fingerprints([images, labels]).tolist())
 
 
-def _trained(tmp_path, small_lmdb, where: list[str], function: str, *flags: str, epochs: int = 1):
+def _trained(tmp_path, small_lmdb, where: list[str], function: str, *flags: str, epochs: int = 1, env=TESTS):
     """A run of --pipeline dali_tutorial:`function` on 800 training digits, batches of 64 (an epoch ends padded);
     each epoch's recorded samples checked against the split's, each once."""
     proc = dali_launch(
         *where, "--pipeline", f"dali_tutorial:{function}", *flags, "--data-dir", str(small_lmdb),
         "--batch-size", "64", "--epochs", str(epochs), "--record-samples", "--init-timeout-s", "60",
-        "--run-root", str(tmp_path / "runs"), env=TESTS,
+        "--run-root", str(tmp_path / "runs"), env=env,
     )  # fmt: skip
     check_ok(proc)
     paths, expected = only_run(tmp_path / "runs"), _reference_prints(small_lmdb)
@@ -124,26 +126,38 @@ def _trained(tmp_path, small_lmdb, where: list[str], function: str, *flags: str,
     return proc
 
 
+def _on_the_gpu(env: dict) -> None:
+    """The run's outputs were GPU ones (the stand-in's), each taken to JAX by DLPack but the pre-flight's one
+    sample of each of the two outputs, copied to the host."""
+    counts = standin_counts(env)
+    assert counts["outputs"] > 2 and counts["as_cpu"] == 2, counts
+    assert counts["dlpack"] == counts["outputs"] - counts["as_cpu"], counts
+
+
 @pytest.mark.slow
-def test_the_tutorial_function_trains_unchanged(tmp_path, small_lmdb):
-    """`dali-launch train --pipeline dali_tutorial:mnist_sharded_iterator`: each sample once, padding masked."""
-    proc = _trained(tmp_path, small_lmdb, ["train"], "mnist_sharded_iterator")
+def test_the_tutorial_function_trains_unchanged(tmp_path, small_lmdb, gpu_runs):
+    """`dali-launch train --pipeline dali_tutorial:mnist_sharded_iterator`, its outputs on the "GPU": each sample
+    once, padding masked."""
+    proc = _trained(tmp_path, small_lmdb, ["train"], "mnist_sharded_iterator", env=gpu_runs)
     assert "done: test accuracy" in proc.stdout
+    _on_the_gpu(gpu_runs)
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_the_tutorial_function_trains_over_processes(tmp_path, small_lmdb):
+def test_the_tutorial_function_trains_over_processes(tmp_path, small_lmdb, gpu_runs):
     """2 jax.distributed processes: each imports the module (its sharding over jax.devices()) after initialize, and
-    reads its global shard of 2; every sample once in each of 2 epochs, the replicas identical."""
+    reads its global shard of 2 on its "GPU"; every sample once in each of 2 epochs, the replicas identical."""
     proc = _trained(
         tmp_path,
         small_lmdb,
         ["--local", "--gpus-per-node", "2", "--processes", "2"],
         "mnist_sharded_iterator",
         epochs=2,
+        env=gpu_runs,
     )
     assert "2 replicas identical" in proc.stdout, proc.stdout
+    _on_the_gpu(gpu_runs)
 
 
 @pytest.mark.slow
@@ -234,6 +248,32 @@ def test_the_launchers_checks_keep_jax_to_the_cpu_where_tasks_run_apart(small_lm
     assert proc.stdout.splitlines()[-1] == f"0 {platforms} None", proc.stdout[-2000:]
 
 
+def test_the_python_apis_checks_keep_jax_to_the_cpu_even_for_a_run_here(small_lmdb):
+    """Executor("here") trains in a follower process, not the script's: a function named by reference, imported by
+    the checks, starts the script's JAX on the CPU, so the GPUs stay the run's (a dry run stops after the checks)."""
+    proc = _python(
+        "import jax\n"
+        "from dali_launch.launcher.api import Executor\n"
+        "from dali_launch.launcher.route import launch\n"
+        "from dali_launch.trainer.config import replaced\n"
+        "from dali_launch.trainer.errors import UsageError\n"
+        "run = Executor('here').run_config(\n"
+        f"    pipeline='dali_tutorial:mnist_sharded_iterator', data_dir={str(small_lmdb)!r}\n"
+        ")\n"
+        "try:\n"
+        "    launch.submit(replaced(run, dry_run=True), 'train')\n"
+        "except UsageError as e:\n"
+        "    print(e)\n"
+        "print(jax.config.jax_platforms)\n",
+        platforms=None,
+    )
+    check_ok(proc)
+    assert proc.stdout.splitlines()[-2:] == [
+        "dry_run prints what would run and starts nothing; leave it out to submit the run",
+        "cpu",
+    ], proc.stdout[-2000:]
+
+
 SCRIPT = """
 import json, sys
 from dali_tutorial import mnist_sharded_iterator  # as a notebook imports it: its sharding built on import
@@ -247,13 +287,17 @@ print(json.dumps({"run_dir": str(job.run_dir), "final": job.result(timeout_s=600
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_the_tutorial_function_trains_through_the_python_api(tmp_path, small_lmdb):
+def test_the_tutorial_function_trains_through_the_python_api(tmp_path, small_lmdb, gpu_runs):
     """A script hands the tutorial's function itself to Executor("local"): recorded by reference
-    (dali_tutorial:mnist_sharded_iterator), two processes read their global shards, every sample once."""
+    (dali_tutorial:mnist_sharded_iterator), two processes read their global shards on their "GPUs", every
+    sample once."""
     runs = tmp_path / "runs"
     argv = [sys.executable, "-c", SCRIPT, str(small_lmdb), str(runs)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **TESTS}, cwd=tmp_path)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=900, env={**os.environ, **gpu_runs}, cwd=tmp_path
+    )
     check_ok(proc)
+    _on_the_gpu(gpu_runs)
     said = json.loads(proc.stdout.strip().splitlines()[-1])
     paths = only_run(runs)
     assert said["run_dir"] == str(paths.root) and said["final"]["test_accuracy"] > 0.3, said

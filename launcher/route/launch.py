@@ -44,7 +44,7 @@ def submit(run: RunConfig, mode: str) -> Job:
     """A new run of `mode` (train, local, slurm) as `new_run` makes it -- the same checks, the same run directory
     -- its tasks started and not waited for (Backend.start): the Python API's submit (launcher/api/)."""
     backend = registry.create(mode)
-    prepared = _prepared([with_devices(run, mode == "train")], backend)
+    prepared = _prepared([with_devices(run, mode == "train")], backend, started=True)
     if prepared is None:
         raise UsageError("dry_run prints what would run and starts nothing; leave it out to submit the run")
     runs, paths = prepared
@@ -104,12 +104,12 @@ def start(runs: list[RunConfig], backend: Backend, changed: bool = False, sweep:
 
 
 def _prepared(
-    runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None
+    runs: list[RunConfig], backend: Backend, changed: bool = False, sweep: Sweep | None = None, started: bool = False
 ) -> tuple[list[RunConfig], list[RunPaths]] | None:
     """The runs as they will run (their paths absolute) and their directories, every check passed
-    (prepare.py); None after a dry run."""
+    (prepare.py); None after a dry run. `started`: the backend starts them and leaves them (Backend.start)."""
     runs = [absolute_paths(_init_from_named(run)) for run in runs]
-    paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "")
+    paths = prepare(runs, backend, changed, heading=sweep.planned() if sweep else "", started=started)
     return None if paths is None else (runs, paths)
 
 

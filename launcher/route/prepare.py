@@ -33,12 +33,15 @@ from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import xla_options
 
 
-def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, heading: str = "") -> list[RunPaths] | None:
+def prepare(
+    runs: list[RunConfig], backend: Backend, changed: bool = False, heading: str = "", started: bool = False
+) -> list[RunPaths] | None:
     """The run directories the tasks will read, or None after a dry run. `changed`: a resumed run's
     configuration differs from what its directory holds (more epochs, say) and is written back.
-    `heading`: what a dry run prints first (a sweep's points)."""
+    `heading`: what a dry run prints first (a sweep's points). `started`: the backend will start the tasks and
+    leave them (Backend.start, the Python API's), not run them in this process."""
     # The backend's checks (SLURM's flags, the cluster) see one job shape, the same for every run.
-    with _jax_on_the_cpu(backend):
+    with _jax_on_the_cpu(backend, started):
         data_dirs = [check(run, backend if i == 0 else None) for i, run in enumerate(runs)]
     first = runs[0]
     if first.launch.dry_run:
@@ -55,12 +58,12 @@ def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, head
 
 
 @contextlib.contextmanager
-def _jax_on_the_cpu(backend: Backend):
-    """The checks' JAX kept to the CPU where the tasks are processes of their own (--local, SLURM): a --pipeline
-    or --model module that asks JAX for its devices when imported (DALI's JAX tutorials build their sharding so)
-    would start it on the GPUs here, and XLA would take most of their memory from the tasks. `train` and `task`
-    train in this process: its JAX is the task's, which trainer/task.py sets up."""
-    if isinstance(backend, Train) or jax_private.backends_started():
+def _jax_on_the_cpu(backend: Backend, started: bool):
+    """The checks' JAX kept to the CPU where the tasks are processes of their own (--local, SLURM, any run the
+    Python API starts): a --pipeline or --model module that asks JAX for its devices when imported (DALI's JAX
+    tutorials build their sharding so) would start it on the GPUs here, and XLA would take most of their memory
+    from the tasks. `train` and `task` train in this process: its JAX is the task's, which trainer/task.py sets up."""
+    if (isinstance(backend, Train) and not started) or jax_private.backends_started():
         yield
         return
     if "jax" in sys.modules:

@@ -13,9 +13,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from nvidia.dali import backend
 
-from dali_launch.trainer.data import bad_samples
+from dali_launch.trainer.data import bad_samples, dali_outputs
 from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.data.rows import AXIS
 from dali_launch.trainer.data.shards import Sharding, steps_per_epoch
@@ -174,11 +173,12 @@ def device_batch(outputs: list, device, lead: bool = False) -> jax.Array:
     """One device's readers' outputs, end to end, in a buffer of JAX's own (DALI reuses its buffers);
     `lead`: with a leading axis of 1, the shape a job-wide array is joined from.
 
-    GPU outputs stay on their GPU: DLPack views, then one program that copies (or concatenates) them.
+    GPU outputs stay on their GPU: DLPack views (on `device`, the pipeline's own GPU: no copy), then one
+    program that copies (or concatenates) them.
     """
     tensors = [out.as_tensor() for out in outputs]
-    if isinstance(tensors[0], backend.TensorGPU):
-        return _copied(lead, *(jax.dlpack.from_dlpack(t) for t in tensors))
+    if dali_outputs.on_gpu(tensors[0]):
+        return _copied(lead, *(jax.dlpack.from_dlpack(t, device=device) for t in tensors))
     host = np.array(tensors[0]) if len(tensors) == 1 else np.concatenate([np.asarray(t) for t in tensors])
     return jax.device_put(host[None] if lead else host, device)
 

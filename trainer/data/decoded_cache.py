@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from nvidia.dali import fn, pipeline_def
 
+from dali_launch.trainer.data import dali_outputs
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.shards import shard_size
 from dali_launch.trainer.errors import UsageError
@@ -121,7 +122,8 @@ def fill(function, base: PipelineArgs, devices: list[int], global_devices: int, 
         pipe.build()
         samples = next(iter(pipe.reader_meta().values()))["epoch_size"]
         for _ in range(math.ceil(shard_size(samples, device, global_devices) / FILL_BATCH)):
-            cache.add(*pipe.run())  # padding repeats the shard's last sample: the same key again
+            # padding repeats the shard's last sample: the same key again; a host table holds host copies
+            cache.add(*(dali_outputs.host(output) for output in pipe.run()))
         del pipe  # its threads and buffers
     return cache
 

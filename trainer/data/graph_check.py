@@ -162,12 +162,13 @@ def _sharding(op) -> dict | None:
 
 def sample(name: str, args, names: tuple[str, ...]) -> dict | None:
     """One sample of each output of --pipeline `name`, its graph run once on the CPU for `args`: {output: (shape,
-    dtype)}, what the task is checked against (tasks/check.py); None where it cannot run here (GPU operators,
-    data it needs elsewhere): the task checks at its start."""
-    import numpy as np
+    dtype)}, what the task is checked against (tasks/check.py); None where it cannot run here (GPU operators
+    where DALI has no GPU, data it needs elsewhere): the task checks at its start. Where DALI has a GPU, its GPU
+    outputs are copied to the host: one sample, before anything starts."""
     from nvidia.dali.pipeline import Pipeline
 
     from dali_launch.trainer import entry_points
+    from dali_launch.trainer.data import dali_outputs
 
     function = entry_points.load("pipeline", name)
     try:
@@ -175,7 +176,7 @@ def sample(name: str, args, names: tuple[str, ...]) -> dict | None:
         with pipe:
             pipe.set_outputs(*outputs_checked(function(args), name, names))
         pipe.build()
-        arrays = [np.asarray(output.as_tensor()) for output in pipe.run()]
+        arrays = [dali_outputs.host_array(output) for output in pipe.run()]
     except UsageError:
         raise
     except Exception:  # a graph of the user's that does not run here is not refused here
