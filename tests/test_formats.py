@@ -96,6 +96,8 @@ def test_every_reference_a_format_names_imports_and_takes_its_call(found):
         function = formats.imported(reference)
         assert callable(function), (field, reference)
         inspect.signature(function).bind(*call)
+    if found.settings_check:  # datasets.check_samples calls it with the data set and the run's [data]
+        inspect.signature(formats.imported(found.settings_check)).bind("path", "data")
     assert entry_points.load("pipeline", found.name) is formats.imported(found.pipeline)
     module = found.module()
     for name, call in RECORDS_CALLS.items():
@@ -226,12 +228,13 @@ def test_a_toy_format_registered_alone_is_in_every_derived_table(tmp_path, monke
 
 def test_the_launcher_prepares_a_built_in_pipeline_without_dali_or_jax(small_lmdb, tmp_path):
     """The launcher's pre-flight checks take a built-in pipeline's word from its name (every one keeps a
-    decoded cache), so a `--local` or SLURM launcher does not import DALI (0.4 s) or JAX beside its ranks."""
+    decoded cache, or, decoding sounds, has a size refused by launcher/route/audio_checks.py), so a `--local` or SLURM
+    launcher does not import DALI (0.4 s) or JAX beside its ranks."""
     from dali_launch.trainer.data.contract import Pipeline
 
     for name, target in entry_points.builtin("pipeline").items():
         found = formats.imported(target)
-        assert isinstance(found, Pipeline) and found.cacheable, name
+        assert isinstance(found, Pipeline) and (found.cacheable or formats.get(name).spectrogram), name
     args = ["--local", "--processes", "2", "--gpus-per-node", "2", "--dry-run", "--data-dir", str(small_lmdb)]
     argv = [sys.executable, "-X", "importtime", "-m", "dali_launch.launcher.cli", *args, "--run-root", str(tmp_path)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)

@@ -37,12 +37,14 @@ MODELS = {
     "unet": "dali_launch.trainer.model.unet:UNet",
     "simclr-cnn": "dali_launch.trainer.model.contrastive:SimCLR",
     "centernet": "dali_launch.trainer.model.centernet:CenterNet",
+    "audio-cnn": "dali_launch.trainer.model.audio_cnn:AudioCNN",
 }
 TASKS = {
     "classification": "dali_launch.trainer.tasks.classification:classification",
     "segmentation": "dali_launch.trainer.tasks.segmentation:segmentation",
     "detection": "dali_launch.trainer.tasks.detection:detection",
     "contrastive": "dali_launch.trainer.tasks.contrastive:contrastive",
+    "audio": "dali_launch.trainer.tasks.audio:audio",
 }
 # The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
 TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))

@@ -49,6 +49,12 @@ class Format:
     masks: bool = False  # its samples pair an image with a mask of class ids (a PNG): its pipeline gives `masks`
     outputs: tuple[str, ...] = ("images", "labels")  # what its pipeline returns, in order: what its task takes
     feeds: bool = True  # --sample-order global can feed its pipeline from records/ (an image and a class id each)
+    spectrogram: bool = (
+        False  # its pipeline gives log-mel spectrograms (mel bins, frames, channels): data/spectrograms.py
+    )
+    settings_check: str = (
+        ""  # the launcher's check of a data set against the run's [data], "module:function(path, data)"
+    )
 
     def reader_arguments(self, split: str | Path) -> dict:
         return self.arguments(str(split))
@@ -81,6 +87,19 @@ def _has(suffix: str) -> Callable[[Path], bool]:
 COCO_ANNOTATIONS = "annotations.json"  # a detection split's annotations, beside its images
 WEBDATASET_EXT = ["jpg", "cls"]  # what data synth writes and --pipeline webdataset reads: the image, then its class
 SEGMENTATION_EXT = ["jpg", "png"]  # --pipeline segmentation's: the image, then its mask
+
+
+AUDIO_FILTERS = ["*.wav", "*.flac", "*.ogg"]  # the audio format's fn.readers.file `file_filters`: sounds alone
+SOUND_SUFFIXES = tuple(pattern[1:] for pattern in AUDIO_FILTERS)
+
+
+def _has_sounds(split: Path) -> bool:
+    """Class folders whose first class folder with files starts with a sound (a look at a few names, not a walk)."""
+    for folder in sorted(p for p in split.iterdir() if p.is_dir()):
+        names = [entry.name.lower() for _, entry in zip(range(16), folder.iterdir())]
+        if names:
+            return any(name.endswith(SOUND_SUFFIXES) for name in names)
+    return False
 
 
 def _has_masks(split: Path) -> bool:
@@ -200,6 +219,24 @@ FORMATS: tuple[Format, ...] = (
         augments=False,  # --augment moves pixels, not the boxes on them
         outputs=("images", "boxes", "classes", "counts"),  # --task detection's (tasks/detection.py)
         feeds=False,  # a sample is an image, its boxes and their classes: DALI's COCO reader reads them
+    ),
+    Format(
+        name="audio",
+        reader="file",  # the folders' reader and records, given `file_filters`: sounds, each checked as a sound
+        holds="class folders of sounds",
+        arguments=lambda split: {"file_root": split, "file_filters": AUDIO_FILTERS},
+        detect=_has_sounds,
+        records=f"{RECORDS}.folders",
+        pipeline="dali_launch.trainer.data.audio:audio",
+        layout="folders of class folders of sounds (as `dali-launch data synth --format audio` makes them)",
+        description="SPLIT/<class>/<n>.wav (or .flac, .ogg), any sample rate",
+        make="dali-launch data synth {path} --format audio",
+        check=f"{LAUNCHER}.audio_check:check_audio",
+        writer=f"{SYNTH}:write_audio",
+        crops=False,
+        augments=False,  # its own: time and frequency masks in training (audio.py)
+        spectrogram=True,
+        settings_check=f"{LAUNCHER}.audio_check:check_channels",
     ),
 )
 

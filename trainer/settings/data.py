@@ -201,3 +201,31 @@ class DataConfig:
         if mb <= 0:
             raise ValueError(self.decoded_cache)
         return mb
+
+    # --pipeline audio (data/audio.py): what its sounds become (data/spectrograms.py)
+    sample_rate: int = opt(
+        16000,
+        "--pipeline audio: the sample rate (Hz) every sound is resampled to.",
+        details="--pipeline audio: the sample rate (Hz) every sound is resampled to as it is decoded, whatever its own.",
+    )
+    clip_seconds: float = opt(
+        1.0,
+        "--pipeline audio: the clip each sound is cropped or padded to (seconds).",
+        details=(
+            "--pipeline audio: the length each sound is cropped or padded to (silence), in seconds: a random window in "
+            "training, the centre in evaluation. Its spectrogram has --clip-seconds × 100 frames (10 ms hops)."
+        ),
+    )
+    mel_bins: int = opt(
+        64,
+        "--pipeline audio: the log-mel spectrogram's frequency bins.",
+        details="--pipeline audio: the mel filter bank's bins: the height of the log-mel spectrogram the model sees.",
+    )
+    audio_channels: int = opt(
+        0,
+        "--pipeline audio: 0 downmixes to mono; N keeps N channels.",
+        details=(
+            "--pipeline audio: 0 downmixes every sound to mono; N keeps N channels, a spectrogram each (the model's N "
+            "input channels): a sound with another count is refused before the job starts."
+        ),
+    )
