@@ -9,6 +9,8 @@
 #              model twice the GPU's memory refused in one line (huge_mlp.py)
 #   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
 #              against its step alone (tasks.py)
+#   audio      --task audio the same way: 1 s sounds decoded on the CPU, log-mel spectrograms on the GPU
+#              (tasks.py --tasks audio)
 #   tutorial   DALI's multi-GPU JAX tutorial function, unchanged (dali_tutorial_gpu.py), one short run in
 #              `train` and one as a --local task: test accuracy, and that it trained (tutorial.py)
 #   startup    launch -> first step, cold and warm (startup.py)
@@ -22,12 +24,12 @@
 #   bash .devpkgs/install-dali.sh final && COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu.sh stage all
 # What comes back goes into benchmarks/results/BENCHMARK/h200.json (benchmarks/results/README.md), replacing
 # the entry it measures again: mnist -> against/ (entry "defaults"), resnet50 -> imagenet/, mesh, remat and
-# offload -> mesh_step/, tasks -> tasks/, tutorial -> tutorial/, startup -> startup/.
+# offload -> mesh_step/, tasks and audio -> tasks/, tutorial -> tutorial/, startup -> startup/.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(mnist resnet50 mesh tasks tutorial startup remat offload)
+QUESTIONS=(mnist resnet50 mesh tasks audio tutorial startup remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -121,7 +123,9 @@ ask() {
       record resnet50 200 python3 "$here/imagenet.py" --data /tmp/synth --classes 100 --gpus 1 --parts step,train \
         --epochs 3 --out "$OUT/resnet50.raw.json" ;;
     mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
-    tasks) record tasks 420 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json" ;;
+    tasks) record tasks 420 python3 "$here/tasks.py" --tasks segmentation,detection,contrastive \
+      --out "$OUT/tasks.raw.json" ;;
+    audio) record audio 150 python3 "$here/tasks.py" --tasks audio --out "$OUT/audio.raw.json" ;;
     tutorial) record tutorial 200 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;

@@ -178,3 +178,21 @@ def _run_all(split, count: int):
     pipe.build()
     spectrograms_, labels = (np.array(out.as_tensor()) for out in pipe.run())
     return spectrograms_[..., 0], labels.ravel()
+
+
+def test_data_check_decode_finds_a_sound_whose_inside_is_corrupt(small_set, tmp_path):
+    """A WAV whose header parses and whose size is right but whose format DALI's decoder refuses: the scan passes
+    it, `data check --decode` decodes every sound with DALI and names it."""
+    data = tmp_path / "data"
+    shutil.copytree(small_set, data)
+    wav = data / "testing" / "1" / "00000001.wav"
+    spoilt = bytearray(wav.read_bytes())
+    spoilt[20:22] = (0x7777).to_bytes(2, "little")  # the fmt chunk's format tag: no such format
+    wav.write_bytes(bytes(spoilt))
+    said = []
+    assert data_check.check(data, decode=False, say=said.append) == 0
+    assert data_check.check(data, decode=True, say=said.append) == 1
+    assert (
+        f"{wav} does not decode (Failed to open encoded data: Error in WAV/W64/RF64 file. Malformed 'fmt ' chunk.)"
+        in said
+    )

@@ -2,7 +2,8 @@
 (`check_audio`, the format's `check`), and, where a run keeps channels (--audio-channels N), every sound's channel
 count (`check_channels`, its `settings_check`): DALI would fail the pipeline mid-epoch on the first sound of
 another count, without naming it. Sounds that cannot be read at all are the bad-sample screen's
-(trainer/data/sounds.py, bad_samples.py), which runs first.
+(trainer/data/sounds.py, bad_samples.py), which runs first. `data check --decode` decodes every sound with DALI's
+own decoder (`decode_all`), for the rare file whose header and end are sound but whose inside is not.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import formats, sounds
+from dali_launch.trainer.data import formats, records, sample_scan, sounds
 from dali_launch.trainer.data.records import folders
 from dali_launch.trainer.errors import UsageError
 
@@ -71,3 +72,35 @@ def _channels(file: str) -> int | None:
         return sounds.read(file).channels
     except ValueError:
         return None
+
+
+def decode_all(reader: str, kwargs: dict, scan: sample_scan.Scan) -> list[sample_scan.Bad]:
+    """Every sound of a split decoded by `fn.decoders.audio` on the CPU, one at a time (a failure ends a DALI
+    pipeline: the next sound gets a new one): those that fail, named as the scan names them."""
+    source, pipe, bad = records.open_source(reader, kwargs), None, []
+    for i in range(scan.count):
+        pipe = pipe or _decoder()
+        pipe.feed_input("encoded", [source.read(i)[0]])
+        try:
+            pipe.run()
+        except Exception as e:  # DALI's error, whatever its kind: this sound does not decode
+            said = [line.strip() for line in str(e).split("encountered:")[-1].splitlines() if line.strip()]
+            bad.append(sample_scan.Bad(i, sample_scan.name_of(reader, kwargs, i), f"does not decode ({said[0]})"))
+            pipe = None
+    return bad
+
+
+def _decoder():
+    """A CPU pipeline that decodes one encoded sound fed to it (DALI: imported by `data check --decode` alone)."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(
+        batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1, exec_async=False, exec_pipelined=False
+    )
+    def decode():
+        sound, _ = fn.decoders.audio(fn.external_source(name="encoded", dtype=types.UINT8), dtype=types.FLOAT)
+        return sound
+
+    pipe = decode()
+    pipe.build()
+    return pipe

@@ -21,19 +21,21 @@ class DataConfig:
         details=(
             "Folder holding training/ and testing/ in the pipeline's format: Caffe2 LMDBs for mnist (the layout "
             "of DALI_extra's db/MNIST), JPEG class folders for folders, shards with DALI indexes for tfrecord and "
-            "webdataset, tar shards of images with masks for segmentation (`dali-launch data synth` writes each). "
+            "webdataset, tar shards of images with masks for segmentation, class folders of sounds for audio (`dali-launch "
+            "data synth` writes each). "
             "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample."
         ),
         path=True,
     )
     pipeline: str = opt(
         "mnist",
-        "mnist, folders, tfrecord, webdataset, segmentation, views, or package.module:function.",
+        "mnist, folders, tfrecord, webdataset, segmentation, views, audio, or package.module:function.",
         details=(
             "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
             "crop, flip, normalize), tfrecord (tf.Example shards) and webdataset (tar shards), both with the folders "
             "augmentation, segmentation (tar shards of images with masks: one random window and flip for both), views "
-            "(two SimCLR views of each folders image, for --task contrastive), or "
+            "(two SimCLR views of each folders image, for --task contrastive), audio (class folders of sounds: log-mel "
+            "spectrograms, docs/data.md), or "
             "package.module:function of your own (docs/data.md)."
         ),
     )
