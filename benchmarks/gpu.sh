@@ -10,8 +10,10 @@
 #   resnet50   ResNet-50 bf16 with no speed flag against its step alone, ImageNet-class JPEGs (imagenet.py)
 #   mesh       ViT-B/16's step with the fsdp layout against the replicated step (mesh_step.py), and a
 #              model twice the GPU's memory refused in one line (huge_mlp.py)
-#   tasks      each built-in task (segmentation, detection, contrastive, video) through `dali-launch train`
+#   tasks      each built-in task of images (segmentation, detection, contrastive) through `dali-launch train`
 #              against its step alone (tasks.py)
+#   media      the video and audio tasks the same way: clips decoded by NVDEC, sounds on the CPU and their log-mel
+#              spectrograms on the GPU (tasks.py --tasks video,audio)
 #   video      DALI's video reader decoding VP9 clips with NVDEC against the CPU's FFmpeg (video_decode.py)
 #   startup    launch -> first step, cold and warm (startup.py)
 #   remat      the largest-ViT ladder from ViT-g/14 up with --remat blocks (mesh_step.py --remat)
@@ -25,12 +27,12 @@
 #   bash .devpkgs/install-dali.sh final && COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu.sh stage all
 # What comes back goes into benchmarks/results/BENCHMARK/h200.json (benchmarks/results/README.md), replacing
 # the entry it measures again: mnist -> against/ (entry "defaults"), resnet50 -> imagenet/, mesh, remat and
-# offload -> mesh_step/, tasks -> tasks/, video -> video_decode/, tutorial -> tutorial/, startup -> startup/.
+# offload -> mesh_step/, tasks and media -> tasks/, video -> video_decode/, tutorial -> tutorial/, startup -> startup/.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(tutorial mnist resnet50 mesh tasks video startup remat offload)
+QUESTIONS=(tutorial mnist resnet50 mesh tasks media video startup remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -127,7 +129,9 @@ ask() {
       record resnet50 200 python3 "$here/imagenet.py" --data /tmp/synth --classes 100 --gpus 1 --parts step,train \
         --epochs 3 --out "$OUT/resnet50.raw.json" ;;
     mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
-    tasks) record tasks 420 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json" ;;
+    tasks) record tasks 420 python3 "$here/tasks.py" --tasks segmentation,detection,contrastive \
+      --out "$OUT/tasks.raw.json" ;;
+    media) record media 300 python3 "$here/tasks.py" --tasks video,audio --out "$OUT/media.raw.json" ;;
     video) record video 150 python3 "$here/video_decode.py" --out "$OUT/video.raw.json" ;;
     tutorial) record tutorial 400 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \

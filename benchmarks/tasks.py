@@ -9,9 +9,10 @@
     ratio   train / step: 1.0 where the input costs the step nothing
 
 Each task reads a data set `dali-launch data synth` writes in its format once (kept under --data-root). On the
-GPU machine (gpu.sh's `tasks` question):
+GPU machine (gpu.sh's `tasks` question; `audio` asks --tasks audio alone):
 
     python benchmarks/tasks.py --out benchmarks/results/tasks/h200.json
+    python benchmarks/tasks.py --tasks audio --out /tmp/audio.json
 
 `--smoke-cpu` runs every part on CPU devices with tiny images and data sets: it checks the script, its numbers
 mean nothing.
@@ -43,9 +44,11 @@ TASKS = {
     # 8 frames of 64×64 a clip (data synth's at --image-scale 0.5 are 32×32: resized up on the device, as a
     # real set's frames are resized), st-cnn
     "video": ("video", 6, {"image_size": 64, "batch_size": 64, "precision": "bf16", "optimizer": "adamw"}),
+    # 1 s of 16 kHz sound a sample as 64 mel bins x 100 frames (the audio flags' defaults); sounds decode on the CPU
+    "audio": ("audio", 10, {"batch_size": 256, "precision": "bf16", "optimizer": "adamw", "learning_rate": 0.001}),
 }
 SMOKE = {"image_size": 32, "batch_size": 8, "precision": "fp32"}  # CPU-sized: the script's paths only
-# Images of each split, and their size against ImageNet's. An epoch's time holds a cost of its own besides its
+# Images (or sounds) of each split, and their size against ImageNet's. An epoch's time holds a cost of its own besides its
 # steps (its end and the next one's start: 0.17-0.21 s on an H200, for ResNet-50 and segmentation alike): an
 # epoch of 4,096 images (64 of segmentation's device calls, 1.2 s) spent 18 % there, a real data set's epoch of
 # thousands of calls well under 1 %.

@@ -152,14 +152,19 @@ def broken_sample(fmt: str, kind: str, sample: int = 1, split: str = "training")
 
 
 def replace_image(split: Path, fmt: str, sample: int, spoil) -> None:
-    """Sample `sample` of a `data synth` split's JPEG replaced by `spoil(jpeg)`; its shard and index rewritten."""
+    """Sample `sample` of a `data synth` split's JPEG (or WAV) replaced by `spoil(jpeg)`; its shard and index rewritten."""
     from dali_launch.launcher.data import tfrecord, webdataset
     from dali_launch.trainer.data import formats
     from dali_launch.trainer.data.records.tfrecord import parse_example
 
-    if fmt in ("folders", "detection", "video"):  # a file of its own: in its class folder, or beside the annotations
-        name = f"{'*/' if fmt != 'detection' else ''}{sample:08d}.{'webm' if fmt == 'video' else 'jpg'}"
-        path = next(split.glob(name))
+    if fmt in (
+        "folders",
+        "detection",
+        "video",
+        "audio",
+    ):  # a file of its own: in its class folder, or beside the annotations
+        name = f"{sample:08d}.{ {'video': 'webm', 'audio': 'wav'}.get(fmt, 'jpg') }"
+        path = next(split.glob(f"{'' if fmt == 'detection' else '*/'}{name}"))
         path.write_bytes(spoil(path.read_bytes()))
         return
     shard = split / f"shard-00000.{'tfrecord' if fmt == 'tfrecord' else 'tar'}"

@@ -77,6 +77,17 @@ def segmentation_set(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def audio_set(tmp_path_factory) -> Path:
+    """`data synth --format audio`: 4 classes of rhythms, 160 training / 40 test sounds of 0.6-1.2 s at 8, 11.025
+    and 16 kHz (every fifth in stereo), ~4 MB of WAVs."""
+    from dali_launch.launcher.data.synth import SynthSpec, synth
+
+    out = tmp_path_factory.mktemp("audio") / "sounds"
+    synth(SynthSpec(out, "audio", classes=4, train=160, test=40, workers=1))
+    return out
+
+
+@pytest.fixture(scope="session")
 def fashion_lmdb(tmp_path_factory) -> Path:
     """Full Fashion-MNIST (60,000 / 10,000). CI installs it; elsewhere its absence skips."""
     if not FASHION_IDX.is_dir():

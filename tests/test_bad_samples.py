@@ -206,7 +206,7 @@ def test_a_sample_corrupt_inside_is_named_from_dalis_error(tmp_path, monkeypatch
     line = str(bad_samples.decode_failure(e.value, split))
     assert line == (
         f"DALI could not decode {split}/1/00000001.jpg (Failed to decode sample #2 : 1/00000001.jpg), although "
-        f"its header is sound: the image is corrupt inside; replace or remove it (`dali-launch data check {data} "
+        f"its header is sound: it is corrupt inside; replace or remove it (`dali-launch data check {data} "
         f"--decode` finds every such one), then resume the run"
     )
     assert bad_samples.decode_failure(RuntimeError("an unrelated failure"), split) is None

@@ -26,7 +26,7 @@ def test_tasks_smoke_times_each_task_against_its_step(tmp_path):
     )
     check_ok(proc)
     rows = {r["task"]: r for r in json.loads(out.read_text())["rows"]}
-    assert sorted(rows) == ["contrastive", "detection", "segmentation", "video"], rows
+    assert sorted(rows) == ["audio", "contrastive", "detection", "segmentation", "video"], rows
     for task, r in rows.items():
         assert r["step"]["images_per_s_per_device"] > 0 and r["train"]["images_per_s_per_device"] > 0, task
         assert r["ratio"] == r["train"]["images_per_s_per_device"] / r["step"]["images_per_s_per_device"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from catalogue import ERROR, SUBMIT, check_entry, run_entry, snapshot
+from test_catalogue_audio import DATA as AUDIO_DATA
+from test_catalogue_audio import SETTINGS as AUDIO_SETTINGS
 from test_catalogue_config import CONFIG
 from test_catalogue_data import DATA, _without_dac
 from test_catalogue_formats import BAD_SAMPLES, FORMATS
@@ -183,7 +185,7 @@ OTHER = [
     pytest.param(
         ["data", "synth", "{tmp}/out", "--format", "lmdb"],
         "Invalid value for '--format': Value error, 'lmdb' is not one of 'folders', 'tfrecord', 'webdataset', "
-        "'segmentation', 'detection'.; see dali-launch --help",
+        "'segmentation', 'detection', 'audio'.; see dali-launch --help",
         id="synth-unknown-format",
     ),
 ]
@@ -235,6 +237,7 @@ def test_flavours(capsys, place, nothing_starts, monkeypatch, command, extra, me
 
 def test_the_catalogue_is_long_enough():
     entries = DATA + FORMATS + BAD_SAMPLES + CONFIG + LAYOUT + NODE_RANGE + SCRIPT + OTHER + MACHINE + RECIPES
+    entries += AUDIO_SETTINGS + AUDIO_DATA
     assert len(entries) >= 20 and len({e.id for e in entries}) == len(entries)
 
 

@@ -97,6 +97,8 @@ def test_every_reference_a_format_names_imports_and_takes_its_call(found):
         function = formats.imported(reference)
         assert callable(function), (field, reference)
         inspect.signature(function).bind(*call)
+    if found.fits:  # datasets.check_samples calls it with the data set and the run's [data]
+        inspect.signature(formats.imported(found.fits)).bind("path", "data")
     assert entry_points.load("pipeline", found.name) is formats.imported(found.pipeline)
     module = found.module()
     for name, call in RECORDS_CALLS.items():
@@ -227,7 +229,8 @@ def test_a_toy_format_registered_alone_is_in_every_derived_table(tmp_path, monke
 
 def test_the_launcher_prepares_a_built_in_pipeline_without_dali_or_jax(small_lmdb, tmp_path):
     """The launcher's pre-flight checks take a built-in pipeline's word from its name (every one keeps a
-    decoded cache, or its format says it does not and the launcher refuses a size), so a `--local` or SLURM launcher does not import DALI (0.4 s) or JAX beside its ranks."""
+    decoded cache, or its format says it does not and the launcher refuses a size), so a `--local` or SLURM launcher
+    does not import DALI (0.4 s) or JAX beside its ranks."""
     from dali_launch.trainer.data.contract import Pipeline
 
     for name, target in entry_points.builtin("pipeline").items():

@@ -1,5 +1,5 @@
 """Pipelines for the tests, found through PYTHONPATH=tests: a built-in format's reader (its sharding,
-shuffling and padding, as --pipeline tfrecord|webdataset|folders|segmentation read) with the deterministic
+shuffling and padding, as --pipeline tfrecord|webdataset|folders|segmentation|audio read) with the deterministic
 evaluation path of its augmentation, so the fingerprints --record-samples writes can be compared with a
 reference read of the whole split; and the contrastive task's views without their randomness."""
 
@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from nvidia.dali import fn
 
+from dali_launch.trainer.data import audio as sounds
 from dali_launch.trainer.data import pipelines
 from dali_launch.trainer.data import segmentation as masked
 from dali_launch.trainer.data import views as contrastive_views
@@ -43,3 +44,9 @@ def video(args):
     frames, labels = clips.reader(kwargs, window, args)
     first = clips.evaluation(frames, window, replace(args, eval_clips=1))
     return fn.squeeze(first, axes=[0]), fn.reshape(labels, shape=[])
+
+
+def audio(args):
+    """--pipeline audio as it evaluates: each sound's centred clip, no masks."""
+    encoded, labels = sounds.audio_inputs(args)
+    return sounds.log_mel(encoded, replace(args, training=False)), fn.reshape(labels, shape=[])

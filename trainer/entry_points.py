@@ -40,6 +40,7 @@ MODELS = {
     "st-cnn": "dali_launch.trainer.model.video:SpaceTimeCNN",
     "frame-mean": "dali_launch.trainer.model.video:FrameMean",
     "vivit-ti16": "dali_launch.trainer.model.video:vivit_ti16",
+    "audio-cnn": "dali_launch.trainer.model.audio_cnn:AudioCNN",
 }
 TASKS = {
     "classification": "dali_launch.trainer.tasks.classification:classification",
@@ -47,6 +48,7 @@ TASKS = {
     "detection": "dali_launch.trainer.tasks.detection:detection",
     "contrastive": "dali_launch.trainer.tasks.contrastive:contrastive",
     "video": "dali_launch.trainer.tasks.video:video",
+    "audio": "dali_launch.trainer.tasks.audio:audio",
 }
 # The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
 TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))

@@ -1,8 +1,8 @@
 """`dali-launch data check DATA_DIR`: every bad sample of a data set, named, one line each.
 
 The same pre-flight check a run makes (trainer/data/sample_scan.py: headers and last bytes, cached),
-of both splits, in the format the folder holds; `--decode` also decodes every image with Pillow, for the
-rare file whose header is sound but whose inside is not (DALI's decoder then fails a run without naming
+of both splits, in the format the folder holds; `--decode` also decodes every image with Pillow (every sound with
+DALI's audio decoder), for the rare file whose header is sound but whose inside is not (DALI's decoder then fails a run without naming
 the file). Exit code 1 when anything is bad, so a script can gate on it.
 """
 
@@ -12,6 +12,7 @@ import io
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from dali_launch.launcher.data import audio_check
 from dali_launch.trainer.data import formats, records, sample_scan
 from dali_launch.trainer.errors import UsageError
 
@@ -41,7 +42,8 @@ def check(data_dir: Path, decode: bool, say=print) -> int:
         bad = list(scan.bad)
         if decode:
             flagged = {b.index for b in bad}
-            bad += [b for b in _decode_all(*reader, scan) if b.index not in flagged]
+            decode_all = audio_check.decode_all if found.spectrogram else _decode_all  # sounds: DALI's decoder
+            bad += [b for b in decode_all(*reader, scan) if b.index not in flagged]
         for b in sorted(bad, key=lambda b: b.index):
             say(b.line())
         say(f"{data_dir / split}: {scan.count} samples, {len(bad)} bad")

@@ -71,7 +71,8 @@ def check_samples(path: Path, data: DataConfig, devices: int = 1) -> int | None:
     """A built-in pipeline's splits screened for images DALI cannot decode (trainer/data/bad_samples.py),
     with the reader arguments its readers take (formats.reader_of): under --bad-samples stop the first is
     refused here, before any job. And enough training samples for the job's `devices`: each device needs
-    one of its own. The training samples read, where the pipeline is a built-in (else None)."""
+    one of its own; then the format's own check of the samples against `data` (Format.fits). The training
+    samples read, where the pipeline is a built-in (else None)."""
     counts = {}
     for split in SPLITS:
         found = formats.reader_of(data.pipeline, path / split)

@@ -3,6 +3,7 @@
     dali-launch data synth /data/synth --format folders --train 50000 --test 5000 --classes 100
     dali-launch data synth /data/scenes --format segmentation --classes 4   # images with masks
     dali-launch data synth /data/clips --format video --classes 6 --image-scale 0.25   # VP9 clips (synth_clips.py)
+    dali-launch data synth /data/sounds --format audio --classes 4   # rhythms of clicks (synth_sounds.py)
 
 `OUT/training` and `OUT/testing`, images as synth_images.py draws them (scenes with masks: synth_scenes.py). The work is cut into shards of
 `--shard-size` consecutive images, written by a pool of processes; each image depends only on (seed,
@@ -20,7 +21,15 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from dali_launch.launcher.data import new_dir, synth_clips, synth_images, synth_scenes, tfrecord, webdataset
+from dali_launch.launcher.data import (
+    new_dir,
+    synth_clips,
+    synth_images,
+    synth_scenes,
+    synth_sounds,
+    tfrecord,
+    webdataset,
+)
 from dali_launch.trainer.data import formats
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience.ending import die_with_parent
@@ -67,12 +76,13 @@ class SynthReport:
     workers: int
 
     def line(self, spec: SynthSpec) -> str:
-        images, unit = sum(self.counts.values()), "clip" if spec.format == "video" else "JPEG"
+        images = sum(self.counts.values())
         counts = ", ".join(f"{name} {n:,}" for name, n in self.counts.items())
+        file, samples = {"audio": ("WAV", "sounds"), "video": ("clip", "clips")}.get(spec.format, ("JPEG", "images"))
         return (
             f"wrote {self.out} ({spec.format}, {spec.classes} classes): {counts}; "
-            f"{self.total_bytes / 1e6:,.1f} MB, {self.total_bytes / images / 1e3:.1f} KB per {unit} on average; "
-            f"{images / self.seconds:,.0f} {'clips' if unit == 'clip' else 'images'}/s with {self.workers} workers"
+            f"{self.total_bytes / 1e6:,.1f} MB, {self.total_bytes / images / 1e3:.1f} KB per {file} on average; "
+            f"{images / self.seconds:,.0f} {samples}/s with {self.workers} workers"
         )
 
 
@@ -91,6 +101,11 @@ def validate(spec: SynthSpec) -> None:
         raise UsageError(
             f"--classes {spec.classes}: a video set's classes are the {synth_clips.MAX_CLASSES} orders of its four "
             f"colours; use 2 to {synth_clips.MAX_CLASSES}"
+        )
+    if spec.format == "audio" and not 2 <= spec.classes <= synth_sounds.MAX_CLASSES:
+        raise UsageError(
+            f"--classes {spec.classes}: a synthetic sound's class is one of {synth_sounds.MAX_CLASSES} rhythms; use 2 to "
+            f"{synth_sounds.MAX_CLASSES}"
         )
     if spec.train < spec.classes:
         raise UsageError(f"--train {spec.train} is fewer than --classes {spec.classes}; every class needs an image")
@@ -195,6 +210,19 @@ def write_segmentation(unit: Unit) -> int:
         for index in range(unit.start, unit.stop)
     )
     return webdataset.write(_stem(unit).with_suffix(webdataset.SUFFIX), scenes, formats.SEGMENTATION_EXT)
+
+
+def write_audio(unit: Unit) -> int:
+    """Each sound's WAV in its class folder (every class folder made, as write_folders does)."""
+    spec, total = unit.spec, 0
+    for label in range(spec.classes):
+        (unit.folder / class_folder(label, spec.classes)).mkdir(exist_ok=True)
+    for index in range(unit.start, unit.stop):
+        label = synth_images.label_of(index, spec.classes)
+        data = synth_sounds.wav(spec.seed, unit.split, index, label)
+        (unit.folder / class_folder(label, spec.classes) / f"{index:08d}.wav").write_bytes(data)
+        total += len(data)
+    return total
 
 
 def write_folders(unit: Unit) -> int:

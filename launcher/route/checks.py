@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dali_launch.launcher.route import recipe_checks
+from dali_launch.launcher.route import audio_checks, recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
 from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ObserveConfig, OptimizerConfig, ResilienceConfig
@@ -56,6 +56,7 @@ def validate(run: RunConfig) -> None:
         raise UsageError(f"--hw-decoder-load {run.data.hw_decoder_load} is out of range; use a value in [0, 1]")
     _observe(run.observe, run.node_range[0] * run.tasks_per_node)  # ranks that exist at any count
     _optimizer(run)
+    audio_checks.validate(run)  # before the image recipe's: --pipeline audio's own words for what it cannot take
     recipe_checks.validate(run)
     if launch.gpus_per_node is not None and launch.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node {launch.gpus_per_node} must be at least 1")

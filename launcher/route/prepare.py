@@ -145,7 +145,7 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
     """What a pipeline function is given to define a split's graph here: one CPU reader, of the second of two
     shards (a reader not given args.reader_args() reads shard 0 of 1: its arguments show it), screening the
     split as the run's --bad-samples says."""
-    from dali_launch.trainer.data.contract import PipelineArgs
+    from dali_launch.trainer.data.contract import AUDIO_SETTINGS, PipelineArgs
 
     d = run.data
     return PipelineArgs(
@@ -166,6 +166,7 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
         clip_frames=d.clip_frames,
         clip_stride=d.clip_stride,
         eval_clips=d.eval_clips,
+        **{name: getattr(d, name) for name in AUDIO_SETTINGS},
     )
 
 

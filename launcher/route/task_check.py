@@ -6,7 +6,7 @@ no parameter computed, no device taken) on it, hand its outputs to the task's `c
 logits (1, --num-classes)), and trace the task's loss and evaluation on a batch of them. The built-in
 pipelines' samples follow from the data and the flags: mnist a flat vector of the data's grey pixels and
 one-hot labels, folders/tfrecord/webdataset --image-size square RGB crops and class ids, segmentation's
-crops and their masks; a pipeline of the
+crops and their masks, audio's log-mel spectrograms and class ids; a pipeline of the
 user's own is run once on the CPU (data/graph_check.sample). Where neither is known the task checks the same
 at its start.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer import entry_points
-from dali_launch.trainer.data import formats
+from dali_launch.trainer.data import formats, spectrograms
 from dali_launch.trainer.data.records import caffe2
 from dali_launch.trainer.data.records.coco import MAX_OBJECTS
 
@@ -30,9 +30,9 @@ def crops() -> list[str]:
 
 
 def flat(pipeline: str) -> bool:
-    """Whether the built-in `pipeline` gives flat vectors (mnist's grey digits), not crops."""
+    """Whether the built-in `pipeline` gives flat vectors (mnist's grey digits), not crops (nor spectrograms)."""
     found = formats.get(pipeline)
-    return found is not None and not found.crops
+    return found is not None and not found.crops and not found.spectrogram
 
 
 def masks(pipeline: str) -> bool:
@@ -96,4 +96,6 @@ def sample_shape(run: RunConfig, data_dir: Path) -> tuple[int, ...] | None:
     if flat(run.data.pipeline):
         height, width = caffe2.first_image_size(str(data_dir / "training"))
         return (height * width,)
+    if formats.get(run.data.pipeline) is not None and formats.get(run.data.pipeline).spectrogram:
+        return spectrograms.of(run.data).shape  # (mel bins, frames, channels): data/audio.py's
     return None

@@ -120,7 +120,7 @@ def decode_failure(error: Exception, split: str) -> UsageError | None:
     named = re.search(r"Failed to decode sample #\d+ : (.+)", cause)
     sample = os.path.join(split, named.group(1)) if named else f"a sample of {split}"
     return UsageError(
-        f"DALI could not decode {sample} ({cause}), although its header is sound: the image is corrupt "
+        f"DALI could not decode {sample} ({cause}), although its header is sound: it is corrupt "
         f"inside; replace or remove it (`dali-launch data check {Path(split).parent} --decode` finds every "
         f"such one), then resume the run"
     )

@@ -43,6 +43,7 @@ OUTPUTS = ("images", "labels")  # what a pipeline function returns, in order: th
 # definitions (config.py) can take them from it too.
 HW_DECODER_LOAD = 0.35  # --hw-decoder-load: trained ResNet-50 fastest on an H200 (DALI's own default: 0.65)
 RANDAUGMENT = (2, 9)  # --randaugment N,M unset: timm's rand-m9-n2
+AUDIO_SETTINGS = ("sample_rate", "clip_seconds", "mel_bins", "audio_channels")  # the [data] fields PipelineArgs takes
 
 # nvJPEG's buffers sized as in DALI's ResNet-50 examples for the largest ImageNet image (5980x6430): with
 # DALI's defaults (16 and 8 MiB, no hardware-decoder preallocation) they are regrown during the first epoch.
@@ -80,6 +81,10 @@ class PipelineArgs:
     clip_frames: int = 8  # --clip-frames: frames of a video clip (--pipeline video)
     clip_stride: int = 1  # --clip-stride
     eval_clips: int = 2  # --eval-clips: evenly spaced clips of each test video
+    sample_rate: int = 16000  # --sample-rate, --clip-seconds, --mel-bins, --audio-channels: for pipelines of sounds
+    clip_seconds: float = 1.0  # (data/audio.py; data/spectrograms.py makes them a spectrogram's geometry)
+    mel_bins: int = 64
+    audio_channels: int = 0  # 0: downmix to mono
     applied: list = field(default_factory=list, init=False, compare=False, repr=False)  # auto_augment was called
     left_out: list = field(default_factory=list, init=False, compare=False, repr=False)  # `read`'s skipped scans
 

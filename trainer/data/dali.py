@@ -13,7 +13,7 @@ from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import augment, decoded_cache, graph_check, native
 from dali_launch.trainer.data.batches import DeviceBatches, Readers
-from dali_launch.trainer.data.contract import OUTPUTS, RANDAUGMENT, PipelineArgs
+from dali_launch.trainer.data.contract import AUDIO_SETTINGS, OUTPUTS, RANDAUGMENT, PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
 from dali_launch.trainer.errors import UsageError
@@ -172,7 +172,13 @@ def pipeline_args(
         clip_frames=config.clip_frames,
         clip_stride=config.clip_stride,
         eval_clips=config.eval_clips,
+        **audio_args(config),
     )
+
+
+def audio_args(config: DataConfig) -> dict:
+    """The audio settings a pipeline is given (PipelineArgs' fields of the same names)."""
+    return {name: getattr(config, name) for name in AUDIO_SETTINGS}
 
 
 def epoch_size(pipe, name: str, shard_id: int, num_shards: int, feed: Feed | None = None) -> int:

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import bad_samples, formats
+from dali_launch.trainer.data import bad_samples, formats, spectrograms
 from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.data.records import caffe2
 from dali_launch.trainer.data.rows import laid_out
@@ -50,7 +50,7 @@ def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | N
         return None
     try:
         count = bad_samples.samples_read(found.reader, found.reader_arguments(split), config)
-        shape = [config.image_size, config.image_size, 3] if found.crops else [_flat(found, split)]
+        shape = [config.image_size, config.image_size, 3] if found.crops else _flat(found, split, config)
     except Exception:
         return None
     if found.masks:  # a class id a pixel
@@ -62,7 +62,10 @@ def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | N
     return Expected(sample, calls_per_epoch(count))
 
 
-def _flat(found: formats.Format, split: str) -> int:
-    """A flat pipeline's vector: its grey images' pixels (every image of the split is the first's size)."""
+def _flat(found: formats.Format, split: str, config: DataConfig) -> list[int]:
+    """A pipeline of sounds' spectrogram, or a flat pipeline's vector: its grey images' pixels (every image of the
+    split is the first's size)."""
+    if found.spectrogram:
+        return list(spectrograms.of(config).shape)
     height, width = caffe2.first_image_size(found.reader_arguments(split)["path"])
-    return height * width
+    return [height * width]

@@ -50,6 +50,9 @@ class Format:
     outputs: tuple[str, ...] = ("images", "labels")  # what its pipeline returns, in order: what its task takes
     feeds: bool = True  # --sample-order global can feed its pipeline from records/ (an image and a class id each)
     decodes: bool = True  # its pipeline decodes through args.decode: --decoded-cache may keep its samples
+    spectrogram: bool = (
+        False  # its pipeline gives log-mel spectrograms (mel bins, frames, channels): data/spectrograms.py
+    )
     fits: str = (
         ""  # the launcher's check of its samples against the run's [data] settings, "module:function(path, data)"
     )
@@ -101,6 +104,19 @@ def _has_videos(split: Path) -> bool:
         return True
     folder = next((p for p in sorted(split.iterdir()) if p.is_dir()), None)
     return folder is not None and any(f.suffix.lower() in VIDEO_EXT for f in folder.iterdir())
+
+
+AUDIO_FILTERS = ["*.wav", "*.flac", "*.ogg"]  # the audio format's fn.readers.file `file_filters`: sounds alone
+SOUND_SUFFIXES = tuple(pattern[1:] for pattern in AUDIO_FILTERS)
+
+
+def _has_sounds(split: Path) -> bool:
+    """Class folders whose first class folder with files starts with a sound (a look at a few names, not a walk)."""
+    for folder in sorted(p for p in split.iterdir() if p.is_dir()):
+        names = [entry.name.lower() for _, entry in zip(range(16), folder.iterdir())]
+        if names:
+            return any(name.endswith(SOUND_SUFFIXES) for name in names)
+    return False
 
 
 def _has_masks(split: Path) -> bool:
@@ -240,6 +256,25 @@ FORMATS: tuple[Format, ...] = (
         feeds=False,  # DALI's video reader decodes what it reads: no external source can feed it
         decodes=False,  # nor can --decoded-cache keep what it decodes
         fits=f"{LAUNCHER}.video_check:check_clip_frames",
+    ),
+    Format(
+        name="audio",
+        reader="file",  # the folders' reader and records, given `file_filters`: sounds, each checked as a sound
+        holds="class folders of sounds",
+        arguments=lambda split: {"file_root": split, "file_filters": AUDIO_FILTERS},
+        detect=_has_sounds,
+        records=f"{RECORDS}.folders",
+        pipeline="dali_launch.trainer.data.audio:audio",
+        layout="folders of class folders of sounds (as `dali-launch data synth --format audio` makes them)",
+        description="SPLIT/<class>/<n>.wav (or .flac, .ogg), any sample rate",
+        make="dali-launch data synth {path} --format audio",
+        check=f"{LAUNCHER}.audio_check:check_audio",
+        writer=f"{SYNTH}:write_audio",
+        crops=False,
+        augments=False,  # its own: time and frequency masks in training (audio.py)
+        spectrogram=True,
+        decodes=False,  # its own decoder (fn.decoders.audio): --decoded-cache keeps images alone
+        fits=f"{LAUNCHER}.audio_check:check_channels",
     ),
 )
 

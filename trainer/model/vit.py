@@ -154,17 +154,19 @@ def check_sides(sides: tuple[int, int]) -> None:
         )
 
 
-def tokens(image_size: int, pool: str) -> int:
-    """The sequence the encoder attends over, for square images of `image_size`."""
-    return (image_size // PATCH) ** 2 + (pool == "cls")
+def tokens(sides: int | tuple[int, int], pool: str) -> int:
+    """The sequence the encoder attends over, for square images of side `sides` or inputs of (height, width) `sides`
+    (a spectrogram's: spectrograms.input_sides)."""
+    height, width = (sides, sides) if isinstance(sides, int) else sides
+    return (height // PATCH) * (width // PATCH) + (pool == "cls")
 
 
-def attention_shape(model: str, image_size: int, pool: str) -> tuple[int, int, int] | None:
+def attention_shape(model: str, sides: int | tuple[int, int], pool: str) -> tuple[int, int, int] | None:
     """(tokens, heads, head_dim) of a built-in ViT's attention; None for any other --model."""
     if model not in VARIANTS:
         return None
     width, _, _, heads = VARIANTS[model]
-    return tokens(image_size, pool), heads, width // heads
+    return tokens(sides, pool), heads, width // heads
 
 
 def layers_of(path: tuple[str, ...], depth: int):

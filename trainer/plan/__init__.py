@@ -41,9 +41,11 @@ class Plan:
 
     def startup_phrase(self, spec: TaskSpec) -> str:
         """How DALI runs and the model's decided options (if it has any), for the task's start-up line."""
+        from dali_launch.trainer.data import spectrograms
         from dali_launch.trainer.model import attention, vit
 
-        model = attention.phrase(self.step.attention, vit.tokens(spec.data.image_size, spec.model.vit_pool))
+        sides = spectrograms.input_sides(spec.data)
+        model = attention.phrase(self.step.attention, vit.tokens(sides, spec.model.vit_pool))
         return "; ".join(p for p in (self.data.phrase(spec.data), model) if p)
 
     def with_step(self, step: StepPlan) -> Plan:

@@ -112,13 +112,14 @@ class StepPlan:
 def plan_step(spec: TaskSpec, facts: Facts, placement, start) -> StepPlan:
     """The decisions made before anything is built: `placement` the first step's (plan/placement.py), `start`
     the start point (a checkpoint on another device count brings elastic.py's plan)."""
+    from dali_launch.trainer.data import spectrograms
     from dali_launch.trainer.model import attention, vit  # JAX: only where a task plans
 
     elastic = start.plan
     batch = elastic.batch_per_device_step if elastic else spec.step.per_device_batch(facts.job_device_count)
     readers = spec.data.readers_per_device
     k = elastic.steps_per_call if elastic else steps_per_call(spec.step.steps_per_call, facts.platform, batch, readers)
-    shape = vit.attention_shape(spec.model.model, spec.data.image_size, spec.model.vit_pool)
+    shape = vit.attention_shape(spec.model.model, spectrograms.input_sides(spec.data), spec.model.vit_pool)
     return StepPlan(
         batch_per_device_step=batch,
         steps_per_call=k,

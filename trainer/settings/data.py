@@ -21,19 +21,21 @@ class DataConfig:
         details=(
             "Folder holding training/ and testing/ in the pipeline's format: Caffe2 LMDBs for mnist (the layout "
             "of DALI_extra's db/MNIST), JPEG class folders for folders, shards with DALI indexes for tfrecord and "
-            "webdataset, tar shards of images with masks for segmentation (`dali-launch data synth` writes each). "
+            "webdataset, tar shards of images with masks for segmentation, class folders of sounds for audio (`dali-launch "
+            "data synth` writes each). "
             "Default (mnist and own pipelines): $DALI_EXTRA_PATH/db/MNIST if set, else the embedded MNIST sample."
         ),
         path=True,
     )
     pipeline: str = opt(
         "mnist",
-        "mnist, folders, tfrecord, webdataset, segmentation, views, or package.module:function.",
+        "mnist, folders, tfrecord, webdataset, segmentation, views, audio, or package.module:function.",
         details=(
             "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
             "crop, flip, normalize), tfrecord (tf.Example shards) and webdataset (tar shards), both with the folders "
             "augmentation, segmentation (tar shards of images with masks: one random window and flip for both), views "
-            "(two SimCLR views of each folders image, for --task contrastive), or "
+            "(two SimCLR views of each folders image, for --task contrastive), audio (class folders of sounds: log-mel "
+            "spectrograms, docs/data.md), or "
             "package.module:function of your own (docs/data.md)."
         ),
     )
@@ -218,3 +220,31 @@ class DataConfig:
         if mb <= 0:
             raise ValueError(self.decoded_cache)
         return mb
+
+    # --pipeline audio (data/audio.py): what its sounds become (data/spectrograms.py)
+    sample_rate: int = opt(
+        16000,
+        "--pipeline audio: the sample rate (Hz) every sound is resampled to.",
+        details="--pipeline audio: the sample rate (Hz) every sound is resampled to as it is decoded, whatever its own.",
+    )
+    clip_seconds: float = opt(
+        1.0,
+        "--pipeline audio: the clip each sound is cropped or padded to (seconds).",
+        details=(
+            "--pipeline audio: the length each sound is cropped or padded to (silence), in seconds: a random window in "
+            "training, the centre in evaluation. Its spectrogram has --clip-seconds × 100 frames (10 ms hops)."
+        ),
+    )
+    mel_bins: int = opt(
+        64,
+        "--pipeline audio: the log-mel spectrogram's frequency bins.",
+        details="--pipeline audio: the mel filter bank's bins: the height of the log-mel spectrogram the model sees.",
+    )
+    audio_channels: int = opt(
+        0,
+        "--pipeline audio: 0 downmixes to mono; N keeps N channels.",
+        details=(
+            "--pipeline audio: 0 downmixes every sound to mono; N keeps N channels, a spectrogram each (the model's N "
+            "input channels): a sound with another count is refused before the job starts."
+        ),
+    )

@@ -1,15 +1,17 @@
-"""JPEG class folders (SPLIT/<class>/<file>): classes numbered in sorted order and files sorted within
-each, as `fn.readers.file(file_root=...)` numbers them."""
+"""Class folders (SPLIT/<class>/<file>) of images, or of sounds (the audio format's, which names its
+`file_filters`): classes numbered in sorted order and files sorted within each, as `fn.readers.file(file_root=...)`
+numbers them; each file checked as what it is (images.py, sounds.py)."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 
-from dali_launch.trainer.data.images import check_file
+from dali_launch.trainer.data import images, sounds
 from dali_launch.trainer.data.sample_scan import Listing, Scan, stamp
 
 # DALI's readers.file takes these (case-insensitive); anything else in a class folder is skipped.
@@ -19,7 +21,7 @@ EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", 
 class ClassFolders:
     """`files`/`labels`: the reader's own list (bad_samples.py leaves bad files out of it), else the folders'."""
 
-    def __init__(self, root: str, files: list[str] | None = None, labels: list[int] | None = None):
+    def __init__(self, root: str, files: list[str] | None = None, labels: list[int] | None = None, filters=None):
         self.root = root
         if files:
             self.files = list(zip(files, labels or range(len(files))))
@@ -29,7 +31,7 @@ class ClassFolders:
             (os.path.join(name, file), label)
             for label, name in enumerate(classes)
             for file in sorted(os.listdir(os.path.join(root, name)))
-            if file.lower().endswith(EXTENSIONS)
+            if _taken(file, filters)
         ]
 
     def __len__(self) -> int:
@@ -48,8 +50,20 @@ class ClassFolders:
         return np.fromfile(os.path.join(self.root, name), np.uint8), label
 
 
+def _taken(file: str, filters) -> bool:
+    """Whether DALI's reader lists `file`: by its `file_filters` (case-insensitive globs), else by our images'."""
+    if filters is None:
+        return file.lower().endswith(EXTENSIONS)
+    return any(fnmatch.fnmatch(file.lower(), pattern.lower()) for pattern in filters)
+
+
+def check_file(path: str) -> str | None:
+    """What is wrong with a sample file for its decoder: a sound's for the audio decoder, else an image's."""
+    return sounds.check_file(path) if sounds.is_sound(path) else images.check_file(path)
+
+
 def source(kwargs: dict) -> ClassFolders:
-    return ClassFolders(kwargs["file_root"], kwargs.get("files"), kwargs.get("labels"))
+    return ClassFolders(kwargs["file_root"], kwargs.get("files"), kwargs.get("labels"), kwargs.get("file_filters"))
 
 
 def listing(kwargs: dict) -> Listing:

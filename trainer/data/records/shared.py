@@ -24,7 +24,7 @@ from dali_launch.trainer.run_dir import RunPaths, write_atomic
 
 _JOB: dict = {}  # run_dir, process_id, num_processes, timeout_s: the job this process is part of
 FILE_READER = "file"
-WALKED = {"file_root", "name"}  # a file reader given only these walks its folders (DALI's file_root)
+WALKED = {"file_root", "name", "file_filters"}  # a file reader given only these walks its folders (DALI's file_root)
 
 
 def join(run_dir: str, process_id: int, num_processes: int, timeout_s: int) -> None:
