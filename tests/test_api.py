@@ -70,7 +70,7 @@ BAD = [
     ("here", {"resume": "runs/r"}, "resume: the Python API starts new runs; continue one with `dali-launch --resume RUN`"),
     ("hre", {}, "Executor('hre'): no such mode; use one of 'here', 'local', 'slurm'; did you mean 'here'?"),
     ("here", {"model": 3}, "model=3 is an int; give a Flax module class or factory, or a name as --model takes it (one of "
-     "mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16, vit-s16, vit-b16, unet, simclr-cnn, centernet, audio-cnn, or package.module:attribute)"),
+     "mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16, vit-s16, vit-b16, unet, simclr-cnn, centernet, st-cnn, frame-mean, vivit-ti16, audio-cnn, or package.module:attribute)"),
     ("here", {"config": "/nowhere/run.toml"},
      "--config /nowhere/run.toml cannot be read (No such file or directory); give an existing TOML file"),
 ]  # fmt: skip

@@ -19,13 +19,13 @@ SETTINGS = [
     pytest.param(
         [*AUDIO, "--augment", "randaugment"],
         "--augment randaugment works on RGB crops; --pipeline audio gives spectrograms and masks their time and "
-        "frequency itself in training: use --augment none",
+        "frequency itself in training; use --augment none",
         id="audio-augment",
     ),
     pytest.param(
         [*AUDIO, "--decoded-cache", "512"],
-        "--decoded-cache 512 keeps decoded images; --pipeline audio decodes its sounds on the CPU every epoch: use "
-        "--decoded-cache auto or off",
+        "--decoded-cache 512 keeps what args.decode(...) decodes, and --pipeline audio decodes its samples itself; "
+        "leave --decoded-cache out (auto: off there)",
         id="audio-decoded-cache-size",
     ),
     pytest.param(

@@ -186,7 +186,7 @@ CONFIG = [
     pytest.param(
         ["--model", "resnet"],
         "unknown --model resnet; use one of mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16, vit-s16, vit-b16, "
-        "unet, simclr-cnn, centernet, audio-cnn, or package.module:factory",
+        "unet, simclr-cnn, centernet, st-cnn, frame-mean, vivit-ti16, audio-cnn, or package.module:factory",
         id="model-unknown",
     ),
     pytest.param(

@@ -185,7 +185,7 @@ OTHER = [
     pytest.param(
         ["data", "synth", "{tmp}/out", "--format", "lmdb"],
         "Invalid value for '--format': Value error, 'lmdb' is not one of 'folders', 'tfrecord', 'webdataset', "
-        "'segmentation', 'detection', 'audio'.; see dali-launch --help",
+        "'segmentation', 'detection', 'video', 'audio'.; see dali-launch --help",
         id="synth-unknown-format",
     ),
 ]

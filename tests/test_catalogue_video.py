@@ -33,10 +33,17 @@ ENTRIES = [
     ),
     pytest.param(
         [*VIDEO, "--decoded-cache", "512"],
-        "--decoded-cache 512 keeps what args.decode(...) decodes, and --pipeline video's reader decodes what it "
-        "reads; leave --decoded-cache out (auto: off there)",
+        "--decoded-cache 512 keeps what args.decode(...) decodes, and --pipeline video decodes its samples itself; "
+        "leave --decoded-cache out (auto: off there)",
         synth_set("video"),
         id="video-decoded-cache-size",
+    ),
+    pytest.param(
+        [*VIDEO, "--augment", "randaugment"],
+        "--augment randaugment moves and warps each image alone, not a clip's frames alike: --pipeline video takes "
+        "none; use --augment none",
+        synth_set("video"),
+        id="video-augment",
     ),
     pytest.param(
         [*VIDEO, "--mixup", "0.2"],

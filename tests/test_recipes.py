@@ -135,7 +135,7 @@ def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_pat
             "--model",
             "transformer",
             "unknown --model transformer; use one of mlp, cnn, cnn-nnx, resnet18, resnet50, vit-ti16, vit-s16, "
-            "vit-b16, unet, simclr-cnn, centernet, audio-cnn, or package.module:factory",
+            "vit-b16, unet, simclr-cnn, centernet, st-cnn, frame-mean, vivit-ti16, audio-cnn, or package.module:factory",
         ),
         (
             "--pipeline",
@@ -163,7 +163,7 @@ def test_own_model_and_pipeline_by_entry_point(user_package, mnist_lmdb, tmp_pat
         (
             "--pipeline",
             "mypkg.absent",
-            "unknown --pipeline mypkg.absent; use one of mnist, folders, tfrecord, webdataset, segmentation, detection, audio, views, or "
+            "unknown --pipeline mypkg.absent; use one of mnist, folders, tfrecord, webdataset, segmentation, detection, video, audio, views, or "
             "package.module:function",
         ),
     ],

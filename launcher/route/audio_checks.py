@@ -18,16 +18,6 @@ def validate(run: RunConfig) -> None:
     found = formats.get(data.pipeline)
     if found is None or not found.spectrogram:
         return
-    if data.augment != "none":
-        raise UsageError(
-            f"--augment {data.augment} works on RGB crops; --pipeline {data.pipeline} gives spectrograms and masks "
-            f"their time and frequency itself in training: use --augment none"
-        )
-    if data.decoded_cache.strip().lower() not in ("auto", "off"):
-        raise UsageError(
-            f"--decoded-cache {data.decoded_cache} keeps decoded images; --pipeline {data.pipeline} decodes its sounds "
-            f"on the CPU every epoch: use --decoded-cache auto or off"
-        )
     if is_vit(run.model.model):
         said = spectrograms.vit_problem(data, run.model.model)
         if said:

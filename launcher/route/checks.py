@@ -134,8 +134,8 @@ def _decoded_cache(data: DataConfig, resumed: bool) -> None:
     found = formats.get(data.pipeline)
     if size and found is not None and not found.decodes:
         raise UsageError(
-            f"--decoded-cache {data.decoded_cache} keeps what args.decode(...) decodes, and --pipeline {data.pipeline}'s "
-            f"reader decodes what it reads; leave --decoded-cache out (auto: off there)"
+            f"--decoded-cache {data.decoded_cache} keeps what args.decode(...) decodes, and --pipeline {data.pipeline} "
+            f"decodes its samples itself; leave --decoded-cache out (auto: off there)"
         )
     if size and data.sample_order == "global" and not resumed:  # a resumed run's own: an earlier version let it be
         raise UsageError(

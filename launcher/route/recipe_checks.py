@@ -58,11 +58,8 @@ def _augment(data: DataConfig, resumed: bool) -> None:
         )
     found = formats.get(data.pipeline)
     if data.augment != "none" and found is not None and not found.augments:
-        moved = "its masks" if found.masks else "the boxes on them"
-        raise UsageError(
-            f"--augment {data.augment} moves and warps an image's pixels, not {moved}: --pipeline {data.pipeline} "
-            f"takes none; use --augment none"
-        )
+        why = found.no_augment.format(pipeline=data.pipeline)
+        raise UsageError(f"--augment {data.augment} {why}; use --augment none")
 
 
 def _mixing(recipe: TaskConfig, data: DataConfig) -> None:

@@ -41,7 +41,14 @@ class Format:
     suffix: str = ""  # a sharded format's shard files
     skips: bool = True  # --bad-samples skip can leave samples out of its reader (a file list or index)
     crops: bool = True  # its pipeline gives --image-size square RGB crops (HWC); else flat vectors
-    augments: bool = True  # its training pipeline applies --augment to its crops (args.auto_augment)
+    # why --augment is refused for it ("{pipeline}": its name), or "" where its training pipeline applies --augment
+    # to its crops (args.auto_augment)
+    no_augment: str = ""
+
+    @property
+    def augments(self) -> bool:
+        return not self.no_augment
+
     one_hot: bool = False  # its training labels are one-hot rows of --num-classes floats; else class ids
     default_data: bool = False  # a run may leave --data-dir out ($DALI_EXTRA_PATH, the embedded sample)
     writer: str = ""  # `data synth --format NAME`'s writer of one unit, "module:function"; "" for none
@@ -217,7 +224,7 @@ FORMATS: tuple[Format, ...] = (
         writer=f"{SYNTH}:write_segmentation",
         masks=True,
         outputs=("images", "masks"),  # --task segmentation's (tasks/segmentation.py)
-        augments=False,  # --augment moves an image's pixels, not its mask's
+        no_augment="moves and warps an image's pixels, not its masks: --pipeline {pipeline} takes none",
     ),
     Format(
         name="detection",
@@ -233,7 +240,7 @@ FORMATS: tuple[Format, ...] = (
         make="dali-launch data synth {path} --format detection",
         check=f"{LAUNCHER}.coco_check:check_detection",
         writer=f"{LAUNCHER}.synth_boxes:write_detection",
-        augments=False,  # --augment moves pixels, not the boxes on them
+        no_augment="moves and warps an image's pixels, not the boxes on them: --pipeline {pipeline} takes none",
         outputs=("images", "boxes", "classes", "counts"),  # --task detection's (tasks/detection.py)
         feeds=False,  # a sample is an image, its boxes and their classes: DALI's COCO reader reads them
     ),
@@ -251,7 +258,7 @@ FORMATS: tuple[Format, ...] = (
         make="dali-launch data synth {path} --format video",
         check=f"{LAUNCHER}.video_check:check_videos",
         writer=f"{LAUNCHER}.synth_clips:write_video",
-        augments=False,  # --augment's policies take images, not sequences of frames
+        no_augment="moves and warps each image alone, not a clip's frames alike: --pipeline {pipeline} takes none",
         outputs=("clips", "labels"),  # --task video's (tasks/video.py)
         feeds=False,  # DALI's video reader decodes what it reads: no external source can feed it
         decodes=False,  # nor can --decoded-cache keep what it decodes
@@ -271,7 +278,8 @@ FORMATS: tuple[Format, ...] = (
         check=f"{LAUNCHER}.audio_check:check_audio",
         writer=f"{SYNTH}:write_audio",
         crops=False,
-        augments=False,  # its own: time and frequency masks in training (audio.py)
+        no_augment="works on RGB crops; --pipeline {pipeline} gives spectrograms and masks their time and frequency "
+        "itself in training",
         spectrogram=True,
         decodes=False,  # its own decoder (fn.decoders.audio): --decoded-cache keeps images alone
         fits=f"{LAUNCHER}.audio_check:check_channels",
