@@ -22,7 +22,7 @@ axis of samples):
   1 for a real sample, 0 for padding), a scalar; or (that sum, {name: sum}) with training metrics, each a
   scalar summed the same way. The step sums them over the job and divides by the job's real samples, so the
   mean stays exact under padding, any mesh and gradient accumulation; training metrics are reported as such
-  means each epoch.
+  means each epoch (checkpoints keep their sums: a resumed epoch's are the whole epoch's).
 - `evaluate(step, batch)`: {name: sum} over the batch's real samples, scalars or arrays of a fixed shape (a
   confusion matrix, per-class counts); summed over the whole test set on every device of every process.
   `summary(sums)` turns the totals (with `count`, the real samples) into the reported values: by default each
