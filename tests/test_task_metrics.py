@@ -1,4 +1,4 @@
-"""A task's training metrics through kill -9 and --resume.
+"""A task's training metrics through kill -9 and --resume, and which way its headline improves.
 
 Each built-in task with training metrics and a task of one's own (BITS: a multi-label task whose headline is an
 error) is trained uninterrupted, then again killed with SIGKILL just after a mid-epoch checkpoint and resumed:
@@ -20,9 +20,11 @@ from conftest import REPO, check_ok, dali_launch, kill_when, start
 from run_readers import has_checkpoint, only_run
 
 from dali_launch.launcher.cli import main
+from dali_launch.launcher.commands.runs import table
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.resilience.checkpoint import KEPT, Checkpointer, zero_tally
-from dali_launch.trainer.run_dir import RunPaths
+from dali_launch.trainer.run_dir import RunPaths, best, better
+from dali_launch.trainer.tasks.contract import Task, better_of
 
 BITS = '''
 """The four bits of the digit (a multi-label task) on the built-in mnist pipeline, read off the model's first
@@ -77,7 +79,7 @@ CASES = {
     "detection": ("detection_set", ["--task", "detection", *DETECTION], ONE),
     "contrastive": ("folders", ["--task", "contrastive", *CONTRASTIVE], ONE),  # test_contrastive's program
 }  # fmt: skip
-GLOBAL = "bits-global-order-2-to-1-device"  # its uninterrupted run is a fixture's
+GLOBAL = "bits-global-order-2-to-1-device"  # its uninterrupted run is `runs`' too
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +190,74 @@ def test_a_checkpoint_keeps_the_metric_sums_by_name_and_an_earlier_versions_rest
     assert float(restored["metrics"]["bit1"]) == 7.5 and "skipped" not in restored
     old = RunPaths(REPO / "tests" / "golden" / "old-run")
     assert saved.read(old, 160).metrics is None and sorted(zero_tally(None)) == ["count", "loss", "position"]
+
+
+# --- which way the headline improves -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_runs_and_status_name_a_lower_is_better_headline_and_its_best_epoch(bits_run):
+    """BITS's headline, bit_error, is lower-is-better by its name: each epoch line says so, `runs` takes the
+    epoch of the fewest wrong bits as the best and names the headline in its columns."""
+    epochs = _epochs(bits_run)
+    errors = [e["test_bit_error"] for e in epochs]
+    assert [e["better"] for e in epochs] == ["lower"] * 2 and len(set(errors)) == 2, epochs
+    proc = dali_launch("runs", str(bits_run.root.parent), "--json")
+    check_ok(proc)
+    (row,) = json.loads(proc.stdout)
+    assert (row["headline"], row["better"], row["best"], row["last"]) == ("bit error", "lower", min(errors), errors[-1])
+    assert row["best_epoch"] == errors.index(min(errors))
+    shown = dali_launch("runs", str(bits_run.root.parent), env={"COLUMNS": "200"})
+    check_ok(shown)
+    assert "best bit error" in shown.stdout and "last bit error" in shown.stdout and " acc" not in shown.stdout
+    assert f"{min(errors):.4f}" in shown.stdout
+    status = dali_launch("status", str(bits_run.root))
+    assert f"; epoch 1 test bit error {errors[1]:.4f}" in status.stdout, status.stdout
+
+
+def _line(epoch: int, value: float, name: str = "test_mse", **more) -> dict:
+    return {"epoch": epoch, "headline": name, name: value, **more}
+
+
+def test_the_best_epoch_is_the_lowest_for_a_lower_is_better_headline_and_the_highest_else():
+    lower = [_line(0, 0.5, better="lower"), _line(1, 0.2, better="lower"), _line(2, 0.3, better="lower")]
+    assert best(lower)["epoch"] == 1
+    higher = [_line(0, 0.5, "test_miou", better="higher"), _line(1, 0.7, "test_miou", better="higher")]
+    assert best(higher)["epoch"] == 1
+    # lines written before `better` existed: by the headline's name (an earlier version's accuracy: no headline)
+    assert best([_line(0, 0.5), _line(1, 0.9)])["epoch"] == 0 and better(_line(0, 1.0)) == "lower"
+    assert best([{"epoch": 0, "test_accuracy": 0.9}, {"epoch": 1, "test_accuracy": 0.8}])["epoch"] == 0
+    assert best([{"epoch": 0, "train_loss": 1.0}]) is None  # never evaluated
+
+
+def test_a_task_says_which_way_its_headline_improves_or_its_name_does():
+    assert [better_of(n) for n in ("mse", "abs_error", "val_loss", "accuracy", "miou", "ap50")] == (
+        ["lower"] * 3 + ["higher"] * 3
+    )
+    task = Task(outputs=("x",), loss=None, evaluate=None, headline="error_rate")
+    assert task.better_for("error_rate") == "lower"
+    assert Task(outputs=("x",), loss=None, evaluate=None, better="higher").better_for("error_rate") == "higher"
+    with pytest.raises(ValueError, match=r"Task\(better='up'\): give \"higher\" or \"lower\""):
+        Task(outputs=("x",), loss=None, evaluate=None, better="up")
+
+
+def _row(name: str, headline: str | None, best_value: float | None) -> dict:
+    return {
+        "kind": "run", "run": name, "state": "finished", "why": None, "mode": "train", "nodes": 1, "processes": 1,
+        "devices_per_process": 1, "epochs_done": 2, "epochs": 2, "headline": headline, "best": best_value,
+        "last": best_value, "images_per_s": 100.0, "wall_time_s": 5.0,
+    }  # fmt: skip
+
+
+def test_the_table_heads_the_headline_columns_with_the_name_the_runs_share_or_names_it_in_each_cell():
+    from rich.console import Console
+
+    def printed(rows) -> str:
+        console = Console(width=200, record=True)
+        console.print(table(rows))
+        return console.export_text()
+
+    shared = printed([_row("a", "miou", 0.75), _row("b", "miou", 0.5), _row("c", None, None)])
+    assert "best miou" in shared and "last miou" in shared and "0.7500" in shared
+    mixed = printed([_row("a", "miou", 0.75), _row("b", "bit error", 0.125)])
+    assert "miou 0.7500" in mixed and "bit error 0.1250" in mixed and "best miou" not in mixed

@@ -63,6 +63,7 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
         if run.evaluator:
             metrics.test, metrics.test_count, metrics.eval_time_s = run.evaluator(evaluated)
             metrics.headline, metrics.unit = task.headline_of(metrics.test), task.unit
+            metrics.better = task.better_for(metrics.headline)
             metrics.eval_devices, metrics.eval_sharded = run.evaluator.eval_devices, run.evaluator.sharded
             metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
