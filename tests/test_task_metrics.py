@@ -68,6 +68,7 @@ SEGMENTATION += ["--optimizer", "adamw", "--learning-rate", "3e-3", "--checkpoin
 DETECTION = ["--num-classes", "3", "--image-size", "64", "--global-batch-size", "16"]  # test_detection's program
 DETECTION += ["--optimizer", "adamw", "--learning-rate", "0.003"]
 CONTRASTIVE = ["--num-classes", "4", "--image-size", "32", "--global-batch-size", "100", "--learning-rate", "0.03"]
+EARLY = ["--checkpoint-every-steps", "1"]  # epochs of 3 steps: killed after the first, 2 steps before the end
 ONE = [[]]  # resumed once, on its own devices: the same program
 # case: its data (a fixture), the flags of every run of it, and what each resume adds (each but the last is
 # killed in turn at its first checkpoint): the built-in tasks on their own devices, BITS's (a small MLP, quick to
@@ -76,8 +77,8 @@ CASES = {
     "bits-shards-2-to-1-device-to-fsdp-2": ("small_lmdb", BITS_ON_TWO, [["--gpus-per-node", "1"], ["--gpus-per-node", "2", "--mesh", "fsdp:2"]]),
     "bits-global-order-2-to-1-device": ("small_lmdb", [*BITS_ON_TWO, "--sample-order", "global"], [["--gpus-per-node", "1"]]),
     "segmentation": ("segmentation_set", ["--task", "segmentation", *SEGMENTATION], ONE),
-    "detection": ("detection_set", ["--task", "detection", *DETECTION], ONE),
-    "contrastive": ("folders", ["--task", "contrastive", *CONTRASTIVE], ONE),  # test_contrastive's program
+    "detection": ("detection_set", ["--task", "detection", *DETECTION, *EARLY], ONE),
+    "contrastive": ("folders", ["--task", "contrastive", *CONTRASTIVE, *EARLY], ONE),  # test_contrastive's program
 }  # fmt: skip
 GLOBAL = "bits-global-order-2-to-1-device"  # its uninterrupted run is `runs`' too
 
