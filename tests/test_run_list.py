@@ -94,8 +94,8 @@ def test_runs_lists_each_state_and_plot_draws_them(small_lmdb, tmp_path):
     done = rows["done"]
     assert done["mode"] == "train" and (done["nodes"], done["processes"], done["devices_per_process"]) == (1, 1, 2)
     assert (done["epochs_done"], done["epochs"]) == (2, 2) and done["images_per_s"] > 0
-    assert 0 < done["last_accuracy"] <= done["best_accuracy"] <= 1 and done["wall_time_s"] > 0
-    assert rows["broken"]["epochs_done"] == 0 and rows["broken"]["best_accuracy"] is None
+    assert 0 < done["last"] <= done["best"] <= 1 and done["wall_time_s"] > 0 and done["headline"] == "accuracy"
+    assert rows["broken"]["epochs_done"] == 0 and rows["broken"]["best"] is None
     table = dali_launch("runs", str(root))
     check_ok(table)
     assert all(word in table.stdout for word in ("finished", "failed", "2/2", done["run"]))

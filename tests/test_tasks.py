@@ -42,7 +42,8 @@ def test_the_documented_task_of_ones_own_trains(tmp_path):
     epochs = [json.loads(line) for line in only_run(tmp_path / "runs").metrics.read_text().splitlines()]
     assert epochs[-1]["headline"] == "test_abs_error" and epochs[-1]["test_abs_error"] < 1.2, epochs[-1]
     assert epochs[-1]["train_abs_error"] < epochs[0]["train_abs_error"] and 0 < epochs[-1]["test_within_half"] <= 1
-    assert re.search(r"epoch 1: loss [0-9.]+  abs_error [0-9.]+  test abs error [0-9.]+ \(2000 images\)", proc.stdout)
+    line = r"epoch 1: loss [0-9.]+  abs_error [0-9.]+  test abs error [0-9.]+ \(2000 images, lower is better\)"
+    assert re.search(line, proc.stdout), proc.stdout
     assert f"done: test abs error {epochs[-1]['test_abs_error']:.4f} after 2 epochs" in proc.stdout
 
 
@@ -52,6 +53,7 @@ BAD = {
     "wrong_outputs": ("outputs=(\"images\", \"labels\"),", "outputs=(\"images\", \"targets\"),"),
     "no_dict": ("return {\"abs_error\": jnp.sum(error * step.valid), \"within_half\"", "return jnp.sum(error * step.valid), {\"within_half\""),
     "broken_loss": ("error = step.model(batch[\"images\"]) - value(batch)", "error = step.model(batch[\"images\"]) - batch[\"targets\"]"),
+    "no_direction": ("better=\"lower\",", "better=\"down\","),
 }  # fmt: skip
 REFUSED = {
     "not_a_scalar": "the task's loss returned shape (2,); return its sum over the batch, a scalar",
@@ -60,6 +62,8 @@ REFUSED = {
     "task's outputs as the pipeline gives them, or use a --pipeline of your own",
     "no_dict": "--task bad:task: its evaluate returned tuple; return a dict of sums",
     "broken_loss": "--task bad:task: its loss failed on a batch of the pipeline's shapes (KeyError: 'targets')",
+    "no_direction": "--task bad:task: importing bad failed (ValueError: Task(better='down'): give \"higher\" or "
+    '"lower" (or leave it out)); fix that module',
 }
 
 

@@ -85,7 +85,7 @@ class Parts:
             return None
         on, slots = batch_sharding(list(self.facts.job_devices)), guess.steps * self.plan.step.steps_per_call
         row = lambda x: laid_out(np.shape(x), np.asarray(x).dtype, on)
-        tally = jax.tree.map(row, call_tally(zero_tally(), self.task))  # as put() lays them out
+        tally = jax.tree.map(row, call_tally(zero_tally(self.task.metrics), self.task))  # as put() lays them out
         example, batch = guess.example(self.task.model_input), guess.batch(on, self.plan.step.call_batch)
         first = build.FirstCall(example, tally, batch, on, self.sharding.readers)
         try:
@@ -97,7 +97,7 @@ class Parts:
     def model_on(self, data, rest, slots: int) -> build.Model:
         """The model's side made on the pipelines' first batch (the rest's, where one is read first)."""
         first = rest or data
-        tally = first.put([call_tally(zero_tally(), self.task)] * len(self.facts.devices))
+        tally = first.put([call_tally(zero_tally(self.task.metrics), self.task)] * len(self.facts.devices))
         rest_batch = self.plan.data.remainder.batch_per_step if rest else None
         example, on = first.first_sample(self.task.model_input), data.sharding_spec
         call = build.FirstCall(example, tally, first.peek(), on, self.sharding.readers, rest_batch)

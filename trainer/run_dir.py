@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dali_launch.trainer.tasks.contract import DIRECTIONS, better_of
+
 
 class RunPaths:
     """A run directory: written once by the launcher, then appended to by the tasks.
@@ -184,6 +186,23 @@ def headline(metrics: dict) -> tuple[str, float | None]:
     key = metrics.get("headline", "test_accuracy")
     value = metrics.get(key)
     return key.removeprefix("test_").replace("_", " "), value if isinstance(value, (int, float)) else None
+
+
+def better(metrics: dict) -> str:
+    """Which way an epoch line's headline improves, "higher" or "lower": as the line says (`better`), else (a
+    line of an earlier version) by its name, as a task that does not say is read (tasks/contract.better_of)."""
+    said = metrics.get("better")
+    return said if said in DIRECTIONS else better_of(metrics.get("headline", "test_accuracy"))
+
+
+def best(epochs: list[dict]) -> dict | None:
+    """The epoch line whose headline value is the best by its direction (the last one's; the earliest of
+    equals), or None where none was evaluated."""
+    scored = [m for m in epochs if headline(m)[1] is not None]
+    if not scored:
+        return None
+    sign = -1 if better(scored[-1]) == "lower" else 1
+    return max(scored, key=lambda m: sign * headline(m)[1])
 
 
 # --- reading: a damaged file is noted, never a traceback --------------------------------------------

@@ -32,6 +32,7 @@ from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import build
 from dali_launch.trainer.step.evaluate import Evaluator
 from dali_launch.trainer.step.runner import Runner
+from dali_launch.trainer.step.sgd import metrics_kept
 from dali_launch.trainer.step.shardings import held_bytes
 from dali_launch.trainer.step.state import TrainState
 
@@ -108,7 +109,8 @@ def _state(parts: Parts, model: build.Model, checkpointer: Checkpointer, reporte
     if start.step is None and parts.spec.model.init_from:  # fine-tuning: its variables, this run's optimizer and data
         path = RunPaths(parts.spec.run_dir).init_from if parts.facts.process_index == 0 else None
         target = fresh = init_from.apply(parts.spec, fresh, reporter.say, path)
-    state, tally = checkpointer.restore(start.step, target, zero_tally())
+    kept = parts.task.metrics if start.step is None else start.metrics  # a checkpoint's tally as it holds it
+    state, tally = checkpointer.restore(start.step, target, zero_tally(kept))
     read = (held_bytes(state), model.size.total) if start.step is not None else None  # what the restore read
     return state, tally, fresh or target, read
 
@@ -131,6 +133,14 @@ def _report(parts: Parts, plan: Plan, model: build.Model, reporter: Reporter, re
     reporter.track(parts.spec, done_before * k, k)  # after the checkpoint's
     if start.step is not None:
         reporter.resumed(start.epoch, start.calls_done, start.step, read)
+    metrics = parts.task.metrics
+    if start.step is not None and start.calls_done and metrics and not metrics_kept(start.metrics, parts.task):
+        held = f"sums of {', '.join(start.metrics)} only" if start.metrics else "no sums of them"
+        why = "an earlier version wrote it" if start.metrics is None else "the task named other metrics then"
+        reporter.say(
+            f"epoch {start.epoch}'s training metrics ({', '.join(metrics)}) cover the samples trained from here "
+            f"on: checkpoint {start.step} holds {held} ({why})"
+        )
 
 
 def _warn_padding(reporter: Reporter, data, plan: Plan) -> None:

@@ -21,13 +21,13 @@ from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
 from dali_launch.trainer.plan import Plan
 from dali_launch.trainer.plan.facts import Facts
-from dali_launch.trainer.resilience.checkpoint import order_record, shard_record, zero_tally
+from dali_launch.trainer.resilience.checkpoint import KEPT, order_record, shard_record, zero_tally
 from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.set_up import Training, finish_remainder, set_up
 from dali_launch.trainer.step.evaluate import bounds_seen, first
-from dali_launch.trainer.step.sgd import call_tally
+from dali_launch.trainer.step.sgd import call_tally, metrics_kept
 from dali_launch.trainer.topology import barrier
 
 
@@ -55,7 +55,7 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
     state, calls_done, tally = run.state, start.calls_done, run.tally
     for epoch in range(start.epoch, spec.step.epochs):
         state, metrics = loop.epoch(state, epoch, calls_done, tally)
-        calls_done, tally = 0, zero_tally()  # every later epoch from its start
+        calls_done, tally = 0, zero_tally(task.metrics)  # every later epoch from its start
         if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
             state = finish_remainder(run, state)
             loop.read_with(data, run.runner, k)
@@ -63,6 +63,7 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
         if run.evaluator:
             metrics.test, metrics.test_count, metrics.eval_time_s = run.evaluator(evaluated)
             metrics.headline, metrics.unit = task.headline_of(metrics.test), task.unit
+            metrics.better = task.better_for(metrics.headline)
             metrics.eval_devices, metrics.eval_sharded = run.evaluator.eval_devices, run.evaluator.sharded
             metrics.eval_ahead, run.evaluator.ahead = run.evaluator.ahead, None  # the first evaluation's alone
         # The rate of the epoch's last update (a host computation: the schedule is a plain function).
@@ -73,7 +74,7 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
         metrics.checkpoint_wait_s = run.checkpointer.take_wait_s()  # the last epoch's end checkpoint and this one's
         metrics.bad_samples = sum(len(scan.bad) for scan in data.left_out)  # training's own pipelines'
         reporter.epoch(metrics, left_out(run))
-        loop.save(state, epoch + 1, 0, data.put([zero_tally()] * len(devices)))
+        loop.save(state, epoch + 1, 0, data.put([zero_tally(task.metrics)] * len(devices)))
         compile_cache.publish(spec)  # this epoch's programs, for the run root's next runs
         if epoch + 1 < spec.step.epochs:  # a run that is done just finishes
             loop.stop_if_asked(epoch + 1)
@@ -122,6 +123,8 @@ class Loop:
         start = time.perf_counter()
         tally = self.data.put([call_tally(saved, self.task)] * len(self.data.devices))
         counted_before = float(saved["count"])  # by the run that was interrupted, if any
+        # the metric sums of the samples before `done`, or (an earlier version's checkpoint kept none) of those after
+        metrics_before = 0.0 if metrics_kept(saved.get("metrics"), self.task) else counted_before
         recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.step.record_samples else None
         compile_s = None
         before = epoch * self.data.steps  # global device calls before this epoch
@@ -147,6 +150,7 @@ class Loop:
         self.nan_guard.check_epoch(loss, count, skipped, before + self.data.steps, epoch)  # before its checkpoint
         self.step_log.point(before + self.data.steps, tally, wait.idle_s)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
+        summed = count - metrics_before
         if recorder:
             recorder.save(self.data.steps)
         return state, EpochMetrics(
@@ -162,7 +166,7 @@ class Loop:
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
             skipped_steps=skipped,
-            train_metrics={name: first(value) / count for name, value in tally["metrics"].items()} if count else {},
+            train_metrics={name: first(value) / summed for name, value in tally["metrics"].items()} if summed else {},
             **self._startup(compile_s is not None),
         )
 
@@ -218,7 +222,7 @@ class Loop:
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.saved_at = time.monotonic()
-        kept = {k: v for k, v in tally.items() if k in zero_tally()}
+        kept = {k: v for k, v in tally.items() if k in KEPT}
         order, step = order_record(self.data, epoch, calls_done), epoch * self.data.steps + calls_done
         if order:  # samples, not calls: a count that grows whatever the device count (elastic resumes)
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)

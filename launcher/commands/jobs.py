@@ -53,14 +53,17 @@ def find(job: str, run_root: str):
 
 
 def status_line(job) -> str:
-    """One line: its state, the last epoch's accuracy, where it would resume, where it lives."""
+    """One line: its state, the last epoch's headline (and the best epoch's, by its direction, where that is
+    another), where it would resume, where it lives."""
     from dali_launch.launcher.backends.job import RunState, resume_hint, why_ended
-    from dali_launch.trainer.run_dir import headline, read_jsonl, take_notes
+    from dali_launch.trainer.run_dir import best, headline, read_jsonl, take_notes
 
     epochs = [m for m in read_jsonl(job.paths.metrics) if headline(m)[1] is not None]
-    last = epochs[-1] if epochs else None
+    last, top = (epochs[-1] if epochs else None), best(epochs)
     metric, value = headline(last or {})
     progress = f"; epoch {last.get('epoch')} test {metric} {value:.4f}" if last else ""
+    if top is not None and top is not last:
+        progress += f" (best {headline(top)[1]:.4f} at epoch {top.get('epoch')})"
     state = job.state()
     hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
     why = why_ended(job.paths, state)

@@ -19,10 +19,11 @@ from typing import Annotated
 import typer
 
 WHY_WIDTH = 70  # of the table's why column at most; --json has it whole
-COLUMNS = ("run", "state", "mode", "topology", "epochs", "best acc", "last acc", "images/s", "wall time", "why")
+COLUMNS = ("run", "state", "mode", "topology", "epochs", "best", "last", "images/s", "wall time", "why")
 # In a narrow terminal the table keeps these first, in this order, and drops the rest (the why column shortened
 # first): a row stays one line, and the run's name, which `status`, `logs` and `--resume` take, is never cut.
-KEPT_FIRST = ("run", "state", "epochs", "best acc", "topology", "images/s", "wall time", "last acc", "mode")
+KEPT_FIRST = ("run", "state", "epochs", "best", "topology", "images/s", "wall time", "last", "mode")
+SCORES = ("best", "last")  # the headline's columns: headed by its name where every run listed shares one
 WHY_SHOWN = 30  # a failed run's why: columns of KEPT_FIRST are dropped to leave it this much
 MIN_WHY = 12  # narrower than this, the why column is left out (`status RUN` says it whole)
 COLOURS = {
@@ -52,7 +53,8 @@ def runs(
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="--prune: delete, rather than say what would go.")] = False,
 ):
-    """Every run under ROOT: state (running, finished, failed, interrupted, ...), mode, topology, epochs, accuracy, speed.
+    """Every run under ROOT: state (running, finished, failed, interrupted, ...), mode, topology, epochs, its task's
+    headline (the best epoch's by its direction, and the last), speed.
     With --prune, run directories deleted instead: never a live run, nor a resumable one --run does not name."""
     check_root(root)
     selectors = _selectors(prune, failed, older_than, keep, run, yes, as_json)
@@ -155,12 +157,13 @@ def describe(paths) -> dict:
     """One run's row: what it is, how far it got, how well and how fast."""
     from dali_launch.launcher.backends import registry
     from dali_launch.launcher.backends.job import last_write, spec_of, why_ended
-    from dali_launch.trainer.run_dir import headline, read_json, read_jsonl
+    from dali_launch.trainer.run_dir import best, better, headline, read_json, read_jsonl
 
     job, spec = registry.attach(paths), spec_of(paths)  # damaged files: noted, and said on stderr
     launch = read_json(paths.launch, {})
     epochs = read_jsonl(paths.metrics)
-    accuracies = [headline(m)[1] for m in epochs if headline(m)[1] is not None]  # the task's headline value
+    scored = [m for m in epochs if headline(m)[1] is not None]  # evaluated: the task's headline value
+    top, last = best(scored), scored[-1] if scored else {}
     state = job.state()
     started = paths.launch.stat().st_mtime if paths.launch.exists() else paths.config.stat().st_mtime
     ended = time.time() if state.live else last_write(paths)
@@ -176,8 +179,11 @@ def describe(paths) -> dict:
         "devices_per_process": spec.layout.local_device_count if spec else None,
         "epochs_done": len(epochs),
         "epochs": spec.step.epochs if spec else None,
-        "best_accuracy": max(accuracies, default=None),
-        "last_accuracy": accuracies[-1] if accuracies else None,
+        "headline": headline(last)[0] if scored else None,  # its name: accuracy, miou, ap50, bit error...
+        "better": better(last) if scored else None,  # which way it improves: higher, lower
+        "best": headline(top)[1] if top else None,
+        "best_epoch": top.get("epoch") if top else None,
+        "last": headline(last)[1] if scored else None,
         "images_per_s": epochs[-1].get("images_per_s") if epochs else None,
         "wall_time_s": max(0.0, ended - started),
     }
@@ -201,13 +207,17 @@ def table(rows: list[dict], width: int | None = None):
     from rich.markup import escape
     from rich.table import Table
 
-    cells = [_cells(r) for r in rows]
-    widths = {c: max(cell_len(c), *(cell_len(row.get(c, "")) for row in cells)) for c in COLUMNS}
+    names = {r["headline"] for r in rows if r["kind"] != "sweep" and r["headline"]}
+    shared = next(iter(names)) if len(names) == 1 else None  # else each cell names its own
+    heads = {c: f"{c} {shared}" if shared and c in SCORES else c for c in COLUMNS}
+    cells = [_cells(r, shared) for r in rows]
+    widths = {c: max(cell_len(heads[c]), *(cell_len(row.get(c, "")) for row in cells)) for c in COLUMNS}
     widths["why"] = min(widths["why"], WHY_WIDTH)
     shown = _fit(widths, width)
     out = Table()
     for column in (c for c in COLUMNS if c in shown):
-        out.add_column(column, no_wrap=True, width=shown[column], overflow="ellipsis" if column == "why" else "fold")
+        overflow = "ellipsis" if column == "why" else "fold"
+        out.add_column(heads[column], no_wrap=True, width=shown[column], overflow=overflow)
     for row in cells:
         values = {c: escape(row.get(c, "")) for c in COLUMNS if c in shown}
         if row["state"] in COLOURS:
@@ -240,8 +250,8 @@ def _table_width(widths: list[int]) -> int:
     return sum(widths) + 3 * len(widths) + 1
 
 
-def _cells(r: dict) -> dict[str, str]:
-    """One row's cells as plain text, by column."""
+def _cells(r: dict, shared: str | None) -> dict[str, str]:
+    """One row's cells as plain text, by column; the headline's named in them unless every run `shared` it."""
     if r["kind"] == "sweep":
         axes = " ".join(f"{k.replace('_', '-')}={','.join(map(str, v))}" for k, v in r["axes"].items())
         return {"run": f"{r['run']}/ (sweep, {r['points']} points)", "state": r["state"], "topology": axes}
@@ -253,16 +263,16 @@ def _cells(r: dict) -> dict[str, str]:
         "mode": r["mode"] or "?",
         "topology": f"{r['nodes']} node × {r['processes'] // r['nodes']} proc{per}",
         "epochs": f"{r['epochs_done']}/{r['epochs'] or '?'}",
-        "best acc": _num(r["best_accuracy"], ".4f"),
-        "last acc": _num(r["last_accuracy"], ".4f"),
+        **{c: _num(r[c], ".4f", None if shared else r["headline"]) for c in SCORES},
         "images/s": _num(r["images_per_s"], ",.0f"),
         "wall time": _duration(r["wall_time_s"]),
         "why": why[:WHY_WIDTH] + ("…" if len(why) > WHY_WIDTH else ""),
     }
 
 
-def _num(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _num(value, spec: str, name: str | None = None) -> str:
+    """`value` as `spec` says, after its `name` where one is given; "-" for none."""
+    return "-" if value is None else f"{name} {value:{spec}}" if name else format(value, spec)
 
 
 def _duration(seconds: float) -> str:

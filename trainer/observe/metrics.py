@@ -49,6 +49,7 @@ class EpochMetrics:
     startup_since: str | None = None
     test: dict | None = None  # the task's summary of the test set (tasks/contract.py): test_<name> in the JSON line
     headline: str | None = None  # which of `test` the epoch line shows (the JSON line: "test_<name>")
+    better: str | None = None  # which way the headline improves: "higher" or "lower" (Task.better_for)
     unit: str = "samples"  # what the test set's count counts
     test_count: int | None = None
     eval_time_s: float | None = None
@@ -63,14 +64,15 @@ class EpochMetrics:
     train_metrics: dict | None = None  # the task's training metrics, means over the epoch's real samples
 
     def as_json(self) -> dict:
-        """metrics.jsonl's object: the test summary flat (test_accuracy, test_miou...), `headline` naming its key,
-        the training metrics as train_<name>."""
+        """metrics.jsonl's object: the test summary flat (test_accuracy, test_miou...), `headline` naming its key
+        and `better` which way it improves, the training metrics as train_<name>."""
         values = dataclasses.asdict(self)
         test, headline, train = values.pop("test") or {}, values.pop("headline"), values.pop("train_metrics") or {}
+        better = values.pop("better")
         values.pop("unit")
         values |= {f"test_{name}": _plain(value) for name, value in test.items()}
         values |= {f"train_{name}": value for name, value in train.items()}
-        return values | ({"headline": f"test_{headline}"} if headline else {})
+        return values | ({"headline": f"test_{headline}", "better": better} if headline else {})
 
 
 class Reporter:
@@ -201,8 +203,11 @@ class Reporter:
         extra += f"  {m.bad_samples} bad samples left out ({self.paths.bad_samples.name})" if m.bad_samples else ""
         extra += f"  {m.skipped_steps} steps skipped (loss not finite)" if m.skipped_steps else ""
         trained = "".join(f"  {name} {value:.4f}" for name, value in (m.train_metrics or {}).items())
+        lower = ", lower is better" if m.better == "lower" else ""  # higher, as accuracy is, goes unsaid
         tested = (
-            f"test {m.headline.replace('_', ' ')} {m.test[m.headline]:.4f} ({m.test_count} {m.unit})" if m.test else ""
+            f"test {m.headline.replace('_', ' ')} {m.test[m.headline]:.4f} ({m.test_count} {m.unit}{lower})"
+            if m.test
+            else ""
         )
         self.say(
             f"epoch {m.epoch}: loss {m.train_loss:.4f}{trained}  {tested}  "

@@ -2,7 +2,8 @@
 
 Saved: one replica of the train state (every replica is identical; under a --mesh that shards it, the
 state as it lies, each process writing its own shards), the epoch's running tally
-(position in the shard, loss and sample sums), the epoch and the device calls done in it, and every
+(position in the shard, loss and sample sums, the task's training-metric sums: job-wide sums, so they go on
+alike on any device count, mesh or order), the epoch and the device calls done in it, and every
 process's DALI reader positions (DALI pipeline checkpointing). Under --sample-order global it also
 holds `order`: the epoch's position in the global order and what elastic.py needs to continue on
 another device count; the DALI states then hold only random operators' states, used on the same
@@ -54,11 +55,16 @@ from dali_launch.trainer.data.rows import first_row
 from dali_launch.trainer.resilience import disk, saved
 from dali_launch.trainer.run_dir import RunPaths
 
+KEPT = ("position", "loss", "count", "metrics")  # what a checkpoint keeps of the tally device calls carry
 
-def zero_tally() -> dict:
-    """What a checkpoint holds of an epoch's tally, at the epoch's start."""
+
+def zero_tally(metrics: tuple[str, ...] | None) -> dict:
+    """What a checkpoint holds of an epoch's tally, at the epoch's start: the readers' position, the loss and
+    sample sums, and the sums of the training metrics named `metrics` (None: none, as an earlier version's
+    checkpoints hold, which a restore must ask for as they are)."""
     # 0-d arrays rather than numpy scalars: Orbax restores into arrays only
-    return {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
+    zero = {"position": np.zeros((), np.int32), "loss": np.zeros((), np.float32), "count": np.zeros((), np.float32)}
+    return zero if metrics is None else zero | {"metrics": {name: np.zeros((), np.float32) for name in metrics}}
 
 
 def order_record(data, epoch: int, calls_done: int) -> dict | None:
@@ -193,6 +199,8 @@ class Checkpointer:
             "decoded_cache": self.decoded_cache,
             **{k: v for k, v in position.items() if k in ("order", "shards") and v},
         }
+        if "metrics" in tally:  # the metric sums `tally` holds, by name: what a restore asks for (saved.Saved)
+            meta["metrics"] = sorted(tally["metrics"])
         meta[saved.RECORDED] = saved.FILES  # RecordedCommit writes it: a checkpoint found without it lost it
         host_state = jax.tree.map(_host, state)  # a copy: the next step donates the device buffers
         args = ocp.args.Composite(

@@ -2,7 +2,7 @@
 
 Orbax writes each checkpoint as `checkpoints/STEP/` with the items `state`, `tally` and `meta` (meta is
 plain JSON: the epoch, device calls done, every process's DALI states, the order's record, the
---decoded-cache kind its DALI graph had). A step
+--decoded-cache kind its DALI graph had, the names of the training-metric sums in `tally`). A step
 is complete once Orbax committed it (`commit_success.txt`; an unfinished one is `STEP.orbax-checkpoint-tmp-*`
 and never a bare number). `--resume`, `status`, `runs` and the tasks all find the newest one here.
 
@@ -51,6 +51,7 @@ class Saved:
     order: dict | None  # --sample-order global: the position in the epoch's order (checkpoint.order_record)
     shards: dict | None = None  # shard order: the layout read and the shard of every state (checkpoint.shard_record)
     decoded_cache: str = "off"  # --decoded-cache's kind when written (resolve.py): its DALI graph's
+    metrics: tuple[str, ...] | None = None  # the training-metric sums its tally holds; None: an earlier version's
 
     @property
     def processes(self) -> int:
@@ -102,6 +103,7 @@ def read(paths: RunPaths, step: int) -> Saved:
         order=meta.get("order"),
         shards=meta.get("shards"),
         decoded_cache=meta.get("decoded_cache", "off"),  # checkpoints from before it: no cache
+        metrics=tuple(meta["metrics"]) if "metrics" in meta else None,  # before they were kept: none
     )
 
 

@@ -45,6 +45,7 @@ class StartPoint:
     shards: dict | None = None  # shard order: the checkpoint's record (checkpoint.shard_record)
     states: dict[int, bytes] | None = None  # shard order: every pipeline's DALI state, by shard id
     decoded_cache: str | None = None  # the kind the DALI states were written with (resolve.py keeps it); None: afresh
+    metrics: tuple[str, ...] | None = None  # the training-metric sums the checkpoint's tally holds (saved.Saved)
 
     @classmethod
     def fresh(cls) -> StartPoint:
@@ -118,18 +119,20 @@ def read(paths: RunPaths, spec: TaskSpec, process_id: int, processes: int, devic
     if newest.record is None:  # an earlier version's shard order
         _check_processes(newest, processes)
         states = _states(newest, process_id)
-        return StartPoint(newest.step, newest.epoch, newest.calls_done, states, decoded_cache=newest.decoded_cache)
+        kept = {"decoded_cache": newest.decoded_cache, "metrics": newest.metrics}
+        return StartPoint(newest.step, newest.epoch, newest.calls_done, states, **kept)
     plan = elastic.plan(newest.record, devices, spec.step.elastic_batch, spec.optimizer.accumulate_steps)
     if newest.shards:  # the states restore on its layout, or read the rest of its epoch (remainder.py)
         states = {shard: base64.b64decode(state) for shard, state in newest.states_by_shard().items()}
         fields = {"plan": plan, "shards": newest.shards, "states": states, "decoded_cache": newest.decoded_cache}
+        fields["metrics"] = newest.metrics
         return StartPoint(newest.step, newest.epoch, newest.calls_done, **fields)
     # The position is in samples: the calls of this job's size before it are done, and what is left of
     # one (another global batch) is the offset the feeds start from.
     calls, offset = divmod(newest.order["position"], plan.global_batch * plan.steps_per_call)
     states = _states(newest, process_id) if newest.processes == processes else None
-    kept = newest.decoded_cache if states else None
-    return StartPoint(newest.step, newest.epoch, calls, states, newest.order, plan, offset, decoded_cache=kept)
+    kept = {"decoded_cache": newest.decoded_cache if states else None, "metrics": newest.metrics}
+    return StartPoint(newest.step, newest.epoch, calls, states, newest.order, plan, offset, **kept)
 
 
 def check_resume(paths: RunPaths, spec: TaskSpec, device_counts: list[int], processes: list[int]) -> str:

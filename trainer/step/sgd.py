@@ -145,9 +145,15 @@ def sharded_call(state, tally, batch: dict, batch_size: int, readers: int, rows_
 
 def call_tally(tally: dict, task) -> dict:
     """What device calls carry: an epoch's `tally` as a checkpoint holds it (checkpoint.zero_tally at the
-    epoch's start), the steps --on-nan skip-step dropped since the task started the epoch, the task's metric
-    sums and the bounds it tracks, which are checked before every checkpoint; none of the three is in one
-    (checkpoints keep their format)."""
-    metrics = {name: np.zeros((), np.float32) for name in task.metrics}
+    epoch's start: the task's metric sums with it), the steps --on-nan skip-step dropped since the task started
+    the epoch and the bounds the task tracks, which are checked before every checkpoint (neither is kept in
+    one). Metric sums the tally lacks (an earlier version's checkpoint kept none) start at zero here."""
+    kept = tally["metrics"] if metrics_kept(tally.get("metrics"), task) else {}  # other names' are no part of these
+    metrics = {name: kept.get(name, np.zeros((), np.float32)) for name in task.metrics}
     bounds = {name: np.array(NONE, np.int32) for name in task.bounded}
     return {**tally, "skipped": np.zeros((), np.float32), "metrics": metrics, "bounds": bounds}
+
+
+def metrics_kept(names, task) -> bool:
+    """Whether metric sums of `names` (a tally's, a checkpoint's; None: it kept none) are the task's, each one."""
+    return names is not None and set(names) == set(task.metrics)

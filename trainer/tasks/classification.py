@@ -23,6 +23,7 @@ def classification(num_classes: int = 10, label_smoothing: float = 0.0, mixup: f
         loss=partial(_loss, **options),
         evaluate=_evaluate,
         headline="accuracy",
+        better="higher",
         unit="images",
         bounds=_bounds,
         bounded=("labels",),

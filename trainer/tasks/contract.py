@@ -22,11 +22,13 @@ axis of samples):
   1 for a real sample, 0 for padding), a scalar; or (that sum, {name: sum}) with training metrics, each a
   scalar summed the same way. The step sums them over the job and divides by the job's real samples, so the
   mean stays exact under padding, any mesh and gradient accumulation; training metrics are reported as such
-  means each epoch.
+  means each epoch (checkpoints keep their sums: a resumed epoch's are the whole epoch's).
 - `evaluate(step, batch)`: {name: sum} over the batch's real samples, scalars or arrays of a fixed shape (a
   confusion matrix, per-class counts); summed over the whole test set on every device of every process.
   `summary(sums)` turns the totals (with `count`, the real samples) into the reported values: by default each
-  sum over `count`. `headline` names the value the epoch line, `status` and `runs` show.
+  sum over `count`. `headline` names the value the epoch line, `status` and `runs` show; `better` says which way
+  it improves, "higher" or "lower" (`runs`' and `status`' best epoch is the best by it); left out, a headline
+  whose name holds loss, error, mse, mae, nll, perplexity or distance is lower-is-better, any other higher.
 
 The `step` view (trainer/step/view.py makes it):
 - `step.model(x)`: the model applied to `x` (its rows: samples), training or evaluating as the call is;
@@ -52,6 +54,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 OPTIONS = ("num_classes", "label_smoothing", "mixup", "cutmix")  # settings a task factory may name
+LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "nll", "perplexity", "distance")  # in a headline's name
+DIRECTIONS = ("higher", "lower")
+
+
+def better_of(name: str) -> str:
+    """Which way a headline named `name` improves where its task does not say (`Task.better` left out): "lower"
+    where the name holds one of LOWER_IS_BETTER (test_mse, abs_error, bit_error), else "higher"."""
+    return "lower" if any(word in name.lower() for word in LOWER_IS_BETTER) else "higher"
 
 
 def ratios(sums: dict) -> dict:
@@ -67,6 +77,7 @@ class Task:
     evaluate: Callable
     summary: Callable[[dict], dict] = ratios
     headline: str = ""  # the summary's value that the epoch line shows; "" takes its first
+    better: str = ""  # which way the headline improves: "higher" or "lower"; "" by its name (better_of)
     inputs: str = ""  # the output the model is initialised on; "" takes the first
     unit: str = "samples"  # what the test set's count counts, for the epoch line
     pipeline: str = ""  # the --pipeline a run of this task takes where none is given ("": the flag's default)
@@ -82,6 +93,8 @@ class Task:
             raise ValueError(f"Task(outputs={self.outputs!r}): give distinct names, other than 'valid'")
         if self.inputs and self.inputs not in self.outputs:
             raise ValueError(f"Task(inputs={self.inputs!r}) is not one of its outputs {self.outputs}")
+        if self.better and self.better not in DIRECTIONS:
+            raise ValueError(f'Task(better={self.better!r}): give "higher" or "lower" (or leave it out)')
 
     @property
     def model_input(self) -> str:
@@ -89,3 +102,7 @@ class Task:
 
     def headline_of(self, summary: dict) -> str:
         return self.headline or next(iter(summary), "")
+
+    def better_for(self, headline: str) -> str:
+        """Which way `headline` (headline_of's) improves: the task's word, else its name's (better_of)."""
+        return self.better or better_of(headline)

@@ -33,6 +33,7 @@ def contrastive(num_classes: int = 10, temperature: float = TEMPERATURE):
         loss=partial(_loss, temperature=temperature),
         evaluate=_evaluate,
         headline="probe_accuracy",
+        better="higher",
         inputs="view1",
         unit="images",
         pipeline="views",

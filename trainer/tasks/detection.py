@@ -40,6 +40,7 @@ def detection(num_classes: int = 10):
         evaluate=_evaluate,
         summary=summary,
         headline="ap50",
+        better="higher",
         unit="images",
         pipeline="detection",
         model="centernet",

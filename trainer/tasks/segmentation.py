@@ -31,6 +31,7 @@ def segmentation(num_classes: int = 2, label_smoothing: float = 0.0, mixup: floa
         evaluate=_evaluate,
         summary=_summary,
         headline="miou",
+        better="higher",
         unit="images",
         pipeline="segmentation",
         model="unet",
