@@ -6,9 +6,9 @@ own defined on the CPU for each split (its outputs, its reader and that reader's
 samples, the function's own failure: trainer/data/graph_check.py; under --deterministic its operators:
 trainer/determinism.py) and run once on the CPU for its samples' shapes (a graph on the GPU only defined), the
 model on them, the task's loss and evaluation traced on them and its summary and headline on its evaluation's
-sums (task_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), and last what the
-Python API sent (a model, pipeline or task given as an object: sent_objects.py) loaded by a fresh interpreter as its
-tasks will load it; those checks saw the objects themselves. Then each run's directory is created (with what was
+sums (task_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), a global batch no
+larger than one step holding the whole training set, and last what the Python API sent (a model, pipeline or task
+given as an object: sent_objects.py) loaded by a fresh interpreter as its tasks will load it; those checks saw the objects themselves. Then each run's directory is created (with what was
 sent by value), or reopened for --resume (route/resume.py made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
@@ -25,7 +25,7 @@ from dali_launch.launcher.backends.this_process import Train
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, rank_map, sent_objects, task_check
-from dali_launch.launcher.route.checks import profile_within, validate
+from dali_launch.launcher.route.checks import batch_within, profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours, jax_private
 from dali_launch.trainer.data import contract, formats, graph_check
@@ -96,11 +96,13 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     if not run.launch.resume:
         directory.check_root(run.launch.run_root)
     machine_checks.check_cache(run)
-    data_dir = data_of(run)
+    data_dir, samples = data_of(run)
     here = run.launch.local or getattr(backend, "name", "") in ("train", "allocation")  # its tasks run on this machine
     sample = own_pipeline(run, data_dir, here) if run.data.pipeline not in entry_points.builtin("pipeline") else None
     task_check.check(run, data_dir, sample)  # the model, the task's loss, evaluation, summary on the data's samples
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
+    if samples is not None:  # after the parts' own checks: a small data set that tries them says what they lack
+        batch_within(run, samples, data_dir / "training")
     sent_objects.check(run)  # the Python API's objects, loaded in a fresh interpreter (seconds)
     return data_dir
 
@@ -174,9 +176,9 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
     )
 
 
-def data_of(run: RunConfig) -> Path:
+def data_of(run: RunConfig) -> tuple[Path, int | None]:
     """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming;
-    its samples screened (--bad-samples)."""
+    its samples screened (--bad-samples). With the training samples a built-in pipeline reads (else None)."""
     if run.launch.resume:
         path = datasets.check_resumed(run.data, run.launch.resume)
     else:
@@ -184,7 +186,7 @@ def data_of(run: RunConfig) -> Path:
     samples = datasets.check_samples(path, run.data, run.device_counts[0])
     if samples is not None:
         profile_within(run, samples)
-    return path
+    return path, samples
 
 
 def dry_run(runs: list[RunConfig], backend: Backend, data_dirs: list[Path], heading: str) -> str:
