@@ -156,6 +156,16 @@ def test_the_setup_commands_are_what_ci_runs_and_pyproject_installs():
     assert "cluster.sh up --nodes 2" in ci and "two-node SLURM cluster" in setup
 
 
+def test_the_readmes_fast_tier_command_follows_an_install_of_what_it_needs():
+    """After the README's first command alone (`.[cpu]`: no pytest), its fast-tier command needs the test extras:
+    the README installs them just before it, and that extra holds pytest."""
+    setup = " ".join(README.read_text().split("## Set-up", 1)[1].split("\n## ", 1)[0].split())
+    before, _, _ = setup.partition('.venv/bin/python -m pytest -m "not slow and not multiprocess and not slurm"')
+    installs = re.findall(r"pip install -e '\.\[([^\]]+)\]'", before.rsplit("fast tier", 1)[-1])
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert installs and any(name.startswith("pytest") for x in installs[-1].split(",") for name in extras[x]), setup
+
+
 def test_every_install_line_names_extras_that_exist():
     """`pip install -e '.[cuda13,bench]'` anywhere in the docs installs what pyproject.toml offers."""
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
