@@ -111,7 +111,10 @@ def own_pipeline(run: RunConfig, data_dir: Path, here: bool) -> dict | None:
     """A pipeline of the user's own, its graph defined here for each split: its outputs, its reader and how
     that is sharded, what `args.read`'s screen refuses (a bad sample); under --deterministic its operators.
     Returns one training sample of each output, its graph run once on the CPU (graph_check.sample); None for a
-    graph the function placed on the GPU, refused where the tasks run here (`here`) and this machine has none."""
+    graph the function placed on the GPU, refused where the tasks run here (`here`) and this machine has none.
+    Such a graph is not run here: under --local and SLURM this launcher keeps off its tasks' GPUs, and a Python
+    API submission checks in the caller's process while another process trains (DALI's CUDA context and memory
+    pool would stay in the caller, on the GPU the run uses)."""
     outputs = entry_points.run_task(run).outputs  # what the run's task takes from the pipeline, in order
     for split in datasets.SPLITS:
         args = _graph_args(run, data_dir, split)
