@@ -299,3 +299,16 @@ def test_every_benchmark_script_has_a_test():
         grew, tested = bool(reached), tested | reached
     untested = sorted(set(scripts) - tested)
     assert not untested, f"benchmark scripts no test drives: {untested}"
+
+
+def test_the_contrastive_commands_are_the_ones_its_tests_run():
+    """docs/tasks.md's contrastive commands (a minute each on two cores) are tests/test_contrastive.py's: the same
+    flags, on a set the size of conftest's synth_sets."""
+    section = (DOCS / "tasks.md").read_text().split("## Contrastive", 1)[1].split("\n## ", 1)[0]
+    commands = " ".join(fenced(section)[0].replace("\\\n", " ").split())
+    tests, conftest = (ROOT / "tests" / "test_contrastive.py").read_text(), (ROOT / "tests" / "conftest.py").read_text()
+    for flag in ("--num-classes", "--image-size", "--global-batch-size", "--learning-rate", "--epochs"):
+        value = re.search(rf'"{flag}", "([^"]+)"', tests).group(1)
+        assert commands.count(f"{flag} {value} ") + commands.endswith(f"{flag} {value}") == 2, (flag, value)
+    sizes = re.search(r"synth_sets.*?train=(\d+), test=(\d+), image_scale=([\d.]+)", conftest, re.S).groups()
+    assert "--train {} --test {} --image-scale {}".format(*sizes) in commands, (sizes, commands)
