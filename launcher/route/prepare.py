@@ -39,6 +39,8 @@ def prepare(runs: list[RunConfig], backend: Backend, changed: bool = False, head
     """The run directories the tasks will read, or None after a dry run. `changed`: a resumed run's
     configuration differs from what its directory holds (more epochs, say) and is written back.
     `heading`: what a dry run prints first (a sweep's points)."""
+    for run in runs:  # every run's settings first: a sweep's bad point is named before any point's data is read
+        validate(run)
     # The backend's checks (SLURM's flags, the cluster) see one job shape, the same for every run.
     with _jax_on_the_cpu(backend):
         data_dirs = [check(run, backend if i == 0 else None) for i, run in enumerate(runs)]
