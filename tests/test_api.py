@@ -201,12 +201,12 @@ def test_a_name_sent_by_value_means_nothing_to_the_cli(tmp_path):
 
 def test_a_task_whose_headline_its_summary_lacks_is_refused_before_anything_is_written(tmp_path):
     """The pre-flight the CLI takes: the task's summary called on sums of its evaluation's shapes, its headline
-    looked up in what that returns; a task given as an object, sent by value."""
+    looked up in what that returns; a task given as an object, sent by value, is named as it was given."""
     root = tmp_path / "runs"
     task = dataclasses.replace(classification(num_classes=10), headline="acuracy")
     with pytest.raises(UsageError) as refused:
         Executor("here", run_root=root).submit(task=task)
     assert str(refused.value) == (
-        "--task <run>:task: its headline 'acuracy' is not a value its summary gives (accuracy); name one of them"
+        "task=Task object: its headline 'acuracy' is not a value its summary gives (accuracy); name one of them"
     )
     assert not root.exists()
