@@ -23,8 +23,7 @@ class SmallNet(nn.Module):
 executor = Executor("here")  # one process on this machine, as `dali-launch train`
 executor.update(epochs=1, run_root="runs")  # any setting of the CLI, by its field name
 
-job = executor.submit(model=SmallNet)  # checked, written, started: returns at once
-print("run directory:", job.run_dir)
+job = executor.submit(model=SmallNet)  # checked, written (it prints job.run_dir), started: returns at once
 result = job.result(timeout_s=900)  # waits; raises RunFailed with the run's own reason if it failed
 print(f"own model: test accuracy {result['final']['test_accuracy']:.4f}")
 

@@ -28,7 +28,7 @@ def flag_fields(classes) -> list[tuple[type, dataclasses.Field, type]]:
     return out
 
 
-def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Parameter:
+def _parameter(field: dataclasses.Field, kind: type, panel: str, hidden: bool = False) -> inspect.Parameter:
     meta = field.metadata
     flag = "--" + field.name.replace("_", "-")
     names = [flag, *meta.get("aliases", ())]
@@ -37,7 +37,12 @@ def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Para
     metavar = meta.get("metavar") or ("TEXT" if typing.get_origin(kind) is list else None)  # not "<list[str]>"
     # A switch says its default in its own name (--no-x): "[default: no-x]" would only repeat it
     option = typer.Option(
-        *names, help=meta.get("help"), rich_help_panel=panel, show_default=kind is not bool, metavar=metavar
+        *names,
+        help=meta.get("help"),
+        rich_help_panel=panel,
+        show_default=kind is not bool,
+        metavar=metavar,
+        hidden=hidden,
     )
     base = typing.get_args(kind)[0] if type(None) in typing.get_args(kind) else kind
     default = default_of(field)
@@ -48,8 +53,9 @@ def _parameter(field: dataclasses.Field, kind: type, panel: str) -> inspect.Para
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def config_options(*groups: tuple[str, tuple[type, ...]]):
-    """Decorates `command(values: Values, **own)`: adds one flag per field of each group's classes."""
+def config_options(*groups: tuple[str, tuple[type, ...]], hidden: tuple[str, ...] = ()):
+    """Decorates `command(values: Values, **own)`: adds one flag per field of each group's classes; those named in
+    `hidden` (field names) stay out of its --help: the command takes them only to refuse them, or not at all."""
 
     def wrap(command):
         hints = typing.get_type_hints(command, include_extras=True)  # resolve `from __future__` strings
@@ -57,7 +63,11 @@ def config_options(*groups: tuple[str, tuple[type, ...]]):
             p.replace(annotation=hints.get(p.name, p.annotation))
             for p in list(inspect.signature(command).parameters.values())[1:]
         ]
-        generated = [_parameter(f, kind, panel) for panel, classes in groups for _, f, kind in flag_fields(classes)]
+        generated = [
+            _parameter(f, kind, panel, f.name in hidden)
+            for panel, classes in groups
+            for _, f, kind in flag_fields(classes)
+        ]
         names = {p.name for p in generated}
         classes = [cls for _, group in groups for cls in group]
         # Typer hands the context to one parameter only: the command's own, if it has one.

@@ -5,6 +5,7 @@ interpreter with the tasks' environment cannot load it. Runs: test_api_runs.py (
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 
@@ -196,3 +197,16 @@ def test_a_name_sent_by_value_means_nothing_to_the_cli(tmp_path):
         "run directory holds (objects/model.pkl); give --model as a built-in name or package.module:attribute\n"
     )
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_task_whose_headline_its_summary_lacks_is_refused_before_anything_is_written(tmp_path):
+    """The pre-flight the CLI takes: the task's summary called on sums of its evaluation's shapes, its headline
+    looked up in what that returns; a task given as an object, sent by value, is named as it was given."""
+    root = tmp_path / "runs"
+    task = dataclasses.replace(classification(num_classes=10), headline="acuracy")
+    with pytest.raises(UsageError) as refused:
+        Executor("here", run_root=root).submit(task=task)
+    assert str(refused.value) == (
+        "task=Task object: its headline 'acuracy' is not a value its summary gives (accuracy); name one of them"
+    )
+    assert not root.exists()

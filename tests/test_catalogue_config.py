@@ -195,6 +195,12 @@ CONFIG = [
         "nosuchpkg.models (No module named 'nosuchpkg'); install it or put its folder on PYTHONPATH",
         id="model-not-importable",
     ),
+    pytest.param(
+        ["--model", "{tmp}/code/models.py:build"],
+        "--model {tmp}/code/models.py:build names a file, not a module; put its folder on PYTHONPATH and name its "
+        "module: PYTHONPATH={tmp}/code dali-launch ... --model models:build",
+        id="model-a-file-path",
+    ),
     pytest.param(["--nodes", "2"], f"`train` runs one process here; for several use `{TRAIN}`", id="train-two-nodes"),
     pytest.param(
         ["--nodes", "1-2", "--sample-order", "global", "--global-batch-size", "100"],

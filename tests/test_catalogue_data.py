@@ -186,6 +186,21 @@ DATA = [
         one_bad(label_record(2.5, kind=1)),
         id="label-float-not-whole",
     ),
+    # a step larger than the whole set: one step an epoch, mostly padding, after a whole start-up
+    pytest.param(
+        ["--data-dir", "{data}", "--global-batch-size", "8"],
+        "--global-batch-size 8 is larger than the 4 training samples of {data}/training; use --global-batch-size 4 "
+        "or less, or a larger data set",
+        None,
+        id="global-batch-larger-than-the-data-set",
+    ),
+    pytest.param(
+        ["--data-dir", "{data}", "--gpus-per-node", "3", "--batch-size", "2"],
+        "--batch-size 2 on 3 devices (a global batch of 6) is larger than the 3 training samples of "
+        "{data}/training; use --batch-size 1 or less, or a larger data set",
+        lambda tmp: dataset(tmp, training=good_records(3)),
+        id="per-device-batch-larger-than-the-data-set",
+    ),
 ]
 
 

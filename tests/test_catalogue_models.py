@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from catalogue import check_entry
+from catalogue import check_entry, class_folders
 
 BAD_MODELS = """
 import flax.linen as nn
@@ -148,6 +148,17 @@ MODELS = [
         id="linen-logits-width",
     ),
 ]
+
+
+def test_a_built_in_model_that_cannot_take_the_images_names_the_one_that_can(capsys, place, nothing_starts):
+    """cnn-nnx is built for 28x28 grey digits: on RGB crops the fix is another built-in, not the model's code."""
+    args = ["train", "--model", "cnn-nnx", "--pipeline", "folders", "--num-classes", "3", "--image-size", "32"]
+    message = (
+        "--model cnn-nnx failed on one sample of shape (1, 32, 32, 3) (ValueError: conv_general_dilated lhs feature "
+        "dimension size divided by feature_group_count must equal the rhs input feature dimension size, but 3 // 1 "
+        "!= 1.); cnn-nnx takes 28x28 grey images (the mnist pipeline's); use --model cnn, its Linen twin, at any size"
+    )
+    check_entry(capsys, place, [*args, "--data-dir", "{data}", "--run-root", "{root}"], message, class_folders(3))
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,15 @@
 """The catalogue of bad inputs: a `--pipeline package.module:function` of the user's own whose graph breaks the
 contract, refused by the launcher's preparation (trainer/data/graph_check.py defines it on the CPU for each
-split) with one line, before anything is written or started: what it returns, its reader and how that is
-sharded, and what `args.read` refuses while it is defined (a bad sample). Each of these was the task's
-refusal, after the run directory was written, or a traceback. catalogue.py says how an entry runs; the module
+split, then runs it for one sample) with one line, before anything is written or started: what it returns, its
+reader and how that is sharded, what `args.read` refuses while it is defined (a bad sample), the function's own
+failure as it defines the graph or as the graph runs, outputs given in each other's places, and a graph on
+the GPU of a machine without one. Each of these was the task's refusal, after the run directory was written,
+or a traceback. catalogue.py says how an entry runs; the module
 here is on sys.path as a user's would be on PYTHONPATH."""
 
 from __future__ import annotations
 
+import glob
 import sys
 import textwrap
 
@@ -86,6 +89,26 @@ def read_and_a_reader(args):
     images, labels = through_read(args)
     more, _ = fn.readers.caffe2(path=args.path, **args.reader_args())
     return images + _decoded(more), labels
+
+
+def undefined_operator(args):
+    images, labels = make(args)
+    return fn.no_such_op(images), labels
+
+
+def shapes_that_do_not_join(args):
+    images, labels = make(args)
+    return fn.cat(images, fn.resize(images, size=[5, 5]), axis=2), labels
+
+
+def swapped(args):
+    images, labels = make(args)
+    return labels, images
+
+
+def on_the_gpu(args):
+    images, labels = make(args)
+    return images.gpu(), labels.gpu()
 """
 
 CONTRACT = "return two DataNodes: images, labels"
@@ -96,6 +119,12 @@ NOT_READ = (
 NOT_DECODED = "is not an image DALI decodes (JPEG, PNG, BMP, TIFF, WebP, PNM, JPEG 2000)"
 REMAKE = "re-create the data set without it (`dali-launch data prepare --from IDX_DIR --to DIR`)"
 GLOBAL = ("--sample-order", "global")
+FIX = "fix the pipeline function"
+
+
+def line(text: str) -> str:
+    """`bad_pipes.py line N`: where `text` stands in the module the entries import."""
+    return f"bad_pipes.py line {textwrap.dedent(BAD_PIPELINES).splitlines().index(text) + 1}"
 
 
 def entry(function: str, message: str, make=None, flags=(), id: str = ""):
@@ -125,6 +154,33 @@ PIPELINES = [
         f"record 00000001 of {{data}}/training {NOT_DECODED}; {REMAKE}",
         one_bad(idx.caffe2_record(NOT_AN_IMAGE, 1)),
         id="read-a-bad-training-sample",
+    ),
+    # the function's own failure, as it defines the graph and as the graph runs one batch: where, and what it met
+    entry(
+        "undefined_operator",
+        f" failed defining its graph ({line('    return fn.no_such_op(images), labels')}: AttributeError: module "
+        f"'nvidia.dali.fn' has no attribute 'no_such_op'); {FIX}",
+    ),
+    entry(
+        "shapes_that_do_not_join",
+        f" failed running one batch on the CPU (fn.cat at "
+        f"{line('    return fn.cat(images, fn.resize(images, size=[5, 5]), axis=2), labels')}: Concatenated tensors "
+        f"can differ in size only in the concatenation axis (2).); {FIX}, or the data it reads",
+    ),
+    entry(
+        "swapped",
+        " gives labels of (28, 28, 1) float32 and images of (1,) int32 a sample: images and labels swapped; return "
+        "images, labels, in that order",
+    ),
+    pytest.param(
+        "on_the_gpu",
+        [],
+        '--pipeline bad_pipes:on_the_gpu puts its outputs on the GPU (its own device="mixed" or .gpu()), but this '
+        "machine has no NVIDIA GPU (no /dev/nvidia*); run it on a GPU machine, or give its decoders "
+        "**args.decoder_args()",
+        None,
+        id="on-the-gpu-of-a-machine-without-one",
+        marks=pytest.mark.skipif(bool(glob.glob("/dev/nvidia[0-9]*")), reason="this machine has a GPU"),
     ),
     entry(  # the testing split's graph is defined too
         "through_read",

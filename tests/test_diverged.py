@@ -67,7 +67,8 @@ def test_an_epoch_whose_every_step_is_skipped_stops_the_run_in_one_line(small_lm
     assert proc.returncode == 2 and found, proc.stderr
     epochs = [json.loads(row) for row in paths.metrics.read_text().splitlines()]
     assert len(epochs) == int(found.group(1)) and int(found.group(2)) == 16 * len(epochs), epochs
-    assert epochs[0]["skipped_steps"] > 0 and f"{epochs[0]['skipped_steps']} steps skipped" in proc.stdout
+    n = epochs[0]["skipped_steps"]
+    assert n > 0 and f"{n} step{'s' if n > 1 else ''} skipped" in proc.stdout
     assert json.loads(paths.ending(0).read_text())["how"] == "failed"
     status = dali_launch("status", str(paths.root))  # says the same: no resume from that checkpoint
     assert status.returncode == 0 and ": failed (" in status.stdout and "resume" not in status.stdout, status.stdout
@@ -101,7 +102,8 @@ def test_every_rank_of_a_local_job_stops_on_the_nan_or_skips_its_steps(small_lmd
     paths = only_run(tmp_path / "skip")
     (metrics,) = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
     assert 0 < metrics["skipped_steps"] <= 8, metrics  # 8 steps of 2 × 50
-    assert f"{metrics['skipped_steps']} steps skipped (loss not finite)" in skipped.stdout, skipped.stdout
+    n = metrics["skipped_steps"]
+    assert f"{n} step{'s' if n > 1 else ''} skipped (loss not finite)" in skipped.stdout, skipped.stdout
     assert all(np.isfinite(v).all() for v in final_params(paths).values())
 
 

@@ -156,6 +156,16 @@ def test_the_setup_commands_are_what_ci_runs_and_pyproject_installs():
     assert "cluster.sh up --nodes 2" in ci and "two-node SLURM cluster" in setup
 
 
+def test_the_readmes_fast_tier_command_follows_an_install_of_what_it_needs():
+    """After the README's first command alone (`.[cpu]`: no pytest), its fast-tier command needs the test extras:
+    the README installs them just before it, and that extra holds pytest."""
+    setup = " ".join(README.read_text().split("## Set-up", 1)[1].split("\n## ", 1)[0].split())
+    before, _, _ = setup.partition('.venv/bin/python -m pytest -m "not slow and not multiprocess and not slurm"')
+    installs = re.findall(r"pip install -e '\.\[([^\]]+)\]'", before.rsplit("fast tier", 1)[-1])
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert installs and any(name.startswith("pytest") for x in installs[-1].split(",") for name in extras[x]), setup
+
+
 def test_every_install_line_names_extras_that_exist():
     """`pip install -e '.[cuda13,bench]'` anywhere in the docs installs what pyproject.toml offers."""
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
@@ -289,3 +299,16 @@ def test_every_benchmark_script_has_a_test():
         grew, tested = bool(reached), tested | reached
     untested = sorted(set(scripts) - tested)
     assert not untested, f"benchmark scripts no test drives: {untested}"
+
+
+def test_the_contrastive_commands_are_the_ones_its_tests_run():
+    """docs/tasks.md's contrastive commands (a minute each on two cores) are tests/test_contrastive.py's: the same
+    flags, on a set the size of conftest's synth_sets."""
+    section = (DOCS / "tasks.md").read_text().split("## Contrastive", 1)[1].split("\n## ", 1)[0]
+    commands = " ".join(fenced(section)[0].replace("\\\n", " ").split())
+    tests, conftest = (ROOT / "tests" / "test_contrastive.py").read_text(), (ROOT / "tests" / "conftest.py").read_text()
+    for flag in ("--num-classes", "--image-size", "--global-batch-size", "--learning-rate", "--epochs"):
+        value = re.search(rf'"{flag}", "([^"]+)"', tests).group(1)
+        assert commands.count(f"{flag} {value} ") + commands.endswith(f"{flag} {value}") == 2, (flag, value)
+    sizes = re.search(r"synth_sets.*?train=(\d+), test=(\d+), image_scale=([\d.]+)", conftest, re.S).groups()
+    assert "--train {} --test {} --image-scale {}".format(*sizes) in commands, (sizes, commands)

@@ -36,6 +36,63 @@ def test_a_mesh_parses_and_resolves_against_the_device_count():
             mesh.for_job(bad, 8)
 
 
+def test_a_step_too_large_for_a_device_names_the_fsdp_count_that_would_hold_it():
+    """XLA's count under the mesh (arguments: the state and batch; the rest) against the pool: the fewest fsdp devices
+    of the job whose share of the state and the rest fit, else that many devices, else none (the rest alone)."""
+    from dali_launch.trainer.step.compiled import sharded
+
+    mib = 1 << 20
+    assert sharded(30 * mib, 20 * mib, 40 * mib, mesh.Mesh(data=4)) == (
+        "shard the state with --mesh data:2,fsdp:2 (about 35.0 MiB a device)"
+    )
+    assert sharded(30 * mib, 20 * mib, 40 * mib, mesh.Mesh(data=2, fsdp=2)) == (
+        "shard the state with --mesh fsdp:4 (about 35.0 MiB a device)"
+    )
+    assert sharded(30 * mib, 20 * mib, 28 * mib, mesh.Mesh(data=6)) == (
+        "shard the state with --mesh fsdp:6 (about 25.0 MiB a device)"  # 4 does not divide 6
+    )
+    assert sharded(30 * mib, 20 * mib, 40 * mib, mesh.Mesh()) == (
+        "shard the state with --mesh fsdp:2 over 2 devices (more --nodes or --gpus-per-node)"
+    )
+    assert sharded(30 * mib, 62 * mib, 60 * mib, mesh.Mesh(data=8)) == ""  # activations alone exceed the pool
+
+
+def test_a_dry_run_shows_how_the_mesh_lies_on_the_nodes():
+    """Each tensor and fsdp group of job devices with the nodes it spans (step/shardings.device_grid's order)."""
+    from dali_launch.launcher.route.rank_map import mesh_lines
+    from dali_launch.launcher.run_config import LaunchConfig, RunConfig
+    from dali_launch.trainer.config import replaced
+
+    def lines(setting: str, nodes: int = 2, gpus: int = 4) -> list[str]:
+        run = RunConfig(launch=LaunchConfig(nodes=str(nodes), gpus_per_node=gpus))
+        return mesh_lines(replaced(run, mesh=setting))
+
+    assert lines("data:2,fsdp:4") == [
+        "--mesh data:2,fsdp:4: the state split over each group below, one copy per data group (2 data groups)",
+        "  fsdp group: job devices [0, 1, 2, 3] on node 0",
+        "  fsdp group: job devices [4, 5, 6, 7] on node 1",
+    ]
+    assert lines("fsdp:8")[1:] == [
+        "  fsdp group: job devices [0, 1, 2, 3, 4, 5, 6, 7] on nodes 0, 1 (over the network)"
+    ]
+    assert lines("fsdp:2,tensor:2")[1:] == [
+        "  tensor group: job devices [0, 1] on node 0",
+        "  tensor group: job devices [2, 3] on node 0",
+        "  tensor group: job devices [4, 5] on node 1",
+        "  tensor group: job devices [6, 7] on node 1",
+        "  fsdp group: job devices [0, 2] on node 0",
+        "  fsdp group: job devices [1, 3] on node 0",
+        "  fsdp group: job devices [4, 6] on node 1",
+        "  fsdp group: job devices [5, 7] on node 1",
+    ]
+    assert lines("fsdp:4", nodes=16, gpus=2)[-2:] == [  # 8 groups of 4: the first 4 shown
+        "  fsdp group: job devices [12, 13, 14, 15] on nodes 6, 7 (over the network)",
+        "  ... 4 more fsdp groups",
+    ]
+    assert lines("data:8") == ["--mesh data:8: the state whole on every device"]
+    assert lines("auto")[0].startswith("--mesh auto: data parallel over the 8 devices")
+
+
 def test_fsdp_splits_the_largest_dividing_dimension_of_large_arrays_only():
     assert mesh.fsdp_dimension((784, 1024), 4) == 1
     assert mesh.fsdp_dimension((4096, 10), 4) == 0  # 10 does not divide by 4

@@ -68,6 +68,25 @@ def test_train_help_is_grouped_short_and_free_of_measurements(capsys, monkeypatc
     assert not re.search(r"\d %|\d(\.\d+)?x (faster|slower)|\bH[12]00s?\b|\d+(\.\d+)? s\b", out), out
 
 
+def test_train_help_leaves_out_the_job_flags_train_does_not_take(capsys, captured, monkeypatch):
+    """`train` is one process here: --nodes, --processes, --local and --local-timeout-s shape or bound a job, so
+    its help leaves them out (the job's help lists them); given, they still reach its checks. --pipeline's help
+    names every built-in pipeline, from the registry."""
+    from dali_launch.trainer import entry_points
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(["train", "--help"]) == 0
+    train = capsys.readouterr().out
+    assert cli.main(["--help"]) == 0
+    job = capsys.readouterr().out
+    for flag in ("--nodes", "--processes", "--local ", "--local-timeout-s"):
+        assert flag not in train and flag in job, flag
+    assert "--dry-run" in train and "--resume" in train and "--gpus-per-node" in train
+    listed = re.search(r"--pipeline <str> +(.*?)\[default", train, re.S).group(1)
+    assert all(f"{name}," in listed for name in entry_points.builtin("pipeline")), listed
+    assert cli.main(["train", "--nodes", "2"]) == 0 and captured["run"].launch.nodes == "2"  # for its check to refuse
+
+
 def test_docs_flags_is_what_config_flags_prints(capsys):
     """docs/flags.md, the reference of every flag, is the command's output: a new or changed flag shows there."""
     assert cli.main(["config", "flags"]) == 0

@@ -105,6 +105,12 @@ def load(kind: str, name):
 
 
 def _attribute(flag: str, module_name: str, attribute: str):
+    if "/" in module_name or (Path(module_name).suffix == ".py" and Path(module_name).is_file()):  # a file
+        file = Path(module_name)
+        raise UsageError(
+            f"{flag} names a file, not a module; put its folder on PYTHONPATH and name its module: "
+            f"PYTHONPATH={file.parent} dali-launch ... {flag.split()[0]} {file.stem}:{attribute}"
+        )
     value = _imported(flag, module_name)
     for part in attribute.split("."):
         if not hasattr(value, part):

@@ -27,6 +27,7 @@ from dali_launch.launcher.options import settled
 from dali_launch.launcher.route import launch, sent_objects
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.launcher.run_flags import from_flags
+from dali_launch.trainer.errors import UsageError
 
 
 class Executor:
@@ -51,7 +52,11 @@ class Executor:
         written and its tasks started; returns at once with the run's handle. A bad setting is a UsageError, raised
         before anything is written or started."""
         run = self.run_config(**given)
-        return Job(launch.submit(run, MODES[self.mode][0]), self.mode)
+        try:
+            started = launch.submit(run, MODES[self.mode][0])
+        except UsageError as e:  # the CLI's checks name an object sent by value as the run records it
+            raise UsageError(sent_objects.in_callers_words(str(e))) from None
+        return Job(started, self.mode)
 
     def run_config(self, **given) -> RunConfig:
         """The run's configuration, as the CLI makes it from the same settings; a model, pipeline or task given as

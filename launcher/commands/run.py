@@ -40,7 +40,11 @@ def submit(
     sys.exit(launch.resume_run(values, "launch") if values["resume"] else launch.new_run(from_flags(values)))
 
 
-@config_options(*NOT_SLURM)
+# A job's shape and --local's own bound: `train` is one process here (it refuses the first three, ignores the last)
+NOT_TRAIN = ("nodes", "tasks_per_node", "local", "local_timeout_s")
+
+
+@config_options(*NOT_SLURM, hidden=NOT_TRAIN)
 def train(values: dict):
     """Train in this one process on all its devices (GPUs, else --gpus-per-node CPU devices)."""
     from dali_launch.launcher.route import launch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from dali_launch.launcher.route import audio_checks, recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
@@ -86,6 +87,25 @@ def validate(run: RunConfig) -> None:
     _data(run.data)
     if run.data.decoder == "mixed" and run.distributed.platform == "cpu":
         raise UsageError("--decoder mixed decodes on the GPU but --platform is cpu; use --decoder cpu")
+
+
+def batch_within(run: RunConfig, samples: int, split: Path) -> None:
+    """A global batch larger than one step that holds the whole training set (`samples`, of `split`, padded to the
+    devices) refused: every epoch would be one step of padding after a whole start-up. Each device count the job
+    may start with; a batch that is the whole set (its padding only the devices') trains."""
+    for devices in run.device_counts:
+        per_device, whole = run.step.per_device_batch(devices), math.ceil(samples / devices)
+        if per_device <= whole:
+            continue
+        if run.step.global_batch_size:
+            given, fix = f"--global-batch-size {devices * per_device}", f"--global-batch-size {devices * whole}"
+        else:
+            given = f"--batch-size {per_device} on {counted(devices, 'device')} (a global batch of {devices * per_device:,})"
+            fix = f"--batch-size {whole}"
+        raise UsageError(
+            f"{given} is larger than the {samples:,} training samples of {split}; use {fix} or less, or a larger "
+            f"data set"
+        )
 
 
 def profile_within(run: RunConfig, samples: int) -> None:

@@ -3,11 +3,12 @@
 Checks come first and write nothing: the settings (checks.py), CUDA flavours, --model/--pipeline/--task
 contracts, the backend's own (SLURM's flags and cluster), the run root, the data, a pipeline of the user's
 own defined on the CPU for each split (its outputs, its reader and that reader's sharding, its split's bad
-samples: trainer/data/graph_check.py; under --deterministic its operators: trainer/determinism.py) and run
-once for its samples' shapes, the task's loss and evaluation and the model's outputs on them
-(task_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), and last what the Python
-API sent (a model, pipeline or task given as an object: sent_objects.py) loaded by a fresh interpreter as its
-tasks will load it; those checks saw the objects themselves. Then each run's directory is created (with what was
+samples, the function's own failure: trainer/data/graph_check.py; under --deterministic its operators:
+trainer/determinism.py) and run once on the CPU for its samples' shapes (a graph on the GPU only defined), the
+model on them, the task's loss and evaluation traced on them and its summary and headline on its evaluation's
+sums (task_check.py), an --init-from checkpoint's shapes against the model's (init_check.py), a global batch no
+larger than one step holding the whole training set, and last what the Python API sent (a model, pipeline or task
+given as an object: sent_objects.py) loaded by a fresh interpreter as its tasks will load it; those checks saw the objects themselves. Then each run's directory is created (with what was
 sent by value), or reopened for --resume (route/resume.py made the run's configuration from it).
 A dry run prints what would run where the directories would be written, and nothing is.
 """
@@ -24,13 +25,14 @@ from dali_launch.launcher.backends.this_process import Train
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, rank_map, sent_objects, task_check
-from dali_launch.launcher.route.checks import profile_within, validate
+from dali_launch.launcher.route.checks import batch_within, profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours, jax_private
 from dali_launch.trainer.data import contract, formats, graph_check
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import xla_options
+from dali_launch.trainer.topology import missing_gpu
 
 
 def prepare(
@@ -40,6 +42,8 @@ def prepare(
     configuration differs from what its directory holds (more epochs, say) and is written back.
     `heading`: what a dry run prints first (a sweep's points). `started`: the backend will start the tasks and
     leave them (Backend.start, the Python API's), not run them in this process."""
+    for run in runs:  # every run's settings first: a sweep's bad point is named before any point's data is read
+        validate(run)
     # The backend's checks (SLURM's flags, the cluster) see one job shape, the same for every run.
     with _jax_on_the_cpu(backend, started):
         data_dirs = [check(run, backend if i == 0 else None) for i, run in enumerate(runs)]
@@ -97,25 +101,39 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     if not run.launch.resume:
         directory.check_root(run.launch.run_root)
     machine_checks.check_cache(run)
-    data_dir = data_of(run)
-    sample = own_pipeline(run, data_dir) if run.data.pipeline not in entry_points.builtin("pipeline") else None
-    task_check.check(run, data_dir, sample)  # the task's loss and the model's outputs on the data's samples
+    data_dir, samples = data_of(run)
+    here = run.launch.local or getattr(backend, "name", "") in ("train", "allocation")  # its tasks run on this machine
+    sample = own_pipeline(run, data_dir, here) if run.data.pipeline not in entry_points.builtin("pipeline") else None
+    task_check.check(run, data_dir, sample)  # the model, the task's loss, evaluation, summary on the data's samples
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
+    if samples is not None:  # after the parts' own checks: a small data set that tries them says what they lack
+        batch_within(run, samples, data_dir / "training")
     sent_objects.check(run)  # the Python API's objects, loaded in a fresh interpreter (seconds)
     return data_dir
 
 
-def own_pipeline(run: RunConfig, data_dir: Path) -> dict | None:
+def own_pipeline(run: RunConfig, data_dir: Path, here: bool) -> dict | None:
     """A pipeline of the user's own, its graph defined here for each split: its outputs, its reader and how
     that is sharded, what `args.read`'s screen refuses (a bad sample); under --deterministic its operators.
-    Returns one training sample of each output (graph_check.sample), where the graph runs here."""
+    Returns one training sample of each output, its graph run once on the CPU (graph_check.sample); None for a
+    graph the function placed on the GPU, refused where the tasks run here (`here`) and this machine has none.
+    Such a graph is not run here: under --local and SLURM this launcher keeps off its tasks' GPUs, and a Python
+    API submission checks in the caller's process while another process trains (DALI's CUDA context and memory
+    pool would stay in the caller, on the GPU the run uses)."""
     outputs = entry_points.run_task(run).outputs  # what the run's task takes from the pipeline, in order
     for split in datasets.SPLITS:
         args = _graph_args(run, data_dir, split)
         graph_check.check(run.data.pipeline, args, run.data.sample_order == "shards", outputs)
     if run.xla.deterministic:
         determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir, "training"))
-    return graph_check.sample(run.data.pipeline, _graph_args(run, data_dir, "training"), outputs)
+    sample = graph_check.sample(run.data.pipeline, _graph_args(run, data_dir, "training"), outputs)
+    why = missing_gpu() if sample is None and here else None
+    if why:
+        raise UsageError(
+            f'--pipeline {run.data.pipeline} puts its outputs on the GPU (its own device="mixed" or .gpu()), '
+            f"but {why}; run it on a GPU machine, or give its decoders **args.decoder_args()"
+        )
+    return sample
 
 
 def builtin_outputs(run: RunConfig, task) -> None:
@@ -170,9 +188,9 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
     )
 
 
-def data_of(run: RunConfig) -> Path:
+def data_of(run: RunConfig) -> tuple[Path, int | None]:
     """The run's data, checked: the flags' (or the default) for a new run, the run's own when resuming;
-    its samples screened (--bad-samples)."""
+    its samples screened (--bad-samples). With the training samples a built-in pipeline reads (else None)."""
     if run.launch.resume:
         path = datasets.check_resumed(run.data, run.launch.resume)
     else:
@@ -180,7 +198,7 @@ def data_of(run: RunConfig) -> Path:
     samples = datasets.check_samples(path, run.data, run.device_counts[0])
     if samples is not None:
         profile_within(run, samples)
-    return path
+    return path, samples
 
 
 def dry_run(runs: list[RunConfig], backend: Backend, data_dirs: list[Path], heading: str) -> str:

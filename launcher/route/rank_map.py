@@ -9,6 +9,9 @@ The trainer computes the same shard ids from what JAX reports; tests hold the tw
 from __future__ import annotations
 
 from dali_launch.launcher.run_config import RunConfig, counted
+from dali_launch.trainer.step import mesh as meshes
+
+SHOWN_GROUPS = 4  # a mesh's groups listed in a dry run; the rest counted
 
 
 def rank_map(run: RunConfig) -> list[dict]:
@@ -43,7 +46,38 @@ def describe(run: RunConfig) -> str:
             f"  process {r['process_id']}: node {r['node']} task {r['local_rank']} "
             f"devices {r['local_devices']}, job devices {r['device_indices']}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *mesh_lines(run)])
+
+
+def mesh_lines(run: RunConfig) -> list[str]:
+    """How --mesh lies on the nodes: its tensor and fsdp groups of job devices (step/shardings.device_grid's order:
+    device ((a × fsdp) + f) × tensor + t), each with the nodes it spans: a group across nodes gathers over the
+    network at every step."""
+    if run.step.mesh == "auto":
+        return [
+            f"--mesh auto: data parallel over the {run.num_devices} devices, the state whole on each, unless it does "
+            "not fit a device: each task then shards it (rank_map.json records the mesh)"
+        ]
+    mesh = meshes.for_job(run.step.mesh, run.num_devices)
+    if not mesh.shards_state:
+        return [f"--mesh {mesh}: the state whole on every device"]
+    at = lambda a, f, t: (a * mesh.fsdp + f) * mesh.tensor + t
+    grid = [(a, f, t) for a in range(mesh.data) for f in range(mesh.fsdp) for t in range(mesh.tensor)]
+    tensor = [[at(a, f, t) for t in range(mesh.tensor)] for a, f, t in grid if t == 0]
+    fsdp = [[at(a, f, t) for f in range(mesh.fsdp)] for a, f, t in grid if f == 0]
+    lines = [
+        f"--mesh {mesh}: the state split over each group below, one copy per data group ({counted(mesh.data, 'data group')})"
+    ]
+    for axis, groups in (("tensor", tensor), ("fsdp", fsdp)):
+        if len(groups[0]) > 1:
+            lines += [f"  {axis} group: job devices {group} on {_nodes(run, group)}" for group in groups[:SHOWN_GROUPS]]
+            lines += [f"  ... {len(groups) - SHOWN_GROUPS} more {axis} groups"] if len(groups) > SHOWN_GROUPS else []
+    return lines
+
+
+def _nodes(run: RunConfig, devices: list[int]) -> str:
+    nodes = sorted({d // run.devices_per_process // run.tasks_per_node for d in devices})
+    return f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(map(str, nodes))} (over the network)"
 
 
 def readers_phrase(readers: int) -> str:

@@ -66,6 +66,15 @@ def forget() -> None:
     entry_points.forget_sent()
 
 
+def in_callers_words(message: str) -> str:
+    """A check's message, an object sent by value named as the caller gave it (`task=Task object`), not as the
+    run records it (`--task <run>:task`)."""
+    for sent in _sent.values():
+        if sent.pickled is not None:
+            message = message.replace(f"--{sent.kind} {sent.reference}", f"{sent.kind}={sent.label}")
+    return message
+
+
 def by_reference(kind: str, label: str, reference: str) -> str:
     """An object its tasks import as `reference` (module:qualname): recorded as that, checked like the others."""
     _sent[reference] = Sent(kind, label, reference)

@@ -3,7 +3,8 @@
 entry_points.check has refused a factory or function that breaks its contract; this one takes one sample of
 each of the pipeline's outputs and has trainer/tasks/check.py initialise the model abstractly (jax.eval_shape:
 no parameter computed, no device taken) on it, hand its outputs to the task's `check_model` (classification:
-logits (1, --num-classes)), and trace the task's loss and evaluation on a batch of them. The built-in
+logits (1, --num-classes)), trace the task's loss and evaluation on a batch of them, and call its summary on sums
+of its evaluation's shapes, its headline looked up in what that returns. The built-in
 pipelines' samples follow from the data and the flags: mnist a flat vector of the data's grey pixels and
 one-hot labels, folders/tfrecord/webdataset --image-size square RGB crops and class ids, segmentation's
 crops and their masks, audio's log-mel spectrograms and class ids; a pipeline of the
@@ -53,7 +54,7 @@ def check(run: RunConfig, data_dir: Path, sample: dict | None = None) -> None:
     from dali_launch.trainer.tasks import check as task_check
 
     model = entry_points.create_model(run.model.model, run.data.num_classes, **entry_points.model_options(run.model))
-    task_check.check(task, model, sample, run.task.task, run.model.model)
+    task_check.check(task, model, sample, (run.task.task, run.model.model, run.data.pipeline))
 
 
 def _ours(run: RunConfig, task) -> bool:

@@ -12,11 +12,13 @@ It imports neither JAX nor DALI, so a user's pipeline module can import it at no
     tiny_pipeline = Pipeline(my_pipeline, auto_decoder="cpu")  # small images: --decoder auto decodes on the CPU
 
 `function(args: PipelineArgs) -> (images, labels)` is called inside our `pipeline_def`, once per
-reader (--readers-per-device per device) and split, and returns two DALI DataNodes:
+reader (--readers-per-device per device) and split, and returns one DALI DataNode for each output of the run's
+task, in its order (tasks/contract.py; classification's, the default: images, labels). It has:
 - exactly one reader reading `args.path` (DATA_DIR/training or DATA_DIR/testing): `args.read(name, **kwargs)`
-  for the formats records/ knows (caffe2, file, tfrecord, webdataset), which also works under
-  --sample-order global and screens the split for images DALI cannot decode first (--bad-samples), or
-  any `fn.readers.*` given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it);
+  for the formats records/ knows (caffe2, file, tfrecord, webdataset), giving (encoded, labels): each sample's
+  file bytes (uint8) and its class id (int32, (1,); a WebDataset's second member that is no class: its bytes);
+  it also works under --sample-order global and screens the split for images DALI cannot decode first
+  (--bad-samples), or any `fn.readers.*` given `**args.reader_args()` (shard, padding, shuffling: the masks rely on it);
 - `images`: one shape and dtype for every sample, in training and in evaluation (the model is
   initialised on it); CPU or GPU outputs (`args.on_gpu`: GPU ones reach JAX without a host copy);
   decoders are given `**args.decoder_args()` (device and, on the GPU, the hardware decoder's share and

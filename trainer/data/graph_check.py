@@ -1,24 +1,28 @@
-"""A pipeline of one's own, defined (not built, not run) on the CPU before anything is written: what its
-graph shows of the contract. Its outputs (two DataNodes: images, labels), under the shard order its one
-reader and that reader's sharding (args.reader_args()'s), under the global order its reading through
-args.read alone are refused here, in the launcher's preparation, as the task refuses them after the run
-directory is written; so is what `args.read` refuses while the graph is defined (a bad sample under
---bad-samples stop). What only its data shows (its labels' values and width) stays the task's. A graph
-that cannot be defined here (it needs its data, a GPU) is passed: the task reports its own error.
+"""A pipeline of one's own tried on the CPU before anything is written: defined for each split, and run once for
+one sample where its graph runs on the CPU. What its graph shows of the contract -- its outputs (one DataNode for
+each of its task's outputs, in order), under the shard order its one reader and that reader's sharding
+(args.reader_args()'s), under the global order its reading through args.read alone -- is refused here, in the
+launcher's preparation, as the task refuses it after the run directory is written; so is what `args.read`
+refuses while the graph is defined (a bad sample under --bad-samples stop), and the function's own failure, as
+it defines the graph or as the graph runs (an operator DALI does not have, arguments an operator refuses,
+shapes that do not join): one line naming where. A graph on the GPU (outputs placed there by the function
+itself) is defined, not run: the task runs it. What only its whole data shows (its labels' values) stays the
+task's.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 
 from dali_launch.trainer.data import dali_graph, native
 from dali_launch.trainer.data.contract import OUTPUTS
-from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.errors import UsageError, own_line, said, where
 
 # What args.reader_args() gives a reader that the masks rely on: its shard, padded to whole batches.
 SHARDING = ("shard_id", "num_shards", "pad_last_batch", "stick_to_shard")
-UNDEFINED = object()  # define's word for a graph it could not define here
+FIX = "fix the pipeline function"
 
 
 def outputs_checked(outputs, name: str, names: tuple[str, ...] = OUTPUTS) -> tuple:
@@ -90,10 +94,7 @@ def check(name: str, args, shard_order: bool, names: tuple[str, ...] = OUTPUTS) 
 
     native.check(entry_points.load("pipeline", name), args.pipeline_params, names, name)
     reads = []
-    defined = define(name, _watched(args, reads))
-    if defined is UNDEFINED:
-        return
-    outputs = outputs_checked(defined, name, names)
+    outputs = outputs_checked(define(name, _watched(args, reads)), name, names)
     readers = [op for op in _operators(outputs).values() if _kind(op).startswith(dali_graph.READERS)]
     if not shard_order:
         read_checked(len(readers) - len(reads), bool(reads), name)
@@ -116,21 +117,25 @@ def _watched(args, reads: list):
     return Watched(**{f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init})
 
 
-def define(name: str, args):
-    """What the pipeline function returns inside a DALI pipeline on the CPU (None too), or UNDEFINED if it
-    cannot be defined here. A UsageError is ours (args.read's screen): the task would raise it, later."""
+def define(name: str, args, pipe=None):
+    """What the pipeline function returns inside a DALI pipeline on the CPU (`pipe`, else one of its own; None
+    too). Defining needs no device and no data, so its failure is the function's: one line, where it failed. A
+    UsageError is ours (args.read's screen): the task would raise it, later."""
     from nvidia.dali.pipeline import Pipeline
 
     from dali_launch.trainer import entry_points
 
     function = entry_points.load("pipeline", name)
     try:
-        with Pipeline(batch_size=1, num_threads=1, device_id=None):
+        with pipe or Pipeline(batch_size=1, num_threads=1, device_id=None):
             return function(args)
     except UsageError:
         raise
-    except Exception:  # a graph of the user's we cannot look into is not refused here
-        return UNDEFINED
+    except Exception as e:  # the user's code, as the task would call it
+        at = where(e)
+        raise UsageError(
+            f"--pipeline {name} failed defining its graph ({f'{at}: ' if at else ''}{said(e)}); {FIX}"
+        ) from None
 
 
 def operators(outputs) -> dict[int, str]:
@@ -162,23 +167,41 @@ def _sharding(op) -> dict | None:
 
 def sample(name: str, args, names: tuple[str, ...]) -> dict | None:
     """One sample of each output of --pipeline `name`, its graph run once on the CPU for `args`: {output: (shape,
-    dtype)}, what the task is checked against (tasks/check.py); None where it cannot run here (GPU operators
-    where DALI has no GPU, data it needs elsewhere): the task checks at its start. Where DALI has a GPU, its GPU
-    outputs are copied to the host: one sample, before anything starts."""
+    dtype)}, what the task is checked against (tasks/check.py); None for a graph the function placed on the GPU
+    (the task runs it: a launcher keeps off the GPUs its tasks use); where DALI's outputs are GPU ones anyway, one
+    sample of each is copied to the host. A graph that fails to build or run is one
+    line naming the operator and where the function made it."""
     from nvidia.dali.pipeline import Pipeline
 
-    from dali_launch.trainer import entry_points
     from dali_launch.trainer.data import dali_outputs
 
-    function = entry_points.load("pipeline", name)
+    pipe = Pipeline(batch_size=1, num_threads=1, device_id=None, seed=0)
+    outputs = outputs_checked(define(name, args, pipe), name, names)
+    if any(node.device != "cpu" for node in outputs):
+        return None
+    with pipe:
+        pipe.set_outputs(*outputs)
     try:
-        pipe = Pipeline(batch_size=1, num_threads=1, device_id=None, seed=0)
-        with pipe:
-            pipe.set_outputs(*outputs_checked(function(args), name, names))
         pipe.build()
         arrays = [dali_outputs.host_array(output) for output in pipe.run()]
     except UsageError:
         raise
-    except Exception:  # a graph of the user's that does not run here is not refused here
-        return None
+    except Exception as e:  # DALI's own error: the operator, the user's line that made it, what it met
+        raise UsageError(
+            f"--pipeline {name} failed running one batch on the CPU ({dali_said(e)}); {FIX}, or the data it reads"
+        ) from None
     return {output: (tuple(a.shape[1:]), a.dtype.name) for output, a in zip(names, arrays)}
+
+
+def dali_said(e: Exception) -> str:
+    """DALI's error in one line: `fn.cat at own.py line 12: what it met`, from its text (the operator, the
+    definition's traceback, what it encountered); the first line where the text is not DALI's."""
+    text = str(e)
+    operator = re.search(r"Error in \w+ operator `(?:nvidia\.dali\.)?([^`]+)`", text)
+    made = re.findall(r'File "([^"]+)", line (\d+)', text.split("encountered:", 1)[0])
+    met = text.split("encountered:", 1)[1].strip().splitlines() if "encountered:" in text else []
+    if not (operator and met):
+        return said(e)
+    at = own_line([(name, int(line)) for name, line in made])
+    at = f" at {at}" if at else ""
+    return f"{operator.group(1)}{at}: {re.sub(r'^Assert on .* failed: ', '', met[0])[:300]}"

@@ -35,6 +35,11 @@ from flax.nnx import variablelib
 
 from dali_launch.trainer.errors import UsageError
 
+# What to use instead of a built-in NNX model that cannot take the pipeline's images: it is not the user's to fix.
+INSTEAD = {
+    "cnn-nnx": "cnn-nnx takes 28x28 grey images (the mnist pipeline's); use --model cnn, its Linen twin, at any size"
+}
+
 CALL = "factory(num_classes=N, rngs=nnx.Rngs(seed))"
 
 
@@ -100,9 +105,10 @@ class NnxModel:
         try:
             logits = module(example)
         except Exception as e:
+            fix = INSTEAD.get(self.name, "make it take the pipeline's images")
             raise UsageError(
                 f"--model {self.name} failed on one sample of shape {tuple(example.shape)} "
-                f"({type(e).__name__}: {one_line(e)}); make it take the pipeline's images"
+                f"({type(e).__name__}: {one_line(e)}); {fix}"
             ) from None
         _, *states = nnx.split(module, *(p.owns for p in self.parts))
         return logits, {p.name: p.pure(s) for p, s in zip(self.parts[:-1], states)}

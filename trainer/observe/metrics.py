@@ -200,8 +200,12 @@ class Reporter:
         extra = f"  compile {m.compile_s:.1f} s" if m.compile_s is not None else ""
         extra += f"  first step {m.first_step_s:.1f} s after launch" if m.first_step_s is not None else ""
         resumed = f" since resuming at device call {m.resumed_at_call}" if m.resumed_at_call else ""
-        extra += f"  {m.bad_samples} bad samples left out ({self.paths.bad_samples.name})" if m.bad_samples else ""
-        extra += f"  {m.skipped_steps} steps skipped (loss not finite)" if m.skipped_steps else ""
+        extra += (
+            f"  {_counted(m.bad_samples, 'bad sample')} left out ({self.paths.bad_samples.name})"
+            if m.bad_samples
+            else ""
+        )
+        extra += f"  {_counted(m.skipped_steps, 'step')} skipped (loss not finite)" if m.skipped_steps else ""
         trained = "".join(f"  {name} {value:.4f}" for name, value in (m.train_metrics or {}).items())
         lower = ", lower is better" if m.better == "lower" else ""  # higher, as accuracy is, goes unsaid
         tested = (
@@ -238,3 +242,7 @@ def _how(resolved: dict) -> str:
 
 def _steps(k: int) -> str:
     return f"{k} step" if k == 1 else f"{k} steps"
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

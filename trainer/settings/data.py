@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dali_launch.trainer.data import formats
 from dali_launch.trainer.data.contract import HW_DECODER_LOAD, RANDAUGMENT
 from dali_launch.trainer.settings.fields import opt
 
 RANDAUGMENT_DEFAULT = ",".join(map(str, RANDAUGMENT))  # --randaugment unset, as the pipelines take it
+PIPELINES = [f.name for f in (*formats.FORMATS, *formats.READINGS)]  # the built-in --pipeline names, for its help
 
 
 @dataclass(frozen=True)
@@ -29,14 +31,14 @@ class DataConfig:
     )
     pipeline: str = opt(
         "mnist",
-        "mnist, folders, tfrecord, webdataset, segmentation, views, audio, or package.module:function.",
+        f"{', '.join(PIPELINES)}, or package.module:function.",
         details=(
             "Input pipeline: mnist (the example's, Caffe2 LMDB), folders (JPEG class folders: random resized "
             "crop, flip, normalize), tfrecord (tf.Example shards) and webdataset (tar shards), both with the folders "
-            "augmentation, segmentation (tar shards of images with masks: one random window and flip for both), views "
-            "(two SimCLR views of each folders image, for --task contrastive), audio (class folders of sounds: log-mel "
-            "spectrograms, docs/data.md), or "
-            "package.module:function of your own (docs/data.md)."
+            "augmentation, segmentation (tar shards of images with masks: one random window and flip for both), "
+            "detection (COCO images and boxes, for --task detection), views (two SimCLR views of each folders image, "
+            "for --task contrastive), video (class folders of clips, for --task video), audio (class folders of "
+            "sounds as log-mel spectrograms, for --task audio), or package.module:function of your own (docs/data.md)."
         ),
     )
     num_classes: int = opt(

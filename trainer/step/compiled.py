@@ -12,6 +12,8 @@ wait) the first call finds out.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import threading
 
 import jax
@@ -103,19 +105,34 @@ def check(ahead: Ahead, pool: int | None, mesh, recompute: str = "") -> None:
     )
     raise UsageError(
         f"the training step needs {words(ahead, f' under --mesh {mesh}')} but a device has {size_words(pool)}; "
-        f"{recompute_first}{_batch_that_fits(ahead, pool)}"
+        f"{recompute_first}{_batch_that_fits(ahead, pool, sharded(*ahead.buffers, pool, mesh))}"
     )
 
 
-def _batch_that_fits(ahead: Ahead, pool: int) -> str:
+def sharded(arguments: int, rest: int, pool: int, mesh) -> str:
+    """The fsdp count that would hold the step (`arguments`, `rest`: XLA's count under `mesh`), in words: the state
+    split over more devices (XLA's arguments, the batch among them, taken as the state: an estimate). The fewest
+    that divides the job's devices, else that many devices; "" where the rest alone exceeds `pool`."""
+    room, whole, plane = pool - rest, arguments * mesh.fsdp, mesh.data * mesh.fsdp  # the state unsplit, about
+    if room <= 0:
+        return ""
+    least = max(math.ceil(whole / room), mesh.fsdp + 1)
+    count = next((k for k in range(least, plane + 1) if plane % k == 0), None)
+    if count is None:
+        return f"shard the state with --mesh fsdp:{least} over {least} devices (more --nodes or --gpus-per-node)"
+    wider = dataclasses.replace(mesh, data=plane // count, fsdp=count)
+    return f"shard the state with --mesh {wider} (about {size_words(whole / count + rest)} a device)"
+
+
+def _batch_that_fits(ahead: Ahead, pool: int, shard: str) -> str:
     """The fix, from XLA's count at half the batch: a compiled count, not a line through two (XLA's buffers do
     not grow linearly with the batch: the MLP on CPU needed 38.5, 42.1, 53.2 and 92.5 MiB at 332, 664, 1000
-    and 2000 samples)."""
+    and 2000 samples); `shard`: the mesh that would hold it, in words, if any."""
     half = ahead.runner.batch_size // 2
     other = ahead.at(half) if half else None
-    shard = "shard the state over more devices (--mesh fsdp:M; a ViT's blocks: tensor:K)"
+    also = f", or {shard}" if shard else ""
     if other is None:
-        return f"use a smaller --batch-size, bf16, or {shard}"
+        return f"use a smaller --batch-size or bf16{also}"
     if sum(other) <= pool:
-        return f"--batch-size {half} fits (XLA's count there: {size_words(sum(other))}); or use bf16, or {shard}"
-    return f"at --batch-size {half} it would still need {size_words(sum(other))}: {shard}, use bf16 or a smaller batch"
+        return f"--batch-size {half} fits (XLA's count there: {size_words(sum(other))}); or use bf16{also}"
+    return f"at --batch-size {half} it would still need {size_words(sum(other))}: use bf16 or a smaller batch{also}"

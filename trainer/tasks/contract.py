@@ -15,7 +15,8 @@ It imports neither JAX nor DALI, so a task module can import it at no cost:
 
     regression = Task(outputs=("images", "targets"), loss=loss, evaluate=evaluate, headline="squared_error")
 
-A `Task` names its pipeline's outputs (any number, any names, in the order the pipeline function returns them)
+A `Task` names its pipeline's outputs (as many as it needs, any names; the pipeline returns one DataNode for each,
+in this order)
 and gives two pure JAX functions of a `step` (the view below) and a `batch` (a dict of those outputs, a leading
 axis of samples):
 - `loss(step, batch)`: the loss of the batch summed over its real samples (weight each sample by `step.valid`:
