@@ -1,17 +1,18 @@
 #!/bin/bash
-# Every GPU question of the project, in priority order, in one call of at most ten minutes on a fresh
-# one-GPU machine. Each question writes OUT/NAME.json as soon as it ends (a call cut short keeps what it
-# measured): the benchmark's own output, with the command, commit, date and machine around it.
+# Every GPU question of the project, in priority order; the first three (tutorial tasks startup) fit one call
+# of at most ten minutes on a fresh one-GPU machine, the next three another. Each question writes OUT/NAME.json
+# as soon as it ends (a call cut short keeps what it measured): the benchmark's own output, with the command,
+# commit, date and machine around it.
 #
+#   tutorial   DALI's multi-GPU JAX tutorial function, unchanged (dali_tutorial_gpu.py), one short run in
+#              `train` and one as a --local task: test accuracy, and that it trained (tutorial.py)
+#   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
+#              against its step alone and its input alone: ratio, data wait, the time between epochs (tasks.py)
+#   startup    launch -> first step, cold and warm, phase by phase (startup.py)
 #   mnist      the MNIST MLP with no flags against NVIDIA's example code, Fashion-MNIST (against.py)
 #   resnet50   ResNet-50 bf16 with no speed flag against its step alone, ImageNet-class JPEGs (imagenet.py)
 #   mesh       ViT-B/16's step with the fsdp layout against the replicated step (mesh_step.py), and a
 #              model twice the GPU's memory refused in one line (huge_mlp.py)
-#   tasks      each built-in task (segmentation, detection, contrastive) through `dali-launch train`
-#              against its step alone (tasks.py)
-#   tutorial   DALI's multi-GPU JAX tutorial function, unchanged (dali_tutorial_gpu.py), one short run in
-#              `train` and one as a --local task: test accuracy, and that it trained (tutorial.py)
-#   startup    launch -> first step, cold and warm (startup.py)
 #   remat      the largest-ViT ladder from ViT-g/14 up with --remat blocks (mesh_step.py --remat)
 #   offload    ViT-H/14 with AdamW's moments in host memory (mesh_step.py --offload)
 #
@@ -27,7 +28,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(mnist resnet50 mesh tasks tutorial startup remat offload)
+QUESTIONS=(tutorial tasks startup mnist resnet50 mesh remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -121,7 +122,7 @@ ask() {
       record resnet50 200 python3 "$here/imagenet.py" --data /tmp/synth --classes 100 --gpus 1 --parts step,train \
         --epochs 3 --out "$OUT/resnet50.raw.json" ;;
     mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
-    tasks) record tasks 420 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json" ;;
+    tasks) record tasks 270 python3 "$here/tasks.py" --out "$OUT/tasks.raw.json" ;;
     tutorial) record tutorial 200 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;
