@@ -1,8 +1,8 @@
 """A task's build: what the epoch loop (train.py) trains with, made from its plan (trainer/plan/) and its facts.
 
 Every process calls `set_up`; it decides nothing (every `auto` was decided by the plan) and builds in an order
-that hides the slow parts of a cold start: the devices' first transfer (a thread) overlaps the pipelines' build
-and the model's init, and the first device call compiles (a thread, step/build.py) while the pipelines are built
+that hides the slow parts of a cold start: the devices' first transfer (a thread, begun in task.py as JAX knows
+them) overlaps the last imports, the pipelines' build and the model's init, and the first device call compiles (a thread, step/build.py) while the pipelines are built
 and the model is initialised: on the batch a built-in pipeline is expected to give (data/expected.py), confirmed
 by their first batch, else on that batch once they are built. A fresh start is a start point like any other
 (epoch 0, no calls done, a zero tally), so what follows from a checkpoint is decided by the start point
@@ -56,7 +56,6 @@ class Training:
 def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup: Startup, start: StartPoint):
     """What the loop runs, built from `plan` on this process's `facts`, starting at `start`."""
     parts = Parts(plan.step.applied(spec), facts, plan, start)
-    warm = startup.warm_up(list(facts.devices))  # the devices' first transfer beside the pipelines' build
     records.shared.join(spec.run_dir, facts.process_index, facts.process_count, spec.distributed.barrier_timeout_s)
     model = None if plan.data.remainder else parts.model_ahead()
     data = parts.pipelines()
@@ -65,6 +64,8 @@ def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup
     first = rest or data  # what the first epoch reads
     data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
+    if not rest:  # what they gave, for their next start (a task's own pipelines alike: batch_record.py)
+        parts.record_batches(data)
     _warn_padding(reporter, data, plan)
     slots = data.steps * plan.step.steps_per_call  # SGD steps (slots) an epoch
     profile.check(spec, slots)
@@ -75,7 +76,7 @@ def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup
     parts.check_data_set(data, listing)  # before the run's files say how it goes on
     state = continued(parts, state, slots, reporter)
     startup.mark("model initialised")
-    warm.join()
+    startup.warmed()  # the devices' first transfer, begun as JAX started (task.py)
     fitted = build.fitted(spec, facts, model, reporter.say)  # the compiled step, checked (--remat as asked)
     if fitted is not model:  # --remat auto made it again: the same parameter tree
         state, model = build.same_tree(state, fitted), fitted
