@@ -13,6 +13,7 @@ that layout's pipelines, hosted here (data/remainder.py), before this layout's o
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from dali_launch.trainer.config import TaskSpec
@@ -51,6 +52,7 @@ class Training:
     schedule: object  # the learning rate of each optimizer update (a host function)
     remainder: tuple | None = None  # (data, runner, steps per call) of the rest of an epoch begun on another layout
     slot_after_remainder: int | None = None  # the step count the next epoch starts at, where the rest ends elsewhere
+    listing: Future | None = None  # the training set's fingerprint, being listed: the first checkpoint's to take
 
 
 def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup: Startup, start: StartPoint):
@@ -73,7 +75,7 @@ def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup
         model = parts.model_on(data, rest, slots)
     checkpointer = parts.checkpointer(model.plan.partition.checkpoint_async)
     state, tally, fresh, read = _state(parts, model, checkpointer, reporter)
-    parts.check_data_set(data, listing)  # before the run's files say how it goes on
+    listing = parts.check_data_set(data, listing)  # before the run's files say how it goes on (afresh: unread)
     state = continued(parts, state, slots, reporter)
     startup.mark("model initialised")
     startup.warmed()  # the devices' first transfer, begun as JAX started (task.py)
@@ -94,6 +96,7 @@ def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup
         runner.place(state),
         tally,
         fresh.schedule,
+        listing=listing,
     )
     return _with_remainder(training, rest, model.runners.rest, start, int(state.slot), slots) if rest else training
 

@@ -111,6 +111,7 @@ class Loop:
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
         self.nan_guard = NanGuard(spec, k, run.checkpointer.wait)
         self.boundary = Boundary(spec.data.prefetch)
+        self.listing = run.listing  # set_up.py's listing of the training set, until a checkpoint takes it
 
     def read_with(self, data, runner, k: int) -> None:
         """The epochs from here read `data` and step with `runner`, `k` SGD steps a call (set_up.py: the rest
@@ -254,6 +255,8 @@ class Loop:
 
     def _checkpoint(self, state, epoch: int, calls_done: int, tally) -> tuple:
         """Checkpointer.save's arguments for a checkpoint at call `calls_done` of epoch `epoch`."""
+        if self.listing is not None:  # the training set's fingerprint, listed while the run started
+            self.data.fingerprint, self.listing = self.listing.result(), None
         self.saved_at = time.monotonic()
         kept = {k: v for k, v in tally.items() if k in zero_tally()}
         order, step = order_record(self.data, epoch, calls_done), epoch * self.data.steps + calls_done
