@@ -2,11 +2,12 @@
 
 Every process calls `set_up`; it decides nothing (every `auto` was decided by the plan) and builds in an order
 that hides the slow parts of a cold start: the devices' first transfer (a thread, begun in task.py as JAX knows
-them) overlaps the last imports, the pipelines' build and the model's init, and the first device call compiles (a thread, step/build.py) while the pipelines are built
-and the model is initialised: on the batch a built-in pipeline is expected to give (data/expected.py), confirmed
-by their first batch, else on that batch once they are built. A fresh start is a start point like any other
-(epoch 0, no calls done, a zero tally), so what follows from a checkpoint is decided by the start point
-(start_point.py) and restored by the checkpointer. A shard-order epoch begun on another layout is finished with
+them) overlaps the last imports, the pipelines' build and the model's init; the first device call compiles and
+the model initialises (threads, step/build.py and step/initial_state.py) while the pipelines are built: on the
+batch a built-in pipeline is expected to give (data/expected.py) or the record of the pipelines' last start
+(data/batch_record.py), confirmed by their first batch, else on that batch once they are built. A fresh start is
+a start point like any other (epoch 0, no calls done, a zero tally), so what follows from a checkpoint is decided
+by the start point (start_point.py) and restored by the checkpointer. A shard-order epoch begun on another layout is finished with
 that layout's pipelines, hosted here (data/remainder.py), before this layout's own take over.
 """
 

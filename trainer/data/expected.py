@@ -63,7 +63,7 @@ def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | N
 
 
 def foresees(config: DataConfig, task) -> bool:
-    """Whether `guess` knows the pipeline: a built-in one over a format of formats.py, giving the task its two outputs."""
+    """Whether `guess` knows the pipeline: a built-in one of formats.py, giving the task its two outputs."""
     return formats.get(config.pipeline) is not None and len(task.outputs) == len(OUTPUTS)
 
 
