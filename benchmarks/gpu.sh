@@ -1,21 +1,22 @@
 #!/bin/bash
-# Every GPU question of the project, in priority order, in one call of at most ten minutes on a fresh
-# one-GPU machine. Each question writes OUT/NAME.json as soon as it ends (a call cut short keeps what it
-# measured): the benchmark's own output, with the command, commit, date and machine around it.
+# Every GPU question of the project, in priority order; the first two (tutorial tasks) fit one call
+# of at most ten minutes on a fresh one-GPU machine, the next three (startup media video) another. Each question writes OUT/NAME.json
+# as soon as it ends (a call cut short keeps what it measured): the benchmark's own output, with the command,
+# commit, date and machine around it.
 #
 #   tutorial   a user's own GPU pipelines (dali_tutorial_gpu.py: DALI's multi-GPU JAX tutorial function, unchanged,
 #              and a @pipeline_def one with GPU operators after nvJPEG), each in `train`, as a --local task and
 #              through the Python API: test accuracy against the built-in pipeline's with the same flags (tutorial.py)
+#   tasks      each built-in task of images (segmentation, detection, contrastive) through `dali-launch train`
+#              against its step alone and its input alone: ratio, data wait, the time between epochs (tasks.py)
+#   startup    launch -> first step, cold and warm, phase by phase (startup.py)
+#   media      the video and audio tasks the same way: clips decoded by NVDEC, sounds on the CPU and their log-mel
+#              spectrograms on the GPU (tasks.py --tasks video,audio)
+#   video      DALI's video reader decoding VP9 clips with NVDEC against the CPU's FFmpeg (video_decode.py)
 #   mnist      the MNIST MLP with no flags against NVIDIA's example code, Fashion-MNIST (against.py)
 #   resnet50   ResNet-50 bf16 with no speed flag against its step alone, ImageNet-class JPEGs (imagenet.py)
 #   mesh       ViT-B/16's step with the fsdp layout against the replicated step (mesh_step.py), and a
 #              model twice the GPU's memory refused in one line (huge_mlp.py)
-#   tasks      each built-in task of images (segmentation, detection, contrastive) through `dali-launch train`
-#              against its step alone (tasks.py)
-#   media      the video and audio tasks the same way: clips decoded by NVDEC, sounds on the CPU and their log-mel
-#              spectrograms on the GPU (tasks.py --tasks video,audio)
-#   video      DALI's video reader decoding VP9 clips with NVDEC against the CPU's FFmpeg (video_decode.py)
-#   startup    launch -> first step, cold and warm (startup.py)
 #   remat      the largest-ViT ladder from ViT-g/14 up with --remat blocks (mesh_step.py --remat)
 #   offload    ViT-H/14 with AdamW's moments in host memory (mesh_step.py --offload)
 #
@@ -32,7 +33,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 OUT=${OUT:-/tmp/gpu-out}
-QUESTIONS=(tutorial mnist resnet50 mesh tasks media video startup remat offload)
+QUESTIONS=(tutorial tasks startup media video mnist resnet50 mesh remat offload)
 
 pack() {  # on this machine: what the GPU image lacks, in folders small enough to ride beside DALI's parts
   local fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -129,11 +130,11 @@ ask() {
       record resnet50 200 python3 "$here/imagenet.py" --data /tmp/synth --classes 100 --gpus 1 --parts step,train \
         --epochs 3 --out "$OUT/resnet50.raw.json" ;;
     mesh) record mesh 150 bash "$here/gpu.sh" _mesh ;;
-    tasks) record tasks 420 python3 "$here/tasks.py" --tasks segmentation,detection,contrastive \
+    tasks) record tasks 270 python3 "$here/tasks.py" --tasks segmentation,detection,contrastive \
       --out "$OUT/tasks.raw.json" ;;
-    media) record media 300 python3 "$here/tasks.py" --tasks video,audio --out "$OUT/media.raw.json" ;;
-    video) record video 150 python3 "$here/video_decode.py" --out "$OUT/video.raw.json" ;;
-    tutorial) record tutorial 400 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
+    media) record media 240 python3 "$here/tasks.py" --tasks video,audio --out "$OUT/media.raw.json" ;;
+    video) record video 120 python3 "$here/video_decode.py" --out "$OUT/video.raw.json" ;;
+    tutorial) record tutorial 300 python3 "$here/tutorial.py" --data /tmp/fmnist --out "$OUT/tutorial.raw.json" ;;
     startup) record startup 90 python3 "$here/startup.py" --data /tmp/fmnist --epochs 1 --runs 3 \
       --out "$OUT/startup.raw.json" ;;
     remat) record remat 330 python3 "$here/mesh_step.py" --parts largest --remat --rungs vit-g14,vit-G14,vit-e14 \

@@ -242,8 +242,8 @@ def test_startup_smoke_times_a_cold_and_a_warm_launch(small_lmdb, tmp_path):
     assert len(rows) == 2 and all(r["first_step_s"] > 0 and r["first_eval_s"] > 0 for r in rows), rows
     assert rows[0]["checksums"] == rows[1]["checksums"]  # the second run's programs are the first's, from the cache
     assert list(rows[0]["startup"]) == [
-        "imports",
         "jax initialized",
+        "imports",
         "checkpoints read",
         "pipelines built",
         "model initialised",

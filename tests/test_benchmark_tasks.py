@@ -31,7 +31,10 @@ def test_tasks_smoke_times_each_task_against_its_step(tmp_path):
         assert r["step"]["images_per_s_per_device"] > 0 and r["train"]["images_per_s_per_device"] > 0, task
         assert r["ratio"] == r["train"]["images_per_s_per_device"] / r["step"]["images_per_s_per_device"]
         assert f"--task={task}" in r["train"]["argv"] and 0 <= r["train"]["data_wait_fraction"] <= 1
+        assert r["step"]["input"]["images_per_s_per_device"] > 0 and 0 <= r["step"]["padding"] < 1, task
+        assert r["train"]["between_epochs_s"] > 0 and len(r["train"]["checkpoint_behind_calls"]) == 2, task
     assert "segmentation" in proc.stdout and "ratio" in proc.stdout.splitlines()[0]
+    assert "between s" in proc.stdout.splitlines()[0] and "decoded cache" in proc.stdout
 
 
 def test_video_decode_smoke_reads_every_clip_on_the_cpu(tmp_path):

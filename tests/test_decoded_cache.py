@@ -31,9 +31,10 @@ def auto_keeps_both(monkeypatch):
     monkeypatch.setattr(data_plan, "AUTO_KINDS", {"cpu": both, "gpu": both})
 
 
-def _rule(setting="auto", decoder="cpu", share=0.5, room=ROOM, kept=None, order="shards", cacheable=True):
+def _rule(setting="auto", decoder="cpu", share=0.5, room=ROOM, kept=None, order="shards", cacheable=True, whole=False):
     data = DataConfig(decoded_cache=setting, sample_order=order)
-    return decoded_cache(data, decoder, cacheable, room.shared(share), kept, "cpu" if decoder == "cpu" else "gpu")
+    platform = "cpu" if decoder == "cpu" else "gpu"
+    return decoded_cache(data, decoder, cacheable, room.shared(share), kept, platform, whole)
 
 
 def test_auto_keeps_the_decoded_shards_where_they_fit(auto_keeps_both):
@@ -54,6 +55,20 @@ def test_auto_turns_on_only_the_kinds_the_measurements_chose(monkeypatch):
         "off (auto: no host cache was measured faster than decoding on CPUs; --decoded-cache SIZE keeps one)",
     )
     assert _rule("512")[:2] == ("host", 500) and _rule(decoder="mixed", share=0.25)[0] == "decoder"
+
+
+def test_auto_keeps_whole_images_in_dalis_decoder_cache_on_gpus():
+    """A pipeline that decodes whole images anyway (the tasks' own: views, segmentation, detection) loses nothing to
+    DALI's decoder cache, only the decoding after the first epoch: auto keeps one where it fits, on GPUs alone."""
+    assert _rule(decoder="mixed", share=0.25, whole=True)[:2] == ("decoder", 313)
+    assert _rule(decoder="mixed", share=1, room=Room(1000, 600, 900), whole=True)[0] == "off"  # it does not fit
+    assert _rule(decoder="mixed", whole=True, setting="off")[0] == "off"
+    assert _rule(decoder="mixed", share=0.25)[0] == "off"  # a pipeline that crops while decoding: not measured
+    assert _rule(whole=True)[0] == "off"  # the host table lost on CPUs, whole images or not
+    from dali_launch.trainer.data import contract, pipelines, segmentation, views
+
+    assert contract.decodes_whole_images(views.views) and contract.decodes_whole_images(segmentation.segmentation)
+    assert contract.decodes_whole_images(pipelines.detection) and not contract.decodes_whole_images(pipelines.folders)
 
 
 MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "against"

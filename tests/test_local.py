@@ -110,8 +110,8 @@ def test_sharded_mode_across_processes_matches_one_process(sharded_two):
     # Where launch -> first step went, phase by phase, in order
     first = json.loads(paths.metrics.read_text().splitlines()[0])
     assert first["startup_since"] == "launch" and list(first["startup"]) == [
-        "imports",
         "jax initialized",
+        "imports",
         "checkpoints read",
         "pipelines built",
         "model initialised",

@@ -12,7 +12,7 @@ from dali_launch.trainer.plan import step as plan_step
 from dali_launch.trainer.plan.eval import eval_batch_size
 from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.plan.fit import StateSize
-from dali_launch.trainer.plan.step import checkpoint_async, parallel, steps_per_call
+from dali_launch.trainer.plan.step import checkpoint_async, least_padding, parallel, steps_per_call
 from dali_launch.trainer.resilience import elastic
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.step.sgd import sample_order
@@ -35,6 +35,22 @@ from dali_launch.trainer.step.sgd import sample_order
 def test_steps_per_call(setting, platform, batch, readers, expected):
     k = steps_per_call(setting, platform, batch, readers)
     assert k == expected and (not readers or batch * k % readers == 0)
+
+
+@pytest.mark.parametrize(
+    "k, batch, readers, per_device, expected",
+    [
+        (19, 64, 0, 16384, 16),  # segmentation's and detection's benchmark: 16 calls of 16 steps, no padding
+        (5, 256, 0, 16384, 4),  # contrastive's: 16 of 4, where 13 of 5 padded a step
+        (24, 50, 0, 60000, 24),  # Fashion-MNIST: 50 calls of 24 already hold it exactly
+        (5, 256, 0, 1281167, 5),  # ImageNet: 113 rows padded, the fewest of 3, 4 and 5 steps
+        (19, 64, 0, None, 19),  # a count unknown (a format records/ does not read): the rule's own
+        (24, 50, 8, 60000, 24),
+        (24, 50, 16, 60800, 16),  # 16 readers share multiples of 8 steps alone: of 24 and 16, 16 pads none
+    ],
+)
+def test_steps_per_call_pads_an_epoch_least(k, batch, readers, per_device, expected):
+    assert least_padding(k, batch, readers, per_device) == expected
 
 
 @pytest.mark.parametrize(

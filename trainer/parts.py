@@ -14,9 +14,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dali_launch.trainer import entry_points
+from dali_launch.trainer import compile_cache, entry_points
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.data import dali, expected, records, remainder, shards
+from dali_launch.trainer.data import batch_record, dali, expected, records, remainder, shards
 from dali_launch.trainer.data.batches import DeviceBatches, Readers, batch_sharding, calls_per_epoch
 from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.data.rows import laid_out
@@ -81,6 +81,7 @@ class Parts:
         reader_batch = self.plan.step.call_batch // self.sharding.readers  # dali.build's
         calls = partial(calls_per_epoch, sharding=self.sharding, reader_batch=reader_batch, start=self.begin)
         guess = expected.guess(self.data_config, split_dir(self.spec, "training"), calls, self.task)
+        guess = guess or batch_record.expected(self._recorded(), self.task.outputs, calls, self.facts.room.samples)
         if guess is None:
             return None
         on, slots = batch_sharding(list(self.facts.job_devices)), guess.steps * self.plan.step.steps_per_call
@@ -92,7 +93,25 @@ class Parts:
             made = build.make(self.spec, self.facts, self.plan.step, first, slots)
         except Exception:  # made again on the pipelines' batch: a true failure is met there, in the same words
             return None
+        if self.start.step is None:  # a fresh state is made (a checkpoint's replaces it): its init begins now
+            made.initial.start()
         return dataclasses.replace(made, expected=guess)
+
+    def record_batches(self, data) -> None:
+        """Process 0 keeps what training's pipelines gave for their next start, where expected.py foresees none
+        (batch_record.py: one's own pipeline, a task's of more than two outputs)."""
+        if self.facts.process_index or expected.foresees(self.data_config, self.task):
+            return
+        name, shared = self._record_key(), compile_cache.shared_folder(self.spec)
+        batch_record.write(batch_record.places(self.spec.run_dir, shared, name), name, data.sample, data.num_samples)
+
+    def _recorded(self) -> dict | None:
+        """The record of these pipelines' last start (this run's, or the run root's), if one is kept."""
+        name, shared = self._record_key(), compile_cache.shared_folder(self.spec)
+        return batch_record.read(batch_record.places(self.spec.run_dir, shared, name), name)
+
+    def _record_key(self) -> str:
+        return batch_record.key(self.data_config, split_dir(self.spec, "training"), self.task.outputs)
 
     def model_on(self, data, rest, slots: int) -> build.Model:
         """The model's side made on the pipelines' first batch (the rest's, where one is read first)."""
@@ -108,13 +127,18 @@ class Parts:
         paths, kind = RunPaths(self.spec.run_dir), self.plan.data.decoded_cache
         return Checkpointer(paths, r.keep_checkpoints, asynchronous, timeout_s, kind, self.spec.how_to_resume())
 
-    def check_data_set(self, data, listing: Future | None) -> None:
+    def check_data_set(self, data, listing: Future | None) -> Future | None:
         """A checkpoint's place in the data means samples of one data set: the one its fingerprint names (the
-        launcher's --resume checked it too; a SLURM requeue comes here alone). A global order's is its feeds'."""
+        launcher's --resume checked it too; a SLURM requeue comes here alone). A global order's is its feeds'.
+        Afresh there is nothing to check: the listing is returned unread, for the first checkpoint to take
+        (train.py), so that the first step does not wait for it (60,000 LMDB records: 0.1-0.3 s)."""
+        if listing and not self.start.record:
+            return listing
         if listing:
             data.fingerprint = listing.result()
         if self.start.record:
             start_point.check_data_set(RunPaths(self.spec.run_dir), self.spec, self.start.record, data.fingerprint)
+        return None
 
     def _batch_and_k(self) -> tuple[int, int]:
         return self.plan.step.batch_per_device_step, self.plan.step.steps_per_call

@@ -82,6 +82,7 @@ class RunPaths:
     compile_cache = property(lambda self: self.root / "compile-cache")
     bad_samples = property(lambda self: self.root / "bad_samples.jsonl")
     init_from = property(lambda self: self.root / "init_from.json")
+    batch_shapes = property(lambda self: self.root / "batch_shapes.json")  # data/batch_record.py
     objects = property(lambda self: self.root / "objects")
     follower_log = property(lambda self: self.root / "follower.log")
 

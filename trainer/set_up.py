@@ -1,18 +1,20 @@
 """A task's build: what the epoch loop (train.py) trains with, made from its plan (trainer/plan/) and its facts.
 
 Every process calls `set_up`; it decides nothing (every `auto` was decided by the plan) and builds in an order
-that hides the slow parts of a cold start: the devices' first transfer (a thread) overlaps the pipelines' build
-and the model's init, and the first device call compiles (a thread, step/build.py) while the pipelines are built
-and the model is initialised: on the batch a built-in pipeline is expected to give (data/expected.py), confirmed
-by their first batch, else on that batch once they are built. A fresh start is a start point like any other
-(epoch 0, no calls done, a zero tally), so what follows from a checkpoint is decided by the start point
-(start_point.py) and restored by the checkpointer. A shard-order epoch begun on another layout is finished with
+that hides the slow parts of a cold start: the devices' first transfer (a thread, begun in task.py as JAX knows
+them) overlaps the last imports, the pipelines' build and the model's init; the first device call compiles and
+the model initialises (threads, step/build.py and step/initial_state.py) while the pipelines are built: on the
+batch a built-in pipeline is expected to give (data/expected.py) or the record of the pipelines' last start
+(data/batch_record.py), confirmed by their first batch, else on that batch once they are built. A fresh start is
+a start point like any other (epoch 0, no calls done, a zero tally), so what follows from a checkpoint is decided
+by the start point (start_point.py) and restored by the checkpointer. A shard-order epoch begun on another layout is finished with
 that layout's pipelines, hosted here (data/remainder.py), before this layout's own take over.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from dali_launch.trainer.config import TaskSpec
@@ -52,12 +54,12 @@ class Training:
     schedule: object  # the learning rate of each optimizer update (a host function)
     remainder: tuple | None = None  # (data, runner, steps per call) of the rest of an epoch begun on another layout
     slot_after_remainder: int | None = None  # the step count the next epoch starts at, where the rest ends elsewhere
+    listing: Future | None = None  # the training set's fingerprint, being listed: the first checkpoint's to take
 
 
 def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup: Startup, start: StartPoint):
     """What the loop runs, built from `plan` on this process's `facts`, starting at `start`."""
     parts = Parts(plan.step.applied(spec), facts, plan, start)
-    warm = startup.warm_up(list(facts.devices))  # the devices' first transfer beside the pipelines' build
     records.shared.join(spec.run_dir, facts.process_index, facts.process_count, spec.distributed.barrier_timeout_s)
     model = None if plan.data.remainder else parts.model_ahead()
     data = parts.pipelines()
@@ -66,6 +68,8 @@ def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup
     first = rest or data  # what the first epoch reads
     data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
+    if not rest:  # what they gave, for their next start (a task's own pipelines alike: batch_record.py)
+        parts.record_batches(data)
     _warn_padding(reporter, data, plan)
     slots = data.steps * plan.step.steps_per_call  # SGD steps (slots) an epoch
     profile.check(spec, slots)
@@ -73,10 +77,10 @@ def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup
         model = parts.model_on(data, rest, slots)
     checkpointer = parts.checkpointer(model.plan.partition.checkpoint_async)
     state, tally, fresh, read = _state(parts, model, checkpointer, reporter)
-    parts.check_data_set(data, listing)  # before the run's files say how it goes on
+    listing = parts.check_data_set(data, listing)  # before the run's files say how it goes on (afresh: unread)
     state = continued(parts, state, slots, reporter)
     startup.mark("model initialised")
-    warm.join()
+    startup.warmed()  # the devices' first transfer, begun as JAX started (task.py)
     fitted = build.fitted(spec, facts, model, reporter.say)  # the compiled step, checked (--remat as asked)
     if fitted is not model:  # --remat auto made it again: the same parameter tree
         state, model = build.same_tree(state, fitted), fitted
@@ -94,6 +98,7 @@ def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup
         runner.place(state),
         tally,
         fresh.schedule,
+        listing=listing,
     )
     return _with_remainder(training, rest, model.runners.rest, start, int(state.slot), slots) if rest else training
 

@@ -88,13 +88,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     placement = place(spec, topology.platform)  # the plan's first step: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
-    from dali_launch.trainer.observe.metrics import Reporter
-    from dali_launch.trainer.plan import facts, plan
-    from dali_launch.trainer.train import train_and_evaluate
-
-    cache = compile_cache.use(spec)  # before anything compiles
-    heap.freeze_imports()
-    startup.mark("imports")
+    cache = compile_cache.use(spec)  # JAX imported, before anything compiles
     # Process 0 listens where it can and tells the others (rendezvous.py)
     topology = initialize(
         topology, spec.distributed, partial(rendezvous.settle, paths=paths), rendezvous.taken_after_probe
@@ -103,9 +97,16 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     compile_cache.every_process_writes(cache)  # after initialize: which process this is
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
+    startup.warm_up(devices)  # the devices' first transfer in a thread, beside the imports and the build
+    startup.mark("jax initialized")
+    from dali_launch.trainer.observe.metrics import Reporter  # Flax, Optax, Orbax, DALI: while the devices warm up
+    from dali_launch.trainer.plan import facts, plan
+    from dali_launch.trainer.train import train_and_evaluate
+
+    heap.freeze_imports()
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
-    startup.mark("jax initialized")
+    startup.mark("imports")
     here = facts.gather(spec, topology, devices)  # this task's facts, once: the plan's input with the spec
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
         for line in start_point.repair(paths):

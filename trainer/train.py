@@ -9,11 +9,13 @@ averages gradients over the whole job's real samples.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import jax
 
 from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.epoch_boundary import Boundary
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
@@ -21,7 +23,7 @@ from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
 from dali_launch.trainer.plan import Plan
 from dali_launch.trainer.plan.facts import Facts
-from dali_launch.trainer.resilience.checkpoint import KEPT, order_record, shard_record, zero_tally
+from dali_launch.trainer.resilience.checkpoint import KEPT, Snapshot, order_record, shard_record, zero_tally
 from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
 from dali_launch.trainer.resilience.start_point import StartPoint
@@ -52,9 +54,9 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
     loop.after_first_step = run.evaluator.prepare if run.evaluator else None  # evaluation ready during epoch 0
     if run.remainder:  # an epoch begun on another layout: its rest is read with that layout's pipelines
         loop.read_with(*run.remainder)
-    state, calls_done, tally = run.state, start.calls_done, run.tally
+    state, calls_done, tally, pending = run.state, start.calls_done, run.tally, None
     for epoch in range(start.epoch, spec.step.epochs):
-        state, metrics = loop.epoch(state, epoch, calls_done, tally)
+        state, metrics = loop.epoch(state, epoch, calls_done, tally, pending)
         calls_done, tally = 0, zero_tally(task.metrics)  # every later epoch from its start
         if run.remainder and epoch == start.epoch:  # the next epoch reads this layout's own shards
             state = finish_remainder(run, state)
@@ -74,10 +76,7 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
         metrics.checkpoint_wait_s = run.checkpointer.take_wait_s()  # the last epoch's end checkpoint and this one's
         metrics.bad_samples = sum(len(scan.bad) for scan in data.left_out)  # training's own pipelines'
         reporter.epoch(metrics, left_out(run))
-        loop.save(state, epoch + 1, 0, data.put([zero_tally(task.metrics)] * len(devices)))
-        compile_cache.publish(spec)  # this epoch's programs, for the run root's next runs
-        if epoch + 1 < spec.step.epochs:  # a run that is done just finishes
-            loop.stop_if_asked(epoch + 1)
+        pending = loop.epoch_end(state, epoch + 1, data.put([zero_tally(task.metrics)] * len(devices)))
     run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
     compile_cache.publish(spec, settled_s=0)
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
@@ -93,6 +92,13 @@ def left_out(run) -> tuple:
     return run.data.left_out + (evaluated.left_out if evaluated else ())
 
 
+class Pending(NamedTuple):
+    """The checkpoint that starts an epoch, taken, written once that epoch's first `calls` calls are dispatched."""
+
+    snapshot: Snapshot
+    calls: int
+
+
 class Loop:
     """One epoch of training, with its sync points: preemption, periodic checkpoints, device syncs."""
 
@@ -105,6 +111,8 @@ class Loop:
         self.saved_at = time.monotonic()
         self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
         self.nan_guard = NanGuard(spec, k, run.checkpointer.wait)
+        self.boundary = Boundary(spec.data.prefetch)
+        self.listing = run.listing  # set_up.py's listing of the training set, until a checkpoint takes it
 
     def read_with(self, data, runner, k: int) -> None:
         """The epochs from here read `data` and step with `runner`, `k` SGD steps a call (set_up.py: the rest
@@ -118,8 +126,9 @@ class Loop:
         self.checkpoint_every = max(1, every // k) if every else None
         self.sync_every = min(self.sync_every, self.checkpoint_every or self.sync_every)
 
-    def epoch(self, state, epoch: int, done: int, saved: dict):
-        """Epoch `epoch` from device call `done` on, its tally so far `saved` (a checkpoint's, or a zero one)."""
+    def epoch(self, state, epoch: int, done: int, saved: dict, pending: Pending | None = None):
+        """Epoch `epoch` from device call `done` on, its tally so far `saved` (a checkpoint's, or a zero one);
+        `pending`: the checkpoint that starts it, written once its first `pending.calls` calls are dispatched."""
         start = time.perf_counter()
         tally = self.data.put([call_tally(saved, self.task)] * len(self.data.devices))
         counted_before = float(saved["count"])  # by the run that was interrupted, if any
@@ -130,6 +139,7 @@ class Loop:
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, saved)
         self.nan_guard.begin(before + done)
+        between, behind = None, pending.calls if pending else 0  # between: set as the first call is dispatched
         with self.reporter.progress(epoch, self.data.steps, done) as advance, InputWait() as wait:
             for call in range(done, self.data.steps):
                 self.reporter.profile.before(before + call)
@@ -137,18 +147,22 @@ class Loop:
                 fetched = time.perf_counter()
                 state, tally = self.runner.call(state, tally, batch)
                 self.reporter.profile.after(before + call, tally)
+                if call == done:
+                    between = self.boundary.resumed()
+                at_sync = (call + 1) % self.sync_every == 0 and call + 1 < self.data.steps
+                if pending and (call + 1 - done == pending.calls or at_sync):  # the devices busy with them meanwhile
+                    pending = self._written(pending)  # before any later checkpoint: their steps only grow
                 if self.first_call:
                     compile_s = self._first_call_done(tally, fetched)
                     self.step_log.compiled(tally, wait.idle_s)
                 if recorder:
                     recorder.add(call, batch)
                 advance()
-                if (call + 1) % self.sync_every == 0 and call + 1 < self.data.steps:
+                if at_sync:
                     self._sync_point(state, tally, epoch, call + 1, recorder, wait.idle_s)
-        self._check_bounds(tally)
-        loss, count, skipped = first(tally["loss"]), int(first(tally["count"])), int(first(tally["skipped"]))
-        self.nan_guard.check_epoch(loss, count, skipped, before + self.data.steps, epoch)  # before its checkpoint
-        self.step_log.point(before + self.data.steps, tally, wait.idle_s)
+        if pending:  # an epoch of fewer calls than the write was to hide behind
+            self._written(pending)
+        loss, count, skipped = self._ended(tally, epoch, self.data.steps - done, wait.idle_s)
         elapsed, timed = time.perf_counter() - start, count - counted_before  # a resumed epoch: its own part
         summed = count - metrics_before
         if recorder:
@@ -163,12 +177,25 @@ class Loop:
             data_wait_fraction=wait.idle_s / elapsed,
             host_wait_fraction=wait.host_s / elapsed,
             compile_s=compile_s,
+            between_epochs_s=between,
+            checkpoint_behind_calls=behind,
             resumed_at_call=done or None,
             step=(before + self.data.steps) * self.k,
             skipped_steps=skipped,
             train_metrics={name: first(value) / summed for name, value in tally["metrics"].items()} if summed else {},
             **self._startup(compile_s is not None),
         )
+
+    def _ended(self, tally, epoch: int, calls: int, idle_s: float) -> tuple[float, int, int]:
+        """An epoch's end, `calls` device calls after it (re)started: its bounds, NaNs and last scalars checked
+        before its checkpoint; the loss, sample and skipped-step sums."""
+        self._check_bounds(tally)
+        loss, count, skipped = first(tally["loss"]), int(first(tally["count"])), int(first(tally["skipped"]))
+        self.boundary.ended(calls)
+        end = (epoch + 1) * self.data.steps
+        self.nan_guard.check_epoch(loss, count, skipped, end, epoch)
+        self.step_log.point(end, tally, idle_s)
+        return loss, count, skipped
 
     def _first_call_done(self, tally, started: float) -> float:
         """The first device call of the run compiles: time it once (one sync), and since launch."""
@@ -213,14 +240,34 @@ class Loop:
             self.checkpointer.wait()  # "checkpoint written" means on disk
             end(asked, signum, epoch * self.data.steps + calls_done, self.spec)
 
-    def stop_if_asked(self, epoch: int) -> None:
-        """At an epoch's start, its checkpoint just written: a signal that came after the last sync point."""
-        asked, signum = self.preemption.agreed()
+    def epoch_end(self, state, epoch: int, tally) -> Pending | None:
+        """The checkpoint that starts epoch `epoch`, taken now, and what is agreed at an epoch's start: a signal
+        that came after the last sync point ends the task here, its checkpoint written; else the checkpoint is
+        written now, or returned to be written once the next epoch's first calls run (epoch_boundary.py's rule)."""
+        snapshot = self.checkpointer.snapshot(*self._checkpoint(state, epoch, 0, tally))
+        if epoch >= self.spec.step.epochs:  # a run that is done just finishes
+            return self._written(Pending(snapshot, 0))
+        ahead = self.boundary.calls_ahead(self.checkpointer.last_write_s) if snapshot.detached else 0
+        asked, signum, calls = self.preemption.agreed(ahead)  # every process alike: the calls hold collectives
+        if asked or not calls:
+            self._written(Pending(snapshot, 0))
         if asked:
-            self.checkpointer.wait()
+            self.checkpointer.wait()  # "checkpoint written" means on disk
             end(asked, signum, epoch * self.data.steps, self.spec)
+        return Pending(snapshot, calls) if calls else None
+
+    def _written(self, pending: Pending) -> None:
+        """`pending`'s checkpoint written, and this epoch's programs published for the run root's next runs."""
+        self.checkpointer.write(pending.snapshot)
+        compile_cache.publish(self.spec)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
+        self.checkpointer.save(*self._checkpoint(state, epoch, calls_done, tally))
+
+    def _checkpoint(self, state, epoch: int, calls_done: int, tally) -> tuple:
+        """Checkpointer.save's arguments for a checkpoint at call `calls_done` of epoch `epoch`."""
+        if self.listing is not None:  # the training set's fingerprint, listed while the run started
+            self.data.fingerprint, self.listing = self.listing.result(), None
         self.saved_at = time.monotonic()
         kept = {k: v for k, v in tally.items() if k in KEPT}
         order, step = order_record(self.data, epoch, calls_done), epoch * self.data.steps + calls_done
@@ -228,7 +275,7 @@ class Loop:
             step = epoch * (self.data.num_samples + 1) + min(order["position"], self.data.num_samples)
         shards, saved = shard_record(self.data, calls_done), self.runner.saved(state)
         position = {"epoch": epoch, "calls_done": calls_done, "order": order, "shards": shards}
-        self.checkpointer.save(step, saved, kept, self.data.pipes, position)
+        return step, saved, kept, self.data.pipes, position
 
 
 def _evaluated(run: Training, state):

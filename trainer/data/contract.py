@@ -151,6 +151,9 @@ class Pipeline:
     function: Callable
     auto_decoder: str = "mixed"
     cacheable: bool = False  # it decodes through args.decode: --decoded-cache auto may keep its decoded samples
+    # ...and decodes whole training images whatever --decoded-cache says (it crops after decoding): DALI's decoder
+    # cache then only takes work away (no decoding after the first epoch), so auto keeps one on GPUs where it fits
+    whole_images: bool = False
 
     def __post_init__(self):
         if self.auto_decoder not in ("cpu", "mixed"):
@@ -178,6 +181,11 @@ def cacheable(pipeline, name: str, decoded_cache: str) -> bool:
             f"say it decodes so; wrap it in Pipeline(function, cacheable=True), or use --decoded-cache off"
         )
     return False
+
+
+def decodes_whole_images(pipeline) -> bool:
+    """Whether `pipeline` (a --pipeline target) says it decodes whole training images through args.decode."""
+    return isinstance(pipeline, Pipeline) and pipeline.cacheable and pipeline.whole_images
 
 
 def class_ids(labels, batch_dims: int = 1):

@@ -46,7 +46,7 @@ def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | N
     why). The outputs take the task's names, in order. `calls_per_epoch(samples)`: the device calls of an epoch
     of that many samples (batches.calls_per_epoch, for this job's shards)."""
     found = formats.get(config.pipeline)
-    if found is None or len(task.outputs) != len(OUTPUTS):
+    if not foresees(config, task):
         return None
     try:
         count = bad_samples.samples_read(found.reader, found.reader_arguments(split), config)
@@ -60,6 +60,11 @@ def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | N
     images, labels = task.outputs
     sample = {images: {"shape": shape, "dtype": config.output_dtype}, labels: {"shape": second[0], "dtype": second[1]}}
     return Expected(sample, calls_per_epoch(count))
+
+
+def foresees(config: DataConfig, task) -> bool:
+    """Whether `guess` knows the pipeline: a built-in one of formats.py, giving the task its two outputs."""
+    return formats.get(config.pipeline) is not None and len(task.outputs) == len(OUTPUTS)
 
 
 def _flat(found: formats.Format, split: str, config: DataConfig) -> list[int]:

@@ -33,29 +33,43 @@ class Room:
     split_mb: float | None = None  # None: not measured (off, a global order) or a format records/ does not know
     host_mb: int = 0  # host memory this process may fill
     device_mb: int = 0  # GPU memory per device outside XLA's pool, less DALI's own (0: CPU devices)
+    samples: int | None = None  # the training split's, counted with it (GPUs: the plan weighs an epoch's padding)
 
     def shared(self, share: float) -> Room:
         """The room as one part of the job sees it: `share` of the decoded split (this process's shards, or a
         device's), the memory it may use unchanged."""
         split = None if self.split_mb is None else self.split_mb * share
-        return Room(split, self.host_mb, self.device_mb)
+        return Room(split, self.host_mb, self.device_mb, self.samples)
 
 
 def measure(spec, devices: list, processes_here: int) -> Room:
     """The room for the spec's training split on this process's `devices`; nothing measured where no cache
-    can be (--decoded-cache off, --sample-order global)."""
-    if spec.data.decoded_cache.strip().lower() == "off" or spec.data.sample_order == "global":
+    can be (--decoded-cache off, --sample-order global), but on GPUs the split's samples counted all the same."""
+    gpu, cache = devices[0].platform == "gpu", spec.data.decoded_cache.strip().lower() != "off"
+    cache = cache and spec.data.sample_order != "global"
+    if not (cache or gpu):
         return Room()
-    gpu = devices[0].platform == "gpu"
-    split = decoded_split_mb(Path(spec.data.data_dir) / "training")
-    return Room(split, host_room_mb(processes_here), device_room_mb(devices[0]) if gpu else 0)
+    source = _source(Path(spec.data.data_dir) / "training")  # listed once: ImageNet's folders take seconds
+    samples = None if source is None else len(source)
+    if not cache:
+        return Room(samples=samples)
+    return Room(decoded_mb(source), host_room_mb(processes_here), device_room_mb(devices[0]) if gpu else 0, samples)
 
 
 def decoded_split_mb(split: Path) -> float | None:
-    """The decoded size of every training image, estimated from SAMPLED of them; None if unknown."""
+    """The decoded size of every training image of `split`, estimated from SAMPLED of them; None if unknown."""
+    return decoded_mb(_source(split))
+
+
+def _source(split: Path):
+    """The records of a split in a format records/ reads (None for another)."""
     from dali_launch.trainer.data import records  # numpy and the readers of every format
 
-    source = records.source_of(split)
+    return records.source_of(split)
+
+
+def decoded_mb(source) -> float | None:
+    """The decoded size of every image of a record source, estimated from SAMPLED of them; None if unknown."""
     if source is None or not len(source):
         return None
     n = len(source)

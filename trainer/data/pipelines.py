@@ -82,7 +82,7 @@ def _padded(node):
     return fn.slice(node, start=[0], shape=[MAX_OBJECTS], axes=[0], out_of_bounds_policy="pad", fill_values=0)
 
 
-detection = Pipeline(_detection, cacheable=True)
+detection = Pipeline(_detection, cacheable=True, whole_images=True)
 folders = Pipeline(_folders, cacheable=True)
 tfrecord = Pipeline(_tfrecord, cacheable=True)
 webdataset = Pipeline(_webdataset, cacheable=True)

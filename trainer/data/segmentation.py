@@ -57,4 +57,4 @@ def random_window() -> dict:
     return {"roi_start": start, "roi_end": start + side, "roi_relative": True}
 
 
-segmentation = Pipeline(_segmentation, cacheable=True)  # it decodes images through args.decode, whole
+segmentation = Pipeline(_segmentation, cacheable=True, whole_images=True)  # images through args.decode, whole

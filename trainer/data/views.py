@@ -8,7 +8,10 @@ writes them) with that format's reader, and gives `view1`, `view2` and `labels`:
   CIFAR-10 strength 0.5) and greyscale with probability 0.2; --augment's policy follows each crop;
 - evaluation: the plain image as `folders` evaluates it (resize, centre crop), both views the same.
 Both: --image-size square RGB, ImageNet mean/std, HWC floats; labels as scalars (they feed the task's linear
-probe only). The whole image is decoded once (`args.decode`, so --decoded-cache may keep it) and cropped twice.
+probe only). The whole image is decoded once (`args.decode`) and cropped twice. On GPUs every operator on pixels
+runs there (nvJPEG's decoder, each view's crop, colour twist, flip and normalisation; the CPU reads and draws each
+sample's random arguments: tests/test_gpu_placement.py), and --decoded-cache auto keeps the decoded images in DALI's
+decoder cache where they fit: after the first epoch nothing is decoded (plan/data.py).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def _views(args: PipelineArgs):
     return view1, view2, fn.reshape(labels, shape=[])
 
 
-views = Pipeline(_views, cacheable=True)
+views = Pipeline(_views, cacheable=True, whole_images=True)
 
 
 def _augmented(image, args: PipelineArgs):
@@ -44,8 +47,6 @@ def _augmented(image, args: PipelineArgs):
     size = args.image_size
     crop = fn.random_resized_crop(image, size=[size, size], random_area=AREA, random_aspect_ratio=ASPECT)
     crop = fn.color_twist(args.auto_augment(crop), **_distortion())
-    if args.on_gpu:
-        crop = crop.gpu()
     return fn.crop_mirror_normalize(
         crop,
         dtype=args.dtype(),

@@ -44,6 +44,8 @@ class EpochMetrics:
     host_wait_fraction: float | None = None  # share of it the host spent waiting for DALI (input_wait.py)
     compile_s: float | None = None  # the run's first device call, compilation included
     checkpoint_wait_s: float | None = None  # training blocked by checkpoints since the last epoch's line
+    between_epochs_s: float | None = None  # the host's time from the last epoch's end to this one's first call
+    checkpoint_behind_calls: int = 0  # this epoch's first calls its starting checkpoint was written behind
     first_step_s: float | None = None  # launch -> first step done (local mode knows the launch time)
     startup: dict | None = None  # start-up phase -> seconds since startup_since, when it ended (first epoch)
     startup_since: str | None = None

@@ -11,7 +11,9 @@ feed_workers     --sample-order global: DALI worker processes per pipeline readi
 output_dtype     what image pipelines output: float16 under --precision bf16 (DALI has no bfloat16; the model
                  casts on the device), else float32
 decoded_cache    --decoded-cache auto keeps each training sample decoded where AUTO_KINDS says a kind won on the
-                 platform and the decoded split (data/memory.py's estimate) fits: the CPU decoder's in host memory
+                 platform, or in DALI's decoder cache on GPUs for a pipeline that decodes whole images anyway (the
+                 tasks' own: the cache only takes decoding away), and where the decoded split (data/memory.py's
+                 estimate) fits: the CPU decoder's in host memory
                  (this process's shards within a quarter of the available memory, shared by the host's processes),
                  nvJPEG's in DALI's decoder cache (a device's shard, with a quarter to spare, within the GPU memory
                  XLA's pool leaves less 8 GiB); off under --sample-order global and for pipelines that do not
@@ -94,8 +96,10 @@ def plan_data(spec: TaskSpec, facts: Facts, decoder: str, step, start) -> DataPl
     threads = reader_threads(data.reader_threads, decoder, cores)
     readers = readers_per_device(data.readers_per_device, threads, facts.platform, decoder, step.call_batch, cores)
     share = facts.local_device_count / facts.job_device_count if decoder == "cpu" else 1 / facts.job_device_count
-    cacheable = contract.cacheable(entry_points.load("pipeline", data.pipeline), data.pipeline, data.decoded_cache)
-    kept = decoded_cache(data, decoder, cacheable, facts.room.shared(share), start.decoded_cache, facts.platform)
+    pipeline = entry_points.load("pipeline", data.pipeline)
+    cacheable = contract.cacheable(pipeline, data.pipeline, data.decoded_cache)
+    whole = contract.decodes_whole_images(pipeline)
+    kept = decoded_cache(data, decoder, cacheable, facts.room.shared(share), start.decoded_cache, facts.platform, whole)
     layout = ShardLayout(facts.job_device_count, readers, step.batch_per_device_step, step.steps_per_call)
     return DataPlan(
         decoder=decoder,
@@ -145,17 +149,25 @@ def output_dtype(spec: TaskSpec) -> str:
 
 
 def decoded_cache(
-    data: DataConfig, decoder: str, cacheable: bool, room: Room, kept: str | None = None, platform: str = "cpu"
+    data: DataConfig,
+    decoder: str,
+    cacheable: bool,
+    room: Room,
+    kept: str | None = None,
+    platform: str = "cpu",
+    whole: bool = False,
 ) -> tuple[str, int, str]:
     """--decoded-cache as (kind, MiB, what the start-up line says), by the rule above. `room`: as this process
-    (host) or a device (decoder) shares the split (Room.shared); `kept`: a resumed checkpoint's kind (None: afresh)."""
+    (host) or a device (decoder) shares the split (Room.shared); `kept`: a resumed checkpoint's kind (None: afresh);
+    `whole`: the pipeline decodes whole training images anyway (contract.Pipeline.whole_images)."""
     setting, kind = data.decoded_cache_mb(), HOST if decoder == "cpu" else DECODER
+    chosen = kind in AUTO_KINDS[platform] or (kind == DECODER and whole)
     if data.sample_order == "global" or kept == OFF or (kept is None and setting == 0):
         why = "--sample-order global" if data.sample_order == "global" else "--decoded-cache off"
         return OFF, 0, f"off ({'the checkpoint resumed was written without one' if kept == OFF else why})"
     if not cacheable:
         return OFF, 0, "off (the pipeline does not decode through args.decode)"
-    if kept is None and setting is None and kind not in AUTO_KINDS[platform]:
+    if kept is None and setting is None and not chosen:
         return (
             OFF,
             0,

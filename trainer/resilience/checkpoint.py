@@ -43,6 +43,7 @@ import concurrent.futures
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -149,6 +150,22 @@ class RecordedCommit(ocp.path.atomicity.AtomicRenameTemporaryPath):
         await super().finalize()
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """A checkpoint taken, not yet written (Checkpointer.snapshot): its step, state (host arrays, or a sharded
+    state's device arrays, which Orbax copies as it writes), first row of the tally, and metadata."""
+
+    step: int
+    state: object
+    tally: dict
+    meta: dict
+
+    @property
+    def detached(self) -> bool:
+        """Every array on the host: the devices may donate the state's buffers before it is written."""
+        return all(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(self.state))
+
+
 class Checkpointer:
     def __init__(
         self,
@@ -179,6 +196,7 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(paths.checkpoints.absolute(), options=options)
         self.asynchronous, self.waited_s, self.decoded_cache = asynchronous, 0.0, decoded_cache
         self.writing: int | None = None  # the step last saved: a refusal while it may be in flight is its
+        self.last_write_s: float | None = None  # the last `write`'s time (train.py weighs hiding the next one)
 
     def save(self, step: int, state, tally, pipes, position: dict) -> None:
         """All processes call this at the same `step` (a count that grows: device calls, or under a global
@@ -189,10 +207,13 @@ class Checkpointer:
         a global order's `order` or a shard order's `shards` record (order_record, shard_record) where there is
         one. Returns once the checkpoint is in host memory; `wait` for it to be on disk.
         """
+        self.write(self.snapshot(step, state, tally, pipes, position))
+
+    def snapshot(self, step: int, state, tally, pipes, position: dict) -> Snapshot:
+        """`save`'s first half, which every process calls at the same point (the DALI states are gathered): what
+        the checkpoint holds, taken now. Where it is `detached` (every array copied to the host), the devices
+        may go on, donating the state's buffers, before `write` puts it on disk."""
         began = time.perf_counter()
-        # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
-        latest = self.manager.latest_step()
-        step = step if latest is None else max(step, latest + 1)
         dali = _gather([p.checkpoint() for p in pipes])
         meta = {"epoch": position["epoch"], "calls_done": position["calls_done"], "dali": dali}
         meta |= {
@@ -203,10 +224,21 @@ class Checkpointer:
             meta["metrics"] = sorted(tally["metrics"])
         meta[saved.RECORDED] = saved.FILES  # RecordedCommit writes it: a checkpoint found without it lost it
         host_state = jax.tree.map(_host, state)  # a copy: the next step donates the device buffers
+        tally = jax.tree.map(np.asarray, first_row(tally))
+        self.waited_s += time.perf_counter() - began
+        return Snapshot(step, host_state, tally, meta)
+
+    def write(self, snapshot: Snapshot) -> None:
+        """`save`'s second half: the snapshot handed to Orbax (written before this returns, or in the background
+        where checkpoints are asynchronous); `last_write_s` is how long it held the caller."""
+        began = time.perf_counter()
+        # Orbax keeps one checkpoint per step number, and the newest must be the last written: strictly increasing.
+        latest, step = self.manager.latest_step(), snapshot.step
+        step = step if latest is None else max(step, latest + 1)
         args = ocp.args.Composite(
-            state=ocp.args.StandardSave(serialization.to_state_dict(host_state)),
-            tally=ocp.args.StandardSave(jax.tree.map(np.asarray, first_row(tally))),
-            meta=ocp.args.JsonSave(meta),
+            state=ocp.args.StandardSave(serialization.to_state_dict(snapshot.state)),
+            tally=ocp.args.StandardSave(snapshot.tally),
+            meta=ocp.args.JsonSave(snapshot.meta),
         )
         # Orbax first waits for the previous write: a refusal there is that checkpoint's.
         self._guarded(self.writing or step, lambda: self.manager.save(step, args=args, force=True))
@@ -214,7 +246,8 @@ class Checkpointer:
         if not self.asynchronous:
             self._guarded(step, self.manager.wait_until_finished)
             self.writing = None
-        self.waited_s += time.perf_counter() - began
+        self.last_write_s = time.perf_counter() - began
+        self.waited_s += self.last_write_s
 
     def wait(self) -> None:
         """Until every checkpoint saved is complete on disk (at most the async timeout)."""
