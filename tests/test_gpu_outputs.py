@@ -3,7 +3,7 @@
 pipelines' CPU outputs give, without a host copy where none is meant: device batches (training's, with their
 masks, and evaluation's), the first batch's sample and the shapes checked against it, the fingerprints of
 --record-samples, the label check's bounds, the pre-flight's sample, the host's decoded-sample table, a bad
-sample's one line. Whole runs of GPU pipelines under the stand-in: test_gpu_pipelines.py."""
+sample's one line. Whole runs of GPU pipelines under the stand-in: test_native.py (gpu_runs)."""
 
 from __future__ import annotations
 
