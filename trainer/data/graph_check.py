@@ -12,7 +12,6 @@ task's.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 
@@ -95,7 +94,7 @@ def check(name: str, args, shard_order: bool, names: tuple[str, ...] = OUTPUTS) 
     native.check(entry_points.load("pipeline", name), args.pipeline_params, names, name)
     reads = []
     outputs = outputs_checked(define(name, _watched(args, reads)), name, names)
-    readers = [op for op in _operators(outputs).values() if _kind(op).startswith(dali_graph.READERS)]
+    readers = [op for op in dali_graph.operators(outputs).values() if _kind(op).startswith(dali_graph.READERS)]
     if not shard_order:
         read_checked(len(readers) - len(reads), bool(reads), name)
         return
@@ -140,12 +139,7 @@ def define(name: str, args, pipe=None):
 
 def operators(outputs) -> dict[int, str]:
     """The schema name of every operator behind `outputs` (DataNodes), by the operator's id."""
-    return {key: _kind(op) for key, op in _operators(outputs).items()}
-
-
-def _operators(outputs) -> dict:
-    """DALI's operator object behind every node of `outputs`, by its instance's id (dali_graph.instances)."""
-    return {key: instance._op for key, instance in dali_graph.instances(outputs).items()}
+    return {key: _kind(op) for key, op in dali_graph.operators(outputs).items()}
 
 
 _kind = dali_graph.kind
@@ -154,15 +148,7 @@ _kind = dali_graph.kind
 def _sharding(op) -> dict | None:
     """A reader operator's SHARDING arguments: as given to it, else its schema's defaults (shard 0 of 1, no
     padding). None where this DALI keeps them elsewhere: the task's check on the built reader remains."""
-    given, schema = getattr(op, "_init_args", None), getattr(op, "_schema", None)
-    if not isinstance(given, dict) or schema is None:
-        return None
-    try:
-        return {
-            k: given[k] if k in given else ast.literal_eval(schema.GetArgumentDefaultValueString(k)) for k in SHARDING
-        }
-    except (AttributeError, RuntimeError, ValueError, SyntaxError):
-        return None
+    return dali_graph.arguments(op, SHARDING)
 
 
 def sample(name: str, args, names: tuple[str, ...]) -> dict | None:

@@ -76,24 +76,12 @@ def adapted(value, name: str):
 
 def _graph_function(value) -> tuple[Callable, tuple[str, ...]] | None:
     """(the graph function, its output_map) of a DALI-style function, or None for anything else."""
-    if getattr(value, "_is_pipeline_def", False):  # nvidia.dali.pipeline_def marks its wrapper so
-        return value.__wrapped__, ()
-    closure = _closure(value)
-    if {"func", "output_map", "iterator_type"} <= set(closure):  # data_iterator's create_iterator (functools.wraps)
-        return value.__wrapped__, tuple(closure["output_map"] or ())
+    found = dali_graph.decorated(value)
+    if found is not None:
+        return found
     if inspect.isfunction(value) and _takes_shards(inspect.signature(value)):
         return value, ()
     return None
-
-
-def _closure(value) -> dict:
-    """The free variables a decorator's wrapper closes over (data_iterator's: its output_map, reader_name...)."""
-    if not inspect.isfunction(value) or not hasattr(value, "__wrapped__"):
-        return {}
-    try:
-        return inspect.getclosurevars(value).nonlocals
-    except (TypeError, ValueError):
-        return {}
 
 
 def _takes_shards(signature: inspect.Signature) -> bool:
