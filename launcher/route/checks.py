@@ -14,7 +14,7 @@ from dali_launch.trainer.data.bad_samples import check_limit, check_mode
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import data as plan_data
 from dali_launch.trainer.plan import step as plan_step
-from dali_launch.trainer.plan.step import MAX_STEPS
+from dali_launch.trainer.plan.step import most_steps_per_call
 from dali_launch.trainer.settings.eval import EVAL_CPU_BATCH
 from dali_launch.trainer.topology import resolve_platform
 
@@ -115,9 +115,8 @@ def profile_within(run: RunConfig, samples: int) -> None:
     steps = run.observe.profile_range()
     if steps is None:
         return
-    devices, k = run.device_counts[0], run.step.steps_per_call  # the fewest devices: the most steps
-    if not k:  # auto: 1 on CPUs, at most MAX_STEPS on GPUs (plan/step.py's steps_per_call)
-        k = MAX_STEPS if resolve_platform(run.distributed.platform) == "gpu" else 1
+    devices = run.device_counts[0]  # the fewest devices: the most steps
+    k = most_steps_per_call(run.step.steps_per_call, resolve_platform(run.distributed.platform))
     # a shard is padded to whole reader batches and an epoch to whole calls: at most 2k steps more than
     # the samples' (a device's readers divide its call's k batches)
     epochs, whole = run.step.epochs, samples // (devices * run.step.per_device_batch(devices))

@@ -145,9 +145,14 @@ def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) ->
     the steps that make a call R readers can share equally."""
     if setting:
         return setting
-    k = max(1, min(MAX_STEPS, round(CALL_SAMPLES / batch))) if platform == "gpu" else 1
-    unit = readers // math.gcd(readers, batch) if readers else 1
+    k, unit = min(most_steps_per_call(0, platform), max(1, round(CALL_SAMPLES / batch))), _unit(readers, batch)
     return max(unit, round(k / unit) * unit)
+
+
+def most_steps_per_call(setting: int, platform: str) -> int:
+    """The most SGD steps a call fuses before the batch is known (what the launcher bounds a run's steps with):
+    --steps-per-call given, else auto's most on `platform`."""
+    return setting or (MAX_STEPS if platform == "gpu" else 1)
 
 
 def least_padding(k: int, batch: int, readers: int, per_device: int | None) -> int:
@@ -156,9 +161,14 @@ def least_padding(k: int, batch: int, readers: int, per_device: int | None) -> i
     `k` itself where the count is unknown."""
     if not per_device:
         return k
-    unit = readers // math.gcd(readers, batch) if readers else 1
+    unit = _unit(readers, batch)
     fewer = [c for c in range(k, max(1, k // 2) - 1, -1) if c % unit == 0] or [k]
     return min(fewer, key=lambda c: math.ceil(per_device / (c * batch)) * c * batch)  # min keeps the first: largest
+
+
+def _unit(readers: int, batch: int) -> int:
+    """The fewest steps whose batches `readers` readers share equally (0 readers: any count)."""
+    return readers // math.gcd(readers, batch) if readers else 1
 
 
 def batchnorm_stats(setting: str, platform: str) -> str:
