@@ -18,6 +18,7 @@ from dali_launch.trainer.data.batches import Readers, calls_per_epoch
 from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.data.expected import Expected
 from dali_launch.trainer.tasks.classification import classification
+from dali_launch.trainer.tasks.contract import Task
 
 
 def _split(tmp_path, found: formats.Format, spoilt: bool) -> str:
@@ -60,6 +61,27 @@ def test_every_built_in_format_gives_the_batch_expected_of_it(tmp_path, monkeypa
     assert jax.tree.map(abstract, guess.batch(data.sharding_spec, 1)) == jax.tree.map(abstract, data.peek())
     example, first = guess.example("images"), data.first_sample("images")
     assert (example.shape, example.dtype) == (first.shape, first.dtype)
+
+
+OTHERS = [f.name for f in formats.FORMATS if f.outputs != OUTPUTS] + [r.name for r in formats.READINGS]
+
+
+@pytest.mark.parametrize("pipeline", OTHERS)
+def test_every_built_in_pipeline_of_another_task_gives_what_is_expected_of_it(tmp_path, monkeypatch, pipeline):
+    """The pipelines of the other built-in tasks (segmentation's masks, detection's boxes, video's clips of
+    --clip-frames frames, the contrastive views) give one sample of each output as samples.py describes it."""
+    monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
+    found = formats.get(pipeline)
+    split, devices = str(synth_set(found.name)(tmp_path)["data"] / "training"), jax.local_devices(backend="cpu")[:1]
+    config = DataConfig(pipeline=pipeline, decoder="cpu", reader_threads=1, output_dtype="float32", image_size=32)
+    names = formats.reading(pipeline).outputs if formats.reading(pipeline) else found.outputs
+    sharding, start = shards.Sharding(0, 1, 1, 1), dali.Start("shards", 0, 1, 1, 1)
+    calls = partial(calls_per_epoch, sharding=sharding, reader_batch=1, start=start)
+    guess = expected.guess(config, split, calls, Task(names, None, None))
+    data = dali.build(
+        dali.Split(split, True, 1, outputs=names), Readers(devices, devices, sharding), config, start=start
+    )
+    assert guess == Expected(data.sample_spec(), data.steps)
 
 
 def test_a_pipeline_of_ones_own_is_not_guessed(tmp_path):
