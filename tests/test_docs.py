@@ -277,9 +277,11 @@ DOTTED = re.compile(r"\bdali_launch(?:\.\w+)+")
 
 
 def tracked() -> list[str]:
+    """The repository's files, those not committed yet among them (not what .gitignore leaves out)."""
     import subprocess
 
-    return subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    return subprocess.run(listed, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
 
 
 def module_names() -> dict[str, Path]:
