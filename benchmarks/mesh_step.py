@@ -117,7 +117,7 @@ def fsdp_cost(setup: Setup, seconds: float) -> dict:
     import jax
 
     from dali_launch.trainer.plan.fit import StateSize
-    from dali_launch.trainer.step.mesh import Mesh
+    from dali_launch.trainer.plan.mesh import Mesh
 
     device = jax.local_devices()[0]
     fresh, example = fresh_state(setup)
@@ -183,7 +183,7 @@ def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False, offl
     from dali_launch.trainer.errors import UsageError
     from dali_launch.trainer.model import vit
     from dali_launch.trainer.plan import fit
-    from dali_launch.trainer.step.mesh import Mesh
+    from dali_launch.trainer.plan.mesh import Mesh
 
     spec = {**RUNGS, **SMOKE_RUNGS}[name]
     vit.PATCH = spec.patch  # this process only: vit.py reads it when the model is traced

@@ -158,7 +158,7 @@ def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: 
     """Compile `lever`'s call, run it twice, then time it for about `seconds` (then trace it into `trace`)."""
     import jax
 
-    from dali_launch.trainer.step.xla_options import typed
+    from dali_launch.trainer.plan.xla_options import typed
 
     mode, state, tally, batch = build(lever, model, image_size, precision, jax.local_devices()[0])
     began = time.perf_counter()

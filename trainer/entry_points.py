@@ -50,7 +50,7 @@ TASKS = {
     "video": "dali_launch.trainer.tasks.video:video",
     "audio": "dali_launch.trainer.tasks.audio:audio",
 }
-# The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
+# The built-ins with blocks that --mesh's tensor axis splits (plan/mesh.py's TENSOR_RULES name their layers): vit.py's
 TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))
 
 

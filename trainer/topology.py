@@ -258,7 +258,7 @@ def configure_process_env(topology: Topology, where: Placement) -> None:
         codecs.use_cpu_codecs_only()
     if topology.platform == "gpu" and not where.cuda_graphs:
         disable_cuda_graphs()
-    for name, value in where.xla_options.items():  # --xla-options (step/xla_options.py)
+    for name, value in where.xla_options.items():  # --xla-options (plan/xla_options.py)
         set_xla_flag(name, value)
     for name, value in where.xla_flags:
         set_xla_flag(name, value)

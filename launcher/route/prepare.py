@@ -30,8 +30,8 @@ from dali_launch.launcher.run_config import RunConfig, task_spec
 from dali_launch.trainer import determinism, entry_points, flavours, jax_private
 from dali_launch.trainer.data import contract, formats, graph_check
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.plan import xla_options
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step import xla_options
 from dali_launch.trainer.topology import missing_gpu
 
 

@@ -11,6 +11,8 @@ trainer/settings/, and set_up.py only builds from what they decided: it compares
     data.py       DALI's readers and threads per device, their output, the decoded cache, an epoch's remainder
     eval.py       who evaluates, its batch and readers
     fit.py        the arithmetic of a state's bytes per device, which the step's partition weighs
+    mesh.py       --mesh parsed and resolved, and which dimension of an array each of its axes splits
+    xla_options.py  --xla-options resolved with the placement, before JAX starts
 
 The launcher's pre-flight calls the same rules with the job it plans (step.check, data.check_readers), so the two
 sides agree by construction, as the start point's rules do.

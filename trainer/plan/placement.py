@@ -21,7 +21,7 @@ from dali_launch.trainer import compile_cache, determinism, entry_points, jax_pr
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.step import xla_options
+from dali_launch.trainer.plan.xla_options import chosen
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Placement:
     platform: str  # gpu or cpu
     decoder: str  # cpu or mixed
     cuda_graphs: bool  # XLA may run programs as CUDA graphs (GPUs only)
-    xla_options: dict = field(default_factory=dict)  # --xla-options resolved (step/xla_options.py)
+    xla_options: dict = field(default_factory=dict)  # --xla-options resolved (plan/xla_options.py)
     xla_flags: tuple[tuple[str, str], ...] = ()  # --deterministic's (determinism.py), the autotuning folder's
 
 
@@ -43,7 +43,7 @@ def place(spec: TaskSpec, platform: str) -> Placement:
     if where == "mixed" and platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
     graphs = platform == "gpu" and cuda_graphs(spec.xla.cuda_graphs, where == "mixed")
-    options = xla_options.chosen(spec.xla.xla_options, platform)
+    options = chosen(spec.xla.xla_options, platform)
     return Placement(platform, where, graphs, options, xla_flags(spec, platform))
 
 

@@ -46,8 +46,7 @@ from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.plan.fit import StateSize, fits, fitting
 from dali_launch.trainer.plan.fit import check as check_fit
-from dali_launch.trainer.step import mesh
-from dali_launch.trainer.step.mesh import Mesh
+from dali_launch.trainer.plan.mesh import Mesh, for_job, parse
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64  # --steps-per-call auto's most on GPUs
@@ -187,8 +186,8 @@ def partitioned(plan: StepPlan, settings: StepConfig, facts: Facts, size: StateS
     """`plan` with its partition: --mesh, --parallel, --offload and --checkpoint-async decided for a train state
     of `size` on this job's devices (facts.pool_bytes: the room on one); a mesh it cannot fit is refused."""
     devices, pool = facts.job_device_count, facts.pool_bytes
-    layout = mesh.for_job(settings.mesh, devices)  # the launcher checked the setting: no error left here
-    if mesh.parse(settings.mesh) is None and settings.parallel != "pmap":  # auto: data parallel while it fits
+    layout = for_job(settings.mesh, devices)  # the launcher checked the setting: no error left here
+    if parse(settings.mesh) is None and settings.parallel != "pmap":  # auto: data parallel while it fits
         layout = fitting(layout, devices, size, pool)
     offload = settings.offload == "optimizer"
     how = parallel(settings.parallel, size.stateful, devices, layout.shards_state or offload)
@@ -230,7 +229,7 @@ def check(settings: StepConfig, model: str, device_counts: list[int], per_node: 
 
     try:
         for devices in device_counts:
-            layout = mesh.for_job(settings.mesh, devices)
+            layout = for_job(settings.mesh, devices)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if per_node % layout.tensor:

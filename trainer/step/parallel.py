@@ -3,7 +3,7 @@
     pmap     one replica of the state per device; each device's program sees its own rows and sums
              losses and gradients over the job with `lax.psum`.
     sharded  one jit program over a job-wide mesh: the state is replicated (or, under --mesh with an
-             fsdp or tensor axis, sharded: step/mesh.py, step/shardings.py), the batch is split over the
+             fsdp or tensor axis, sharded: plan/mesh.py, step/shardings.py), the batch is split over the
              devices by its NamedSharding, and XLA inserts the all-reduce (the gathers and reduce-scatters).
 
 Both run the same SGD steps (step/sgd.py) on the same device call. How the state is partitioned, and so which
@@ -22,7 +22,7 @@ from flax import jax_utils
 from jax.sharding import PartitionSpec as P
 
 from dali_launch.trainer.data.rows import AXIS, first_row
-from dali_launch.trainer.step.mesh import Mesh
+from dali_launch.trainer.plan.mesh import Mesh
 from dali_launch.trainer.step.runner import Runner
 from dali_launch.trainer.step.sgd import pmap_call, sharded_call
 from dali_launch.trainer.step.shardings import device_grid, each, keeping, on_device, state_shardings
@@ -60,7 +60,7 @@ class Pmap:
 
 
 class Spread(NamedTuple):
-    """How a sharded runner spreads the train state over the devices: the `mesh` (step/mesh.py: replicated, or
+    """How a sharded runner spreads the train state over the devices: the `mesh` (plan/mesh.py: replicated, or
     sharded over its fsdp and tensor axes), the state's abstract arrays (`shapes`, which each array's sharding is
     read from), and whether the optimizer's state stays in host memory (`offload`)."""
 
