@@ -38,7 +38,7 @@ CONTENDERS = ("linen", "split", "bridge")
 
 
 def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: str):
-    """The host train state of `model_name`, as trainer/set_up.py's create_train_state makes it (that
+    """The host train state of `model_name`, as trainer/step/initial_state.py's create_train_state makes it (that
     module imports DALI, which the GPU machine lacks): the same calls, seed 0, the default optimizer."""
     import jax
     import numpy as np
@@ -48,6 +48,7 @@ def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: 
     from dali_launch.trainer.model.forward import Forward, train_kwarg
     from dali_launch.trainer.step import optim
     from dali_launch.trainer.step.state import Recipe, TrainState
+    from dali_launch.trainer.tasks.classification import classification
 
     model = create_model(model_name, 10, adapter=adapter)
     config = OptimizerConfig()
@@ -63,7 +64,7 @@ def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: 
         Forward(model, precision),
         optim.optimizer(config),
         optim.schedule(config, StepConfig().epochs, steps_per_epoch),
-        Recipe(),
+        Recipe(classification()),
     )
 
 

@@ -1,5 +1,5 @@
 """A task of one's own (trainer/tasks/contract.py): docs/tasks.md's example is the code run here, and what the
-launcher refuses of a task before anything is written (launcher/route/task_check.py, tasks/check.py)."""
+launcher refuses of a task before anything is written (launcher/route/task_check.py, step/dry_run.py)."""
 
 from __future__ import annotations
 

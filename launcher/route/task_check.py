@@ -1,7 +1,7 @@
 """The run's task, model and pipeline checked together before any job, where something in them is the user's.
 
 entry_points.check has refused a factory or function that breaks its contract; this one takes one sample of
-each of the pipeline's outputs and has trainer/tasks/check.py initialise the model abstractly (jax.eval_shape:
+each of the pipeline's outputs and has trainer/step/dry_run.py initialise the model abstractly (jax.eval_shape:
 no parameter computed, no device taken) on it, hand its outputs to the task's `check_model` (classification:
 logits (1, --num-classes)), trace the task's loss and evaluation on a batch of them, and call its summary on sums
 of its evaluation's shapes, its headline looked up in what that returns. The built-in
@@ -41,10 +41,10 @@ def check(run: RunConfig, data_dir: Path, sample: dict | None = None) -> None:
     if sample is None:
         return
     # JAX and Flax: imported only where something is the user's, which imports them anyway
-    from dali_launch.trainer.tasks import check as task_check
+    from dali_launch.trainer.step import dry_run
 
     model = entry_points.create_model(run.model.model, run.data.num_classes, **entry_points.model_options(run.model))
-    task_check.check(task, model, sample, (run.task.task, run.model.model, run.data.pipeline))
+    dry_run.check(task, model, sample, (run.task.task, run.model.model, run.data.pipeline))
 
 
 def _ours(run: RunConfig, task) -> bool:

@@ -153,7 +153,7 @@ def _sharding(op) -> dict | None:
 
 def sample(name: str, args, names: tuple[str, ...]) -> dict | None:
     """One sample of each output of --pipeline `name`, its graph run once on the CPU for `args`: {output: (shape,
-    dtype)}, what the task is checked against (tasks/check.py); None for a graph the function placed on the GPU
+    dtype)}, what the task is checked against (step/dry_run.py); None for a graph the function placed on the GPU
     (the task runs it: a launcher keeps off the GPUs its tasks use); where DALI's outputs are GPU ones anyway, one
     sample of each is copied to the host. A graph that fails to build or run is one
     line naming the operator and where the function made it."""

@@ -3,7 +3,7 @@
 The pipeline gives `images` and `labels`: integer class ids (shape () or (1,)) in 0..--num-classes - 1, or float
 one-hot or soft targets (--num-classes wide). The loss is the softmax cross-entropy of the model's logits against
 the one-hot targets, smoothed by --label-smoothing, then mixed by --mixup/--cutmix on each device's batch of a
-step (step/mixing.py), summed over real samples. Evaluation counts the test samples whose largest logit is their
+step (tasks/mixing.py), summed over real samples. Evaluation counts the test samples whose largest logit is their
 class. Class ids out of range are caught while training (data/label_check.py's words): nothing else fails on
 them (`jax.nn.one_hot` of 12 with 10 classes is a zero row, its loss 0).
 """
@@ -36,7 +36,7 @@ def _loss(step, batch, num_classes: int, smoothing: float, mixing: tuple[float, 
     import jax.numpy as jnp
     import optax
 
-    from dali_launch.trainer.step import mixing as mixes
+    from dali_launch.trainer.tasks import mixing as mixes
 
     images, labels, goal, mixing = batch["images"], batch["labels"], None, mixes.Mixing(*mixing)
     if mixing.on:  # the images change before the forward pass, the targets with them
