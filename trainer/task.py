@@ -28,6 +28,7 @@ from dali_launch.trainer.topology import (
     configure_process_env,
     from_environment,
     initialize,
+    job_devices,
     local_devices,
     missing_gpu,
 )
@@ -107,7 +108,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
     startup.mark("imports")
-    here = facts.gather(spec, topology, devices)  # this task's facts, once: the plan's input with the spec
+    here = facts.gather(spec, topology, devices, job_devices(devices))  # this task's facts, once: the plan's input
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
         for line in start_point.repair(paths):
             print(f"dali-launch: {line}", file=sys.stderr, flush=True)
