@@ -93,7 +93,7 @@ SMOKE_MODEL = "tiny"  # the fsdp-cost part's model under --smoke-cpu
 
 
 def factory(name: str):
-    """A --model factory (entry_points' contract) for rung `name`: vit.py's ViT at that rung's sizes."""
+    """A --model factory (model/registry.py's contract) for rung `name`: vit.py's ViT at that rung's sizes."""
     rung = {**RUNGS, **SMOKE_RUNGS}[name]
 
     def make(num_classes: int, drop_path: float = 0.0, vit_pool: str = "gap", attention: str = "xla", remat="none"):
@@ -106,7 +106,7 @@ def factory(name: str):
     return make
 
 
-def __getattr__(name: str):  # `mesh_step:vit-l16` etc. for entry_points.load (module-level getattr)
+def __getattr__(name: str):  # `mesh_step:vit-l16` etc. for the models' loader (module-level getattr)
     if name in RUNGS or name in SMOKE_RUNGS:
         return factory(name)
     raise AttributeError(name)

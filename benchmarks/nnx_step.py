@@ -44,8 +44,8 @@ def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: 
     import numpy as np
 
     from dali_launch.trainer.config import OptimizerConfig, StepConfig
-    from dali_launch.trainer.entry_points import create_model
     from dali_launch.trainer.model.forward import Forward, train_kwarg
+    from dali_launch.trainer.model.registry import create_model
     from dali_launch.trainer.step import optim
     from dali_launch.trainer.step.state import Recipe, TrainState
     from dali_launch.trainer.tasks.classification import classification

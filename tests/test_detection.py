@@ -16,8 +16,8 @@ from conftest import check_ok, dali_launch
 from run_readers import only_run, seen_prints
 
 from dali_launch.launcher.cli import main
-from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model.registry import create_model
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.tasks import centers

@@ -21,12 +21,13 @@ from test_bad_samples import _corrupt_huffman_tables
 
 from dali_launch.launcher.api import Executor
 from dali_launch.launcher.run_config import task_spec
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, dali_outputs, decoded_cache, expected, graph_check, label_check, shards
+from dali_launch.trainer.data import registry as pipelines
 from dali_launch.trainer.data.batches import Readers, calls_per_epoch, device_batch
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model.registry import run_model
 from dali_launch.trainer.observe.replicas import SampleRecorder
 from dali_launch.trainer.plan.eval import EvalPlan
 from dali_launch.trainer.step.evaluate import Evaluator
@@ -137,7 +138,7 @@ def evaluation(small_lmdb, tmp_path_factory) -> tuple:
     cache on the devices)."""
     run = tmp_path_factory.mktemp("evaluation")
     spec = task_spec(Executor("here").run_config(data_dir=str(small_lmdb)), str(run), str(small_lmdb), "train")
-    shapes = jax.eval_shape(entry_points.run_model(spec).init, jax.random.PRNGKey(0), np.zeros((1, 784), np.float32))
+    shapes = jax.eval_shape(run_model(spec).init, jax.random.PRNGKey(0), np.zeros((1, 784), np.float32))
     draw = np.random.default_rng(0).standard_normal
     variables = jax.tree.map(lambda x: (0.05 * draw(x.shape)).astype(x.dtype), shapes)
     return spec, variables, _evaluated(spec, variables)
@@ -184,11 +185,11 @@ def test_the_host_table_fills_from_gpu_outputs(small_lmdb, gpu_outputs):
     """--decoded-cache's host table holds host copies of what its fill pipelines give, GPU outputs too: the CPU
     outputs' table, each sample once."""
     base = dali.pipeline_args(dali.Split(str(small_lmdb / "training"), True, 4), 0, 1, 4, CONFIG)
-    from_gpu = decoded_cache.fill(entry_points.load("pipeline", "mnist"), base, [0], 1, 1)
+    from_gpu = decoded_cache.fill(pipelines.load("mnist"), base, [0], 1, 1)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dali_outputs, "GPU_TYPES", dali_outputs.GPU_TYPES[:2])
         patch.setattr(Pipeline, "run", Pipeline.run.original)
-        from_cpu = decoded_cache.fill(entry_points.load("pipeline", "mnist"), base, [0], 1, 1)
+        from_cpu = decoded_cache.fill(pipelines.load("mnist"), base, [0], 1, 1)
     assert len(from_gpu.table) == 800 and from_gpu.table.keys() == from_cpu.table.keys()
     assert all(np.array_equal(from_gpu.table[k], from_cpu.table[k]) for k in from_cpu.table)
     assert standin.counts["as_cpu"] == standin.counts["outputs"] > 0

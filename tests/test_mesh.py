@@ -105,7 +105,7 @@ def test_the_tensor_axis_splits_a_vits_attention_by_heads_and_its_mlp_by_units()
     projection and MLP kernel is split over tensor:2 along its heads or hidden units, the rest is not."""
     import jax
 
-    from dali_launch.trainer.entry_points import create_model
+    from dali_launch.trainer.model.registry import create_model
 
     shapes = jax.eval_shape(
         lambda: create_model("vit-s16", 10).init(jax.random.key(0), jax.numpy.zeros((1, 32, 32, 3)))

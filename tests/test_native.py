@@ -20,8 +20,8 @@ from conftest import CLI, REPO, check_ok, dali_launch, standin_counts
 from nvidia.dali.pipeline import Pipeline
 from run_readers import only_run, seen_prints
 
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import native
+from dali_launch.trainer.data import registry as pipelines
 from dali_launch.trainer.data.contract import Pipeline as ContractPipeline
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.observe.replicas import fingerprints
@@ -50,16 +50,16 @@ def test_a_decorated_function_is_its_graph_function_adapted(name):
 
     wrapper = getattr(dali_tutorial, name)
     for target in (f"dali_tutorial:{name}", wrapper):
-        function = entry_points.load("pipeline", target)
+        function = pipelines.load(target)
         assert isinstance(function, native.Native) and function.function is wrapper.__wrapped__
         assert function.output_map == (("images", "labels") if name == "mnist_sharded_iterator" else ())
 
 
 def test_plain_functions_are_told_apart_by_their_parameters():
     """A plain function taking shard_id and num_shards is DALI's way; one callable as function(args) is ours."""
-    assert entry_points.load("pipeline", plain) == native.Native(plain, "test_native:plain")
+    assert pipelines.load(plain) == native.Native(plain, "test_native:plain")
     for ours in (contract, contract_with_shards, ContractPipeline(contract)):
-        assert entry_points.load("pipeline", ours) is ours
+        assert pipelines.load(ours) is ours
 
 
 def test_pipeline_params_are_roles_or_literal_values():
@@ -71,7 +71,7 @@ def test_pipeline_params_are_roles_or_literal_values():
 
 def _built(name: str, args: PipelineArgs):
     """--pipeline `name` adapted, defined for `args` and built on the CPU, as the trainer builds one."""
-    function = entry_points.load("pipeline", name)
+    function = pipelines.load(name)
     pipe = Pipeline(batch_size=4, num_threads=1, device_id=None, seed=0)
     with pipe:
         pipe.set_outputs(*function(args))

@@ -16,8 +16,8 @@ import pytest
 from plans import planned
 
 from dali_launch.trainer.config import TaskSpec, replaced
-from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.pooling import max_pool_3x3_s2, stem_pool
+from dali_launch.trainer.model.registry import create_model
 from dali_launch.trainer.plan.step import pool_grad
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dali_launch.trainer import compile_cache, entry_points
+from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import batch_record, dali, expected, records, remainder, shards
 from dali_launch.trainer.data.batches import DeviceBatches, Readers, batch_sharding, calls_per_epoch
@@ -30,6 +30,7 @@ from dali_launch.trainer.step import build
 from dali_launch.trainer.step.evaluate import Evaluator, split_dir
 from dali_launch.trainer.step.sgd import call_tally
 from dali_launch.trainer.tasks.contract import Task
+from dali_launch.trainer.tasks.registry import run_task
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Parts:
 
     def __post_init__(self):
         f, p = self.facts, self.plan
-        self.task = entry_points.run_task(self.spec)
+        self.task = run_task(self.spec)
         self.sharding = shards.Sharding(
             f.first_device, f.local_device_count, f.job_device_count, p.data.readers_per_device
         )

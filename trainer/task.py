@@ -42,7 +42,7 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
-    entry_points.read_sent(paths.objects)  # a model, pipeline or task the Python API sent by value
+    entry_points.SUBMISSION.read(paths.objects)  # a model, pipeline or task the Python API sent by value
     ending.clear(paths, topology.process_id)
     ending.record_faults(paths, topology.process_id, Path(log) if log else None)
     start, startup_s = rendezvous.this_start(os.environ), spec.distributed.init_timeout_s

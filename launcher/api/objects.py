@@ -13,7 +13,7 @@ import sys
 
 from dali_launch.launcher.api.settings import a_type
 from dali_launch.launcher.route import sent_objects
-from dali_launch.trainer import entry_points
+from dali_launch.trainer.entries import builtin
 from dali_launch.trainer.errors import UsageError
 
 
@@ -25,12 +25,12 @@ def reference(kind: str, value) -> str:
         what = {"model": "a Flax module class or factory", "pipeline": "a pipeline function", "task": "a Task"}[kind]
         raise UsageError(
             f"{kind}={value!r} is {a_type(value)}; give {what}, or a name as --{kind} takes it "
-            f"(one of {', '.join(entry_points.builtin(kind))}, or package.module:attribute)"
+            f"(one of {', '.join(builtin(kind))}, or package.module:attribute)"
         )
     importable = importable_as(value)
     if importable is None:
         return sent_objects.by_value(kind, value, label(value))
-    ours = {target: name for name, target in entry_points.builtin(kind).items()}
+    ours = {target: name for name, target in builtin(kind).items()}
     if importable in ours:  # a built-in: its tasks import it as they import dali-launch
         return ours[importable]
     return sent_objects.by_reference(kind, label(value), importable)

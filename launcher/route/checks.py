@@ -7,10 +7,10 @@ from pathlib import Path
 
 from dali_launch.launcher.route import audio_checks, recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ObserveConfig, OptimizerConfig, ResilienceConfig
 from dali_launch.trainer.data import formats, native
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
+from dali_launch.trainer.data.registry import pipelines
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import data as plan_data
 from dali_launch.trainer.plan import step as plan_step
@@ -136,7 +136,7 @@ def _data(data: DataConfig) -> None:
     check_limit(data.max_bad_samples)
     check_mode(data.bad_samples, data.pipeline)
     formats.check_order(data.pipeline, data.sample_order)
-    if native.parsed(data.pipeline_params) and data.pipeline in entry_points.builtin("pipeline"):
+    if native.parsed(data.pipeline_params) and data.pipeline in pipelines():
         raise UsageError(
             f"--pipeline-params fills the parameters of DALI's own pipeline functions, and --pipeline {data.pipeline} "
             f"is built in; leave --pipeline-params out"

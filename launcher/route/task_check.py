@@ -1,6 +1,6 @@
 """The run's task, model and pipeline checked together before any job, where something in them is the user's.
 
-entry_points.check has refused a factory or function that breaks its contract; this one takes one sample of
+The loaders' checks (model/registry.py, data/registry.py) have refused a factory or function that breaks its contract; this one takes one sample of
 each of the pipeline's outputs and has trainer/step/dry_run.py initialise the model abstractly (jax.eval_shape:
 no parameter computed, no device taken) on it, hand its outputs to the task's `check_model` (classification:
 logits (1, --num-classes)), trace the task's loss and evaluation on a batch of them, and call its summary on sums
@@ -15,8 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import formats, samples
+from dali_launch.trainer.data.registry import pipelines
+from dali_launch.trainer.model.registry import MODELS, create_model, model_options
+from dali_launch.trainer.tasks.registry import TASKS, run_task
 
 
 def crops() -> list[str]:
@@ -34,7 +36,7 @@ def flat(pipeline: str) -> bool:
 
 def check(run: RunConfig, data_dir: Path, sample: dict | None = None) -> None:
     """`sample`: a pipeline of the user's own's one sample of each output (graph_check.sample), where it ran."""
-    task = entry_points.run_task(run)
+    task = run_task(run)
     if _ours(run, task):
         return  # built-in together: tested together
     sample = sample or builtin_sample(run, data_dir)
@@ -43,19 +45,15 @@ def check(run: RunConfig, data_dir: Path, sample: dict | None = None) -> None:
     # JAX and Flax: imported only where something is the user's, which imports them anyway
     from dali_launch.trainer.step import dry_run
 
-    model = entry_points.create_model(run.model.model, run.data.num_classes, **entry_points.model_options(run.model))
+    model = create_model(run.model.model, run.data.num_classes, **model_options(run.model))
     dry_run.check(task, model, sample, (run.task.task, run.model.model, run.data.pipeline))
 
 
 def _ours(run: RunConfig, task) -> bool:
     """The task, model and pipeline are built-in ones that go together: the task's own, or classification's."""
-    builtin = all(value in entry_points.builtin(kind) for kind, value in _named(run))
+    builtin = run.task.task in TASKS and run.model.model in MODELS and run.data.pipeline in pipelines()
     own = (run.model.model, run.data.pipeline) == (task.model or run.model.model, task.pipeline or run.data.pipeline)
     return builtin and own and run.model.model != "cnn-nnx"  # cnn-nnx's fixed input size is checked here
-
-
-def _named(run: RunConfig):
-    return (("task", run.task.task), ("model", run.model.model), ("pipeline", run.data.pipeline))
 
 
 def builtin_sample(run: RunConfig, data_dir: Path) -> dict | None:

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 from nvidia.dali import pipeline_def
 
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment, decoded_cache, graph_check, native
+from dali_launch.trainer.data import augment, decoded_cache, graph_check, native, registry
 from dali_launch.trainer.data.batches import DeviceBatches, Readers
 from dali_launch.trainer.data.contract import AUDIO_SETTINGS, OUTPUTS, RANDAUGMENT, PipelineArgs
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
@@ -86,7 +85,7 @@ def build(split: Split, readers: Readers, config: DataConfig, checkpoints=None, 
             f"--readers-per-device {sharding.readers} does not divide the {split.call_batch} samples a device "
             f"reads per call; use a divisor of it"
         )
-    reader_batch, function = split.call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline)
+    reader_batch, function = split.call_batch // sharding.readers, registry.load(config.pipeline)
     native.check(function, config.pipeline_params, split.outputs, config.pipeline)  # the launcher's check, passed
     threads, shards_read = config.reader_threads * sharding.readers, (sharding.device_ids, sharding.global_devices)
     keep, kept = decoded_role(function, split, shards_read, config, threads)

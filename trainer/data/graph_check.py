@@ -89,9 +89,9 @@ def check(name: str, args, shard_order: bool, names: tuple[str, ...] = OUTPUTS) 
     args.read makes a native reader here too): its outputs (one for each of `names`, its task's); under the shard
     order its one reader and how it is sharded; under the global order, that it reads through args.read and
     nothing else. A pipeline written as DALI writes one is checked as native.py adapts it, first."""
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.data import registry
 
-    native.check(entry_points.load("pipeline", name), args.pipeline_params, names, name)
+    native.check(registry.load(name), args.pipeline_params, names, name)
     reads = []
     outputs = outputs_checked(define(name, _watched(args, reads)), name, names)
     readers = [op for op in dali_graph.operators(outputs).values() if _kind(op).startswith(dali_graph.READERS)]
@@ -122,9 +122,9 @@ def define(name: str, args, pipe=None):
     UsageError is ours (args.read's screen): the task would raise it, later."""
     from nvidia.dali.pipeline import Pipeline
 
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.data import registry
 
-    function = entry_points.load("pipeline", name)
+    function = registry.load(name)
     try:
         with pipe or Pipeline(batch_size=1, num_threads=1, device_id=None):
             return function(args)

@@ -17,7 +17,7 @@ plain function whose parameters include `shard_id` and `num_shards`, becomes the
   num_shards; the masks also need that shard padded to whole batches, which DALI's tutorials leave unset, so
   PADDING is added to the reader before the pipeline is built (dali.epoch_size checks the built one);
 - data_iterator's `output_map` must be the task's outputs, in order.
-It imports neither JAX nor DALI: entry_points.py, which the launcher imports at its start, uses it.
+It imports neither JAX nor DALI: the pipelines' loader (registry.py), which the launcher imports at its start, uses it.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def literal(text: str):
 def check(function, params: str, outputs: tuple[str, ...], name: str) -> None:
     """Before any pipeline is built (the launcher's pre-flight, the task's build): --pipeline-params written as it
     must be, and given to a DALI-style function only; such a function's parameters all filled, its shard ids
-    among them, and its output_map the task's `outputs`. `function`: what entry_points.load gave for `name`."""
+    among them, and its output_map the task's `outputs`. `function`: what registry.load gave for `name`."""
     given = parsed(params)
     if not isinstance(function, Native):
         if given:

@@ -13,9 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import dali, shards
+from dali_launch.trainer.data import dali, registry, shards
 from dali_launch.trainer.data.batches import DeviceBatches, Readers, device_batch
 from dali_launch.trainer.data.hosting import Remainder
 
@@ -93,7 +92,7 @@ def build(split: dali.Split, devices: list, remainder: Remainder, config: DataCo
     the old job built it (its shard, batch and seed) and restored from its state (`start`, the start point: its
     states by shard, and the sample its record holds, which shapes padding slots); `config` holds decided values,
     its threads shared out among the pipelines a device now runs; `main`: the job's own training batches."""
-    old, function = remainder.reading, entry_points.load("pipeline", config.pipeline)
+    old, function = remainder.reading, registry.load(config.pipeline)
     # The checkpoint's DALI graph, decoded cache included (the data plan keeps its kind): a host table of the
     # old shards hosted here, apart from the job's own (main's), for this epoch's rest alone.
     hosted = [d for device in main.sharding.device_ids for d in remainder.hosted(device) if d is not None]

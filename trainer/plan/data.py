@@ -89,14 +89,13 @@ class DataPlan:
 
 def plan_data(spec: TaskSpec, facts: Facts, decoder: str, step, start) -> DataPlan:
     """The data side's decisions for the step plan's batch (`step`), `decoder` the placement's."""
-    from dali_launch.trainer import entry_points
-    from dali_launch.trainer.data import contract
+    from dali_launch.trainer.data import contract, registry
 
     cores, data = facts.cores_per_device, spec.data
     threads = reader_threads(data.reader_threads, decoder, cores)
     readers = readers_per_device(data.readers_per_device, threads, facts.platform, decoder, step.call_batch, cores)
     share = facts.local_device_count / facts.job_device_count if decoder == "cpu" else 1 / facts.job_device_count
-    pipeline = entry_points.load("pipeline", data.pipeline)
+    pipeline = registry.load(data.pipeline)
     cacheable = contract.cacheable(pipeline, data.pipeline, data.decoded_cache)
     whole = contract.decodes_whole_images(pipeline)
     kept = decoded_cache(data, decoder, cacheable, facts.room.shared(share), start.decoded_cache, facts.platform, whole)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dali_launch.trainer import compile_cache, determinism, entry_points, jax_private
+from dali_launch.trainer import compile_cache, determinism, jax_private
 from dali_launch.trainer.config import DataConfig, TaskSpec
+from dali_launch.trainer.data import registry
 from dali_launch.trainer.data.contract import auto_decoder
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan.xla_options import chosen
@@ -71,7 +72,7 @@ def _loaded_before_jax(name: str):
     jax.distributed.initialize, which fails; one line instead. With --decoder given, the task imports the module
     only after both (plan/data.py)."""
     started = jax_private.backends_started()
-    pipeline = entry_points.load("pipeline", name)
+    pipeline = registry.load(name)
     if not started and jax_private.backends_started():
         raise UsageError(
             f"--pipeline {name} starts JAX when imported (it asks JAX for its devices), and --decoder auto must "

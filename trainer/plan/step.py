@@ -90,7 +90,7 @@ class StepPlan:
 
     def applied(self, spec: TaskSpec) -> TaskSpec:
         """`spec` as the model and optimizer are built from it: the learning rate elastic.py's rescale rule sets,
-        and the model's options decided (entry_points.model_options)."""
+        and the model's options decided (model/registry.py's model_options)."""
         return replaced(
             spec,
             learning_rate=spec.optimizer.learning_rate * self.lr_scale,
@@ -225,7 +225,7 @@ def rematerialised(plan: StepPlan, asked: str, takes: bool, step_bytes: int | No
 def check(settings: StepConfig, model: str, device_counts: list[int], per_node: int) -> None:
     """The launcher's checks of the step's settings for every device count a job may start with (`per_node`
     devices on each node), before anything is written: the same rules the task plans with."""
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.model.registry import MODELS, TENSOR_SPLIT
 
     try:
         for devices in device_counts:
@@ -248,9 +248,9 @@ def check(settings: StepConfig, model: str, device_counts: list[int], per_node: 
             f"--mesh {settings.mesh} shards the train state, which --parallel pmap (one whole copy per device) "
             "cannot; use --parallel sharded or auto"
         )
-    if layout.tensor > 1 and model in entry_points.MODELS and model not in entry_points.TENSOR_SPLIT:
+    if layout.tensor > 1 and model in MODELS and model not in TENSOR_SPLIT:
         raise UsageError(
             f"--mesh {settings.mesh}: the tensor axis splits attention heads and MLP blocks, which --model {model} "
             f"has none of; use fsdp instead (--mesh fsdp:{layout.tensor * layout.fsdp}), or a ViT "
-            f"({', '.join(entry_points.TENSOR_SPLIT)})"
+            f"({', '.join(TENSOR_SPLIT)})"
         )

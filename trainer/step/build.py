@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import jax
 
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.model import registry
 from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.plan.fit import StateSize, size_words
 from dali_launch.trainer.plan.step import StepPlan, partitioned, rematerialised
@@ -85,7 +85,7 @@ def fitted(spec: TaskSpec, facts: Facts, model: Model, say) -> Model:
     model that takes it (plan/step.py's `rematerialised`), the model made again with its blocks recomputed (the
     same parameter tree: its state's arrays stay valid); else refused in one line (step/compiled.py)."""
     model.ahead.join()
-    takes = entry_points.model_takes(spec.model.model, "remat")
+    takes = registry.takes(registry.load(spec.model.model), "remat")
     plan = rematerialised(model.plan, spec.model.remat, takes, model.ahead.total(), facts.pool_bytes)
     if plan.remat != model.plan.remat:
         say(

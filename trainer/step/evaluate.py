@@ -28,11 +28,12 @@ from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data import dali, shards
 from dali_launch.trainer.data.batches import Readers
 from dali_launch.trainer.data.rows import AXIS, first_row
-from dali_launch.trainer.entry_points import run_model, run_task
 from dali_launch.trainer.model.forward import Forward
+from dali_launch.trainer.model.registry import run_model
 from dali_launch.trainer.step.parallel import finished
 from dali_launch.trainer.step.sgd import NONE, fold
 from dali_launch.trainer.step.view import evaluating
+from dali_launch.trainer.tasks.registry import run_task
 
 PREPARE_WAIT_S = 600  # the evaluation's own build and compile take over past this
 

@@ -9,10 +9,11 @@ import jax
 import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
-from dali_launch.trainer.entry_points import run_model, run_task
 from dali_launch.trainer.model.forward import Forward, train_kwarg
+from dali_launch.trainer.model.registry import run_model
 from dali_launch.trainer.step import optim
 from dali_launch.trainer.step.state import Recipe, TrainState
+from dali_launch.trainer.tasks.registry import run_task
 
 
 def state_maker(spec: TaskSpec, slots_per_epoch: int):
