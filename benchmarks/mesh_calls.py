@@ -75,9 +75,7 @@ def runner(setup: Setup, device, shapes, layout: bool, offload: bool = False):
         [device],
         setup.batch,
         data,
-        mesh=LaidOut() if layout else None,
-        shapes=shapes,
-        offload=offload,
+        parallel.How(spread=parallel.Spread(LaidOut() if layout else None, shapes, offload)),
     )
     rows = setup.batch * setup.steps
     side = setup.image_size

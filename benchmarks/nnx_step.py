@@ -84,7 +84,7 @@ class Contender:
         rows, self.calls = args.batch_size * args.steps_per_call, args.steps // args.steps_per_call
         mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
         data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-        self.mode = parallel.create(parallel_mode, devices, devices, args.batch_size, data, readers=1)
+        self.mode = parallel.create(parallel_mode, devices, devices, args.batch_size, data)
         host = jax.tree.map(np.asarray, train_state(model, adapter, args.steps, args.precision))
         self.state = self.mode.place(host)
         rng = np.random.default_rng(0)

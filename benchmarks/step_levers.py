@@ -142,7 +142,7 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     fresh = _FRESH[key]
     mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))
     data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-    mode = parallel.create("sharded", [device], [device], lever.batch, data, donate=lever.donate)
+    mode = parallel.create("sharded", [device], [device], lever.batch, data, parallel.How(donate=lever.donate))
     images = jax.jit(
         lambda key: jax.random.normal(key, (1, rows, image_size, image_size, 3), jnp.float16), out_shardings=data
     )(jax.random.PRNGKey(1))

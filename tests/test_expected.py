@@ -11,6 +11,7 @@ from functools import partial
 import jax
 import pytest
 from catalogue import NOT_AN_IMAGE, dataset, good_records, replace_image, synth_set
+from plans import decided
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, expected, formats, shards
@@ -54,8 +55,8 @@ def test_every_built_in_format_gives_the_batch_expected_of_it(tmp_path, monkeypa
     )
     sharding, start = shards.Sharding(0, 1, 1, 1), dali.Start(order, 0, 1, 1, 1)
     calls = partial(calls_per_epoch, sharding=sharding, reader_batch=1, start=start)
-    guess = expected.guess(config, split, calls, classification())
-    data = dali.build(dali.Split(split, True, 1), Readers(devices, devices, sharding), config, start=start)
+    guess = expected.guess(decided(config), split, calls, classification())
+    data = dali.build(dali.Split(split, True, 1), Readers(devices, devices, sharding), decided(config), start=start)
     assert guess == Expected(data.sample_spec(), data.steps) and data.steps == 6 - spoilt
     abstract = lambda x: (x.shape, x.dtype, x.sharding)
     assert jax.tree.map(abstract, guess.batch(data.sharding_spec, 1)) == jax.tree.map(abstract, data.peek())
@@ -77,9 +78,9 @@ def test_every_built_in_pipeline_of_another_task_gives_what_is_expected_of_it(tm
     names = formats.reading(pipeline).outputs if formats.reading(pipeline) else found.outputs
     sharding, start = shards.Sharding(0, 1, 1, 1), dali.Start("shards", 0, 1, 1, 1)
     calls = partial(calls_per_epoch, sharding=sharding, reader_batch=1, start=start)
-    guess = expected.guess(config, split, calls, Task(names, None, None))
+    guess = expected.guess(decided(config), split, calls, Task(names, None, None))
     data = dali.build(
-        dali.Split(split, True, 1, outputs=names), Readers(devices, devices, sharding), config, start=start
+        dali.Split(split, True, 1, outputs=names), Readers(devices, devices, sharding), decided(config), start=start
     )
     assert guess == Expected(data.sample_spec(), data.steps)
 
@@ -87,5 +88,6 @@ def test_every_built_in_pipeline_of_another_task_gives_what_is_expected_of_it(tm
 def test_a_pipeline_of_ones_own_is_not_guessed(tmp_path):
     """Only the task knows what it gives: its pipelines' first batch decides, as before."""
     assert (
-        expected.guess(DataConfig(pipeline="my_pipes:pipeline"), str(tmp_path), lambda n: n, classification()) is None
+        expected.guess(decided(DataConfig(pipeline="my_pipes:pipeline")), str(tmp_path), lambda n: n, classification())
+        is None
     )

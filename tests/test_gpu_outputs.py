@@ -17,6 +17,7 @@ from catalogue import replace_image, synth_set
 from gpu_standin import gpu_outputs as standin
 from nvidia.dali import backend, fn
 from nvidia.dali.pipeline import Pipeline
+from plans import decided
 from test_bad_samples import _corrupt_huffman_tables
 
 from dali_launch.launcher.api import Executor
@@ -29,15 +30,17 @@ from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.model.registry import run_model
 from dali_launch.trainer.observe.replicas import SampleRecorder
+from dali_launch.trainer.plan import Plan, facts
 from dali_launch.trainer.plan.eval import EvalPlan
 from dali_launch.trainer.step.evaluate import Evaluator
+from dali_launch.trainer.step.initial_state import Made
 from dali_launch.trainer.tasks.classification import classification
 
-CONFIG = DataConfig(decoder="cpu", reader_threads=1, decoded_cache="off", output_dtype="float32")
+CONFIG = decided(DataConfig(decoder="cpu", reader_threads=1, decoded_cache="off", output_dtype="float32"))
 SHARDING, START = shards.Sharding(0, 1, 1, 2), dali.Start("shards", 0, 1, 60, 2)  # 2 readers of 60: padded calls
 
 
-def _build(path, training: bool, config: DataConfig = CONFIG):
+def _build(path, training: bool, config=CONFIG):
     """mnist's pipelines, 2 readers on one CPU device, as the trainer builds them (training's from START)."""
     devices = jax.local_devices(backend="cpu")[:1]
     split = dali.Split(str(path), training, 120)
@@ -145,7 +148,8 @@ def evaluation(small_lmdb, tmp_path_factory) -> tuple:
 
 
 def _evaluated(spec, variables) -> list:
-    evaluator = Evaluator(spec, jax.local_devices()[:1], EvalPlan(50, 2, True), CONFIG)
+    plan = Plan("cpu", CONFIG, None, EvalPlan(50, 2, True))  # what it takes of a plan
+    evaluator = Evaluator(spec, facts.alone(jax.local_devices()[:1]), plan, Made.of(spec))
     said = [evaluator(variables)[:2] for _ in range(2)]
     assert evaluator.cached is not None and said[0][1] == 200
     return said
@@ -201,7 +205,9 @@ def test_a_sample_corrupt_inside_is_one_line_from_gpu_pipelines(tmp_path, monkey
     monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
     spoil = lambda root: replace_image(root / "training", "folders", 1, _corrupt_huffman_tables)
     data = synth_set("folders", spoil)(tmp_path)["data"]
-    config = DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, image_size=16, output_dtype="float32")
+    config = decided(
+        DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, image_size=16, output_dtype="float32")
+    )
     built = _build(data / "training", True, config)
     with pytest.raises(UsageError, match=r"^DALI could not decode .*1/00000001\.jpg .* it is corrupt inside"):
         for _ in range(built.steps):

@@ -196,14 +196,17 @@ def test_decoder_auto_on_gpus_refuses_a_module_that_starts_jax():
     """--decoder auto asks the module for its word before JAX starts; the tutorial's module starts JAX as it is
     imported: one line, naming --decoder mixed (run here as on a GPU task, in a fresh process)."""
     proc = _python(
-        "from dali_launch.trainer.config import DataConfig\n"
+        "from dali_launch.trainer.config import DataConfig, TaskSpec\n"
+        "from dali_launch.trainer.entries import Entries\n"
         "from dali_launch.trainer.errors import UsageError\n"
         "from dali_launch.trainer.plan import placement\n"
+        "config = DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator')\n"
+        "decoder = lambda: placement.decoder(config, 'gpu', Entries(TaskSpec(run_dir='x', data=config)))\n"
         "try:\n"
-        "    placement.decoder(DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator'), 'gpu')\n"
+        "    decoder()\n"
         "except UsageError as e:\n"
         "    print(e)\n"
-        "print(placement.decoder(DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator'), 'gpu'))\n"
+        "print(decoder())\n"
     )
     check_ok(proc)
     said, again = proc.stdout.strip().splitlines()

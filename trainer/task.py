@@ -12,8 +12,10 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from dali_launch.trainer import compile_cache, entry_points, flavours, heap, rendezvous
+from dali_launch.trainer import compile_cache, flavours, heap, rendezvous
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.entries import Entries
+from dali_launch.trainer.entry_points import Sent
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
 from dali_launch.trainer.observe.manifest import write_manifest
@@ -42,7 +44,7 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
-    entry_points.SUBMISSION.read(paths.objects)  # a model, pipeline or task the Python API sent by value
+    entries = Entries(spec, Sent().read(paths.objects))  # each resolved once, when first needed; by value: objects/
     ending.clear(paths, topology.process_id)
     ending.record_faults(paths, topology.process_id, Path(log) if log else None)
     start, startup_s = rendezvous.this_start(os.environ), spec.distributed.init_timeout_s
@@ -52,7 +54,7 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
         lock = _lock(paths) if topology.process_id == 0 else None
         try:
-            result = _train(spec, topology, paths, startup, watchdog)
+            result = _train(entries, topology, paths, startup, watchdog)
         except OSError as e:  # a write the file system refused: one line, how to go on
             if disk.refusal(e) is None:
                 raise
@@ -83,10 +85,11 @@ def _lock(paths: RunPaths):
     return lock
 
 
-def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog) -> dict:
+def _train(entries: Entries, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog) -> dict:
+    spec = entries.spec
     if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
         raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
-    placement = place(spec, topology.platform)  # the plan's first step: what the environment must say first
+    placement = place(spec, topology.platform, entries)  # the plan's first step: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
     cache = compile_cache.use(spec)  # JAX imported, before anything compiles
@@ -101,7 +104,7 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     startup.warm_up(devices)  # the devices' first transfer in a thread, beside the imports and the build
     startup.mark("jax initialized")
     from dali_launch.trainer.observe.metrics import Reporter  # Flax, Optax, Orbax, DALI: while the devices warm up
-    from dali_launch.trainer.plan import facts, plan
+    from dali_launch.trainer.plan import Inputs, facts
     from dali_launch.trainer.train import train_and_evaluate
 
     heap.freeze_imports()
@@ -115,10 +118,9 @@ def _train(spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup
     barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, here.job_device_count)
     startup.mark("checkpoints read")
-    decided = plan(spec, here, placement, start)  # every decision before anything is built (a checkpoint's plan too)
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
-    try:
-        result = train_and_evaluate(spec, here, decided, reporter, startup, start)
+    try:  # planned and built from these alone (set_up.py calls the plan's stages)
+        result = train_and_evaluate(Inputs(spec, here, start, placement, entries), reporter, startup)
     finally:
         reporter.close()  # event files and W&B flushed, a trace stopped: also when preempted or failing
         watchdog.stop()

@@ -14,15 +14,13 @@ from typing import NamedTuple
 import jax
 
 from dali_launch.trainer import compile_cache
-from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.epoch_boundary import Boundary
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
-from dali_launch.trainer.plan import Plan
-from dali_launch.trainer.plan.facts import Facts
+from dali_launch.trainer.plan import Inputs
 from dali_launch.trainer.resilience.checkpoint import KEPT, Snapshot, order_record, shard_record, zero_tally
 from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
@@ -33,14 +31,12 @@ from dali_launch.trainer.step.sgd import call_tally, metrics_kept
 from dali_launch.trainer.topology import barrier
 
 
-def train_and_evaluate(
-    spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup: Startup, start: StartPoint
-) -> dict:
-    """The build, the epoch loop from the start point, the finish: every process calls this, with its facts and
-    the plan they gave (trainer/plan/)."""
-    run = set_up(spec, facts, plan, reporter, startup, start)
+def train_and_evaluate(inputs: Inputs, reporter: Reporter, startup: Startup) -> dict:
+    """The build, the epoch loop from the start point, the finish: every process calls this, with what it plans
+    from (trainer/plan/: its spec, facts, start point, placement and entries)."""
+    run = set_up(inputs, reporter, startup)
     try:
-        return _train(run, reporter, startup, start)
+        return _train(run, reporter, startup, inputs.start)
     finally:  # a thread still inside DALI or XLA as the interpreter exits aborts it: a failing run's exit 2 became SIGABRT
         if run.evaluator:
             run.evaluator.settle()
@@ -109,8 +105,9 @@ class Loop:
         self.read_with(data, run.runner, k)
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
-        self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
-        self.nan_guard = NanGuard(spec, k, run.checkpointer.wait)
+        self.step_log = StepLog(spec, reporter.trackers, k, run.schedule)
+        learning_rate = spec.optimizer.learning_rate * run.plan.step.lr_scale  # what the run trains with
+        self.nan_guard = NanGuard(spec, k, run.checkpointer.wait, learning_rate)
         self.boundary = Boundary(spec.data.prefetch)
         self.listing = run.listing  # set_up.py's listing of the training set, until a checkpoint takes it
 

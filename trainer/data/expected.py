@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import bad_samples, formats, samples
+from dali_launch.trainer.data.decided import DataPlan
 from dali_launch.trainer.data.rows import laid_out
 
 
@@ -38,17 +38,17 @@ class Expected:
         return shaped | {"valid": laid_out((rows,), np.float32, sharding)}
 
 
-def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | None:
-    """What a built-in pipeline's training split gives under the decided `config` (samples.py), or None (a pipeline
-    of the user's own, a task taking another number of outputs, or a split this cannot read: the build then says
-    why). The outputs take the task's names, in order. `calls_per_epoch(samples)`: the device calls of an epoch
-    of that many samples (batches.calls_per_epoch, for this job's shards)."""
-    if not foresees(config, task):
+def guess(data: DataPlan, split: str, calls_per_epoch, task) -> Expected | None:
+    """What a built-in pipeline's training split gives as `data` plans it (samples.py), or None (a pipeline of the
+    user's own, a task taking another number of outputs, or a split this cannot read: the build then says why).
+    The outputs take the task's names, in order. `calls_per_epoch(samples)`: the device calls of an epoch of that
+    many samples (batches.calls_per_epoch, for this job's shards)."""
+    if not foresees(data.pipeline, task):
         return None
-    found = formats.get(config.pipeline)
+    found, settings = formats.get(data.pipeline), data.settings
     try:
-        count = bad_samples.samples_read(found.reader, found.reader_arguments(split), config)
-        given = samples.sample(config, split, config.output_dtype)
+        count = bad_samples.samples_read(found.reader, found.reader_arguments(split), settings)
+        given = samples.sample(settings, split, data.output_dtype)
     except Exception:
         return None
     if given is None:
@@ -57,7 +57,7 @@ def guess(config: DataConfig, split: str, calls_per_epoch, task) -> Expected | N
     return Expected(dict(zip(task.outputs, shaped)), calls_per_epoch(count))
 
 
-def foresees(config: DataConfig, task) -> bool:
-    """Whether `guess` knows the pipeline: a built-in one (samples.py), giving the task as many outputs as it takes."""
-    names = samples.outputs(config.pipeline)
+def foresees(pipeline: str, task) -> bool:
+    """Whether `guess` knows `pipeline`: a built-in one (samples.py), giving the task as many outputs as it takes."""
+    names = samples.outputs(pipeline)
     return names is not None and len(names) == len(task.outputs)

@@ -41,7 +41,7 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
-from dali_launch.trainer.config import StepConfig, TaskSpec, replaced
+from dali_launch.trainer.config import ModelConfig, StepConfig, TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.plan.fit import StateSize, fits, fitting
@@ -88,17 +88,13 @@ class StepPlan:
         """Samples per device and device call: what each device's DALI readers read together."""
         return self.batch_per_device_step * self.steps_per_call
 
-    def applied(self, spec: TaskSpec) -> TaskSpec:
-        """`spec` as the model and optimizer are built from it: the learning rate elastic.py's rescale rule sets,
-        and the model's options decided (model/registry.py's model_options)."""
-        return replaced(
-            spec,
-            learning_rate=spec.optimizer.learning_rate * self.lr_scale,
-            attention=self.attention or spec.model.attention,
-            remat=self.remat,
-            batchnorm_stats=self.batchnorm_stats,
-            pool_grad=self.pool_grad,
-        )
+    def model_options(self, settings: ModelConfig) -> dict:
+        """The options a model factory may name (model/registry.py's MODEL_OPTIONS): the [model] settings, with
+        the ones this plan decides as it decided them."""
+        from dali_launch.trainer.model.registry import model_options
+
+        decided = {"remat": self.remat, "batchnorm_stats": self.batchnorm_stats, "pool_grad": self.pool_grad}
+        return {**model_options(settings), **decided, "attention": self.attention or settings.attention}
 
     def record(self) -> dict:
         """What rank_map.json records of it (the partition's values as its own keys)."""

@@ -154,12 +154,19 @@ def finished() -> threading.Thread:
     return thread
 
 
-def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, **how) -> Runner:
-    """The --parallel runner `name` (pmap or sharded: the step plan's partition); `how`: readers (per device),
-    and a sharded runner's mesh, the state's `shapes` and `offload` (its Spread); `donate` False only for
-    benchmarks/step_levers.py's lever."""
-    readers, donate = how.get("readers", 1), how.get("donate", True)
+class How(NamedTuple):
+    """How a runner's device calls run beside their batch: the pipelines per device whose rows a call holds end to
+    end (`readers`), how a sharded runner spreads the train state (`spread`; a pmap one holds it whole), and whether
+    a call donates the state's buffers (False only for benchmarks/step_levers.py's lever)."""
+
+    readers: int = 1
+    spread: Spread = Spread()
+    donate: bool = True
+
+
+def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, how: How = How()) -> Runner:
+    """The --parallel runner `name` (pmap or sharded: the step plan's partition) of `batch_size` samples per device
+    and step, the batch laid out by `data_sharding`."""
     if name == Pmap.name:
-        return Pmap(devices, all_devices, batch_size, readers, donate)
-    spread = Spread(how.get("mesh"), how.get("shapes"), how.get("offload", False))
-    return Sharded(data_sharding, batch_size, readers, spread, donate)
+        return Pmap(devices, all_devices, batch_size, how.readers, how.donate)
+    return Sharded(data_sharding, batch_size, how.readers, how.spread, how.donate)
