@@ -105,7 +105,8 @@ def model_on(parts: Parts, first: build.FirstCall, slots: int) -> build.Model:
     """The model's side for epochs of `slots` SGD steps, on the first call `first`: its state traced, the plan's
     partition stage on its shapes (parts.plan then holds it), its runners and first call built from that (what
     benchmarks/tasks.py builds too)."""
-    initial = build.traced(parts.spec, parts.made(), first, slots)
+    made = parts.made()  # the model the plan's options make, the task, the rate's scale
+    initial = build.traced(parts.spec, made, first, slots)
     parts.plan = partition(parts.plan, parts.inputs, StateSize.of(initial.shapes))
     return build.make(parts.spec, parts.facts, parts.plan.step, first, initial)
 

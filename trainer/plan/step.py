@@ -110,16 +110,12 @@ class StepPlan:
 def plan_step(spec: TaskSpec, facts: Facts, placement, start) -> StepPlan:
     """The decisions made before anything is built: `placement` the first step's (plan/placement.py), `start`
     the start point (a checkpoint on another device count brings elastic.py's plan)."""
-    from dali_launch.trainer.data import spectrograms
-    from dali_launch.trainer.model import attention, vit  # JAX: only where a task plans
-
     elastic = start.plan
     batch = elastic.batch_per_device_step if elastic else spec.step.per_device_batch(facts.job_device_count)
     readers = spec.data.readers_per_device
     per_device = math.ceil(facts.room.samples / facts.job_device_count) if facts.room.samples else None
     k = elastic.steps_per_call if elastic else steps_per_call(spec.step.steps_per_call, facts.platform, batch, readers)
     k = k if elastic or spec.step.steps_per_call else least_padding(k, batch, readers, per_device)
-    shape = vit.attention_shape(spec.model.model, spectrograms.input_sides(spec.data), spec.model.vit_pool)
     return StepPlan(
         batch_per_device_step=batch,
         steps_per_call=k,
@@ -127,12 +123,22 @@ def plan_step(spec: TaskSpec, facts: Facts, placement, start) -> StepPlan:
         elastic=elastic.as_dict() if elastic and elastic.changed else None,
         batchnorm_stats=batchnorm_stats(spec.model.batchnorm_stats, facts.platform),
         pool_grad=pool_grad(spec.model.pool_grad, facts.platform, spec.xla.deterministic),
-        attention=attention.choose(spec.model.attention, facts.platform, spec.model.precision, shape),
         remat="none" if spec.model.remat == "auto" else spec.model.remat,
         cuda_graphs=placement.cuda_graphs,
         xla_options=placement.xla_options,
         xla_flags=dict(placement.xla_flags),
+        attention=attention_of(spec, facts.platform),
     )
+
+
+def attention_of(spec: TaskSpec, platform: str) -> str:
+    """--attention decided for the model's attention shapes on `platform` (model/attention.py's rule; "" for a
+    model without attention of ours)."""
+    from dali_launch.trainer.data import spectrograms
+    from dali_launch.trainer.model import attention, vit  # JAX: only where a task plans
+
+    shape = vit.attention_shape(spec.model.model, spectrograms.input_sides(spec.data), spec.model.vit_pool)
+    return attention.choose(spec.model.attention, platform, spec.model.precision, shape)
 
 
 def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
