@@ -216,9 +216,9 @@ class Loop:
 
     def _check_bounds(self, tally) -> None:
         """What the task bounds (the classification task's class ids), as this process's devices saw it."""
-        if self.task.check_bounds and tally["bounds"]:
+        if self.task.bounds is not None and tally["bounds"]:
             low, high = bounds_seen(tally["bounds"])
-            self.task.check_bounds(low, high, "training", self.spec.data.pipeline)
+            self.task.bounds.check(low, high, "training", self.spec.data.pipeline)
 
     def _sync_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""

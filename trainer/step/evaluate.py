@@ -33,7 +33,7 @@ from dali_launch.trainer.plan import Plan
 from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.step.initial_state import Made
 from dali_launch.trainer.step.parallel import finished
-from dali_launch.trainer.step.sgd import NONE, fold
+from dali_launch.trainer.step.sgd import NONE, bounded, fold
 from dali_launch.trainer.step.view import evaluating
 
 PREPARE_WAIT_S = 600  # the evaluation's own build and compile take over past this
@@ -103,8 +103,8 @@ class Evaluator:
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
         sums, low, high = self._summed(tally)
-        if self.task.check_bounds:
-            self.task.check_bounds(low, high, "testing", self.spec.data.pipeline)
+        if self.task.bounds is not None:
+            self.task.bounds.check(low, high, "testing", self.spec.data.pipeline)
         if self.cached is None and len(kept) == self.data.steps:
             self.cached, self.data.pipes = kept, []  # DALI's threads and buffers go with the pipelines
         return self.task.summary(sums), int(sums["count"]), time.perf_counter() - start
@@ -161,7 +161,7 @@ class Evaluator:
         """An evaluation's first tally, per device: nothing summed yet (the task's sums shaped as it gives them)."""
         shapes = self._sum_shapes(variables)
         sums = {name: np.zeros(shape, np.float32) for name, shape in shapes.items()}
-        bounds = {name: np.array(NONE, np.int32) for name in self.task.bounded}
+        bounds = {name: np.array(NONE, np.int32) for name in bounded(self.task)}
         zero = {"position": np.int32(0), "sums": sums, "count": np.float32(0), "bounds": bounds}
         return self.data.put([zero] * len(self.data.devices))
 

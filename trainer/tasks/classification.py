@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from dali_launch.trainer.tasks.contract import Task
+from dali_launch.trainer.tasks.contract import Bounds, Task
 
 
 def classification(num_classes: int = 10, label_smoothing: float = 0.0, mixup: float = 0.0, cutmix: float = 0.0):
@@ -25,9 +25,7 @@ def classification(num_classes: int = 10, label_smoothing: float = 0.0, mixup: f
         headline="accuracy",
         better="higher",
         unit="images",
-        bounds=_bounds,
-        bounded=("labels",),
-        check_bounds=partial(class_ids_in_range, "labels", num_classes),
+        bounds=bounded_class_ids("labels", num_classes),
         check_model=partial(_check_model, num_classes),
     )
 
@@ -85,16 +83,21 @@ def _smoothed(smoothing: float, goal):
     return optax.smooth_labels(goal, smoothing) if smoothing else goal
 
 
-def _bounds(batch) -> dict:
-    """Class ids, whose range the host checks (float targets have none to bound)."""
+def bounded_class_ids(output: str, num_classes: int, values=None) -> Bounds:
+    """Output `output`'s class ids, in 0..num_classes-1 (data/label_check.py's line where one is not): a task's
+    `bounds`. `values(batch)` gives them where the output holds more than ids (padding rows), else they are read
+    from it (data/contract.py's class_ids: one-hot rows too; float targets have none to bound)."""
+    return Bounds((output,), values or partial(_ids, output), partial(_in_range, output, num_classes))
+
+
+def _ids(output: str, batch) -> dict:
     from dali_launch.trainer.data.contract import class_ids
 
-    labels = batch["labels"]
-    return {"labels": None if labels.dtype.kind == "f" else class_ids(labels)}
+    labels = batch[output]
+    return {output: None if labels.dtype.kind == "f" else class_ids(labels)}
 
 
-def class_ids_in_range(output: str, num_classes: int, low: dict, high: dict, split: str, pipeline: str) -> None:
-    """`check_bounds` of a task whose `output` holds class ids: 0..num_classes-1, else data/label_check.py's line."""
+def _in_range(output: str, num_classes: int, low: dict, high: dict, split: str, pipeline: str) -> None:
     from dali_launch.trainer.data.label_check import check_range
 
     check_range(low[output], high[output], num_classes, pipeline, split)
