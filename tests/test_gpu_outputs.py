@@ -51,7 +51,7 @@ def _read(data) -> dict:
     """An epoch's batches, and what set-up and the loop read of them: one sample, its spec, the fingerprints
     --record-samples keeps, the class ids' bounds the label check folds."""
     first, spec = data.first_sample("images"), data.sample_spec()
-    batches, recorder, seen = [], SampleRecorder(None, data, 0, 0), label_check.none()
+    batches, recorder, seen = [], SampleRecorder(None, data, 0, 0, 0), label_check.none()
     for _ in range(data.steps):
         batch = data.next()
         assert all(isinstance(x, jax.Array) for x in batch.values())

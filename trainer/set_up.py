@@ -29,6 +29,7 @@ from dali_launch.trainer.observe.metrics import Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.parts import Parts, continued, evaluator, listed
 from dali_launch.trainer.plan import Inputs, Plan, partition, plan, rematerialise
+from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.plan.fit import StateSize, size_words
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.resilience.start_point import StartPoint
@@ -46,6 +47,7 @@ class Training:
     """Everything the loop runs, built once."""
 
     spec: TaskSpec  # the run's settings, as given
+    facts: Facts  # this process's (its index and the job's process count among them)
     plan: Plan  # every decision, the state's partition and --remat's included
     data: DeviceBatches  # training's pipelines, starting at the start point
     runner: Runner  # step/parallel.py's Pmap or Sharded: how device calls run
@@ -94,7 +96,7 @@ def set_up(inputs: Inputs, reporter: Reporter, startup: Startup) -> Training:
     evaluating = evaluator(parts, runner, model.initial.shapes, evaluated) if parts.plan.eval.evaluates else None
     _report(parts, model, reporter, (data, read))
     placed = runner.place(state)
-    training = Training(spec, parts.plan, data, runner, checkpointer, evaluating, placed, tally, fresh.schedule)
+    training = Training(spec, facts, parts.plan, data, runner, checkpointer, evaluating, placed, tally, fresh.schedule)
     training = dataclasses.replace(training, listing=listing)
     return (
         _with_remainder(training, rest, model.runners.rest, inputs.start, int(state.slot), slots) if rest else training

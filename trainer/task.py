@@ -98,7 +98,7 @@ def _train(entries: Entries, topology: Topology, paths: RunPaths, startup: Start
         topology, spec.distributed, partial(rendezvous.settle, paths=paths), rendezvous.taken_after_probe
     )
     watchdog.meet()
-    compile_cache.every_process_writes(cache)  # after initialize: which process this is
+    compile_cache.every_process_writes(cache, topology.process_id)  # after initialize: which process this is
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
     startup.warm_up(devices)  # the devices' first transfer in a thread, beside the imports and the build
@@ -111,7 +111,8 @@ def _train(entries: Entries, topology: Topology, paths: RunPaths, startup: Start
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
     startup.mark("imports")
-    here = facts.gather(spec, topology, devices, job_devices(devices))  # this task's facts, once: the plan's input
+    job = job_devices(devices, topology.process_id)
+    here = facts.gather(spec, topology, devices, job)  # this task's facts, once: the plan's input
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
         for line in start_point.repair(paths):
             print(f"dali-launch: {line}", file=sys.stderr, flush=True)

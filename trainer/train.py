@@ -74,12 +74,13 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
         reporter.epoch(metrics, left_out(run))
         pending = loop.epoch_end(state, epoch + 1, data.put([zero_tally(task.metrics)] * len(devices)))
     run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
-    compile_cache.publish(spec, settled_s=0)
+    compile_cache.publish(spec, run.facts.process_index, settled_s=0)
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     # A sharded state (--mesh fsdp) is gathered first: each device's copy is then that of a data-parallel group.
     checked = run.runner.whole({"params": state.params, "collections": state.collections, "ema": state.ema})
     copies = run.plan.step.partition.mesh.data  # data-parallel replicas (an fsdp or tensor group holds one)
-    return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last, "replicas": copies}
+    checksums = replicas.gathered_checksums(checked, run.facts.process_count)
+    return {"checksums": checksums, "final": reporter.last, "replicas": copies}
 
 
 def left_out(run) -> tuple:
@@ -101,7 +102,7 @@ class Loop:
     def __init__(self, run: Training, reporter: Reporter, startup: Startup):
         spec, data, k = run.spec, run.data, run.plan.step.steps_per_call
         self.spec, self.reporter, self.checkpointer, self.startup = spec, reporter, run.checkpointer, startup
-        self.task, self.preemption = run.state.recipe.task, Preemption()
+        self.task, self.preemption, self.facts = run.state.recipe.task, Preemption(run.facts.process_count), run.facts
         self.read_with(data, run.runner, k)
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
@@ -131,7 +132,8 @@ class Loop:
         counted_before = float(saved["count"])  # by the run that was interrupted, if any
         # the metric sums of the samples before `done`, or (an earlier version's checkpoint kept none) of those after
         metrics_before = 0.0 if metrics_kept(saved.get("metrics"), self.task) else counted_before
-        recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.step.record_samples else None
+        recording = (self.spec, self.data, epoch, done, self.facts.process_index)
+        recorder = replicas.SampleRecorder(*recording) if self.spec.step.record_samples else None
         compile_s = None
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, saved)
@@ -256,7 +258,7 @@ class Loop:
     def _written(self, pending: Pending) -> None:
         """`pending`'s checkpoint written, and this epoch's programs published for the run root's next runs."""
         self.checkpointer.write(pending.snapshot)
-        compile_cache.publish(self.spec)
+        compile_cache.publish(self.spec, self.facts.process_index)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.checkpointer.save(*self._checkpoint(state, epoch, calls_done, tally))
