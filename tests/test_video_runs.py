@@ -1,6 +1,6 @@
 """--task video trained for real on `data synth --format video`'s clips (conftest's video_set: 6 classes, the
-cyclic orders of four colours, 192 training and 48 test clips of 12 frames of 16×16), every run through the CLI:
-a model of time learns them where the model that averages frames cannot; kill -9 then --resume ends with the
+cyclic orders of four colours, 192 training and 48 test clips of 12 frames of 16×16): a model of time learns them
+where the model that averages frames cannot (that one through the Python API); kill -9 then --resume ends with the
 uninterrupted run's parameters; two --local processes, their state split by --mesh data:1,fsdp:2, train every
 clip once an epoch, and once in an epoch cut mid-way and resumed on one device (elastic resume)."""
 
@@ -16,8 +16,10 @@ from conftest import REPO, check_ok, dali_launch, kill_when, start
 from nvidia.dali import pipeline_def
 from run_readers import has_checkpoint, only_run, seen_prints
 
+from dali_launch.launcher.api import Executor
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.observe.replicas import fingerprints
+from dali_launch.trainer.run_dir import RunPaths
 
 pytestmark = [pytest.mark.slow]
 
@@ -44,17 +46,19 @@ def whole(video_set, tmp_path_factory):
 
 
 def test_a_model_of_time_learns_what_averaging_frames_cannot(whole, video_set, tmp_path):
-    """st-cnn beats the bound; the frame-averaging baseline, trained on the same clips and steps, stays near
-    chance. Evaluation scores the two evenly spaced clips of every test video."""
+    """st-cnn beats the bound; the frame-averaging baseline, trained on the same clips and steps through the Python
+    API, stays near chance. Evaluation scores the two evenly spaced clips of every test video."""
     config = json.loads((whole.root / "config.json").read_text())
     assert (config["data"]["pipeline"], config["model"]["model"]) == ("video", "st-cnn")
     epochs = _epochs(whole)
     assert [(e["train_samples"], e["test_count"]) for e in epochs] == [(192, 48)] * 3
     assert epochs[-1]["test_accuracy"] >= BOUND and epochs[-1]["test_clip_accuracy"] >= BOUND, epochs[-1]
 
-    baseline = ["--model", "frame-mean", "--epochs", "3", "--run-root", str(tmp_path)]
-    check_ok(dali_launch("train", "--data-dir", str(video_set), *TRAIN, *baseline))
-    epochs = _epochs(only_run(tmp_path))
+    job = Executor("here", run_root=tmp_path / "api").submit(
+        model="frame-mean", data_dir=video_set, epochs=3, learning_rate=3e-3, **SETTINGS
+    )
+    job.result(timeout_s=600)
+    epochs = _epochs(RunPaths(job.run_dir))
     assert [e["train_samples"] for e in epochs] == [192] * 3
     assert epochs[-1]["test_accuracy"] <= CHANCE_BOUND and epochs[-1]["train_accuracy"] <= CHANCE_BOUND, epochs
 
