@@ -22,6 +22,7 @@ class RunPaths:
     launch.json       the launcher's own settings (nodes, SLURM knobs)
     job.json          a submitted run's SLURM job: its id and submitit's folder (launcher/backends/job.py writes it)
     cancel.json       `dali-launch cancel` asked the run to stop (when); the run ends `cancelled`; a resume clears it
+    requeues.jsonl    one line per requeue of the run's SLURM job (when, which start, why); a resume clears it
     manifest.json     what ran: config, package versions, git revision, topology, SLURM facts, environment
     rank_map.json     host, process, local devices and DALI shard ids of every process
     metrics.jsonl     one JSON object per epoch, from process 0
@@ -59,6 +60,7 @@ class RunPaths:
     launch = property(lambda self: self.root / "launch.json")
     job = property(lambda self: self.root / "job.json")
     cancel = property(lambda self: self.root / "cancel.json")
+    requeues = property(lambda self: self.root / "requeues.jsonl")
     manifest = property(lambda self: self.root / "manifest.json")
     rank_map = property(lambda self: self.root / "rank_map.json")
     metrics = property(lambda self: self.root / "metrics.jsonl")

@@ -21,7 +21,7 @@ from pathlib import Path
 from dali_launch.launcher.run_config import counted
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending, saved
-from dali_launch.trainer.run_dir import RunPaths, is_locked, note, parse_json, read_json, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, is_locked, note, parse_json, read_json, read_jsonl, write_atomic
 
 LOCK_HOLDERS = ("launcher", "task")  # local mode's launcher, and process 0 of the task in every mode
 STOP_WAIT_S = 90  # how long `cancel` waits for the ranks to checkpoint and stop (the launcher grants 60)
@@ -103,6 +103,15 @@ def why_ended(paths: RunPaths, state: RunState) -> str:
     if state is RunState.INTERRUPTED:
         return next((e["line"].split("; ")[0] for e in endings if e["how"] == ending.STOPPED), "")
     return ""
+
+
+def requeued(paths: RunPaths) -> str:
+    """What requeued the run's SLURM job (requeues.jsonl: since its submission), as `status` says it; '' if nothing."""
+    said = read_jsonl(paths.requeues)
+    if not said:
+        return ""
+    last = said[-1].get("why") or "its task"
+    return f"requeued by {last}" if len(said) == 1 else f"requeued {len(said)} times, the last by {last}"
 
 
 def last_write(paths: RunPaths) -> float:
