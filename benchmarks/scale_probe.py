@@ -27,11 +27,15 @@ def within(events: list, spans: list) -> list:
 
 
 def category(path: str, run_dir: Path) -> str:
-    """The run directory's entry a path is in (heartbeats, endings, checkpoints, ...), or `data`."""
+    """The run directory's entry a path is in (heartbeats, endings, checkpoints, ...), or `data`; a file written
+    through a temporary one of its own (run_dir.write_atomic: `.NAME.RANDOM.tmp`) is NAME's."""
     try:
-        return Path(path).relative_to(run_dir).parts[0]
+        entry = Path(path).relative_to(run_dir).parts[0]
     except (ValueError, IndexError):
         return "data"
+    if entry.startswith(".") and entry.endswith(".tmp"):
+        return entry[1:].removesuffix(".tmp").rsplit(".", 1)[0]
+    return entry
 
 
 def first_step(doc: dict) -> float | None:
@@ -85,7 +89,9 @@ def watchdog_rate(doc: dict) -> float | None:
     return sum(1 for e in doc["events"] if periodic(e) and first <= e[0] < last) / (last - first)
 
 
-BACKGROUND = ("checkpoints", "compile-cache", "data")  # written beside the steps, not by them (see per_rank)
+# Written beside the steps, not by them (see per_rank); progress.json by process 0's thread of its own (at a
+# start-up phase, an epoch's start and end, at most every 5 s while the steps run: trainer/observe/progress.py).
+BACKGROUND = ("checkpoints", "compile-cache", "data", "progress.json")
 
 
 STEP_EVENTS = 10  # a rank's operations counted as its steps' that a row names, so that a count names its cause

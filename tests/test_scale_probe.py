@@ -44,3 +44,12 @@ def test_a_file_operation_of_the_steps_is_counted_and_named():
     counts = per_rank({"events": [*_beat(2.0, first_look=True), write, *_beat(4.0)], "marks": MARKS}, RUN)
     assert counts["step_ops"] == 1 / 49, counts  # 24 calls in epoch 0 after its first, 25 in epoch 1
     assert counts["step_events"] == [[0.7, "open", "heartbeats/.rank-0.k2x.tmp"]], counts
+
+
+def test_process_0s_progress_is_written_beside_the_steps():
+    """progress.json, written through a temporary file of its own by a thread of process 0 (at most every 5 s):
+    counted with the background's, as a rate, never as the steps'."""
+    tmp = f"{RUN}/.progress.json.a1b2c3d4.tmp"
+    written = [(2.0, "open", tmp), (2.0, "os.rename", tmp)]
+    counts = per_rank({"events": [*_beat(2.0, first_look=True), *written, *_beat(4.0)], "marks": MARKS}, RUN)
+    assert counts["step_ops"] == 0 and counts["background_ops_per_s"] > 0, counts

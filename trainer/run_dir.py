@@ -26,6 +26,7 @@ class RunPaths:
     manifest.json     what ran: config, package versions, git revision, topology, SLURM facts, environment
     rank_map.json     host, process, local devices and DALI shard ids of every process
     metrics.jsonl     one JSON object per epoch, from process 0
+    progress.json     what process 0 is doing now: its start-up phase, or its epoch and step (observe/progress.py)
     result.json       the final summary, from process 0
     logs/rank-N.log   each process's output (local mode; SLURM keeps its own through submitit)
     ranks/rank-N.json what each process reports of itself (merged into rank_map.json)
@@ -64,6 +65,7 @@ class RunPaths:
     manifest = property(lambda self: self.root / "manifest.json")
     rank_map = property(lambda self: self.root / "rank_map.json")
     metrics = property(lambda self: self.root / "metrics.jsonl")
+    progress = property(lambda self: self.root / "progress.json")
     result = property(lambda self: self.root / "result.json")
     logs = property(lambda self: self.root / "logs")
     ranks = property(lambda self: self.root / "ranks")

@@ -127,7 +127,7 @@ class Loop:
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, saved)
         self.nan_guard.begin(before + done)
-        with self.reporter.progress(epoch, self.data.steps, done) as advance, InputWait() as wait:
+        with self.reporter.progress(epoch, self.data.steps, done, self.k) as advance, InputWait() as wait:
             for call in range(done, self.data.steps):
                 self.reporter.profile.before(before + call)
                 batch = wait.fetch(self.data.next, jax.tree.leaves(tally)[0])  # alive until the call donates it

@@ -26,6 +26,7 @@ from dali_launch.trainer.run_dir import RunPaths, is_locked, note, parse_json, r
 LOCK_HOLDERS = ("launcher", "task")  # local mode's launcher, and process 0 of the task in every mode
 STOP_WAIT_S = 90  # how long `cancel` waits for the ranks to checkpoint and stop (the launcher grants 60)
 POLL_S = 0.2
+STALE_S = 60  # a running epoch's progress older than this is said with its age (process 0 writes it every 5 s)
 
 
 class RunState(str, enum.Enum):
@@ -103,6 +104,23 @@ def why_ended(paths: RunPaths, state: RunState) -> str:
     if state is RunState.INTERRUPTED:
         return next((e["line"].split("; ")[0] for e in endings if e["how"] == ending.STOPPED), "")
     return ""
+
+
+def doing(paths: RunPaths) -> str:
+    """What a running run's process 0 says it does (progress.json, trainer/observe/progress.py): a phase (of its
+    start-up, or an epoch's end) and for how long, or its epoch and step, and how old that is once it is older
+    than a step should take; '' before it said anything."""
+    said, now = read_json(paths.progress, {}), time.time()
+    text, since, at = said.get("doing"), said.get("since"), said.get("at")
+    if not (isinstance(text, str) and isinstance(since, (int, float)) and isinstance(at, (int, float))):
+        return ""
+    if not said.get("stepping"):
+        return f"{text}, for {_seconds(now - since)}"
+    return f"{text}, said {_seconds(now - at)} ago" if now - at > STALE_S else text
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
 
 
 def requeued(paths: RunPaths) -> str:

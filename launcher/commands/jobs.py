@@ -54,7 +54,7 @@ def find(job: str, run_root: str):
 
 def status_line(job) -> str:
     """One line: its state, the last epoch's accuracy, where it would resume, where it lives."""
-    from dali_launch.launcher.backends.job import RunState, requeued, resume_hint, why_ended
+    from dali_launch.launcher.backends.job import RunState, doing, requeued, resume_hint, why_ended
     from dali_launch.trainer.run_dir import headline, read_jsonl, take_notes
 
     epochs = [m for m in read_jsonl(job.paths.metrics) if headline(m)[1] is not None]
@@ -63,7 +63,7 @@ def status_line(job) -> str:
     progress = f"; epoch {last.get('epoch')} test {metric} {value:.4f}" if last else ""
     state = job.state()
     hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
-    why = why_ended(job.paths, state)
+    why = doing(job.paths) if state is RunState.RUNNING else why_ended(job.paths, state)
     again = requeued(job.paths)
     damaged = "".join(f"; {note}" for note in take_notes())  # said here, not on stderr: status is this line
     return (

@@ -19,10 +19,13 @@ class Startup:
         self.since = "launch" if launched else "task start"
         self.origin = float(launched) if launched else time.time()
         self.phases: dict[str, float] = {}
+        self.listener = None  # told each phase that ends (observe/progress.py: what `status` says)
 
     def mark(self, phase: str) -> None:
         """`phase` has just ended."""
         self.phases[phase] = round(time.time() - self.origin, 3)
+        if self.listener:
+            self.listener(phase)
 
     @staticmethod
     def warm_up(devices: list) -> threading.Thread:
