@@ -25,6 +25,9 @@ job's batch shell before the step existed (`scancel --full` or `--batch`) was no
 EARLY_USR2 names (launcher/backends/slurm_options.py), which `catch_early` reads: it counts as if it had
 come to this task. A plain `scancel --signal=USR2` sent before the step exists reaches no process: SLURM
 signals a job's steps alone, and drops it.
+
+A second stop signal records this rank's ending (stopped, without a checkpoint) before it exits: the run
+was interrupted as asked, which `status` says (not "failed": the ending was all it had to say why).
 """
 
 from __future__ import annotations
@@ -74,11 +77,12 @@ def listen(topology: Topology, paths: RunPaths) -> None:
 
 def _on_signal(signum, frame) -> None:
     if MEANING[signum] == STOP and _asked["what"] == STOP:
-        print(
-            f"dali-launch: {signal.Signals(signum).name} again; exiting without a checkpoint",
-            file=sys.stderr,
-            flush=True,
-        )
+        name = signal.Signals(signum).name
+        print(f"dali-launch: {name} again; exiting without a checkpoint", file=sys.stderr, flush=True)
+        if _task:  # listening: the run directory is known (before, Python's own KeyboardInterrupt ends the task)
+            rank = _task["topology"].process_id
+            line = f"rank {rank} was stopped by a second {name}, before it checkpointed"
+            ending.record(_task["paths"], rank, ending.STOPPED, line)
         os._exit(128 + signum)
     if MEANING[signum] >= _asked["what"]:
         _asked.update(what=MEANING[signum], signum=signum)
@@ -121,7 +125,7 @@ def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
         f"resume with {spec.how_to_resume()}"
     )
     ending.record(_task["paths"], jax.process_index(), ending.STOPPED, line, step=step, signal=name)
-    if jax.process_index() == 0:
+    if jax.process_index() == 0 and not _task["paths"].cancel.exists():  # a cancel's launcher says it, once
         print(f"dali-launch: {line}", file=sys.stderr, flush=True)
     sys.exit(128 + signum)
 
