@@ -53,3 +53,13 @@ def test_process_0s_progress_is_written_beside_the_steps():
     written = [(2.0, "open", tmp), (2.0, "os.rename", tmp)]
     counts = per_rank({"events": [*_beat(2.0, first_look=True), *written, *_beat(4.0)], "marks": MARKS}, RUN)
     assert counts["step_ops"] == 0 and counts["background_ops_per_s"] > 0, counts
+
+
+def test_a_ranks_polls_for_the_coordinators_address_are_counted_apart():
+    """A rank polls coordinator.json every 0.1 s until process 0 wrote it: 14 reads seen when process 0 came
+    1.4 s later (two busy cores), 1 when they came together. Its start-up touches the same files either way."""
+    config = (0.1, "open", f"{RUN}/config.json")
+    for polls in (1, 14):
+        reads = [(0.2 + i / 20, "open", f"{RUN}/coordinator.json") for i in range(polls)]
+        counts = per_rank({"events": [config, *reads, *_beat(2.0), *_beat(4.0)], "marks": MARKS}, RUN)
+        assert (counts["startup_ops"], counts["startup_polls"]) == (1, polls), counts
