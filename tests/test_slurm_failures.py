@@ -186,8 +186,10 @@ def test_usr2_to_the_batch_shell_before_the_step_exists_requeues_the_job(slurm_e
     shell notes it, the tasks read the note as they start, checkpoint at their first agreed step and requeue the
     job, which finishes; `status` says what requeued it. Before, the shell's default action ended it: the job
     FAILED, "not started". (A plain `scancel --signal=USR2` then reaches no process: SLURM signals steps alone.)"""
-    env, ready = {**os.environ, **slurm_env}, tmp_path / "in-setup"
-    setup = f"touch {shlex.quote(str(ready))}; sleep 3"  # the batch shell, held before its srun step
+    env, ready, go = {**os.environ, **slurm_env}, tmp_path / "in-setup", tmp_path / "go"
+    # The batch shell, held before its srun step until the test has sent the signal (at most 60 s).
+    held = f"for i in $(seq 600); do [ -e {shlex.quote(str(go))} ] && break; sleep 0.1; done"
+    setup = f"touch {shlex.quote(str(ready))}; {held}"
     args = [*JOB, "--epochs", "2", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path / "runs")]
     check_ok(dali_launch(*args, "--setup", setup, "--detach", env=slurm_env))
     paths = only_run(tmp_path / "runs")
@@ -198,6 +200,7 @@ def test_usr2_to_the_batch_shell_before_the_step_exists_requeues_the_job(slurm_e
             ["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], env=env, capture_output=True, text=True
         )
         subprocess.run(["scancel", "--full", "--signal=USR2", job_id], env=env, check=True, timeout=30)
+        go.touch()
         said = lambda: (paths.submitit / job_id / f"{job_id}_0_log.out").read_text()
         wait_for(lambda: f"job {job_id} requeued (1/3)" in said() and squeue(slurm_env, job_id) == "PENDING", 120)
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
