@@ -18,7 +18,7 @@ WRITE_S = 5.0
 # Startup.mark names the phase that has just ended; what the task does next, as `status` says it.
 NEXT = {
     None: "importing its libraries",
-    "imports": "meeting the other processes (jax.distributed)",
+    "imports": "meeting the other processes at the coordinator",
     "jax initialized": "reading its checkpoints",
     "checkpoints read": "building the data pipelines",
     "pipelines built": "initialising the model",
