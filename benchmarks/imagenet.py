@@ -120,7 +120,7 @@ def pipelines_and_step(spec, gpus: int):
         mode_name, devices, devices, step.batch_per_device_step, data.sharding_spec, readers=sharding.readers
     )
     state = mode.place(fresh)
-    tally = data.put([call_tally(zero_tally(), fresh.recipe.task)] * gpus)
+    tally = data.put([call_tally(zero_tally(fresh.recipe.task.metrics), fresh.recipe.task)] * gpus)
     return decided, data, mode, state, tally
 
 

@@ -108,7 +108,7 @@ def step_alone(task: str, data: Path, smoke: bool, calls: int) -> dict:
     model = parts.model_on(pipes, None, pipes.steps * decided.step.steps_per_call)
     runner, batch = model.runners.runner, pipes.next()
     state = runner.place(model.initial.create())
-    tally = pipes.put([call_tally(zero_tally(), parts.task)] * len(devices))
+    tally = pipes.put([call_tally(zero_tally(parts.task.metrics), parts.task)] * len(devices))
     for _ in range(3):  # compile, and settle
         state, tally = runner.call(state, tally, batch)
     jax.block_until_ready(tally)
