@@ -132,7 +132,8 @@ def start(args, mode: str, n: int, where, work: Path, kind: str) -> tuple[subpro
 
 
 def run_dir(root: Path) -> Path | None:
-    runs = [p for p in root.glob("*") if p.is_dir()] if root.is_dir() else []
+    """The run root's one run directory; never its shared compile cache (.compile-cache), a folder beside it."""
+    runs = [p for p in root.glob("*") if (p / "config.json").is_file()] if root.is_dir() else []
     return runs[0] if runs else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 from pathlib import Path
 
 
@@ -26,11 +27,15 @@ def within(events: list, spans: list) -> list:
 
 
 def category(path: str, run_dir: Path) -> str:
-    """The run directory's entry a path is in (heartbeats, endings, checkpoints, ...), or `data`."""
+    """The run directory's entry a path is in (heartbeats, endings, checkpoints, ...), or `data`; a file written
+    through a temporary one of its own (run_dir.write_atomic: `.NAME.RANDOM.tmp`) is NAME's."""
     try:
-        return Path(path).relative_to(run_dir).parts[0]
+        entry = Path(path).relative_to(run_dir).parts[0]
     except (ValueError, IndexError):
         return "data"
+    if entry.startswith(".") and entry.endswith(".tmp"):
+        return entry[1:].removesuffix(".tmp").rsplit(".", 1)[0]
+    return entry
 
 
 def first_step(doc: dict) -> float | None:
@@ -50,7 +55,7 @@ def steady_spans(doc: dict) -> list[tuple[float, float, dict]]:
     return spans
 
 
-def watchdog(event) -> bool:
+def periodic(event) -> bool:
     """One of the watchdog's periodic operations (resilience/watchdog.py): touching its heartbeat, reading
     a peer's, opening the job's cause. They come every 2 s from its thread, so their count in any stretch
     of time is its length times their rate, whatever the stretch holds (start-up, steps, a checkpoint)."""
@@ -59,19 +64,51 @@ def watchdog(event) -> bool:
     return beat or (operation == "open" and path.endswith("/endings/cause.json"))
 
 
+def watchdog(event) -> bool:
+    """Any operation of the watchdog's thread: its periodic ones, and its reads of a peer's heartbeat text
+    (who the peer is, once per peer) and of a quiet peer's ending. The first read comes at the watchdog's
+    first look, a beat after the task started: among the first steps when the start-up took less (a warm
+    compile cache: the first step 1.3 s in). Counted as a step's, it failed the scale smoke test in the
+    full suite only, whose compile cache earlier tests had filled. A rank's own heartbeat and ending are
+    written through temporary files (`.rank-0.*.tmp`): those are its own, not the watchdog's."""
+    _, operation, path = event
+    name = os.path.basename(path)
+    read = operation == "open" and name.startswith("rank-") and not name.endswith(".fault")
+    return periodic(event) or (read and ("/heartbeats/" in path or "/endings/" in path))
+
+
+def polling(event) -> bool:
+    """A rank's read of coordinator.json, every 0.1 s until process 0 has written it (rendezvous.py): how many
+    there are says how long process 0 took to get there (14 seen on two busy cores, 1 on idle ones), not how
+    many files a rank's start-up touches, so `startup_ops` counts them apart."""
+    return event[1] == "open" and event[2].endswith("/coordinator.json")
+
+
 def watchdog_rate(doc: dict) -> float | None:
-    """The watchdog's operations a second over whole intervals: from the rank's first touch of its own
-    heartbeat (an interval's first operation) to its last, the last interval's operations left out. A
+    """The watchdog's periodic operations a second over whole intervals: from the rank's first touch of its
+    own heartbeat (an interval's first operation) to its last, the last interval's operations left out. A
     stretch that ends mid-interval would count that interval's operations in a fraction of its time and
     measure the quantization, not the rate (9 operations in 4.1 s is 2.2/s, of a rate of 1.5)."""
     touches = [e[0] for e in doc["events"] if e[1] == "os.utime" and "/heartbeats/" in e[2]]
     if len(touches) < 2:
         return None
     first, last = touches[0], touches[-1]
-    return sum(1 for e in doc["events"] if watchdog(e) and first <= e[0] < last) / (last - first)
+    return sum(1 for e in doc["events"] if periodic(e) and first <= e[0] < last) / (last - first)
 
 
-BACKGROUND = ("checkpoints", "compile-cache", "data")  # written beside the steps, not by them (see per_rank)
+# Written beside the steps, not by them (see per_rank); progress.json by process 0's thread of its own (at a
+# start-up phase, an epoch's start and end, at most every 5 s while the steps run: trainer/observe/progress.py).
+BACKGROUND = ("checkpoints", "compile-cache", "data", "progress.json")
+
+
+STEP_EVENTS = 10  # a rank's operations counted as its steps' that a row names, so that a count names its cause
+
+
+def _named(event, since: float, run_dir: Path) -> list:
+    """An operation as a row shows it: seconds after the rank's first step, the operation, the path in the run."""
+    at, operation, path = event
+    inside = Path(path).is_relative_to(run_dir)
+    return [round(at - since, 3), operation, str(Path(path).relative_to(run_dir)) if inside else path]
 
 
 def per_rank(doc: dict, run_dir: Path) -> dict:
@@ -89,6 +126,7 @@ def per_rank(doc: dict, run_dir: Path) -> dict:
     own = [e for e in doc["events"] if not watchdog(e)]  # what the rank does besides its watchdog
     stepping = within(own, steady)
     behind = [e for e in stepping if category(e[2], run_dir) in BACKGROUND]
+    steps = [e for e in stepping if category(e[2], run_dir) not in BACKGROUND]
     first = min((start for start, _, _ in epochs), default=float("inf"))
     return {
         "steady_s": seconds,
@@ -96,10 +134,12 @@ def per_rank(doc: dict, run_dir: Path) -> dict:
         "steady_ops": len(trained),
         "ops_per_step": len(trained) / calls if calls else None,
         "ops_per_s": len(trained) / seconds if seconds else None,
-        "step_ops": (len(stepping) - len(behind)) / calls if calls else None,
+        "step_ops": len(steps) / calls if calls else None,
+        "step_events": [_named(e, first_step(doc), run_dir) for e in steps[:STEP_EVENTS]],
         "background_ops_per_s": len(behind) / seconds if seconds else None,
         "watchdog_ops_per_s": watchdog_rate(doc),
-        "startup_ops": sum(1 for e in own if e[0] < first),
+        "startup_ops": sum(1 for e in own if e[0] < first and not polling(e)),
+        "startup_polls": sum(1 for e in own if e[0] < first and polling(e)),
         "startup_watchdog_ops": sum(1 for e in doc["events"] if e[0] < first and watchdog(e)),
         "save_ops": len(within(own, saves)) / len(saves) if saves else None,
         "save_s": [end - start for start, end, _ in saves],
@@ -128,6 +168,7 @@ def analyse(probe: Path, run_dir: Path, launched: float | None, n: int) -> dict:
         "ops_per_rank_s": max(c["ops_per_s"] or 0 for c in counts.values()),
         "ops_rank0_s": zero["ops_per_s"],
         "step_ops_rank": max(c["step_ops"] or 0 for c in counts.values()),
+        "step_events": {str(r): c["step_events"] for r, c in counts.items() if c["step_events"]},
         "background_ops_rank_s": max(c["background_ops_per_s"] or 0 for c in counts.values()),
         "watchdog_ops_rank_s": max(c["watchdog_ops_per_s"] or 0 for c in counts.values()),
         "startup_watchdog_ops_rank": max(c["startup_watchdog_ops"] for c in counts.values()),

@@ -5,9 +5,9 @@
     python benchmarks/video_decode.py --smoke-cpu                       # the CPU part on a tiny set: the paths only
 
 It writes one `data synth --format video` set (VP9 clips, kept under --data-root), then reads its training split
-with `fn.experimental.readers.video` as `--pipeline video` does (one sequence a clip, sharded and padded, batch
---batch) on each device asked, a warm-up epoch then --epochs timed ones: clips/s and frames/s of decoding alone,
-and GPU / CPU.
+with `fn.experimental.readers.video` as `--pipeline video` does (one sequence a clip, as its one window a clip no
+longer than a window; sharded and padded, batch --batch) on each device asked, a warm-up epoch then --epochs timed
+ones: clips/s and frames/s of decoding alone, and GPU / CPU.
 """
 
 from __future__ import annotations

@@ -76,9 +76,12 @@ def test_tutorial_smoke_trains_a_gpu_pipeline_in_every_way(small_lmdb, tmp_path)
 @pytest.mark.parametrize("function", ["mnist_sharded_iterator", "mnist_pipeline"])
 def test_the_gpu_functions_pass_the_checks_as_they_are(small_lmdb, function):
     """benchmarks/dali_tutorial_gpu.py's functions (the tutorial's, with nvJPEG and labels.gpu(); a pipeline_def one
-    with GPU operators after nvJPEG), defined on the CPU by the launcher's pre-flight for each split: recognised,
-    their parameters filled, their reader sharded and padded; no GPU needed."""
-    argv = [sys.executable, "-m", "dali_launch.launcher.cli", "--local", "--dry-run", "--data-dir", str(small_lmdb)]
+    with GPU operators after nvJPEG), defined on the CPU by the launcher's pre-flight for each split of a SLURM job
+    (its tasks run on GPU nodes; `--local` here is refused, tests/test_catalogue_pipelines.py): recognised, their
+    parameters filled, their reader sharded and padded; no GPU needed."""
+    argv = [sys.executable, "-m", "dali_launch.launcher.cli", "--nodes", "1", "--gpus-per-node", "1", "--dry-run"]
+    argv += ["--data-dir", str(small_lmdb)]
     argv += ["--pipeline", f"dali_tutorial_gpu:{function}"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks")}
+    env.pop("SLURM_CONF", None)  # no cluster's own checks: the test cluster's partition has no GPUs
     check_ok(subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=300))

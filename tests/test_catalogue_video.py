@@ -58,6 +58,12 @@ ENTRIES = [
         id="video-eval-clips-zero",
     ),
     pytest.param(
+        [*VIDEO, "--clip-window", "4"],
+        "--clip-window 4 holds fewer frames than a clip's --clip-frames 8; pass at least 8, or 0 for 4 × --clip-frames",
+        synth_set("video"),
+        id="video-clip-window-shorter-than-a-clip",
+    ),
+    pytest.param(
         ["data", "synth", "{tmp}/out", "--format", "video", "--classes", "7"],
         "--classes 7: a video set's classes are the 6 orders of its four colours; use 2 to 6",
         None,

@@ -32,7 +32,8 @@ spec = TaskSpec.load(sys.argv[1])
 spec = replaced(spec, eval_cache_mb=0)
 paths = RunPaths(spec.run_dir)
 fresh = create_train_state(spec, np.zeros((1, 784), np.float32), slots_per_epoch=1)
-state, _ = Checkpointer(paths, 3).restore(saved.newest(paths).step, fresh, zero_tally(()))  # the task names no metric
+newest = saved.newest(paths)
+state, _ = Checkpointer(paths, 3).restore(newest.step, fresh, zero_tally(newest.metrics))
 data = DataPlan(spec.data, decoder="cpu", reader_threads=2, readers_per_device=1, output_dtype="float32")
 plan = Plan("cpu", data, None, EvalPlan(25, 1, True))  # the job's 25 rows a device
 evaluator = Evaluator(spec, facts.alone(jax.local_devices()[:1]), plan, Made.of(spec))

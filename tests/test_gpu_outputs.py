@@ -8,6 +8,7 @@ sample's one line. Whole runs of GPU pipelines under the stand-in: test_native.p
 from __future__ import annotations
 
 import inspect
+import types
 from functools import partial
 
 import jax
@@ -47,11 +48,12 @@ def _build(path, training: bool, config=CONFIG):
     return dali.build(split, Readers(devices, devices, SHARDING), config, start=START if training else None)
 
 
-def _read(data) -> dict:
+def _read(data, run_dir) -> dict:
     """An epoch's batches, and what set-up and the loop read of them: one sample, its spec, the fingerprints
-    --record-samples keeps, the class ids' bounds the label check folds."""
+    --record-samples keeps (for a run in `run_dir`), the class ids' bounds the label check folds."""
     first, spec = data.first_sample("images"), data.sample_spec()
-    batches, recorder, seen = [], SampleRecorder(None, data, 0, 0, 0), label_check.none()
+    recorder = SampleRecorder(types.SimpleNamespace(run_dir=str(run_dir)), data, 0, 0, 0)
+    batches, seen = [], label_check.none()
     for _ in range(data.steps):
         batch = data.next()
         assert all(isinstance(x, jax.Array) for x in batch.values())
@@ -75,9 +77,10 @@ def _same(cpu: dict, gpu: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def cpu_read(small_lmdb) -> dict:
+def cpu_read(small_lmdb, tmp_path_factory) -> dict:
     """What the CPU outputs give: training's epoch and evaluation's, read before any stand-in is installed."""
-    return {split: _read(_build(small_lmdb / split, split == "training")) for split in ("training", "testing")}
+    run_dir = tmp_path_factory.mktemp("cpu-run")
+    return {split: _read(_build(small_lmdb / split, split == "training"), run_dir) for split in ("training", "testing")}
 
 
 def _kinds(cls) -> dict:
@@ -124,13 +127,13 @@ def test_device_batch_takes_gpu_outputs_by_dlpack(readers, lead, gpu_outputs):
     assert standin.counts == {"outputs": 2 * readers, "dlpack": 2 * readers}
 
 
-def test_training_and_evaluation_batches_of_gpu_outputs_are_the_cpu_ones(small_lmdb, cpu_read, gpu_outputs):
+def test_training_and_evaluation_batches_of_gpu_outputs_are_the_cpu_ones(small_lmdb, cpu_read, gpu_outputs, tmp_path):
     """Every call of an epoch (its masks: the last call is padded), evaluation's batches, the sample set-up
     initialises the model on and records, the fingerprints, the label bounds: what the CPU outputs give. The
     outputs reach the devices by DLPack, none copied to the host."""
     for split in ("training", "testing"):
         data = _build(small_lmdb / split, split == "training")
-        _same(cpu_read[split], _read(data))
+        _same(cpu_read[split], _read(data, tmp_path))
     assert standin.counts["dlpack"] == standin.counts["outputs"] > 0 and not standin.counts["as_cpu"]
 
 

@@ -3,6 +3,7 @@ table (backends/slurm_options.py): pure, on run directories' files as the tasks 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import directory
 from dali_launch.launcher.run_config import LaunchConfig, RunConfig, SlurmConfig
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.resilience import ending
+from dali_launch.trainer.resilience import ending, scheduler
 from dali_launch.trainer.run_dir import RunPaths, hold_lock
+from dali_launch.trainer.topology import Topology
 
 EVERY_OPTION = RunConfig(
     launch=LaunchConfig(nodes="2", gpus_per_node=2, tasks_per_node=2, name="n"),
@@ -78,6 +80,20 @@ def test_a_run_directory_says_how_its_run_ended(tmp_path):
     assert LocalJob(paths).state() is RunState.FINISHED
     directory.resume(RunConfig(launch=LaunchConfig(resume=str(paths.root))), tmp_path / "data", "local", False)
     assert not paths.cancel.exists()  # a resumed run is no longer the cancelled one
+
+
+def test_status_says_what_requeued_the_job_until_a_resume(tmp_path):
+    """A task records each requeue SLURM took (scheduler.py); `status` says the last and how many, whatever the
+    run's state; `--resume` submits another job, and forgets them."""
+    paths, job = _run_dir(tmp_path), Topology(0, 2, None, None, None, "node1", "cpu", job_id="12")
+    line = lambda: jobs.status_line(LocalJob(paths)).replace(str(paths.root), "RUN").replace(paths.root.name, "RUN")
+    assert line() == "run RUN: not started; run directory RUN"
+    scheduler.record(job, paths, "SIGUSR2, checkpoint at step 40")
+    assert line() == "run RUN: not started; requeued by SIGUSR2, checkpoint at step 40; run directory RUN"
+    scheduler.record(dataclasses.replace(job, restart_count=1), paths, "the watchdog: rank 1 made no progress")
+    assert "not started; requeued 2 times, the last by the watchdog: rank 1 made no progress; run" in line()
+    directory.resume(RunConfig(launch=LaunchConfig(resume=str(paths.root))), tmp_path / "data", "local", False)
+    assert line() == "run RUN: not started; run directory RUN"
 
 
 def test_the_job_of_a_run_directory_is_found_by_path_name_or_job_id(tmp_path):

@@ -1,12 +1,14 @@
 """What fails on the local two-node SLURM cluster, and what a user is told: a rank's exception first, before
 its peers' follow-on errors; a run root that fills up, in one line; a run of the user's own `srun dali-launch
 task` continued with `dali-launch --resume RUN` from a login node, past its damaged newest checkpoint; Ctrl-C
-while following a job; a SIGUSR2 as the tasks start; a coordinator port another program holds; a job that waits in the queue."""
+while following a job; a SIGUSR2 as the tasks start, and one before their step exists; a coordinator port another program holds; a job that waits in the queue."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -177,6 +179,39 @@ def test_usr2_as_the_tasks_start_requeues_the_job(slurm_env, small_lmdb, tmp_pat
         subprocess.run(["scancel", job_id], env=env, timeout=30)
     err = (paths.submitit / job_id / f"{job_id}_0_log.err").read_text()
     assert how == "requeued", f"job {job_id} not requeued: {how}\n{err[-2000:]}"
+
+
+def test_usr2_to_the_batch_shell_before_the_step_exists_requeues_the_job(slurm_env, small_lmdb, tmp_path):
+    """`scancel --full --signal=USR2` while the job's batch shell runs its setup, before srun's step exists: the
+    shell notes it, the tasks read the note as they start, checkpoint at their first agreed step and requeue the
+    job, which finishes; `status` says what requeued it. Before, the shell's default action ended it: the job
+    FAILED, "not started". (A plain `scancel --signal=USR2` then reaches no process: SLURM signals steps alone.)"""
+    env, ready, go = {**os.environ, **slurm_env}, tmp_path / "in-setup", tmp_path / "go"
+    # The batch shell, held before its srun step until the test has sent the signal (at most 60 s).
+    held = f"for i in $(seq 600); do [ -e {shlex.quote(str(go))} ] && break; sleep 0.1; done"
+    setup = f"touch {shlex.quote(str(ready))}; {held}"
+    args = [*JOB, "--epochs", "2", "--data-dir", str(small_lmdb), "--run-root", str(tmp_path / "runs")]
+    check_ok(dali_launch(*args, "--setup", setup, "--detach", env=slurm_env))
+    paths = only_run(tmp_path / "runs")
+    job_id = json.loads(paths.job.read_text())["job_id"]
+    try:
+        wait_for(ready.exists, timeout_s=120)
+        steps = subprocess.run(
+            ["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], env=env, capture_output=True, text=True
+        )
+        subprocess.run(["scancel", "--full", "--signal=USR2", job_id], env=env, check=True, timeout=30)
+        go.touch()
+        said = lambda: (paths.submitit / job_id / f"{job_id}_0_log.out").read_text()
+        wait_for(lambda: f"job {job_id} requeued (1/3)" in said() and squeue(slurm_env, job_id) == "PENDING", 120)
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
+        wait_for(lambda: squeue(slurm_env, job_id) in ("COMPLETED", "FAILED", ""), timeout_s=180)
+    finally:
+        subprocess.run(["scancel", job_id], env=env, timeout=30)
+    status = dali_launch("status", str(paths.root), env=slurm_env).stdout
+    assert steps.stdout.split() == [f"{job_id}.batch"], steps.stdout  # no step yet when the signal came
+    assert f"job {job_id}: finished; requeued by SIGUSR2 (sent before the tasks started" in status, status
+    step = re.search(r"checkpoint at step (\d+);", status)
+    assert step and f"resumed from checkpoint {step[1]}:" in said(), (status, said())
 
 
 def test_a_taken_coordinator_port_is_passed_over(slurm_env, small_lmdb, tmp_path):

@@ -5,6 +5,7 @@ short refused, the evaluation's evenly spaced clips, the task's two accuracies a
 from __future__ import annotations
 
 import collections
+import itertools
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -14,9 +15,10 @@ import pytest
 from nvidia.dali import pipeline_def
 
 from dali_launch.launcher.data import synth_clips
-from dali_launch.trainer.data import bad_samples, clips, formats
+from dali_launch.trainer.data import bad_samples, clip_windows, clips, formats
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.records import videos
+from dali_launch.trainer.data.video import starts
 from dali_launch.trainer.errors import UsageError
 
 ARGS = PipelineArgs("", 0, 1, 4, False, False, "cpu", 0, 6, 16, clip_frames=8, eval_clips=3)
@@ -104,18 +106,78 @@ def test_a_clip_shorter_than_a_clip_is_refused_in_one_line(tmp_path):
     split = _split(tmp_path / "split")
     kwargs = formats.get("video").reader_arguments(split)
     assert videos.frames(kwargs) == [synth_clips.FRAMES] * 4
-    assert videos.window_of(kwargs, 8, 1, 4) == 12 and videos.window_of(kwargs, 2, 1, 4) == 8
+    assert videos.shortest(kwargs, 8, 1) == 12 and videos.shortest(kwargs, 2, 3) == 4
     short = f"{split}/0/0.webm has 12 frames, fewer than a clip's 15 (--clip-frames 8 × --clip-stride 2)"
     fix = "; lower --clip-frames or --clip-stride, or leave such clips out"
     with pytest.raises(UsageError, match=f"^{re.escape(short + fix)}$"):
-        videos.window_of(kwargs, 8, 2, 4)
+        videos.shortest(kwargs, 8, 2)
+
+
+@pytest.mark.parametrize("frames, window, clip", [(12, 12, 8), (41, 8, 4), (250, 32, 8), (33, 32, 8), (9, 9, 9)])
+def test_the_windows_of_a_clip_hold_every_run_of_it(frames, window, clip):
+    """Every run of T frames of a clip lies in a window; windows W - T + 1 frames apart, the last at the clip's end."""
+    found = clip_windows.starts(frames, window, clip)
+    assert found[0] == 0 and found[-1] == frames - window and found == sorted(set(found))
+    assert max((b - a for a, b in itertools.pairwise(found)), default=1) <= window - clip + 1
+    runs = {start + k for start in found for k in range(window - clip + 1)}
+    assert runs == set(range(frames - clip + 1))
+    assert clip_windows.window_of(0, clip, frames) == min(4 * clip, frames)
+    assert clip_windows.window_of(window, clip, frames) == window
+
+
+def _numbered(root: Path, lengths: dict[str, int]) -> Path:
+    """Clips whose frame t is grey 6·t, class folders named by their lengths: a frame's number read off its pixels."""
+    for name, count in lengths.items():
+        (root / name).mkdir(parents=True)
+        clip = np.repeat(np.arange(count, dtype=np.uint8)[:, None, None, None] * 6, 16 * 16 * 3).reshape(
+            count, 16, 16, 3
+        )
+        synth_clips.encode(clip, root / name / f"{name}.webm", options={**synth_clips.FAST, "crf": "4"})
+    return root
+
+
+def _numbers(read: np.ndarray) -> np.ndarray:
+    """The frame numbers of clips (..., T, H, W, 3) of grey frames, normalised as the pipeline does."""
+    grey = read[..., 0].mean(axis=(-1, -2)) * 0.229 * 255 + 0.485 * 255
+    return np.rint(grey / 6).astype(int)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_long_clips_train_on_runs_from_anywhere_and_evaluate_over_their_length(tmp_path, stride):
+    """Clips of 20 and 41 frames, windows of 6 (--clip-window): every epoch reads each window once, a run of
+    T = 4 frames in each, and over the epochs the runs start at every frame a run can (stride apart); evaluation's
+    3 runs of each video lie at its start, middle and end. A name with a space reaches DALI's file list (a link)."""
+    from dali_launch.trainer.data.video import video
+
+    split = _numbered(tmp_path / "split", {"a 20": 20, "b41": 41})
+    args = replace(ARGS, path=str(split), clip_frames=4, clip_window=6, clip_stride=stride, training=True)
+    lengths = {0: clips.strided(20, stride), 1: clips.strided(41, stride)}
+    windows = {c: len(clip_windows.starts(n, 6, 4)) for c, n in lengths.items()}
+    epoch = sum(windows.values())
+    pipe = pipeline_def(lambda: tuple(video(args)), batch_size=epoch, num_threads=1, device_id=None, seed=3)()
+    pipe.build()
+    assert pipe.epoch_size("video") == epoch
+    drawn = {0: set(), 1: set()}
+    for _ in range(24):
+        read, labels = (np.array(out.as_tensor()) for out in pipe.run())
+        numbers, labels = _numbers(read), labels.ravel()
+        assert collections.Counter(labels.tolist()) == windows  # each window once an epoch
+        assert (np.diff(numbers, axis=1) == stride).all()  # T frames --clip-stride apart
+        for label, first in zip(labels, numbers[:, 0]):
+            drawn[label].add(first // stride)
+    assert drawn == {c: set(range(n - 4 + 1)) for c, n in lengths.items()}
+
+    read, labels = _read(replace(args, training=False, eval_clips=3), 2)
+    order = np.argsort(labels)
+    firsts = _numbers(read)[order][:, :, 0] // stride
+    assert firsts.tolist() == [starts(lengths[c] - 4, 3) for c in (0, 1)]
+    assert [starts(lengths[c] - 4, 3)[1] for c in (0, 1)] == ([8, 19] if stride == 1 else [3, 9])
 
 
 def test_evaluation_takes_evenly_spaced_clips_of_each_video(tmp_path):
     from dali_launch.trainer.data.video import starts
 
-    assert starts(12, replace(ARGS, clip_frames=8, eval_clips=3)) == [0, 2, 4]
-    assert starts(12, replace(ARGS, clip_frames=8, eval_clips=1)) == [2]
+    assert starts(4, 3) == [0, 2, 4] and starts(4, 1) == [2] and starts(5, 2) == [0, 5] and starts(5, 3) == [0, 3, 5]
     read, labels = _read(replace(ARGS, path=str(_split(tmp_path / "split")), eval_clips=3), 4)
     assert read.shape == (4, 3, 8, 16, 16, 3) and sorted(labels.tolist()) == [0, 0, 1, 1]
     assert np.array_equal(read[:, 0, 2:], read[:, 1, :6]) and np.array_equal(read[:, 1, 2:], read[:, 2, :6])

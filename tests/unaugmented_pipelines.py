@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nvidia.dali import fn
+from nvidia.dali import fn, types
 
 from dali_launch.trainer.data import audio as sounds
 from dali_launch.trainer.data import pipelines
@@ -36,14 +36,17 @@ def views(args):
 
 
 def video(args):
-    """--pipeline video's reader (its shards, shuffle and padding) with its first T frames, whole: one clip a
-    file, the same on any device of any layout."""
+    """--pipeline video's training reader (its windows, shards, shuffle and padding) with each window's first T
+    frames, whole: one clip a window, the same on any device of any layout, in either split."""
     from dali_launch.trainer.data import video as clips
 
-    kwargs, window = clips.screened(args)
-    frames, labels = clips.reader(kwargs, window, args)
-    first = clips.evaluation(frames, window, replace(args, eval_clips=1))
-    return fn.squeeze(first, axes=[0]), fn.reshape(labels, shape=[])
+    frames, labels, _ = clips.windows(clips.screened(args), args)
+    first = fn.slice(frames, start=[0], shape=[args.clip_frames], axes=[0])
+    first = fn.resize(first, size=[args.image_size] * 2, interp_type=types.INTERP_LINEAR)
+    first = fn.crop_mirror_normalize(
+        first, dtype=args.dtype(), mean=pipelines.MEAN, std=pipelines.STD, output_layout="FHWC"
+    )
+    return first, fn.reshape(labels, shape=[])
 
 
 def audio(args):

@@ -24,9 +24,11 @@ class RunPaths:
     launch.json       the launcher's own settings (nodes, SLURM knobs)
     job.json          a submitted run's SLURM job: its id and submitit's folder (launcher/backends/job.py writes it)
     cancel.json       `dali-launch cancel` asked the run to stop (when); the run ends `cancelled`; a resume clears it
+    requeues.jsonl    one line per requeue of the run's SLURM job (when, which start, why); a resume clears it
     manifest.json     what ran: config, package versions, git revision, topology, SLURM facts, environment
     rank_map.json     host, process, local devices and DALI shard ids of every process
     metrics.jsonl     one JSON object per epoch, from process 0
+    progress.json     what process 0 is doing now: its start-up phase, or its epoch and step (observe/progress.py)
     result.json       the final summary, from process 0
     logs/rank-N.log   each process's output (local mode; SLURM keeps its own through submitit)
     ranks/rank-N.json what each process reports of itself (merged into rank_map.json)
@@ -61,9 +63,11 @@ class RunPaths:
     launch = property(lambda self: self.root / "launch.json")
     job = property(lambda self: self.root / "job.json")
     cancel = property(lambda self: self.root / "cancel.json")
+    requeues = property(lambda self: self.root / "requeues.jsonl")
     manifest = property(lambda self: self.root / "manifest.json")
     rank_map = property(lambda self: self.root / "rank_map.json")
     metrics = property(lambda self: self.root / "metrics.jsonl")
+    progress = property(lambda self: self.root / "progress.json")
     result = property(lambda self: self.root / "result.json")
     logs = property(lambda self: self.root / "logs")
     ranks = property(lambda self: self.root / "ranks")

@@ -19,6 +19,7 @@ from dali_launch.trainer.entry_points import Sent
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
 from dali_launch.trainer.observe.manifest import write_manifest
+from dali_launch.trainer.observe.progress import Progress
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.plan.placement import place
 from dali_launch.trainer.resilience import disk, ending, preemption, start_point
@@ -47,6 +48,8 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     entries = Entries(spec, Sent().read(paths.objects))  # each resolved once, when first needed; by value: objects/
     ending.clear(paths, topology.process_id)
     ending.record_faults(paths, topology.process_id, Path(log) if log else None)
+    progress = Progress(paths, writes=topology.process_id == 0)  # what `status` says it does
+    startup.listener = progress.phase
     start, startup_s = rendezvous.this_start(os.environ), spec.distributed.init_timeout_s
     watchdog = Watchdog(paths, topology, spec.resilience, start, startup_s)
     if topology.num_processes > 1:
@@ -54,12 +57,13 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
         lock = _lock(paths) if topology.process_id == 0 else None
         try:
-            result = _train(entries, topology, paths, startup, watchdog)
+            result = _train(entries, topology, paths, startup, watchdog, progress)
         except OSError as e:  # a write the file system refused: one line, how to go on
             if disk.refusal(e) is None:
                 raise
             raise disk.write_refused(paths, e, spec.how_to_resume()) from None
         finally:
+            progress.stop()
             compile_cache.write_pending()  # a stopped or failed task's programs too: its resumption starts warm
             if lock:
                 lock.close()
@@ -85,7 +89,9 @@ def _lock(paths: RunPaths):
     return lock
 
 
-def _train(entries: Entries, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog) -> dict:
+def _train(
+    entries: Entries, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog, progress: Progress
+) -> dict:
     spec = entries.spec
     if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
         raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
@@ -119,7 +125,7 @@ def _train(entries: Entries, topology: Topology, paths: RunPaths, startup: Start
     barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, here.job_device_count)
     startup.mark("checkpoints read")
-    reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s)
+    reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s, progress)
     try:  # planned and built from these alone (set_up.py calls the plan's stages)
         result = train_and_evaluate(Inputs(spec, here, start, placement, entries), reporter, startup)
     finally:

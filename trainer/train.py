@@ -139,7 +139,7 @@ class Loop:
         self.step_log.begin_epoch(before + done, saved)
         self.nan_guard.begin(before + done)
         between, behind = None, pending.calls if pending else 0  # between: set as the first call is dispatched
-        with self.reporter.progress(epoch, self.data.steps, done) as advance, InputWait() as wait:
+        with self.reporter.progress(epoch, self.data.steps, done, self.k) as advance, InputWait() as wait:
             for call in range(done, self.data.steps):
                 self.reporter.profile.before(before + call)
                 batch = wait.fetch(self.data.next, jax.tree.leaves(tally)[0])  # alive until the call donates it

@@ -21,11 +21,12 @@ from pathlib import Path
 from dali_launch.launcher.run_config import counted
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.resilience import ending, saved
-from dali_launch.trainer.run_dir import RunPaths, is_locked, note, parse_json, read_json, write_atomic
+from dali_launch.trainer.run_dir import RunPaths, is_locked, note, parse_json, read_json, read_jsonl, write_atomic
 
 LOCK_HOLDERS = ("launcher", "task")  # local mode's launcher, and process 0 of the task in every mode
 STOP_WAIT_S = 90  # how long `cancel` waits for the ranks to checkpoint and stop (the launcher grants 60)
 POLL_S = 0.2
+STALE_S = 60  # a running epoch's progress older than this is said with its age (process 0 writes it every 5 s)
 
 
 class RunState(str, enum.Enum):
@@ -103,6 +104,32 @@ def why_ended(paths: RunPaths, state: RunState) -> str:
     if state is RunState.INTERRUPTED:
         return next((e["line"].split("; ")[0] for e in endings if e["how"] == ending.STOPPED), "")
     return ""
+
+
+def doing(paths: RunPaths) -> str:
+    """What a running run's process 0 says it does (progress.json, trainer/observe/progress.py): a phase (of its
+    start-up, or an epoch's end) and for how long, or its epoch and step, and how old that is once it is older
+    than a step should take; '' before it said anything."""
+    said, now = read_json(paths.progress, {}), time.time()
+    text, since, at = said.get("doing"), said.get("since"), said.get("at")
+    if not (isinstance(text, str) and isinstance(since, (int, float)) and isinstance(at, (int, float))):
+        return ""
+    if not said.get("stepping"):
+        return f"{text}, for {_seconds(now - since)}"
+    return f"{text}, said {_seconds(now - at)} ago" if now - at > STALE_S else text
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def requeued(paths: RunPaths) -> str:
+    """What requeued the run's SLURM job (requeues.jsonl: since its submission), as `status` says it; '' if nothing."""
+    said = read_jsonl(paths.requeues)
+    if not said:
+        return ""
+    last = said[-1].get("why") or "its task"
+    return f"requeued by {last}" if len(said) == 1 else f"requeued {len(said)} times, the last by {last}"
 
 
 def last_write(paths: RunPaths) -> float:

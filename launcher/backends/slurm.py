@@ -21,7 +21,13 @@ from dali_launch.launcher.backends.base import Backend, Outcome, Watch
 from dali_launch.launcher.backends.job import RunState, read_record, write_record
 from dali_launch.launcher.backends.slurm_checks import check_cluster, sbatch_pair, validate_slurm
 from dali_launch.launcher.backends.slurm_job import SlurmJob
-from dali_launch.launcher.backends.slurm_options import HOLD_USR2_SETUP, executor_parameters, held, srun_args
+from dali_launch.launcher.backends.slurm_options import (
+    HOLD_USR2_SETUP,
+    early_usr2_setup,
+    executor_parameters,
+    held,
+    srun_args,
+)
 from dali_launch.launcher.console import echo
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.errors import UsageError
@@ -175,16 +181,18 @@ def interrupted(job_id: str, paths: RunPaths) -> Outcome:
     )
 
 
-def parameters(run: RunConfig) -> dict:
+def parameters(run: RunConfig, folder: Path) -> dict:
     """submitit's SlurmExecutor parameters for this run: the sbatch table (slurm_options.py), the step's
-    srun arguments, the --setup lines, then whether the tasks can start with SIGUSR2 held (slurm_options.py);
-    requeue, so a preempted or timed-out job checkpoints and puts itself back (trainer/resilience/preemption.py)."""
+    srun arguments, the batch shell's trap of an early SIGUSR2 (noted in `folder`, submitit's), the --setup
+    lines, then whether the tasks can start with SIGUSR2 held (slurm_options.py); requeue, so a preempted or
+    timed-out job checkpoints and puts itself back (trainer/resilience/preemption.py)."""
     extra = {"requeue": True, **dict(sbatch_pair(a) for a in run.slurm.sbatch_arg)}
     return {
         **executor_parameters(run, extra),
         "srun_args": srun_args(run),
         "stderr_to_stdout": False,
-        "setup": [*run.slurm.setup, HOLD_USR2_SETUP],  # after the user's: their modules may bring another env
+        # the trap first: a user's setup may take a while; HOLD_USR2 after it: their modules may bring another env
+        "setup": [*early_usr2_setup(shlex.quote(str(folder))), *run.slurm.setup, HOLD_USR2_SETUP],
     }
 
 
@@ -204,7 +212,7 @@ def make_executor(run: RunConfig, folder: Path, preview: bool = False):
 
     python = held(shlex.quote(sys.executable))  # submitit's command is `PYTHON -u -m submitit.core._submit ...`
     executor = (Preview if preview else Executor)(folder=folder / "%j", max_num_timeout=0, python=python)
-    executor.update_parameters(**parameters(run))
+    executor.update_parameters(**parameters(run, folder))
     return executor
 
 

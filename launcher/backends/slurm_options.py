@@ -75,6 +75,32 @@ HOLD_USR2 = "DALI_LAUNCH_HOLD_USR2"
 HOLD_USR2_SETUP = f'{HOLD_USR2}=$(env --block-signal=USR2 true 2>/dev/null && echo "env --block-signal=USR2")'
 
 
+# `scancel --signal=USR2 JOB` reaches the job's steps alone, never its batch shell: before srun's step exists (the
+# job's first ~50 ms here, longer behind slow --setup lines) no process receives it, and SLURM drops it. `scancel
+# --full` (or --batch) reaches the batch shell too, whose default action for USR2 ended it: the job FAILED, "not
+# started". So the batch shell's first commands trap USR2: the trap notes it in a file of this start of the job,
+# which EARLY_USR2 names to the tasks (each reads it at its start: trainer/resilience/preemption.py), and passes
+# it to srun, which hands it to the step's tasks once they exist. bash runs a trap only once its foreground
+# command ends, so srun runs in the background, waited for (a function of that name: submitit writes the line
+# that calls it); its exit status is the function's. srun starts with USR2 ignored: --full signals it too, and
+# one that came before srun set its own handler (which hands USR2 on) killed it, and the job with it.
+SRUN_PID = "DALI_LAUNCH_SRUN"
+
+
+def early_usr2_setup(folder: str) -> list[str]:
+    """The batch script's first lines; `folder`: where the note goes, as shell text (quoted, absolute)."""
+    from dali_launch.trainer.resilience.preemption import EARLY_USR2  # here: the CLI starts without numpy
+
+    note, srun = f"{folder}/usr2-${{SLURM_JOB_ID}}-${{SLURM_RESTART_COUNT:-0}}", f"${SRUN_PID}"
+    noted = f'mkdir -p "${{{EARLY_USR2}%/*}}" && : > "${EARLY_USR2}"'
+    return [
+        f"export {EARLY_USR2}={note}",
+        f"trap '{noted}; kill -USR2 ${{{SRUN_PID}:-}} 2>/dev/null' USR2",
+        f"srun() {{ local s; (trap '' USR2; exec srun \"$@\") & {SRUN_PID}=$!; "
+        f"while wait {srun}; s=$?; kill -0 {srun} 2>/dev/null; do :; done; return $s; }}",
+    ]
+
+
 def held(command: str) -> str:
     """A step's command started with SIGUSR2 blocked where this node's env can (HOLD_USR2_SETUP set the variable)."""
     return f"${{{HOLD_USR2}}} {command}"

@@ -13,7 +13,13 @@ import sys
 from pathlib import Path
 
 from dali_launch.launcher.backends.slurm_checks import sbatch_pair
-from dali_launch.launcher.backends.slurm_options import HOLD_USR2_SETUP, held, sbatch_values, srun_args
+from dali_launch.launcher.backends.slurm_options import (
+    HOLD_USR2_SETUP,
+    early_usr2_setup,
+    held,
+    sbatch_values,
+    srun_args,
+)
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.run_config import RunConfig, SlurmConfig, marked
 from dali_launch.trainer.errors import UsageError
@@ -58,6 +64,12 @@ def template(run: RunConfig, values: Values) -> str:
         "#SBATCH --open-mode=append",
         "",
     ]
+    lines += [
+        "# A SIGUSR2 that reaches this shell (scancel --full or --batch) goes to the step's tasks: noted for those",
+        "# not started yet, passed on through srun to the others. A plain scancel --signal=USR2 reaches steps alone.",
+        *early_usr2_setup(_run_root(run, values)),
+        "",
+    ]
     lines += [*s.setup, *([""] if s.setup else [])]
     lines += [
         "# The tasks start with SIGUSR2 blocked where env can (coreutils 8.31+): one that comes before their",
@@ -85,6 +97,14 @@ def task_flags(values: Values) -> list[str]:
         elif value is not None:
             words += [flag, str(value)]
     return words
+
+
+def _run_root(run: RunConfig, values: Values) -> str:
+    """The tasks' run root as shell text: as `task` gets it (absolute, given), else its default under the job's
+    folder (SLURM starts the tasks where sbatch was called, as it does this script)."""
+    if "run_root" in values.given:
+        return shlex.quote(str(Path(run.launch.run_root).absolute()))
+    return f'"$PWD"/{shlex.quote(run.launch.run_root)}'
 
 
 def _dali_launch() -> str:

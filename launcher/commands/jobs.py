@@ -53,9 +53,9 @@ def find(job: str, run_root: str):
 
 
 def status_line(job) -> str:
-    """One line: its state, the last epoch's headline (and the best epoch's, by its direction, where that is
-    another), where it would resume, where it lives."""
-    from dali_launch.launcher.backends.job import RunState, resume_hint, why_ended
+    """One line: its state (what a running run does, what requeued it), the last epoch's headline (and the best
+    epoch's, by its direction, where that is another), where it would resume, where it lives."""
+    from dali_launch.launcher.backends.job import RunState, doing, requeued, resume_hint, why_ended
     from dali_launch.trainer.run_dir import best, headline, read_jsonl, take_notes
 
     epochs = [m for m in read_jsonl(job.paths.metrics) if headline(m)[1] is not None]
@@ -66,11 +66,12 @@ def status_line(job) -> str:
         progress += f" (best {headline(top)[1]:.4f} at epoch {top.get('epoch')})"
     state = job.state()
     hint = "" if state.live or state in (RunState.FINISHED, RunState.NOT_STARTED) else resume_hint(job.paths)
-    why = why_ended(job.paths, state)
+    why = doing(job.paths) if state is RunState.RUNNING else why_ended(job.paths, state)
+    again = requeued(job.paths)
     damaged = "".join(f"; {note}" for note in take_notes())  # said here, not on stderr: status is this line
     return (
-        f"{job.name}: {state}{f' ({why})' if why else ''}{progress}{f'; {hint}' if hint else ''}; run directory "
-        f"{job.paths.root}{damaged}"
+        f"{job.name}: {state}{f' ({why})' if why else ''}{f'; {again}' if again else ''}{progress}"
+        f"{f'; {hint}' if hint else ''}; run directory {job.paths.root}{damaged}"
     )
 
 

@@ -50,13 +50,19 @@ def _labels_checked(split: Path, labels: list[int], num_classes: int) -> None:
 
 def check_clip_frames(path: Path, data) -> None:
     """Every clip of both splits long enough for a clip of --clip-frames frames --clip-stride apart (the clips
-    the screen leaves out aside), else the one line naming the shortest (data/video.py's)."""
+    the screen leaves out aside), else the one line naming the shortest (data/video.py's); a --clip-window that
+    holds a clip."""
     if data.clip_frames < 1 or data.clip_stride < 1 or data.eval_clips < 1:
         raise UsageError(
             f"--clip-frames {data.clip_frames}, --clip-stride {data.clip_stride} and --eval-clips {data.eval_clips}: "
             f"each must be at least 1"
         )
+    if data.clip_window and data.clip_window < data.clip_frames:
+        raise UsageError(
+            f"--clip-window {data.clip_window} holds fewer frames than a clip's --clip-frames {data.clip_frames}; "
+            f"pass at least {data.clip_frames}, or 0 for 4 × --clip-frames"
+        )
     for split in SPLITS:
         kwargs = formats.get("video").reader_arguments(path / split)
         kwargs, _ = bad_samples.screen("video", kwargs, data.bad_samples, data.max_bad_samples)
-        videos.window_of(kwargs, data.clip_frames, data.clip_stride, 1)
+        videos.shortest(kwargs, data.clip_frames, data.clip_stride)

@@ -93,7 +93,8 @@ def create(run: RunConfig, data_dir: Path, backend: str, name: str | None = None
 
 def resume(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPaths:
     """--resume RUN_DIR (route/resume.py made `run` from it): the run directory, its spec rewritten when
-    this resumption changes some of it (more epochs, other timeouts), its earlier cancel forgotten."""
+    this resumption changes some of it (more epochs, other timeouts), its earlier cancel and requeues forgotten
+    (`status` says those of the job it runs as now)."""
     paths = RunPaths(Path(run.launch.resume))
     if changed:
         write_atomic(paths.config, task_spec(run, str(paths.root), str(data_dir), backend).to_json())
@@ -104,4 +105,5 @@ def resume(run: RunConfig, data_dir: Path, backend: str, changed: bool) -> RunPa
             ),
         )
     paths.cancel.unlink(missing_ok=True)
+    paths.requeues.unlink(missing_ok=True)
     return paths

@@ -186,6 +186,7 @@ def _graph_args(run: RunConfig, data_dir: Path, split: str):
         pipeline_params=d.pipeline_params,
         clip_frames=d.clip_frames,
         clip_stride=d.clip_stride,
+        clip_window=d.clip_window,
         eval_clips=d.eval_clips,
         **{name: getattr(d, name) for name in AUDIO_SETTINGS},
     )

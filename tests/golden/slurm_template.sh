@@ -16,6 +16,12 @@
 #SBATCH --requeue
 #SBATCH --open-mode=append
 
+# A SIGUSR2 that reaches this shell (scancel --full or --batch) goes to the step's tasks: noted for those
+# not started yet, passed on through srun to the others. A plain scancel --signal=USR2 reaches steps alone.
+export DALI_LAUNCH_EARLY_USR2="$PWD"/runs/usr2-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}
+trap 'mkdir -p "${DALI_LAUNCH_EARLY_USR2%/*}" && : > "$DALI_LAUNCH_EARLY_USR2"; kill -USR2 ${DALI_LAUNCH_SRUN:-} 2>/dev/null' USR2
+srun() { local s; (trap '' USR2; exec srun "$@") & DALI_LAUNCH_SRUN=$!; while wait $DALI_LAUNCH_SRUN; s=$?; kill -0 $DALI_LAUNCH_SRUN 2>/dev/null; do :; done; return $s; }
+
 module load cuda
 
 # The tasks start with SIGUSR2 blocked where env can (coreutils 8.31+): one that comes before their

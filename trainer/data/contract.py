@@ -82,6 +82,7 @@ class PipelineArgs:
     pipeline_params: str = ""  # --pipeline-params: what a DALI-style function's parameters get (data/native.py)
     clip_frames: int = 8  # --clip-frames: frames of a video clip (--pipeline video)
     clip_stride: int = 1  # --clip-stride
+    clip_window: int = 0  # --clip-window: frames of a training window (0: 4 × clip_frames)
     eval_clips: int = 2  # --eval-clips: evenly spaced clips of each test video
     sample_rate: int = 16000  # --sample-rate, --clip-seconds, --mel-bins, --audio-channels: for pipelines of sounds
     clip_seconds: float = 1.0  # (data/audio.py; data/spectrograms.py makes them a spectrogram's geometry)

@@ -177,6 +177,7 @@ def pipeline_args(
         pipeline_params=config.pipeline_params,
         clip_frames=config.clip_frames,
         clip_stride=config.clip_stride,
+        clip_window=config.clip_window,
         eval_clips=config.eval_clips,
         **audio_args(config),
     )

@@ -8,14 +8,17 @@ mid-epoch on the same clips. Its siblings cannot: `fn.readers.video` is GPU-only
 and `fn.decoders.video` behind a file reader refuses `enable_checkpointing` ("Checkpointing is not implemented
 for this operator", DALI 2.4.0), which every pipeline here is built with.
 
-A sample is a clip file (`step` beyond any clip: one sequence each, from its first frame): the reader decodes
-a window of W frames --clip-stride apart, W the fewest a clip of the split has (at most WINDOW × --clip-frames,
-so a long clip costs at most that), and
+A sample is a window of a clip in training and a whole clip (a video) in evaluation:
 
-training    one random run of T = --clip-frames consecutive frames of the window (a random start), one random
-            window of the frame (each side 50-100 %) and one coin's flip, the same for every frame of the clip
-evaluation  --eval-clips runs of T frames evenly spaced over the window (first to last), whole frames: a sample
-            is (clips, T, H, W, 3), the task averaging its clips' logits per video
+training    each clip cut into windows of W = --clip-window frames --clip-stride apart (clip_windows.py: 0 gives
+            4 × T, at most the shortest clip's frames; several a long clip, each a sample once an epoch, listed
+            to the reader as frame ranges), so a sample decodes W frames; in each, one random run of T =
+            --clip-frames consecutive frames (a random start: over the epoch's windows, anywhere in the clip), one
+            random window of the frame (each side 50-100 %) and one coin's flip, the same for every frame
+evaluation  every test video read whole from its first frame (--clip-stride apart, padded to the split's longest
+            with frames numbered -1), and --eval-clips runs of T frames evenly spaced from its first frame to its
+            own last (DALI's arithmetic on the frames' numbers, per sample), whole frames: a sample is
+            (clips, T, H, W, 3), the task averaging its clips' logits per video; it decodes the whole video
 both        --image-size square frames, RGB, ImageNet mean/std, args.dtype(); labels class ids
 
 Every random draw is one of DALI's random operators, whose state its checkpoints keep. The split is screened
@@ -27,51 +30,81 @@ from __future__ import annotations
 
 from nvidia.dali import fn, types
 
-from dali_launch.trainer.data import bad_samples, formats
+from dali_launch.trainer.data import bad_samples, clip_windows, clips, formats
 from dali_launch.trainer.data.contract import Pipeline, PipelineArgs
 from dali_launch.trainer.data.pipelines import MEAN, STD
 from dali_launch.trainer.data.records import videos
 from dali_launch.trainer.data.segmentation import random_window
 
 READER = "video"  # formats.py's reader name for it, and the reader's name in the pipeline
-STEP = 1 << 30  # frames between two sequences of one clip: beyond any clip, so one sequence a clip
-WINDOW = 4  # the decoded window is at most this many clips long
+STEP = 1 << 30  # frames between two sequences of one listed range: beyond any clip, so one sequence a range
 
 
 def _video(args: PipelineArgs):
-    kwargs, window = screened(args)
-    frames, labels = reader(kwargs, window, args)
-    clips = training(frames, window, args) if args.training else evaluation(frames, window, args)
+    kwargs = screened(args)
+    if args.training:
+        frames, labels, window = windows(kwargs, args)
+        clips_out = training(frames, window, args)
+    else:
+        frames, labels, numbers = whole(kwargs, args)
+        clips_out = evaluation(frames, numbers, args)
     labels = fn.reshape(labels, shape=[])
-    return clips, labels.gpu() if args.on_gpu and labels.device == "cpu" else labels
+    return clips_out, labels.gpu() if args.on_gpu and labels.device == "cpu" else labels
 
 
-def reader(kwargs: dict, window: int, args: PipelineArgs):
-    """(frames, labels): `window` frames --clip-stride apart from the start of each clip of this device's shard,
-    decoded where the pipeline runs (NVDEC on a GPU)."""
-    return fn.experimental.readers.video(
+def screened(args: PipelineArgs) -> dict:
+    """The split's reader arguments, its bad clips refused or left out (--bad-samples); a clip too short for
+    --clip-frames refused in one line."""
+    kwargs = formats.get(READER).reader_arguments(args.path)
+    kwargs, left_out = bad_samples.screen(READER, kwargs, args.bad_samples, args.max_bad_samples)
+    if left_out:
+        args.left_out.append(left_out)
+    videos.shortest(kwargs, args.clip_frames, args.clip_stride)
+    return kwargs
+
+
+def windows(kwargs: dict, args: PipelineArgs):
+    """(frames, labels, W): the windows of W frames --clip-stride apart of this device's shard of the clips'
+    windows, decoded where the pipeline runs (NVDEC on a GPU)."""
+    found, counts = videos.source(kwargs), videos.frames(kwargs)
+    window = clip_windows.window_of(
+        args.clip_window, args.clip_frames, min(clips.strided(c, args.clip_stride) for c in counts)
+    )
+    listed = clip_windows.file_list(found.files, found.labels, counts, args.clip_frames, args.clip_stride, window)
+    frames, labels = fn.experimental.readers.video(
         device="gpu" if args.on_gpu else "cpu",
-        **videos.reader_kwargs(kwargs),
+        file_list=listed,
+        file_list_format="frames",
+        file_list_include_end=False,
         sequence_length=window,
         stride=args.clip_stride,
         step=STEP,
+        pad_mode="edge",  # never used where the containers' frame counts are DALI's; else a window is kept whole
+        **args.reader_args(),
+        name=READER,
+    )
+    return frames, labels, window
+
+
+def whole(kwargs: dict, args: PipelineArgs):
+    """(frames, labels, numbers): each test video of this device's shard, every --clip-stride-th frame from its
+    first, padded to the split's longest; `numbers` the frames' indices, -1 for padding."""
+    longest = max(clips.strided(c, args.clip_stride) for c in videos.frames(kwargs))
+    return fn.experimental.readers.video(
+        device="gpu" if args.on_gpu else "cpu",
+        **videos.reader_kwargs(kwargs),
+        sequence_length=longest,
+        stride=args.clip_stride,
+        step=STEP,
+        pad_mode="constant",
+        enable_frame_num="sequence",
         **args.reader_args(),
         name=READER,
     )
 
 
-def screened(args: PipelineArgs) -> tuple[dict, int]:
-    """The split's reader arguments, its bad clips refused or left out (--bad-samples), and the window of
-    frames each clip is read with; a clip too short for --clip-frames refused in one line."""
-    kwargs = formats.get(READER).reader_arguments(args.path)
-    kwargs, left_out = bad_samples.screen(READER, kwargs, args.bad_samples, args.max_bad_samples)
-    if left_out:
-        args.left_out.append(left_out)
-    return kwargs, videos.window_of(kwargs, args.clip_frames, args.clip_stride, WINDOW)
-
-
 def training(frames, window: int, args: PipelineArgs):
-    """A random run of T frames, then one random window and flip for all of them."""
+    """A random run of T frames of the window, then one random window and flip for all of them."""
     starts = list(range(window - args.clip_frames + 1))
     start = fn.cast(fn.random.uniform(values=[float(s) for s in starts]), dtype=types.INT32)
     clip = fn.slice(frames, start=fn.stack(start), shape=[args.clip_frames], axes=[0])
@@ -81,17 +114,24 @@ def training(frames, window: int, args: PipelineArgs):
     return fn.crop_mirror_normalize(clip, dtype=args.dtype(), mean=MEAN, std=STD, mirror=mirror, output_layout="FHWC")
 
 
-def evaluation(frames, window: int, args: PipelineArgs):
-    """--eval-clips runs of T frames, evenly spaced from the window's first frame to its last."""
-    frames = fn.resize(frames, size=[args.image_size] * 2, interp_type=types.INTERP_LINEAR)
-    frames = fn.crop_mirror_normalize(frames, dtype=args.dtype(), mean=MEAN, std=STD, output_layout="FHWC")
-    return fn.stack(*(fn.slice(frames, start=[s], shape=[args.clip_frames], axes=[0]) for s in starts(window, args)))
+def evaluation(frames, numbers, args: PipelineArgs):
+    """--eval-clips runs of T frames, evenly spaced from each video's first frame to its last."""
+    numbers = numbers.cpu() if numbers.device == "gpu" else numbers  # slice's start is read on the host
+    free = fn.reductions.sum(fn.cast(numbers >= 0, dtype=types.INT32)) - args.clip_frames
+    runs = []
+    for first in starts(free, args.eval_clips):
+        clip = fn.slice(frames, start=fn.stack(fn.cast(first, dtype=types.INT32)), shape=[args.clip_frames], axes=[0])
+        clip = fn.resize(clip, size=[args.image_size] * 2, interp_type=types.INTERP_LINEAR)
+        runs.append(fn.crop_mirror_normalize(clip, dtype=args.dtype(), mean=MEAN, std=STD, output_layout="FHWC"))
+    return fn.stack(*runs)
 
 
-def starts(window: int, args: PipelineArgs) -> list[int]:
-    """The first frame (of the window's) of each evaluation clip: evenly spaced, the first and the last run."""
-    free, count = window - args.clip_frames, args.eval_clips
-    return [round(k * free / (count - 1)) if count > 1 else free // 2 for k in range(count)]
+def starts(free, count: int) -> list:
+    """The first frame of each of `count` evaluation runs in a video of `free` + T frames: evenly spaced, the first
+    and the last run, rounded half up (integer arithmetic: `free` may be a DALI node, one number a sample)."""
+    if count == 1:
+        return [free // 2]
+    return [(2 * k * free + count - 1) // (2 * (count - 1)) for k in range(count)]
 
 
 video = Pipeline(_video)

@@ -26,6 +26,7 @@ from rich.progress import (
 from dali_launch.trainer import coordination
 from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.observe.profile import Profile
+from dali_launch.trainer.observe.progress import Progress as LiveProgress
 from dali_launch.trainer.observe.trackers import Trackers
 from dali_launch.trainer.plan import mesh
 from dali_launch.trainer.run_dir import RunPaths, read_jsonl, write_atomic
@@ -78,8 +79,9 @@ class EpochMetrics:
 
 
 class Reporter:
-    def __init__(self, paths: RunPaths, topology: Topology, barrier_timeout_s: int):
-        self.paths, self.topology = paths, topology
+    def __init__(self, paths: RunPaths, topology: Topology, barrier_timeout_s: int, live: LiveProgress):
+        """`live`: what process 0 tells `status` of the steps (observe/progress.py)."""
+        self.paths, self.topology, self.live = paths, topology, live
         self.barrier_timeout_s = barrier_timeout_s
         self.lead = topology.process_id == 0
         self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
@@ -159,19 +161,26 @@ class Reporter:
         self.say(f"resumed from checkpoint {step}: epoch {epoch}, {calls_done} device calls into it; read {part}")
 
     @contextlib.contextmanager
-    def progress(self, epoch: int, steps: int, done: int = 0):
-        """Yields `advance()`; a live bar only for process 0 on a terminal, drawn on the process's own
-        terminal: never into a log (`train` copies its output into logs/rank-0.log, whose readers, `logs
-        --follow`, would get every frame of it: ANSI codes and carriage returns)."""
+    def progress(self, epoch: int, steps: int, done: int = 0, per_call: int = 1):
+        """Yields `advance()`, called after each of the epoch's `steps` device calls (`per_call` SGD steps each)
+        from `done` on: what `status` says (progress.json), and a live bar only for process 0 on a terminal,
+        drawn on the process's own terminal: never into a log (`train` copies its output into logs/rank-0.log,
+        whose readers, `logs --follow`, would get every frame of it: ANSI codes and carriage returns)."""
+        told = self.live.epoch(epoch, steps, done, per_call)
         terminal = sys.__stdout__
-        if not (self.lead and terminal is not None and terminal.isatty()):
-            yield lambda: None
-            return
-        columns = (TextColumn(f"epoch {epoch}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        console = Console(file=terminal, highlight=False, soft_wrap=True)
-        with Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
-            task = bar.add_task("train", total=steps, completed=done)
-            yield lambda: bar.advance(task)
+        try:
+            if not (self.lead and terminal is not None and terminal.isatty()):
+                yield told
+                return
+            columns = (TextColumn(f"epoch {epoch}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            console = Console(file=terminal, highlight=False, soft_wrap=True)
+            with Progress(
+                *columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False
+            ) as bar:
+                task = bar.add_task("train", total=steps, completed=done)
+                yield lambda: (told(), bar.advance(task))
+        finally:
+            self.live.finishing(epoch)
 
     def epoch(self, metrics: EpochMetrics, left_out: tuple = ()) -> None:
         """An epoch's line and JSON object; `left_out`: the scans of what the readers leave out (bad_samples.py)."""

@@ -49,6 +49,8 @@ class SampleRecorder:
     def __init__(self, spec, data, epoch: int, first_call: int, process_index: int):
         self.spec, self.data, self.epoch, self.prints = spec, data, epoch, []
         self.first_call, self.process_index = first_call, process_index
+        if process_index == 0:  # before any rank can save: that takes steps with process 0
+            _forget_from(RunPaths(spec.run_dir), epoch, first_call)
 
     def add(self, step: int, batch: dict) -> None:
         """The rows of a call that the step counts (its `valid` mask), whatever the sample order."""
@@ -65,6 +67,15 @@ class SampleRecorder:
         np.save(out, record)
         write_atomic(paths.sample_record(self.epoch, self.process_index, self.first_call), out.getvalue())
         self.prints, self.first_call = [], next_call
+
+
+def _forget_from(paths: RunPaths, epoch: int, first_call: int) -> None:
+    """Removes the records of calls from `first_call` of `epoch` on: a run killed after its last checkpoint (kill
+    -9) may have saved some, which its resumption reads again; on fewer ranks, its own would not replace them all."""
+    for path in paths.samples.glob("epoch-*-rank-*-from-*.npy") if paths.samples.is_dir() else ():
+        parts = path.stem.split("-")  # epoch, E, rank, N, from, CALL
+        if (int(parts[1]), int(parts[5])) >= (epoch, first_call):
+            path.unlink(missing_ok=True)
 
 
 def _local_rows(x: jax.Array) -> np.ndarray:

@@ -20,10 +20,13 @@ class Startup:
         self.origin = float(launched) if launched else time.time()
         self.phases: dict[str, float] = {}
         self.warming: threading.Thread | None = None
+        self.listener = None  # told each phase that ends (observe/progress.py: what `status` says)
 
     def mark(self, phase: str) -> None:
         """`phase` has just ended."""
         self.phases[phase] = round(time.time() - self.origin, 3)
+        if self.listener:
+            self.listener(phase)
 
     def warm_up(self, devices: list) -> None:
         """Starts the devices' first host->device transfer in a thread, as soon as JAX knows them: on a GPU it

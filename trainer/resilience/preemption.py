@@ -20,7 +20,14 @@ warning's lead, --time-min 1 under USR2@90, warns at slurmctld's first check), a
 then raised inside whatever ran ("Unable to initialize backend 'cpu': Job not requeued because:
 timed-out too many times", from JAX's backend start: a CI run); caught early, it waits for the first
 sync point like any other. One that comes even earlier, before the interpreter runs this line, waits
-too: a SLURM step's tasks start with USR2 blocked, and `catch_early` unblocks it.
+too: a SLURM step's tasks start with USR2 blocked, and `catch_early` unblocks it. One that reached the
+job's batch shell before the step existed (`scancel --full` or `--batch`) was noted there in the file
+EARLY_USR2 names (launcher/backends/slurm_options.py), which `catch_early` reads: it counts as if it had
+come to this task. A plain `scancel --signal=USR2` sent before the step exists reaches no process: SLURM
+signals a job's steps alone, and drops it.
+
+A second stop signal records this rank's ending (stopped, without a checkpoint) before it exits: the run
+was interrupted as asked, which `status` says (not "failed": the ending was all it had to say why).
 """
 
 from __future__ import annotations
@@ -41,19 +48,23 @@ from dali_launch.trainer.topology import Topology
 REQUEUE, STOP = 1, 2
 MEANING = {signal.SIGUSR2: REQUEUE, signal.SIGTERM: STOP, signal.SIGINT: STOP}
 REQUEUE_WAIT_S = 300  # SLURM kills a requeued job's tasks; if it never does, give up and fail
-_asked = {"what": 0, "signum": 0}  # this process's strongest request so far (signals are per process)
+EARLY_USR2 = "DALI_LAUNCH_EARLY_USR2"  # a file the batch shell writes when a USR2 reaches it (see above)
+_asked = {"what": 0, "signum": 0, "early": False}  # this process's strongest request so far (signals are per process)
 _task: dict = {}  # the topology and run directory of the task that listens
 
 
 def catch_early() -> None:
     """At a task's first line: SLURM's warning (USR2) only raises the flag, whenever it comes (the others keep
     their handlers until `listen`: JAX's initialisation would replace a SIGTERM handler set before it)."""
-    _asked.update(what=0, signum=0)  # a process may run several tasks (benchmarks)
+    _asked.update(what=0, signum=0, early=False)  # a process may run several tasks (benchmarks)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR2, _on_signal)
         # A SLURM step starts its tasks with USR2 blocked (launcher/backends/slurm_options.py, HOLD_USR2): one
         # that came before this line waits, pending, and reaches the handler now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
+    noted = os.environ.get(EARLY_USR2)
+    if noted and os.path.exists(noted):  # this start's batch shell caught one before the step existed
+        _asked.update(what=REQUEUE, signum=signal.SIGUSR2, early=True)
 
 
 def listen(topology: Topology, paths: RunPaths) -> None:
@@ -66,11 +77,12 @@ def listen(topology: Topology, paths: RunPaths) -> None:
 
 def _on_signal(signum, frame) -> None:
     if MEANING[signum] == STOP and _asked["what"] == STOP:
-        print(
-            f"dali-launch: {signal.Signals(signum).name} again; exiting without a checkpoint",
-            file=sys.stderr,
-            flush=True,
-        )
+        name = signal.Signals(signum).name
+        print(f"dali-launch: {name} again; exiting without a checkpoint", file=sys.stderr, flush=True)
+        if _task:  # listening: the run directory is known (before, Python's own KeyboardInterrupt ends the task)
+            rank = _task["topology"].process_id
+            line = f"rank {rank} was stopped by a second {name}, before it checkpointed"
+            ending.record(_task["paths"], rank, ending.STOPPED, line)
         os._exit(128 + signum)
     if MEANING[signum] >= _asked["what"]:
         _asked.update(what=MEANING[signum], signum=signum)
@@ -101,7 +113,7 @@ def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
     topology, max_requeues = _task["topology"], spec.resilience.max_requeues
     job_id = topology.job_id
     if what == REQUEUE and scheduler.may_requeue(topology, max_requeues):
-        _requeue(topology, max_requeues, spec)
+        _requeue(topology, max_requeues, spec, step)
     name = signal.Signals(signum).name
     why = (
         ""
@@ -113,15 +125,16 @@ def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
         f"resume with {spec.how_to_resume()}"
     )
     ending.record(_task["paths"], topology.process_id, ending.STOPPED, line, step=step, signal=name)
-    if topology.process_id == 0:
+    if topology.process_id == 0 and not _task["paths"].cancel.exists():  # a cancel's launcher says it, once
         print(f"dali-launch: {line}", file=sys.stderr, flush=True)
     sys.exit(128 + signum)
 
 
-def _requeue(topology: Topology, max_requeues: int, spec: TaskSpec) -> None:
+def _requeue(topology: Topology, max_requeues: int, spec: TaskSpec, step: int) -> None:
     job_id = topology.job_id
     if topology.process_id == 0:
-        scheduler.requeue(topology)
+        before = " (sent before the tasks started; the batch shell kept it)" if _asked["early"] else ""
+        scheduler.requeue(topology, _task["paths"], f"SIGUSR2{before}, checkpoint at step {step}")
         print(
             f"preempted: checkpoint written, job {job_id} requeued ({topology.restart_count + 1}/{max_requeues})",
             flush=True,

@@ -172,6 +172,8 @@ class Watchdog:
             ending.record(self.paths, self.me, ending.VERDICT, what, culprit=rank)
         how = "requeuing the job from its last checkpoint" if requeue else "stopping the job"
         print(f"dali-launch: error: {what}; {how}", file=sys.stderr, flush=True)
-        if job and stale:  # a failed rank's exit already ends the step (srun --kill-on-bad-exit)
-            (scheduler.requeue if requeue else scheduler.cancel)(self.topology)
+        if job and stale and requeue:
+            scheduler.requeue(self.topology, self.paths, f"the watchdog: {what}")
+        elif job and stale:  # a failed rank's exit already ends the step (srun --kill-on-bad-exit)
+            scheduler.cancel(self.topology)
         os._exit(ending.EXIT_WATCHDOG)

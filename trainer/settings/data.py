@@ -191,6 +191,16 @@ class DataConfig:
         ),
     )
     clip_stride: int = opt(1, "--pipeline video: a clip's frames are this many frames apart.")
+    clip_window: int = opt(
+        0,
+        "--pipeline video: frames (--clip-stride apart) a training sample decodes; 0: 4 × --clip-frames.",
+        details=(
+            "--pipeline video: training reads each clip as windows of this many frames (--clip-stride apart; 0: 4 × "
+            "--clip-frames; at most the shortest clip's), each window a sample once an epoch, a random run of "
+            "--clip-frames in each: a long clip is several samples, every part of it seen. Evaluation reads each "
+            "test video whole."
+        ),
+    )
     eval_clips: int = opt(
         2,
         "--pipeline video: evenly spaced clips of each test video, their logits averaged.",

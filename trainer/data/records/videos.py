@@ -3,7 +3,8 @@ sorted order, files sorted within each, as DALI's readers number class folders),
 file_list.txt of `NAME LABEL` lines (DALI's `file_list` form, NAME relative to SPLIT). Either way the reader is
 given absolute `filenames` and their `labels`: `without` leaves a bad clip out of them, and every clip's frame
 count (`frames`, from its container: clips.py) is kept in the per-user cache under the split's fingerprint, so
-the pipeline knows how many frames every clip of a split has before DALI opens one."""
+the pipeline knows how many frames every clip of a split has before DALI opens one (its training windows, its
+longest test clip)."""
 
 from __future__ import annotations
 
@@ -130,16 +131,16 @@ def _frames(path: str) -> int:
         return 0
 
 
-def window_of(kwargs: dict, clip_frames: int, stride: int, most: int) -> int:
-    """Frames (stride apart) every clip of the split has, at most `most` clips' worth; a UsageError naming the
-    shortest clip where it has fewer than one clip's."""
+def shortest(kwargs: dict, clip_frames: int, stride: int) -> int:
+    """Frames (stride apart) the split's shortest clip has; a UsageError naming it where it has fewer than one
+    clip's."""
     counts = frames(kwargs)
-    shortest = min(range(len(counts)), key=counts.__getitem__)
-    window = clips.strided(counts[shortest], stride)
-    if window < clip_frames:
-        name = source(kwargs).files[shortest]
+    least = min(range(len(counts)), key=counts.__getitem__)
+    strided = clips.strided(counts[least], stride)
+    if strided < clip_frames:
+        name = source(kwargs).files[least]
         raise UsageError(
-            f"{name} has {counts[shortest]} frames, fewer than a clip's {clips.span(clip_frames, stride)} (--clip-frames "
+            f"{name} has {counts[least]} frames, fewer than a clip's {clips.span(clip_frames, stride)} (--clip-frames "
             f"{clip_frames} × --clip-stride {stride}); lower --clip-frames or --clip-stride, or leave such clips out"
         )
-    return min(window, most * clip_frames)
+    return strided
