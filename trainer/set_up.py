@@ -95,12 +95,13 @@ def set_up(inputs: Inputs, reporter: Reporter, startup: Startup) -> Training:
     runner = model.runners.runner
     evaluating = evaluator(parts, runner, model.initial.shapes, evaluated) if parts.plan.eval.evaluates else None
     _report(parts, model, reporter, (data, read))
-    placed = runner.place(state)
-    training = Training(spec, facts, parts.plan, data, runner, checkpointer, evaluating, placed, tally, fresh.schedule)
-    training = dataclasses.replace(training, listing=listing)
-    return (
-        _with_remainder(training, rest, model.runners.rest, inputs.start, int(state.slot), slots) if rest else training
-    )
+    training = Training(
+        spec, facts, parts.plan, data, runner, checkpointer, evaluating, runner.place(state), tally, fresh.schedule,
+        listing=listing,
+    )  # fmt: skip
+    if rest:
+        return _with_remainder(training, rest, model.runners.rest, inputs.start, int(state.slot), slots)
+    return training
 
 
 def model_on(parts: Parts, first: build.FirstCall, slots: int) -> build.Model:
