@@ -36,7 +36,7 @@ def check_mode(mode: str) -> None:
 
 
 def classes(mode: str) -> list[type]:
-    return [cls for _, group in MODES[mode][1] for cls in group]
+    return [cls for panel in MODES[mode][1] for cls in panel.classes]
 
 
 def fields_of(mode: str) -> dict[str, tuple]:
