@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher.backends.detached import DetachedJob
-from dali_launch.launcher.backends.job import STOP_WAIT_S, RunState, resume_hint, why_ended
-from dali_launch.launcher.backends.job import Job as BackendJob
+from dali_launch.launcher.backends.job import STOP_WAIT_S, BackendJob, RunState, resume_hint, why_ended
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import untagged
 from dali_launch.trainer.run_dir import read_json, read_jsonl

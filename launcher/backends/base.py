@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher.backends.job import Job, LocalJob, RunState
+from dali_launch.launcher.backends.job import BackendJob, LocalJob, RunState
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
@@ -79,7 +79,7 @@ class Backend:
         """Starts the run's tasks and waits for their end."""
         raise NotImplementedError
 
-    def start(self, run: RunConfig, paths: RunPaths) -> Job:
+    def start(self, run: RunConfig, paths: RunPaths) -> BackendJob:
         """Starts the run's tasks and returns their job, not waiting: by default a follower process of its own
         runs this backend for the prepared run directory (backends/detached.py)."""
         from dali_launch.launcher.backends import detached
@@ -90,7 +90,7 @@ class Backend:
         """Several runs as one job array (where `arrays`)."""
         raise NotImplementedError
 
-    def attach(self, paths: RunPaths) -> Job:
+    def attach(self, paths: RunPaths) -> BackendJob:
         """The job of a run this mode started: by default processes on this host."""
         return LocalJob(paths)
 

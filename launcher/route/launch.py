@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dali_launch.launcher.backends import registry
 from dali_launch.launcher.backends.base import Backend, Outcome, Watch
-from dali_launch.launcher.backends.job import Job
+from dali_launch.launcher.backends.job import BackendJob
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
 from dali_launch.launcher.route import resume
@@ -40,7 +40,7 @@ def new_run(run: RunConfig, here: bool = False) -> int:
     return launch([with_devices(run, mode == "train")], registry.create(mode))
 
 
-def submit(run: RunConfig, mode: str) -> Job:
+def submit(run: RunConfig, mode: str) -> BackendJob:
     """A new run of `mode` (train, local, slurm) as `new_run` makes it -- the same checks, the same run directory
     -- its tasks started and not waited for (Backend.start): the Python API's submit (launcher/api/)."""
     backend = registry.create(mode)
