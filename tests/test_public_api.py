@@ -1,0 +1,50 @@
+"""`import dali_launch` (dali_launch/__init__.py): the public names, light to import; the built-ins by name
+(launcher/api/builtins.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import dali_launch as dl
+from dali_launch.launcher.api.objects import reference
+from dali_launch.trainer import entry_points
+
+HEAVY = ("jax", "flax", "nvidia.dali", "typer", "dali_launch.launcher", "dali_launch.trainer")
+
+
+def test_import_dali_launch_imports_nothing_heavy_and_gives_every_name():
+    """The import itself loads none of the launcher, JAX, DALI or Flax; each name arrives when first used."""
+    code = (
+        "import sys, dali_launch as dl\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "dl.Executor, dl.Task, dl.class_ids\n"
+        "print(sorted(m for m in ('jax', 'flax', 'nvidia.dali') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines() == ["[]", "[]"], proc.stdout + proc.stderr
+    assert {name: getattr(dl, name).__name__ for name in ("Executor", "Job", "Task", "class_ids")} == {
+        "Executor": "Executor",
+        "Job": "Job",
+        "Task": "Task",
+        "class_ids": "class_ids",
+    }
+    assert set(dl.__all__) <= set(dir(dl))
+    with pytest.raises(AttributeError, match=r"^module 'dali_launch' has no attribute 'Exectuor'; its names are "):
+        dl.Exectuor  # noqa: B018
+
+
+def test_the_builtins_by_name_are_what_the_flags_name_and_are_recorded_so():
+    """Each mapping lists its kind's names; a value looked up is recorded by its built-in name, as the flag."""
+    for kind, mapping in (("model", dl.models), ("task", dl.tasks), ("pipeline", dl.pipelines)):
+        assert list(mapping) == list(entry_points.builtin(kind)) and len(mapping) == len(entry_points.builtin(kind))
+    for kind, mapping, name in (("task", dl.tasks, "segmentation"), ("model", dl.models, "vit-ti16")):
+        assert reference(kind, mapping[name]) == name  # vit-ti16: a factory made by a function, no qualname to it
+    with pytest.raises(KeyError) as unknown:
+        dl.models["resnet-18"]
+    assert str(unknown.value).startswith("no built-in model 'resnet-18'; did you mean 'resnet18'? the built-in ")
+    assert "resnet18" in dl.models and "resnet-18" not in dl.models
+    with pytest.raises(TypeError):
+        dl.models["mlp"] = None  # read-only
