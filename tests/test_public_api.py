@@ -1,5 +1,5 @@
 """`import dali_launch` (dali_launch/__init__.py): the public names, light to import; the built-ins by name
-(launcher/api/builtins.py)."""
+(launcher/api/builtins.py); the mode picked from where the Executor runs (launcher/api/modes.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import dali_launch as dl
+from dali_launch.launcher.api import modes
 from dali_launch.launcher.api.objects import reference
 from dali_launch.trainer import entry_points
 
@@ -48,3 +49,32 @@ def test_the_builtins_by_name_are_what_the_flags_name_and_are_recorded_so():
     assert "resnet18" in dl.models and "resnet-18" not in dl.models
     with pytest.raises(TypeError):
         dl.models["mlp"] = None  # read-only
+
+
+@pytest.mark.parametrize(
+    "environ, sbatch, mode, why",
+    [
+        ({}, None, "here", "sbatch is not on PATH: one process on this machine"),
+        ({"SLURM_JOB_ID": "12"}, None, "here", "sbatch is not on PATH: one process on this machine"),
+        ({}, "/usr/bin/sbatch", "slurm", "sbatch is on PATH (/usr/bin/sbatch)"),
+        (
+            {"SLURM_JOB_ID": "12"},
+            "/usr/bin/sbatch",
+            "slurm",
+            "inside SLURM job 12's allocation, sbatch at /usr/bin/sbatch: a SLURM job of its own",
+        ),
+    ],
+)
+def test_the_mode_is_picked_from_where_it_runs(environ, sbatch, mode, why):
+    assert modes.pick(environ, lambda command: sbatch if command == "sbatch" else None) == (mode, why)
+
+
+def test_an_executor_given_no_mode_says_the_one_it_picked(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    executor = dl.Executor(epochs=1)
+    assert (executor.mode, executor.picked) == ("here", "sbatch is not on PATH: one process on this machine")
+    assert capsys.readouterr().out == (
+        "Executor(): mode 'here' (sbatch is not on PATH: one process on this machine); "
+        "name a mode to choose: 'here', 'local' or 'slurm'\n"
+    )
+    assert dl.Executor("train").mode == "here" and dl.Executor("here").picked is None  # the CLI's word for it
