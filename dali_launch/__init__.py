@@ -2,9 +2,10 @@
 
     import dali_launch as dl
 
-    executor = dl.Executor("here", epochs=1)                    # "here", "local" or "slurm"
+    executor = dl.Executor("here", epochs=1)                    # "here", "local" or "slurm"; none: from where it runs
     job = executor.submit(model=dl.models["mlp"])               # checked, written, started: the run's handle
-    print(job.result(timeout_s=900)["final"])
+    jobs = executor.map_array(learning_rate=[0.05, 0.1, 0.2])   # three runs in one call (SLURM: one job array)
+    print(job.result(timeout_s=900)["final"], job.state, job.stdout())
 
 The run's API (launcher/api/): `Executor`, `Job`, `RunFailed`, `RunState`, `UsageError`. For parts of your own:
 `Task` and `class_ids` (a task: trainer/tasks/contract.py, docs/tasks.md), `PipelineArgs` and `Pipeline` (a

@@ -1,11 +1,14 @@
 """`import dali_launch` (dali_launch/__init__.py): the public names, light to import; the built-ins by name
-(launcher/api/builtins.py); the mode picked from where the Executor runs (launcher/api/modes.py)."""
+(launcher/api/builtins.py); the mode picked from where the Executor runs (launcher/api/modes.py); and several runs
+in one call refused, in one line and before anything is written, where they cannot go as one. Their runs:
+test_api_runs.py (here), test_api_slurm.py (a job array)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import flax.linen as nn
 import pytest
 
 import dali_launch as dl
@@ -78,3 +81,38 @@ def test_an_executor_given_no_mode_says_the_one_it_picked(monkeypatch, tmp_path,
         "name a mode to choose: 'here', 'local' or 'slurm'\n"
     )
     assert dl.Executor("train").mode == "here" and dl.Executor("here").picked is None  # the CLI's word for it
+
+
+def _other():
+    class Other(nn.Module):  # defined in a function: sent by value
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(10)(x)
+
+    return Other
+
+
+BAD_ARRAYS = [
+    ({"learning_rate": [0.1, 0.2], "epochs": [1]}, "map_array's lists are one value per run, so as long as each "
+     "other; given learning_rate 2, epochs 1"),
+    ({"learning_rate": 0.1}, "map_array takes lists, one value per run: e.g. map_array(learning_rate=[0.05, 0.1, 0.2])"),
+    ({"run_root": ["a", "b"]}, "run 1 of one call sets run_root="),
+    ({"time_min": [10, 20]}, "run 1 of one call sets time_min=20, run 0 time_min=10; the runs of one call share the "
+     "job's shape and where it runs: give time_min to the Executor, or submit that run on its own"),
+    ({"model": [_other(), _other()]}, "model=_other.<locals>.Other: the runs of one call send one model by value, "
+     "and model=_other.<locals>.Other is sent already; give them the same model, or define each in a module their "
+     "tasks can import and pass those"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("columns, message", BAD_ARRAYS, ids=[next(iter(c)) + str(len(c)) for c, _ in BAD_ARRAYS])
+def test_runs_that_cannot_go_as_one_call_are_refused_before_anything_is_written(
+    tmp_path, monkeypatch, columns, message
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(dl.UsageError) as refused:
+        dl.Executor("slurm", run_root=tmp_path / "runs").map_array(**columns)
+    assert str(refused.value).startswith(message), str(refused.value)
+    assert sorted(tmp_path.iterdir()) == []
+    with pytest.raises(dl.UsageError, match=r"^submit_array takes a list of dicts of settings, one per run"):
+        dl.Executor("here").submit_array([("epochs", 1)])

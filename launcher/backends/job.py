@@ -51,6 +51,9 @@ class RunState(str, enum.Enum):
     def live(self) -> bool:
         return self in (RunState.PENDING, RunState.RUNNING)
 
+    def __call__(self) -> RunState:  # the Python API's `job.state` is a property, as submitit's; `job.state()` too
+        return self
+
 
 def ended_state(paths: RunPaths, cancelled: bool = False) -> RunState:
     """How a run that nothing runs in any more ended, from its files (`cancelled`: its scheduler says so). The

@@ -9,7 +9,8 @@
     dali-launch ci               -> Slurm, with the test suite's job beside the run's (ci/cluster_ci.py)
 
     Executor(...).submit(...)    -> submit: the same preparation, the tasks started and not waited for
-                                    (Backend.start: SLURM as --detach; here and --local a follower process)
+                                    (Backend.start: SLURM as --detach; here and --local a follower process);
+                                    submit_array: several, one SLURM job array or one after another
 
 One run is a list of one. Every run of a list is checked before anything is written or submitted.
 """
@@ -40,15 +41,18 @@ def new_run(run: RunConfig, here: bool = False) -> int:
     return launch([with_devices(run, mode == "train")], registry.create(mode))
 
 
-def submit(run: RunConfig, mode: str) -> BackendJob:
-    """A new run of `mode` (train, local, slurm) as `new_run` makes it -- the same checks, the same run directory
-    -- its tasks started and not waited for (Backend.start): the Python API's submit (launcher/api/)."""
+def submit(runs: list[RunConfig], mode: str) -> list[BackendJob]:
+    """New runs of `mode` (train, local, slurm) as `new_run` makes one -- the same checks, the same run directories
+    -- their tasks started and not waited for (Backend.start): the Python API's submit and submit_array
+    (launcher/api/). Several runs are one job array on SLURM, else run one after another, as a sweep's are."""
     backend = registry.create(mode)
-    prepared = _prepared([with_devices(run, mode == "train")], backend, started=True)
+    prepared = _prepared([with_devices(run, mode == "train") for run in runs], backend, started=True)
     if prepared is None:
         raise UsageError("dry_run prints what would run and starts nothing; leave it out to submit the run")
     runs, paths = prepared
-    return backend.start(runs[0], paths[0])
+    for run_paths in paths if len(paths) > 1 else []:  # one run's: prepare said it
+        echo(f"run directory: {run_paths.root}")
+    return backend.start(runs, paths)
 
 
 def resume_run(values: Values, entry: str, backend: Backend | None = None) -> int:
