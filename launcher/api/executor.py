@@ -7,7 +7,7 @@
 
 A submission is the CLI's new run: the settings become the run's configuration through the CLI's own functions
 (options.settled, run_flags.from_flags), then the same preparation (route/prepare.py: every check, then the run
-directory) and the backend's start (route/launch.submit), so the same settings give the same run directory.
+directory) and the backend's start (route/launch.submit_array), so the same settings give the same run directory.
 Several runs in one call are checked together before any is written, each a run directory of its own: on SLURM
 one job array, as --sweep submits one; here and local one after another, as --sweep runs them with --local.
 """
@@ -67,7 +67,7 @@ class Executor:
         configs = [self._config(settings) for settings in given]
         _one_job_shape(configs)
         try:
-            started = launch.submit(configs, backend_of(self.mode))
+            started = launch.submit_array(configs, backend_of(self.mode))
         except UsageError as e:  # the CLI's checks name an object sent by value as the run records it
             raise UsageError(sent_objects.in_callers_words(str(e))) from None
         return [Job(job, self.mode) for job in started]

@@ -10,7 +10,7 @@
 
     Executor(...).submit(...)    -> submit: the same preparation, the tasks started and not waited for
                                     (Backend.start: SLURM as --detach; here and --local a follower process);
-                                    submit_array: several, one SLURM job array or one after another
+                                    submit_array: several runs, one SLURM job array or one after another
 
 One run is a list of one. Every run of a list is checked before anything is written or submitted.
 """
@@ -41,10 +41,15 @@ def new_run(run: RunConfig, here: bool = False) -> int:
     return launch([with_devices(run, mode == "train")], registry.create(mode))
 
 
-def submit(runs: list[RunConfig], mode: str) -> list[BackendJob]:
-    """New runs of `mode` (train, local, slurm) as `new_run` makes one -- the same checks, the same run directories
-    -- their tasks started and not waited for (Backend.start): the Python API's submit and submit_array
-    (launcher/api/). Several runs are one job array on SLURM, else run one after another, as a sweep's are."""
+def submit(run: RunConfig, mode: str) -> BackendJob:
+    """A new run of `mode` (train, local, slurm) as `new_run` makes it -- the same checks, the same run directory
+    -- its tasks started and not waited for (Backend.start): the Python API's submit (launcher/api/)."""
+    return submit_array([run], mode)[0]
+
+
+def submit_array(runs: list[RunConfig], mode: str) -> list[BackendJob]:
+    """New runs as `submit` makes one, every one checked before any is written: the Python API's submit_array.
+    Several runs are one job array on SLURM, else run one after another, as a sweep's are."""
     backend = registry.create(mode)
     prepared = _prepared([with_devices(run, mode == "train") for run in runs], backend, started=True)
     if prepared is None:
