@@ -59,7 +59,7 @@ stage() {  # there: keep what this call carried; once everything came, install i
 environment() {  # there: this tree importable as dali_launch, the wheels, Fashion-MNIST as Caffe2 LMDBs
   export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
   python3 -m pip install -q --no-index --no-deps --target /tmp/site /tmp/stage/*.whl || return 1
-  mkdir -p /tmp/dl/dali_launch && touch /tmp/dl/dali_launch/__init__.py
+  mkdir -p /tmp/dl/dali_launch && ln -sfn "$root"/dali_launch/*.py /tmp/dl/dali_launch/  # the public face
   ln -sfn "$root/launcher" /tmp/dl/dali_launch/launcher && ln -sfn "$root/trainer" /tmp/dl/dali_launch/trainer
   export PYTHONPATH=/tmp/dl:/tmp/site:$here
   if [ ! -d /tmp/fmnist/training ]; then

@@ -5,8 +5,7 @@ python docs/python_api_example.py      # the embedded MNIST digits, one epoch ea
 
 import flax.linen as nn
 
-from dali_launch.launcher.api import Executor
-from dali_launch.trainer.model.models import MLP
+import dali_launch as dl
 
 
 class SmallNet(nn.Module):
@@ -20,13 +19,13 @@ class SmallNet(nn.Module):
         return nn.Dense(self.num_classes)(x)
 
 
-executor = Executor("here")  # one process on this machine, as `dali-launch train`
+executor = dl.Executor("here")  # one process on this machine, as `dali-launch train`
 executor.update(epochs=1, run_root="runs")  # any setting of the CLI, by its field name
 
 job = executor.submit(model=SmallNet)  # checked, written (it prints job.run_dir), started: returns at once
 result = job.result(timeout_s=900)  # waits; raises RunFailed with the run's own reason if it failed
 print(f"own model: test accuracy {result['final']['test_accuracy']:.4f}")
 
-mlp = executor.submit(model=MLP)  # recorded as `--model mlp` would be
+mlp = executor.submit(model=dl.models["mlp"])  # a built-in: recorded as `--model mlp` would be
 print(f"MLP: test accuracy {mlp.result(timeout_s=900)['final']['test_accuracy']:.4f}")
 print("MLP loss by epoch:", [round(row["train_loss"], 4) for row in mlp.metrics()])

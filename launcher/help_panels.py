@@ -1,4 +1,5 @@
-"""`--help` grouped by concern: each settings table's flags under its own heading, with the page that says more.
+"""`--help` grouped by concern: each settings table's flags under its own heading, with the page that says more
+(run_config.Panel: the heading each table's field declares, trainer/settings/fields.py's `table_field`).
 
 Typer draws panels only with Rich, whose boxes double the lines; these commands print click's plain
 layout, one group of flags after another (options.py gives every generated flag its panel). Every flag in
@@ -9,28 +10,7 @@ from __future__ import annotations
 
 import typer.core
 
-# Where each group's flags are explained: the docs page a heading points to.
-PAGES = {
-    "Job": "docs/scale.md",
-    "SLURM": "docs/slurm.md",
-    "Data": "docs/data.md",
-    "Model": "docs/models.md",
-    "Steps": "docs/scale.md",
-    "Optimizer": "docs/models.md",
-    "Task": "docs/tasks.md",
-    "Evaluation": "docs/performance.md",
-    "XLA": "docs/performance.md",
-    "Distributed": "docs/resilience.md",
-    "Checkpoints and failures": "docs/resilience.md",
-    "Observe": "docs/observability.md",
-    "Sweeps": "docs/slurm.md",
-}
 REFERENCE = "docs/flags.md"
-
-
-def heading(panel: str) -> str:
-    page = PAGES.get(panel)
-    return f"{panel} ({page})" if page else panel
 
 
 def _format_grouped(command, ctx, formatter) -> None:
@@ -41,7 +21,7 @@ def _format_grouped(command, ctx, formatter) -> None:
         if record is not None:
             groups.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
     for panel, records in groups.items():
-        with formatter.section(heading(panel)):
+        with formatter.section(panel):
             formatter.write_dl(records, col_spacing=2)
     if len(groups) > 1:
         formatter.write_paragraph()

@@ -53,9 +53,10 @@ def _parameter(field: dataclasses.Field, kind: type, panel: str, hidden: bool = 
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def config_options(*groups: tuple[str, tuple[type, ...]], hidden: tuple[str, ...] = ()):
-    """Decorates `command(values: Values, **own)`: adds one flag per field of each group's classes; those named in
-    `hidden` (field names) stay out of its --help: the command takes them only to refuse them, or not at all."""
+def config_options(*groups, hidden: tuple[str, ...] = ()):
+    """Decorates `command(values: Values, **own)`: adds one flag per field of each group's classes (a group is a
+    run_config.Panel: its flags under its heading); those named in `hidden` (field names) stay out of its --help:
+    the command takes them only to refuse them, or not at all."""
 
     def wrap(command):
         hints = typing.get_type_hints(command, include_extras=True)  # resolve `from __future__` strings
@@ -64,12 +65,12 @@ def config_options(*groups: tuple[str, tuple[type, ...]], hidden: tuple[str, ...
             for p in list(inspect.signature(command).parameters.values())[1:]
         ]
         generated = [
-            _parameter(f, kind, panel, f.name in hidden)
-            for panel, classes in groups
-            for _, f, kind in flag_fields(classes)
+            _parameter(f, kind, group.heading, f.name in hidden)
+            for group in groups
+            for _, f, kind in flag_fields(group.classes)
         ]
         names = {p.name for p in generated}
-        classes = [cls for _, group in groups for cls in group]
+        classes = [cls for group in groups for cls in group.classes]
         # Typer hands the context to one parameter only: the command's own, if it has one.
         own_context = next((p.name for p in own if p.annotation is typer.Context), None)
 

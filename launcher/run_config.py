@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 from dali_launch.trainer.config import (
-    TRAINING,
     DataConfig,
     DistributedConfig,
     EvalConfig,
@@ -16,14 +15,50 @@ from dali_launch.trainer.config import (
     ObserveConfig,
     OptimizerConfig,
     ResilienceConfig,
+    Settings,
     StepConfig,
     TaskConfig,
     TaskSpec,
     XlaConfig,
     opt,
     replaced,
+    settings_of,
+    table_field,
+    tables,
 )
 from dali_launch.trainer.errors import UsageError
+
+# The launcher's commands and checks take the trainer's tables from here, beside the job's own.
+__all__ = [
+    "NOT_SLURM",
+    "RUN_OPTIONS",
+    "DataConfig",
+    "DistributedConfig",
+    "EvalConfig",
+    "JobSettings",
+    "LaunchConfig",
+    "Layout",
+    "ModelConfig",
+    "ObserveConfig",
+    "OptimizerConfig",
+    "Panel",
+    "ResilienceConfig",
+    "RunConfig",
+    "SlurmConfig",
+    "StepConfig",
+    "TaskConfig",
+    "TaskSpec",
+    "XlaConfig",
+    "absolute_paths",
+    "counted",
+    "marked",
+    "node_range",
+    "opt",
+    "panels",
+    "replaced",
+    "task_spec",
+    "with_devices",
+]
 
 
 @dataclass(frozen=True)
@@ -172,21 +207,18 @@ class SlurmConfig:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """Everything one `dali-launch` invocation decided: flags (and later files) resolved."""
+class JobSettings:
+    """The launcher's own tables: the job's shape and where it runs, and SLURM's knobs."""
 
-    launch: LaunchConfig = LaunchConfig()
-    slurm: SlurmConfig = SlurmConfig()
-    data: DataConfig = DataConfig()
-    model: ModelConfig = ModelConfig()
-    step: StepConfig = StepConfig()
-    optimizer: OptimizerConfig = OptimizerConfig()
-    task: TaskConfig = TaskConfig()
-    eval: EvalConfig = EvalConfig()
-    xla: XlaConfig = XlaConfig()
-    distributed: DistributedConfig = DistributedConfig()
-    resilience: ResilienceConfig = ResilienceConfig()
-    observe: ObserveConfig = ObserveConfig()
+    launch: LaunchConfig = table_field(LaunchConfig(), "Job", "docs/scale.md", swept=False)
+    slurm: SlurmConfig = table_field(SlurmConfig(), "SLURM", "docs/slurm.md", swept=False)
+
+
+# The job's tables first, then the trainer's (dataclasses take a class's fields from its bases, the last base first).
+@dataclass(frozen=True)
+class RunConfig(Settings, JobSettings):
+    """Everything one `dali-launch` invocation decided: flags (and later files) resolved. Its tables are the
+    trainer's settings (trainer/config.py's Settings: what each task reads) and the job's own."""
 
     @property
     def tasks_per_node(self) -> int:
@@ -232,31 +264,33 @@ class RunConfig:
         return self.nodes * self.devices_per_node
 
 
-# The flags of every command that takes a run's settings, in --help's panels.
-RUN_OPTIONS = (
-    ("Job", (LaunchConfig,)),
-    ("SLURM", (SlurmConfig,)),
-    ("Data", (DataConfig,)),
-    ("Model", (ModelConfig,)),
-    ("Steps", (StepConfig,)),
-    ("Optimizer", (OptimizerConfig,)),
-    ("Task", (TaskConfig,)),
-    ("Evaluation", (EvalConfig,)),
-    ("XLA", (XlaConfig,)),
-    ("Distributed", (DistributedConfig,)),
-    ("Checkpoints and failures", (ResilienceConfig,)),
-    ("Observe", (ObserveConfig,)),
-)
+class Panel(NamedTuple):
+    """A group of flags (the fields of `classes`) under one heading of --help and docs/flags.md, which names `page`."""
+
+    title: str
+    classes: tuple[type, ...]
+    page: str = ""
+
+    @property
+    def heading(self) -> str:
+        return f"{self.title} ({self.page})" if self.page else self.title
+
+
+def panels(config_class: type) -> tuple[Panel, ...]:
+    """A panel per table of `config_class`, as the table's field declares it (trainer/settings/fields.py's table_field)."""
+    marks = {f.name: f.metadata for f in fields(config_class)}
+    return tuple(Panel(marks[name]["panel"], (cls,), marks[name]["page"]) for name, cls in tables(config_class).items())
+
+
+# The flags of every command that takes a run's settings, in --help's panels: one per table.
+RUN_OPTIONS = panels(RunConfig)
 # The flags of a run on this machine (`train`, `task`): SLURM's are its job's alone.
-NOT_SLURM = tuple(group for group in RUN_OPTIONS if group[0] != "SLURM")
+NOT_SLURM = tuple(panel for panel in RUN_OPTIONS if panel.classes != (SlurmConfig,))
 
 
 def marked(key: str) -> dict[str, object]:
     """Field name -> its `key` metadata (on_resume, path), over every settings class of a run."""
-    hints = typing.get_type_hints(RunConfig)
-    return {
-        f.name: f.metadata[key] for table in fields(RunConfig) for f in fields(hints[table.name]) if key in f.metadata
-    }
+    return {f.name: f.metadata[key] for cls in tables(RunConfig).values() for f in fields(cls) if key in f.metadata}
 
 
 def node_range(text: str) -> tuple[int, int]:
@@ -310,12 +344,7 @@ def task_spec(run: RunConfig, run_dir: str, data_dir: str, backend: str) -> Task
         num_processes=None if run.nodes_vary else run.num_processes,  # a range: the tasks count themselves
         local_device_count=run.devices_per_process,
     )
+    # The other tables as they are: --compile-cache "" is the run root's, which each task finds (compile_cache.py)
     return TaskSpec(
-        run_dir=run_dir,
-        data=replace(run.data, data_dir=data_dir),
-        **{table: getattr(run, table) for table in TRAINING},  # --compile-cache "": the run root's (compile_cache.py)
-        distributed=run.distributed,
-        resilience=run.resilience,
-        observe=run.observe,
-        layout=layout,
+        run_dir=run_dir, layout=layout, **{**settings_of(run), "data": replace(run.data, data_dir=data_dir)}
     )

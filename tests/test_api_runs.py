@@ -17,9 +17,11 @@ import pytest
 from conftest import REPO, alive, check_ok, dali_launch, descendants, wait_for
 from run_readers import final_params, only_run, rank_pid
 
+import dali_launch as dl
 from dali_launch.launcher.api import Executor, RunFailed, UsageError
 from dali_launch.launcher.api import handle as api_handle
 from dali_launch.launcher.backends.local import STOP_SIGNALS
+from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.model.models import MLP
 from dali_launch.trainer.run_dir import RunPaths
 
@@ -78,6 +80,30 @@ def test_a_run_here_cancelled_ends_cancelled_and_leaves_no_process(small_lmdb, t
     assert job.cancel() == "cancelled" and not alive(follower)
     with pytest.raises(RunFailed, match=r"^run \S+ cancelled; resume from step \d+ with `dali-launch --resume "):
         job.result(timeout_s=5)
+
+
+def test_three_runs_in_one_call_each_a_run_of_its_own_one_after_another(small_lmdb, tmp_path):
+    """map_array: three learning rates in one call, each a run directory of its own with its own settings (and
+    name), here one after another, the later ones pending until their turn; each handle reads its own run."""
+    executor = dl.Executor("here", run_root=tmp_path, data_dir=small_lmdb, epochs=1)
+    jobs = executor.map_array(learning_rate=[0.05, 0.1, 0.2], name=["a", "b", "c"])
+    assert [job.state for job in jobs[1:]] == ["pending", "pending"]
+    results = [job.result(timeout_s=600) for job in jobs]
+    runs = [RunPaths(job.run_dir) for job in jobs]
+    assert [(run.root.parent, run.root.name[0]) for run in runs] == [(tmp_path, "a"), (tmp_path, "b"), (tmp_path, "c")]
+    assert [TaskSpec.load(run.root).optimizer.learning_rate for run in runs] == [0.05, 0.1, 0.2]
+    assert [job.state for job in jobs] == ["finished"] * 3 and len({r["checksums"][0] for r in results}) == 3
+    assert all(runs[i + 1].manifest.stat().st_mtime >= runs[i].result.stat().st_mtime for i in range(2))
+    assert "epoch 0: loss" in jobs[2].stdout() and jobs[2].stderr() == jobs[2].stdout() == runs[2].log(0).read_text()
+
+
+def test_a_run_cancelled_before_its_turn_never_starts(small_lmdb, tmp_path):
+    jobs = dl.Executor("here", run_root=tmp_path).submit_array([{"data_dir": small_lmdb, "epochs": 1}] * 2)
+    assert jobs[1].cancel() == "cancelled" and jobs[0].state == "running"
+    assert jobs[0].result(timeout_s=600)["final"]["epoch"] == 0
+    wait_for(lambda: jobs[1]._job.turns.over, timeout_s=60)  # the turns have passed it
+    assert jobs[1]._job.follower is None and not RunPaths(jobs[1].run_dir).manifest.exists()
+    assert jobs[1].state == "cancelled"
 
 
 @pytest.mark.multiprocess

@@ -9,6 +9,7 @@ import pytest
 from conftest import wait_for
 
 from dali_launch.launcher.api import Executor, RunFailed
+from dali_launch.trainer.config import TaskSpec
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multiprocess]
 CPU_JOB = {"nodes": 2, "gpus_per_node": 1, "platform": "cpu", "time_min": 15}
@@ -50,3 +51,14 @@ def test_a_slurm_run_cancelled_ends_cancelled_and_leaves_no_process(on_cluster, 
     wait_for(lambda: not processes_of(job.run_dir), timeout_s=60)
     with pytest.raises(RunFailed, match=rf"^job {job.job_id} cancelled"):
         job.result(timeout_s=5)
+
+
+def test_three_runs_in_one_call_are_one_job_array(on_cluster, small_lmdb, tmp_path):
+    """map_array on SLURM: one job array, as --sweep submits one; each element a run directory of its own."""
+    executor = Executor("slurm", **{**CPU_JOB, "nodes": 1}, data_dir=small_lmdb, epochs=1, run_root=tmp_path)
+    jobs = executor.map_array(learning_rate=[0.05, 0.1, 0.2])
+    assert len({job.job_id.split("_")[0] for job in jobs}) == 1 and len({job.run_dir for job in jobs}) == 3
+    assert [job.result(timeout_s=600)["final"]["epoch"] for job in jobs] == [0, 0, 0]
+    assert [job.state for job in jobs] == ["finished"] * 3
+    assert [TaskSpec.load(job.run_dir).optimizer.learning_rate for job in jobs] == [0.05, 0.1, 0.2]
+    assert "epoch 0: loss" in jobs[1].stdout() and "Job completed successfully" in jobs[1].stderr()

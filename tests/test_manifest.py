@@ -148,5 +148,5 @@ def test_every_folder_of_modules_is_a_package_the_wheel_ships():
         import tomli as tomllib
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {f.parent.relative_to(REPO) for top in ("launcher", "trainer") for f in (REPO / top).rglob("*.py")}
-    assert {"dali_launch." + ".".join(folder.parts) for folder in folders} == listed
-    assert all((REPO / folder / "__init__.py").exists() for folder in folders)
+    assert {"dali_launch", *("dali_launch." + ".".join(folder.parts) for folder in folders)} == listed
+    assert all((REPO / folder / "__init__.py").exists() for folder in [*folders, "dali_launch"])  # the public face

@@ -18,7 +18,7 @@ from pathlib import Path
 from dali_launch.trainer.settings.data import RANDAUGMENT_DEFAULT, DataConfig
 from dali_launch.trainer.settings.distributed import DistributedConfig, Layout
 from dali_launch.trainer.settings.eval import EvalConfig
-from dali_launch.trainer.settings.fields import opt
+from dali_launch.trainer.settings.fields import opt, table_field
 from dali_launch.trainer.settings.model import ModelConfig
 from dali_launch.trainer.settings.observe import ObserveConfig
 from dali_launch.trainer.settings.optimizer import OptimizerConfig
@@ -38,42 +38,61 @@ __all__ = [
     "ObserveConfig",
     "OptimizerConfig",
     "ResilienceConfig",
+    "Settings",
     "StepConfig",
     "TaskConfig",
     "TaskSpec",
     "XlaConfig",
     "opt",
     "replaced",
+    "settings_of",
+    "table_field",
+    "tables",
     "tables_of_keys",
 ]
 
-# The tables that an earlier version kept as one flat `train` table, in --help's order. Their keys are unique
-# across every table (the flags are flat), so an old `train` table splits by key (`_compatible`).
-TRAINING = {
-    "model": ModelConfig,
-    "step": StepConfig,
-    "optimizer": OptimizerConfig,
-    "task": TaskConfig,
-    "eval": EvalConfig,
-    "xla": XlaConfig,
-}
-
 
 @dataclass(frozen=True)
-class TaskSpec:
-    """Everything one task needs, written once to the run directory as config.json."""
+class Settings:
+    """A run's settings, one table per concern, in --help's order: the task spec holds them (below, config.json),
+    and the launcher's run configuration is these and the job's own tables (launcher/run_config.py). A new table is
+    one line here: its flags, its --help panel, its --config table and its config.json entry follow from it."""
+
+    data: DataConfig = table_field(DataConfig(), "Data", "docs/data.md")
+    model: ModelConfig = table_field(ModelConfig(), "Model", "docs/models.md", was_in_train=True)
+    step: StepConfig = table_field(StepConfig(), "Steps", "docs/scale.md", was_in_train=True)
+    optimizer: OptimizerConfig = table_field(OptimizerConfig(), "Optimizer", "docs/models.md", was_in_train=True)
+    task: TaskConfig = table_field(TaskConfig(), "Task", "docs/tasks.md", was_in_train=True)
+    eval: EvalConfig = table_field(EvalConfig(), "Evaluation", "docs/performance.md", was_in_train=True)
+    xla: XlaConfig = table_field(XlaConfig(), "XLA", "docs/performance.md", was_in_train=True)
+    distributed: DistributedConfig = table_field(DistributedConfig(), "Distributed", "docs/resilience.md")
+    resilience: ResilienceConfig = table_field(ResilienceConfig(), "Checkpoints and failures", "docs/resilience.md")
+    observe: ObserveConfig = table_field(ObserveConfig(), "Observe", "docs/observability.md", swept=False)
+
+
+def tables(config_class: type, marked: str = "panel") -> dict[str, type]:
+    """Table name -> its settings class, for a class of tables (Settings, TaskSpec, the launcher's RunConfig), in
+    its order: each field declared by `table_field` (trainer/settings/fields.py) whose mark `marked` is set."""
+    hints = typing.get_type_hints(config_class)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_class) if f.metadata.get(marked)}
+
+
+def settings_of(config) -> dict:
+    """The Settings tables of `config` (a RunConfig, a TaskSpec) by name: what a TaskSpec is made of."""
+    return {name: getattr(config, name) for name in tables(Settings)}
+
+
+# The tables that an earlier version kept as one flat `train` table. Their keys are unique across every table
+# (the flags are flat), so an old `train` table splits by key (`_compatible`).
+TRAINING = tables(Settings, "was_in_train")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec(Settings):
+    """Everything one task needs, written once to the run directory as config.json: the run's settings, where the
+    run lives, and how its tasks are laid out (what the launcher knows of its job)."""
 
     run_dir: str
-    data: DataConfig = DataConfig()
-    model: ModelConfig = ModelConfig()
-    step: StepConfig = StepConfig()
-    optimizer: OptimizerConfig = OptimizerConfig()
-    task: TaskConfig = TaskConfig()
-    eval: EvalConfig = EvalConfig()
-    xla: XlaConfig = XlaConfig()
-    distributed: DistributedConfig = DistributedConfig()
-    resilience: ResilienceConfig = ResilienceConfig()
-    observe: ObserveConfig = ObserveConfig()
     layout: Layout = Layout()
 
     def to_json(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import registry as pipelines
 from dali_launch.trainer.entry_points import Sent
 from dali_launch.trainer.model import registry as models
@@ -17,6 +18,11 @@ KINDS = {"model": models.MODEL, "pipeline": pipelines.PIPELINE, "task": tasks.TA
 def builtin(kind: str) -> dict[str, str]:
     """The built-in names of `kind` (model, pipeline or task) and the "module:attribute" each stands for."""
     return KINDS[kind].builtin()
+
+
+def load(kind: str, name, sent: Sent | None = None):
+    """What --KIND `name` stands for, by the loader of `kind` (model, pipeline or task: entry_points.load)."""
+    return entry_points.load(KINDS[kind], name, sent)
 
 
 class Entries:

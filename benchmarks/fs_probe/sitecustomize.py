@@ -10,7 +10,7 @@ os.replace, os.remove, os.rmdir, os.utime, os.link, os.truncate) and os.stat and
 no audit event and are what pathlib's exists/is_dir/stat and os.path use, so they are wrapped. Not
 seen: C++ code (DALI's readers, Orbax's tensorstore, XLA's cache), whose file work does not depend on
 the number of ranks. Timed (absolute time.time()): the trainer's Startup.mark phases, each Loop.epoch
-(with its device calls), each Checkpointer.save and each evaluation, by wrapping them as their modules
+(with its device calls), each Checkpointer.write and each evaluation, by wrapping them as their modules
 load. Without DALI_LAUNCH_FS_PROBE this file does nothing.
 """
 
@@ -78,7 +78,8 @@ def _calls(self, args, result):
 
 WRAPS = {
     "dali_launch.trainer.train": lambda m: _timed(m.Loop, "epoch", "epoch", _calls),
-    "dali_launch.trainer.resilience.checkpoint": lambda m: _timed(m.Checkpointer, "save", "save"),
+    # a checkpoint's write (an epoch's end hands its snapshot to `write`, maybe behind the next calls; `save` too)
+    "dali_launch.trainer.resilience.checkpoint": lambda m: _timed(m.Checkpointer, "write", "save"),
     "dali_launch.trainer.step.evaluate": lambda m: _timed(m.Evaluator, "__call__", "evaluate"),
     "dali_launch.trainer.observe.startup": lambda m: _timed(m.Startup, "mark", "phase", lambda s, a, r: a[0]),
 }

@@ -1,12 +1,14 @@
-"""The Python API: dali-launch's runs from a script or a notebook, in the style of submitit's executors.
+"""The Python API: dali-launch's runs from a script or a notebook, in the style of submitit's executors. Users
+import it from `dali_launch` (dali_launch/__init__.py), which takes its names from here:
 
-    from dali_launch.launcher.api import Executor
+    import dali_launch as dl
 
-    executor = Executor("here")                  # or "local" (gpus_per_node=2, processes=2), or "slurm"
+    executor = dl.Executor("here")               # or "local" (gpus_per_node=2, processes=2), or "slurm"
     job = executor.submit(model=MyModel, epochs=1)
     job.result(timeout_s=600)                    # result.json; RunFailed with the run's reason otherwise
 
-docs/python-api.md says it all: settings, objects and what must be importable, the handle, the modes.
+docs/python-api.md says it all: settings, objects and what must be importable, the handle, several runs in one
+call, the modes.
 """
 
 from dali_launch.launcher.api.executor import Executor

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 from dali_launch.launcher.backends.detached import DetachedJob
-from dali_launch.launcher.backends.job import STOP_WAIT_S, RunState, resume_hint, why_ended
-from dali_launch.launcher.backends.job import Job as BackendJob
+from dali_launch.launcher.backends.job import STOP_WAIT_S, BackendJob, RunState, resume_hint, why_ended
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import untagged
 from dali_launch.trainer.run_dir import read_json, read_jsonl
@@ -44,13 +43,16 @@ class Job:
     def job_id(self) -> str | None:
         return getattr(self._job, "job_id", None)
 
+    @property
     def state(self) -> RunState:
-        """pending, running, finished, interrupted, cancelled, failed or not started (a str: `== "finished"`)."""
+        """pending, running, finished, interrupted, cancelled, failed or not started (a str: `== "finished"`), read
+        afresh each time, as submitit's `job.state` is; dali-launch's words, which `status` says, not SLURM's: a
+        run outlives its job (requeued, resumed) and a run here has none. `job.state()` reads the same."""
         return self._job.state()
 
     def done(self) -> bool:
         """Whether the run has ended, however it ended."""
-        return not self.state().live
+        return not self.state.live
 
     def wait(self, timeout_s: float = WAIT_S) -> RunState:
         """Until the run has ended, at most `timeout_s`: its state then; a TimeoutError past it (the run goes on)."""
@@ -70,7 +72,7 @@ class Job:
 
     def _wait(self, timeout_s: float, longer: str) -> RunState:
         end, poll_s = time.monotonic() + timeout_s, SLURM_POLL_S if self.mode == "slurm" else POLL_S
-        while (state := self.state()).live:
+        while (state := self.state).live:
             if time.monotonic() > end:
                 raise TimeoutError(
                     f"{self._job.name} is still {state} after {timeout_s:g} s ({longer}); it goes on, cancel() stops it"
@@ -84,10 +86,28 @@ class Job:
 
     def logs(self, rank: int = 0) -> str:
         """What rank `rank` has written so far (a SLURM task's stdout, then its stderr)."""
+        files = self._job.logs(self._rank(rank))
+        return "".join(untagged(path.read_text(errors="replace")) for path in files if path.exists())
+
+    def stdout(self, rank: int = 0) -> str | None:
+        """What rank `rank` has written to its stdout so far, as submitit's `job.stdout()`: None before it wrote
+        anything. A run here or --local keeps a rank's stdout and stderr in one log, in the order they came (as the
+        console shows them): stdout() and stderr() both read it."""
+        return self._read(self._job.logs(self._rank(rank))[0])
+
+    def stderr(self, rank: int = 0) -> str | None:
+        """What rank `rank` has written to its stderr so far, as submitit's `job.stderr()` (see stdout)."""
+        return self._read(self._job.logs(self._rank(rank))[-1])
+
+    def _rank(self, rank: int) -> int:
         tasks = self._job.num_tasks
         if not isinstance(rank, int) or not 0 <= rank < tasks:
             raise UsageError(f"rank={rank!r} is out of range; {self._job.name} has ranks 0..{tasks - 1}")
-        return "".join(untagged(path.read_text(errors="replace")) for path in self._job.logs(rank) if path.exists())
+        return rank
+
+    @staticmethod
+    def _read(path: Path) -> str | None:
+        return untagged(path.read_text(errors="replace")) if path.exists() else None
 
     def cancel(self, timeout_s: float = STOP_WAIT_S) -> RunState:
         """Stops the run as `dali-launch cancel` does (its ranks checkpoint, then stop); its state once it ended,

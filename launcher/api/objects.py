@@ -13,7 +13,7 @@ import sys
 
 from dali_launch.launcher.api.settings import a_type
 from dali_launch.launcher.route import sent_objects
-from dali_launch.trainer.entries import builtin
+from dali_launch.trainer import entries
 from dali_launch.trainer.errors import UsageError
 
 
@@ -25,15 +25,23 @@ def reference(kind: str, value) -> str:
         what = {"model": "a Flax module class or factory", "pipeline": "a pipeline function", "task": "a Task"}[kind]
         raise UsageError(
             f"{kind}={value!r} is {a_type(value)}; give {what}, or a name as --{kind} takes it "
-            f"(one of {', '.join(builtin(kind))}, or package.module:attribute)"
+            f"(one of {', '.join(entries.builtin(kind))}, or package.module:attribute)"
         )
+    builtin = builtin_name(kind, value)
+    if builtin is not None:  # a built-in: its tasks import it as they import dali-launch
+        return builtin
     importable = importable_as(value)
     if importable is None:
         return sent_objects.by_value(kind, value, label(value))
-    ours = {target: name for name, target in builtin(kind).items()}
-    if importable in ours:  # a built-in: its tasks import it as they import dali-launch
-        return ours[importable]
     return sent_objects.by_reference(kind, label(value), importable)
+
+
+def builtin_name(kind: str, value) -> str | None:
+    """The built-in name of `kind` that stands for `value` itself (dali_launch.models["vit-ti16"], or the object
+    imported from its module: a factory made by a function, a Pipeline, which no qualname leads to), else None.
+    Only modules already imported are looked in: a built-in object came from one."""
+    targets = entries.builtin(kind).items()
+    return next((name for name, target in targets if _found(*target.split(":", 1)) is value), None)
 
 
 def importable_as(value) -> str | None:
@@ -41,10 +49,15 @@ def importable_as(value) -> str | None:
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__" or "<" in qualname:
         return None  # __main__ is another program's in the tasks; `<locals>`, `<lambda>` are nobody's attribute
+    return f"{module}:{qualname}" if _found(module, qualname) is value else None
+
+
+def _found(module: str, qualname: str):
+    """What `qualname` leads to in the already imported `module`, or None."""
     found = sys.modules.get(module)
     for part in qualname.split("."):
         found = getattr(found, part, None)
-    return f"{module}:{qualname}" if found is value else None
+    return found
 
 
 def label(value) -> str:

@@ -12,12 +12,10 @@ import difflib
 import os
 import typing
 
+from dali_launch.launcher.api.modes import MODES
 from dali_launch.launcher.options import default_of, flag_fields
-from dali_launch.launcher.run_config import NOT_SLURM, RUN_OPTIONS
 from dali_launch.trainer.errors import UsageError
 
-# Executor's mode -> the backend that runs it (config.json's name) and the CLI's flags it takes: `train`'s, or a job's.
-MODES = {"here": ("train", NOT_SLURM), "local": ("local", RUN_OPTIONS), "slurm": ("slurm", RUN_OPTIONS)}
 OBJECTS = ("model", "pipeline", "task")  # settings that may be Python objects as well as the CLI's strings
 CONFIG = "config"  # a --config FILE.toml
 REFUSED = {
@@ -28,15 +26,8 @@ REFUSED = {
 WANT = {bool: "True or False", int: "an int", float: "a number", str: "a str", list: "a list of str"}
 
 
-def check_mode(mode: str) -> None:
-    if mode not in MODES:
-        close = difflib.get_close_matches(str(mode), list(MODES), n=1, cutoff=0.5)
-        guess = f"; did you mean {close[0]!r}?" if close else ""
-        raise UsageError(f"Executor({mode!r}): no such mode; use one of {', '.join(map(repr, MODES))}{guess}")
-
-
 def classes(mode: str) -> list[type]:
-    return [cls for _, group in MODES[mode][1] for cls in group]
+    return [cls for panel in MODES[mode][1] for cls in panel.classes]
 
 
 def fields_of(mode: str) -> dict[str, tuple]:

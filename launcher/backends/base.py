@@ -2,7 +2,7 @@
 
 The route (launcher/route/) asks a backend for its own checks, for what a dry run shows and for a new
 run's directory, then to run each run: start its tasks and wait for their end (the CLI), or start them
-and return their job (`start`: the Python API, as submitit's `submit`). A backend that submits arrays
+and return their jobs (`start`: the Python API, as submitit's `submit` and `map_array`). A backend that submits arrays
 (SLURM) takes a sweep's runs as one job array; the others run them one after another. After the start,
 `attach` gives the run's job handle (backends/job.py). A backend never decides anything the run's
 configuration already says.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.launcher.backends.job import Job, LocalJob, RunState
+from dali_launch.launcher.backends.job import BackendJob, LocalJob, RunState
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths
@@ -79,18 +79,18 @@ class Backend:
         """Starts the run's tasks and waits for their end."""
         raise NotImplementedError
 
-    def start(self, run: RunConfig, paths: RunPaths) -> Job:
-        """Starts the run's tasks and returns their job, not waiting: by default a follower process of its own
-        runs this backend for the prepared run directory (backends/detached.py)."""
+    def start(self, runs: list[RunConfig], paths: list[RunPaths]) -> list[BackendJob]:
+        """Starts the runs' tasks and returns their jobs, not waiting: by default a follower process of its own
+        runs this backend for each prepared run directory, several one after another (backends/detached.py)."""
         from dali_launch.launcher.backends import detached
 
-        return detached.start(self, run, paths)
+        return detached.start(self, runs, paths)
 
     def run_array(self, runs: list[RunConfig], paths: list[RunPaths], watch: Watch) -> list[Outcome]:
         """Several runs as one job array (where `arrays`)."""
         raise NotImplementedError
 
-    def attach(self, paths: RunPaths) -> Job:
+    def attach(self, paths: RunPaths) -> BackendJob:
         """The job of a run this mode started: by default processes on this host."""
         return LocalJob(paths)
 

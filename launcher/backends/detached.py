@@ -12,6 +12,7 @@ stops, within local.STOP_GRACE_S). Not the kernel's parent-death signal: that co
 started the follower, and again as the dying caller's other threads end -- a second stop signal, which kills the
 ranks before they checkpoint. A cancel records itself (job.request_cancel), then stops the follower the same way,
 so the run ends `cancelled`; a follower that does not stop within STOP_WAIT_S is killed, and its ranks with it.
+Several runs at once (the Python API's submit_array) go one after another, each with its follower (Turns).
 
     python -m dali_launch.launcher.backends.detached CALLER_PID  < pickle of (backend, run, run directory)
 """
@@ -26,7 +27,14 @@ import sys
 import threading
 import time
 
-from dali_launch.launcher.backends.job import STOP_WAIT_S, LocalJob, RunState, request_cancel, resume_hint
+from dali_launch.launcher.backends.job import (
+    STOP_WAIT_S,
+    LocalJob,
+    RunState,
+    cancel_requested,
+    request_cancel,
+    resume_hint,
+)
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience.ending import EXIT_FAILED, leave
 from dali_launch.trainer.run_dir import RunPaths
@@ -36,8 +44,16 @@ KILL_WAIT_S = 10  # a SIGKILLed follower is gone at once; reaping it is bounded 
 CALLER_POLL_S = 0.2  # how often the follower looks whether its caller is still there
 
 
-def start(backend, run, paths: RunPaths) -> DetachedJob:
-    """The follower of a prepared run, started; `backend` (Train or Local) is handed over pickled, with the run."""
+def start(backend, runs: list, paths: list[RunPaths]) -> list[DetachedJob]:
+    """Prepared runs started and left to run, their jobs: one run's follower now; several one after another (Turns),
+    the first now. `backend` (Train or Local) is handed over pickled, with each run."""
+    if len(runs) == 1:
+        return [DetachedJob(paths[0], _follower(backend, runs[0], paths[0]))]
+    return Turns(backend, runs, paths).jobs
+
+
+def _follower(backend, run, paths: RunPaths) -> subprocess.Popen:
+    """The follower of one prepared run, started."""
     with paths.follower_log.open("ab") as log:
         follower = subprocess.Popen(
             [sys.executable, "-m", MODULE, str(os.getpid())],
@@ -52,18 +68,21 @@ def start(backend, run, paths: RunPaths) -> DetachedJob:
             follower.stdin.write(pickle.dumps((backend, run, str(paths.root))))
     except BrokenPipeError:  # it died at once: its log says why, and its job that it ended
         pass
-    return DetachedJob(paths, follower)
+    return follower
 
 
 class DetachedJob(LocalJob):
     """A run on this machine whose follower this process started: live from the follower's first instant
-    (before any rank holds the run's lock) to its last, stopped by stopping the follower."""
+    (before any rank holds the run's lock) to its last, stopped by stopping the follower. One of several run in
+    turn (`turns`) has no follower until its turn: pending until then, skipped if cancelled before."""
 
-    def __init__(self, paths: RunPaths, follower: subprocess.Popen):
+    def __init__(self, paths: RunPaths, follower: subprocess.Popen | None, turns: Turns | None = None):
         super().__init__(paths)
-        self.follower = follower
+        self.follower, self.turns = follower, turns
 
     def live_state(self) -> RunState | None:
+        if self.follower is None:
+            return RunState.PENDING if self.turns is not None and self.turns.waiting(self) else None
         return RunState.RUNNING if self.follower.poll() is None else super().live_state()
 
     def state(self) -> RunState:
@@ -72,15 +91,18 @@ class DetachedJob(LocalJob):
 
     def follower_killed(self) -> str:
         """How the follower ended where a signal killed it (its ranks died with it), else ''."""
-        code = self.follower.poll()
+        code = self.follower.poll() if self.follower is not None else None
         if code is None or code >= 0:
             return ""
         return f"its follower (pid {self.follower.pid}) was killed by {signal.Signals(-code).name}, its ranks with it"
 
     def cancel(self, say=print) -> int:
         """SIGTERM to the follower, which asks its ranks to checkpoint and stop (or is the task, which does);
-        waits for it (bounded), then says how the run ended."""
-        if self.follower.poll() is not None:
+        waits for it (bounded), then says how the run ended. One waiting its turn is skipped."""
+        if self.turns is not None and self.turns.skip(self):
+            say(f"{self.name}: {RunState.CANCELLED} before its turn")
+            return 0
+        if self.follower is None or self.follower.poll() is not None:
             return super().cancel(say)
         request_cancel(self.paths)
         self.follower.send_signal(signal.SIGTERM)
@@ -96,6 +118,46 @@ class DetachedJob(LocalJob):
         hint = resume_hint(self.paths) if state is not RunState.FINISHED else ""
         say(f"{self.name}: {state}" + (f"; {hint}" if hint else ""))
         return 0
+
+
+class Turns:
+    """Several prepared runs on this machine one after another, as `--sweep ... --local` runs them: each run's
+    follower is started once the one before has ended, by a thread of this process (the caller's), which ends with
+    it. A run interrupted by a signal (its follower killed, or stopped with its caller) stops the rest, as the CLI's
+    sweep stops; a cancelled run does not (the next one starts), and one cancelled before its turn is skipped."""
+
+    def __init__(self, backend, runs: list, paths: list[RunPaths]):
+        self.backend, self.runs, self.lock, self.over = backend, runs, threading.Lock(), False
+        self.jobs = [DetachedJob(p, None, self) for p in paths]
+        self.jobs[0].follower = _follower(backend, runs[0], paths[0])  # started before submit returns, as one run's
+        threading.Thread(target=self._in_turn, name="dali-launch-turns", daemon=True).start()
+
+    def waiting(self, job: DetachedJob) -> bool:
+        """`job` has no follower yet, and will get one: not cancelled, and no earlier run stopped the rest."""
+        return not self.over and not cancel_requested(job.paths)
+
+    def skip(self, job: DetachedJob) -> bool:
+        """Cancels `job` if its turn has not come (it never starts then); False once its follower is started."""
+        with self.lock:
+            if job.follower is not None:
+                return False
+            request_cancel(job.paths)
+            return True
+
+    def _in_turn(self) -> None:
+        try:
+            for run, job in zip(self.runs, self.jobs):
+                with self.lock:
+                    if job.follower is None and cancel_requested(job.paths):
+                        continue
+                    job.follower = job.follower or _follower(self.backend, run, job.paths)
+                while job.follower.poll() is None:  # bounded by the run itself: its follower stops with its caller
+                    time.sleep(CALLER_POLL_S)
+                code = job.follower.returncode
+                if (code < 0 or code >= 128) and not cancel_requested(job.paths):
+                    break
+        finally:
+            self.over = True
 
 
 def main() -> None:

@@ -1,10 +1,11 @@
 """A run's job as the launcher sees it after the start: one handle, one state vocabulary.
 
 `dali-launch status`, `logs`, `cancel`, `runs`, `sweep status` and `--resume`'s "is it still live?" all
-ask a `Job` (submitit's Job is the model): `state()`, `logs(rank)`, `cancel()`. Each backend attaches
-one to a run directory (`Backend.attach`); this module holds what they share: the states, how an ended
-run ended (its files say it), the job record of a submitted run (job.json, written here only), and the
-handle of a run whose processes run on this host (`train`, --local, a task of the user's srun step).
+ask a `BackendJob` (submitit's Job is the model; the Python API's `Job`, launcher/api/handle.py, wraps one):
+`state()`, `logs(rank)`, `cancel()`. Each backend attaches one to a run directory (`Backend.attach`); this
+module holds what they share: the states, how an ended run ended (its files say it), the job record of a
+submitted run (job.json, written here only), and the handle of a run whose processes run on this host
+(`train`, --local, a task of the user's srun step).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class RunState(str, enum.Enum):
     @property
     def live(self) -> bool:
         return self in (RunState.PENDING, RunState.RUNNING)
+
+    def __call__(self) -> RunState:  # the Python API's `job.state` is a property, as submitit's; `job.state()` too
+        return self
 
 
 def ended_state(paths: RunPaths, cancelled: bool = False) -> RunState:
@@ -188,7 +192,7 @@ def cancel_requested(paths: RunPaths, since: float = 0.0) -> bool:
 # --- the handles ------------------------------------------------------------------------------------
 
 
-class Job:
+class BackendJob:
     """A run's job, attached to its directory. Subclasses say how it is live, where its logs are, how it stops."""
 
     def __init__(self, paths: RunPaths):
@@ -225,7 +229,7 @@ class Job:
         raise NotImplementedError
 
 
-class LocalJob(Job):
+class LocalJob(BackendJob):
     """A run whose processes run on this host: `dali-launch train` (one process), --local (its rank
     processes), a task of the user's srun step. Live while its launcher or process 0 holds its lock."""
 

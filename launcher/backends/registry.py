@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from dali_launch.launcher.backends.base import Backend
-from dali_launch.launcher.backends.job import Job, LocalJob, read_record
+from dali_launch.launcher.backends.job import BackendJob, LocalJob, read_record
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, read_json
 
@@ -44,7 +44,7 @@ def create(name: str) -> Backend:
     return kind(name)()
 
 
-def attach(paths: RunPaths) -> Job:
+def attach(paths: RunPaths) -> BackendJob:
     """The job of any run directory: its SLURM job once it was submitted (job.json), else its processes
     here (`train`, --local, a task of the user's srun step, which all log into the run directory)."""
     if read_record(paths) is not None:

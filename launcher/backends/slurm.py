@@ -67,10 +67,14 @@ class Slurm(Backend):
         executor.parameters["map_count"] = len(runs)  # what map_array sets on its copy of the executor
         return batch_script(executor)
 
-    def start(self, run: RunConfig, paths: RunPaths) -> SlurmJob:
-        """Submitted and left to run, as --detach leaves it: its job."""
-        self._submit(run, paths)
-        return self.attach(paths)
+    def start(self, runs: list[RunConfig], paths: list[RunPaths]) -> list[SlurmJob]:
+        """Submitted and left to run, as --detach leaves them: one run a job, several one job array; their jobs."""
+        if len(runs) == 1:
+            self._submit(runs[0], paths[0])
+        else:
+            jobs = self._submit_array(runs, paths, Watch())
+            echo(f"submitted array job {jobs[0].job_id.split('_')[0]}: {len(jobs)} runs")
+        return [self.attach(p) for p in paths]
 
     def run(self, run: RunConfig, paths: RunPaths) -> Outcome:
         job = self._submit(run, paths)
@@ -96,16 +100,7 @@ class Slurm(Backend):
         return job
 
     def run_array(self, runs: list[RunConfig], paths: list[RunPaths], watch: Watch) -> list[Outcome]:
-        from dali_launch.trainer.task import run_task
-
-        folder = paths[0].root.parent / "submitit"
-        try:
-            jobs = self._array_executor(runs, folder).map_array(run_task, [str(p.root) for p in paths])
-        except Exception as e:
-            raise UsageError(f"sbatch refused the array: {str(e).strip().splitlines()[-1]}") from None
-        for job, p in zip(jobs, paths):  # `dali-launch status/logs/cancel RUN_DIR` find each element's job
-            write_record(p, job.job_id, folder)
-        watch.submitted([job.job_id for job in jobs])
+        jobs = self._submit_array(runs, paths, watch)
         if runs[0].slurm.detach:
             return [Outcome(RunState.PENDING, report=False) for _ in runs]
         try:
@@ -118,6 +113,20 @@ class Slurm(Backend):
                 flush=True,
             )
             raise SystemExit(130) from None
+
+    def _submit_array(self, runs: list[RunConfig], paths: list[RunPaths], watch: Watch) -> list:
+        """submitit's jobs of the runs, one job array; each run's job.json written."""
+        from dali_launch.trainer.task import run_task
+
+        folder = paths[0].root.parent / "submitit"
+        try:
+            jobs = self._array_executor(runs, folder).map_array(run_task, [str(p.root) for p in paths])
+        except Exception as e:
+            raise UsageError(f"sbatch refused the array: {str(e).strip().splitlines()[-1]}") from None
+        for job, p in zip(jobs, paths):  # `dali-launch status/logs/cancel RUN_DIR` find each element's job
+            write_record(p, job.job_id, folder)
+        watch.submitted([job.job_id for job in jobs])
+        return jobs
 
     def _wait_array(self, paths: list[RunPaths], watch: Watch, timeout_s: float) -> list[Outcome]:
         """Until every element has left the queue, saying each end. `timeout_s` bounds an element's run: the

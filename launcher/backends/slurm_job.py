@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from dali_launch.launcher.backends import follow, slurm_queue
-from dali_launch.launcher.backends.job import Job, JobRecord, RunState, ended_state, lock_holder, request_cancel
+from dali_launch.launcher.backends.job import BackendJob, JobRecord, RunState, ended_state, lock_holder, request_cancel
 from dali_launch.launcher.backends.slurm_queue import WAITING
 from dali_launch.trainer.run_dir import RunPaths
 
 
-class SlurmJob(Job):
+class SlurmJob(BackendJob):
     def __init__(self, paths: RunPaths, record: JobRecord):
         super().__init__(paths)
         self.record = record

@@ -6,12 +6,12 @@ import sys
 
 from dali_launch.launcher.ci.cluster_ci import CiConfig
 from dali_launch.launcher.options import build, config_options
-from dali_launch.launcher.run_config import RUN_OPTIONS
+from dali_launch.launcher.run_config import RUN_OPTIONS, Panel
 from dali_launch.launcher.run_flags import from_flags
 from dali_launch.trainer.errors import UsageError
 
 
-@config_options(*RUN_OPTIONS, ("CI", (CiConfig,)))
+@config_options(*RUN_OPTIONS, Panel("CI", (CiConfig,)))
 def ci(values: dict):
     """Cluster CI: submit the test suite and a one-epoch multi-node training run, wait, write JUnit XML."""
     from dali_launch.launcher.ci import cluster_ci

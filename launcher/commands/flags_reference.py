@@ -11,9 +11,8 @@ import dataclasses
 import typer
 
 from dali_launch.launcher.config_file import table_name
-from dali_launch.launcher.help_panels import PAGES
 from dali_launch.launcher.options import flag_fields
-from dali_launch.launcher.route.sweep import SweepConfig
+from dali_launch.launcher.route.sweep import SWEEPS, SweepConfig
 from dali_launch.launcher.run_config import RUN_OPTIONS
 
 INTRO = """# Every flag
@@ -33,10 +32,12 @@ def flags() -> None:
 
 def reference() -> str:
     parts = [INTRO]
-    for panel, classes in (*RUN_OPTIONS, ("Sweeps", (SweepConfig,))):
-        page = PAGES.get(panel)
-        parts.append(f"\n## {panel}\n\n" + (f"More in [{page}]({page.removeprefix('docs/')}).\n\n" if page else ""))
-        parts += [_entry(cls, field, kind) + "\n" for cls, field, kind in flag_fields(classes)]
+    for panel in (*RUN_OPTIONS, SWEEPS):
+        page = panel.page
+        parts.append(
+            f"\n## {panel.title}\n\n" + (f"More in [{page}]({page.removeprefix('docs/')}).\n\n" if page else "")
+        )
+        parts += [_entry(cls, field, kind) + "\n" for cls, field, kind in flag_fields(panel.classes)]
     return "".join(parts)
 
 

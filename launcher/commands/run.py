@@ -9,14 +9,14 @@ from typing import Annotated
 import typer
 
 from dali_launch.launcher.options import config_options
-from dali_launch.launcher.route.sweep import SweepConfig
+from dali_launch.launcher.route.sweep import SWEEPS
 from dali_launch.launcher.run_config import NOT_SLURM, RUN_OPTIONS
 from dali_launch.launcher.run_flags import from_flags
 from dali_launch.launcher.usage import show_version
 from dali_launch.trainer.errors import UsageError
 
 
-@config_options(*RUN_OPTIONS, ("Sweeps", (SweepConfig,)))
+@config_options(*RUN_OPTIONS, SWEEPS)
 def submit(
     values: dict,
     ctx: typer.Context,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dali_launch.launcher.route.task_check import sample_shape
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer.config import TRAINING, TaskSpec
+from dali_launch.trainer.config import TaskSpec, settings_of
 from dali_launch.trainer.entry_points import BY_VALUE
 from dali_launch.trainer.errors import UsageError
 
@@ -31,7 +31,7 @@ def check(run: RunConfig, data_dir: Path) -> None:
     shape = sample_shape(run, data_dir) if run.model.init_from is not None and not run.launch.resume else None
     if shape is None or run.model.model.startswith(f"{BY_VALUE}:"):
         return
-    spec = TaskSpec(run_dir="", data=run.data, **{table: getattr(run, table) for table in TRAINING})
+    spec = TaskSpec(run_dir="", **settings_of(run))
     request = json.dumps({"spec": spec.to_json(), "sample_shape": shape})
     argv = [sys.executable, "-m", "dali_launch.trainer.model.init_from"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}

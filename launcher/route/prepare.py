@@ -105,8 +105,9 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
         directory.check_root(run.launch.run_root)
     machine_checks.check_cache(run)
     data_dir, samples = data_of(run)
-    here = run.launch.local or getattr(backend, "name", "") in ("train", "allocation")  # its tasks run on this machine
-    sample = own_pipeline(run, data_dir, here) if run.data.pipeline not in pipelines.pipelines() else None
+    on_this_machine = run.launch.local or getattr(backend, "name", "") in ("train", "allocation")  # where its tasks run
+    own = run.data.pipeline not in pipelines.pipelines()
+    sample = own_pipeline(run, data_dir, on_this_machine) if own else None
     task_check.check(run, data_dir, sample)  # the model, the task's loss, evaluation, summary on the data's samples
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
     if samples is not None:  # after the parts' own checks: a small data set that tries them says what they lack
@@ -115,11 +116,11 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     return data_dir
 
 
-def own_pipeline(run: RunConfig, data_dir: Path, here: bool) -> dict | None:
+def own_pipeline(run: RunConfig, data_dir: Path, on_this_machine: bool) -> dict | None:
     """A pipeline of the user's own, its graph defined here for each split: its outputs, its reader and how
     that is sharded, what `args.read`'s screen refuses (a bad sample); under --deterministic its operators.
     Returns one training sample of each output, its graph run once on the CPU (graph_check.sample); None for a
-    graph the function placed on the GPU, refused where the tasks run here (`here`) and this machine has none.
+    graph the function placed on the GPU, refused where the tasks run on this machine and it has none.
     Such a graph is not run here: under --local and SLURM this launcher keeps off its tasks' GPUs, and a Python
     API submission checks in the caller's process while another process trains (DALI's CUDA context and memory
     pool would stay in the caller, on the GPU the run uses)."""
@@ -130,7 +131,7 @@ def own_pipeline(run: RunConfig, data_dir: Path, here: bool) -> dict | None:
     if run.xla.deterministic:
         determinism.check_pipeline(run.data.pipeline, _graph_args(run, data_dir, "training"))
     sample = graph_check.sample(run.data.pipeline, _graph_args(run, data_dir, "training"), outputs)
-    why = missing_gpu() if sample is None and here else None
+    why = missing_gpu() if sample is None and on_this_machine else None
     if why:
         raise UsageError(
             f'--pipeline {run.data.pipeline} puts its outputs on the GPU (its own device="mixed" or .gpu()), '

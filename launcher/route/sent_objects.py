@@ -7,7 +7,7 @@ directory's objects/ with the run's other files (directory.create), once every c
 (`check`, in prepare.py) has a fresh interpreter with the tasks' environment (this process's working directory
 and environment: PYTHONPATH) load each as a task will; what it cannot load is one UsageError naming the object,
 what it refers to and the fix, and nothing is written. SLURM's nodes are taken to see what this machine sees.
-What was sent is this process's, for one submission at a time (a notebook's, a script's).
+What was sent is this process's, for one submission at a time (a notebook's, a script's: all the runs of one call).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import pickle
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer import entry_points
@@ -55,6 +55,7 @@ class Sent:
     label: str
     reference: str
     pickled: bytes | None = None
+    value: object = field(default=None, compare=False)  # the object itself, where it goes by value
 
 
 _sent: dict[str, Sent] = {}  # reference -> what this process sent under it, for the submission under way
@@ -82,9 +83,18 @@ def by_reference(kind: str, label: str, reference: str) -> str:
 
 
 def by_value(kind: str, value, label: str) -> str:
-    """An object its tasks cannot import: pickled now (what cannot be is one line), held for the checks."""
+    """An object its tasks cannot import: pickled now (what cannot be is one line), held for the checks. The runs
+    of one call (submit_array) send one object of a kind by value: each run directory's objects/KIND.pkl."""
     import cloudpickle
 
+    earlier = next((s for s in _sent.values() if s.kind == kind and s.pickled is not None), None)
+    if earlier is not None:
+        if earlier.value is value:
+            return earlier.reference
+        raise UsageError(
+            f"{kind}={label}: the runs of one call send one {kind} by value, and {kind}={earlier.label} is sent "
+            f"already; give them the same {kind}, or define each in a module their tasks can import and pass those"
+        )
     try:
         pickled = cloudpickle.dumps(value)
     except Exception as e:
@@ -93,7 +103,7 @@ def by_value(kind: str, value, label: str) -> str:
             f"it and what it uses in a module they can import (a file on PYTHONPATH) and pass that"
         ) from None
     reference = entry_points.SUBMISSION.hold(kind, value)
-    _sent[reference] = Sent(kind, label, reference, pickled)
+    _sent[reference] = Sent(kind, label, reference, pickled, value)
     return reference
 
 

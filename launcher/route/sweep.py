@@ -22,13 +22,13 @@ from pathlib import Path
 from dali_launch.launcher.backends.base import Outcome, Watch
 from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values
-from dali_launch.launcher.run_config import RunConfig, with_devices
+from dali_launch.launcher.run_config import Panel, RunConfig, with_devices
 from dali_launch.launcher.run_flags import from_flags
-from dali_launch.trainer.config import TRAINING, opt, replaced
+from dali_launch.trainer.config import opt, replaced, tables
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.run_dir import RunPaths, headline, parse_json, read_json, read_jsonl, write_atomic
 
-SWEPT_TABLES = ("data", *TRAINING, "distributed", "resilience")  # what a point may vary; the job's shape is one
+SWEPT_TABLES = tuple(tables(RunConfig, "swept"))  # what a point may vary; the job's shape is one
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ class SweepConfig:
         "--sweep on SLURM: at most this many points at once.",
         details="With --sweep on SLURM: at most this many points run at once (the array's %N).",
     )
+
+
+SWEEPS = Panel("Sweeps", (SweepConfig,), "docs/slurm.md")  # its flags' --help panel
 
 
 # --- the grid ---------------------------------------------------------------------------------------

@@ -15,3 +15,12 @@ def opt(default, help: str, details: str = "", **meta):
     "elastic" (where it runs: another topology, either sample order); without it a different value is refused,
     the checkpoint would continue another run. `path=True`: a path, compared (and written) as an absolute one."""
     return field(default=default, metadata={"help": help, "details": details, **meta})
+
+
+def table_field(default, panel: str, page: str, swept: bool = True, was_in_train: bool = False):
+    """A table of a run's settings (a field whose value is one of the dataclasses above), declared once with what
+    the launcher shows of it: `panel`, its flags' heading in --help and docs/flags.md, and `page`, the docs page
+    that heading names. `swept`: a --sweep may vary its keys (the job's shape may not). `was_in_train`: an earlier
+    version kept its keys in one flat `train` table, which old run directories and --config files still hold."""
+    meta = {"panel": panel, "page": page, "swept": swept, "was_in_train": was_in_train}
+    return field(default=default, metadata=meta)
