@@ -147,7 +147,8 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     labels = jax.device_put(np.arange(rows, dtype=np.int32)[None] % 10, data)
     valid = jax.device_put(np.ones((1, rows), np.float32), data)
     tally = jax.tree.map(
-        lambda x: jax.device_put(np.asarray(x)[None], data), call_tally(zero_tally(fresh.recipe.task.metrics), fresh.recipe.task)
+        lambda x: jax.device_put(np.asarray(x)[None], data),
+        call_tally(zero_tally(fresh.recipe.task.metrics), fresh.recipe.task),
     )
     return mode, mode.place(fresh), tally, {"images": images, "labels": labels, "valid": valid}
 
