@@ -48,9 +48,9 @@ TASKS = {
     "contrastive": ("folders", 10, {"image_size": 96, "batch_size": 256, "precision": "bf16", "learning_rate": 0.03}),
     # 8 frames of 64×64 a clip (data synth's at --image-scale 0.5 are 32×32: resized up on the device, as a
     # real set's frames are resized), st-cnn
-    "video": ("video", 6, {"image_size": 64, "batch_size": 64, "precision": "bf16", "optimizer": "adamw"}),
+    "video": ("video", 6, {"image_size": 64, "batch_size": 64, "precision": "bf16"}),
     # 1 s of 16 kHz sound a sample as 64 mel bins x 100 frames (the audio flags' defaults); sounds decode on the CPU
-    "audio": ("audio", 10, {"batch_size": 256, "precision": "bf16", "optimizer": "adamw", "learning_rate": 0.001}),
+    "audio": ("audio", 10, {"batch_size": 256, "precision": "bf16"}),
 }
 SMOKE = {"image_size": 32, "batch_size": 8, "precision": "fp32"}  # CPU-sized: the script's paths only
 # Images (sounds, clips) of each split, and their size against ImageNet's. An epoch's last call may be partly padding, computed

@@ -78,12 +78,12 @@ def segmentation_set(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def audio_set(tmp_path_factory) -> Path:
-    """`data synth --format audio`: 4 classes of rhythms, 160 training / 40 test sounds of 0.6-1.2 s at 8, 11.025
-    and 16 kHz (every fifth in stereo), ~4 MB of WAVs."""
+    """`data synth --format audio`: 4 classes of rhythms, 200 training / 40 test sounds of 1-1.5 s at 16, 22.05
+    and 32 kHz (every fifth in stereo), ~16 MB of WAVs."""
     from dali_launch.launcher.data.synth import SynthSpec, synth
 
     out = tmp_path_factory.mktemp("audio") / "sounds"
-    synth(SynthSpec(out, "audio", classes=4, train=160, test=40, workers=1))
+    synth(SynthSpec(out, "audio", classes=4, train=200, test=40, workers=1))
     return out
 
 

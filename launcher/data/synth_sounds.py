@@ -7,10 +7,17 @@ click drawn alike whatever the class (a decaying tone of random pitch, 400-3,000
 the same noise: the classes have the same energy and the same spectrum on average, so a model that averages
 frames over time (a bag of frames) is at chance; one that sees the order of events over ~320 ms tells them apart.
 
-Each sound also draws its tempo (±8 %), a little timing jitter per click, its length (0.6-1.2 s), its sample rate
-(8, 11.025 or 16 kHz: runs resample them to --sample-rate) and, every fifth sound, two channels (panned: runs
+Each sound also draws its tempo (±8 %), a little timing jitter per click, its length (1-1.5 s), its sample rate
+(16, 22.05 or 32 kHz: runs resample them to --sample-rate) and, every fifth sound, two channels (panned: runs
 downmix them). A sound is a pure function of (seed, split, index): the same bytes whichever worker writes it.
 Written as 16-bit PCM WAV with the standard library's `wave`: no encoder to install.
+
+Lengths and rates are those that a run's defaults (16 kHz, 1 s clips, 64 mel bins) see whole: every clip of 1 s
+is all sound (three cycles of the rhythm), never padded with silence, and every sound fills the 8 kHz band the
+mel bins span. Sounds of 0.6-1.2 s at 8-16 kHz (most shorter than a clip, padded with silence at -80 dB that the
+per-sample normalisation then spreads the clicks against; a third with the top quarter of the bins empty) hid
+their rhythm from the defaults: a ridge classifier of the loudness's autocorrelation scored 0.4 on them (0.75 on
+these), and audio-cnn stayed under 0.5 test accuracy for 8 epochs where it reaches 1.0 on these in 4-5.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from dali_launch.launcher.data.synth_images import SPLIT_IDS
 
 STEPS, CLICKS = 8, 4
 STEP_S = 0.04
-SAMPLE_RATES = (8000, 11025, 16000)
-SECONDS = (0.6, 1.2)
+SAMPLE_RATES = (16000, 22050, 32000)
+SECONDS = (1.0, 1.5)
 PITCH_HZ = (400.0, 3000.0)  # under every rate's Nyquist frequency
 NOISE = 0.02  # the noise floor's standard deviation; clicks peak at 0.5-1
 HEADROOM = 0.7  # clicks that overlap stay under full scale

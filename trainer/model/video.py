@@ -8,7 +8,9 @@
     vivit-ti16   a tubelet ViT (ViViT's tubelet embedding): 2×16×16 tubelets embedded by one 3D convolution,
                  a learned position embedding, then the project's ViT encoder (vit.py, Ti's size) and its head
 
-Frames are normalised floats (the pipeline's); bf16 stays bf16.
+Frames are normalised floats (the pipeline's); bf16 stays bf16. st-cnn and frame-mean read their logits through
+readout.py's head, so the run's default SGD (0.1, momentum 0.9) trains them; GroupNorm in the frame CNN did not
+help (it slowed st-cnn: the synthetic clips' frames are flat colours, which a norm over few channels blurs).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.model import vit
+from dali_launch.trainer.model.readout import Readout
 
 TUBELET = (2, vit.PATCH, vit.PATCH)  # frames, height, width of one token
 
@@ -49,7 +52,7 @@ class SpaceTimeCNN(nn.Module):
         x = FrameFeatures()(_floats(clips))
         for _ in range(2):
             x = nn.relu(nn.Conv(self.width, (3,))(x))  # (B, T, width): along time
-        return nn.Dense(self.num_classes)(jnp.mean(x, axis=1))
+        return Readout(self.num_classes)(jnp.mean(x, axis=1))
 
 
 class FrameMean(nn.Module):
@@ -61,7 +64,7 @@ class FrameMean(nn.Module):
     @nn.compact
     def __call__(self, clips):
         x = nn.relu(nn.Dense(self.width)(FrameFeatures()(_floats(clips))))
-        return nn.Dense(self.num_classes)(jnp.mean(x, axis=1))
+        return Readout(self.num_classes)(jnp.mean(x, axis=1))
 
 
 class TubeletViT(nn.Module):
