@@ -106,14 +106,15 @@ def data_epochs(data: Path, grid: list[str], orders: list[str], workers: list[in
     from dali_launch.trainer.config import DataConfig
     from dali_launch.trainer.data import dali, shards
     from dali_launch.trainer.data.batches import Readers
+    from dali_launch.trainer.data.decided import DataPlan
 
     device, rows = jax.devices()[:1], []
     variants = [(order, w) for order in orders for w in (workers if order == "global" else [0])]
     for cell, (order, feed_workers) in ((cell, v) for cell in grid for v in variants):  # side by side
         readers, threads, prefetch = (int(x) for x in cell.split("x"))
-        config = DataConfig(
-            data_dir=str(data), decoder="cpu", reader_threads=threads, prefetch=prefetch, output_dtype="float32"
-        )  # resolved values only, as dali.build takes them
+        config = DataPlan(
+            DataConfig(data_dir=str(data), prefetch=prefetch), "cpu", threads, readers, output_dtype="float32"
+        )  # the data plan's decisions given, as dali.build takes them
         sharding = shards.Sharding(0, 1, 1, readers)
         start = dali.Start(order, 0, 1, BATCH, PER_CALL, feed_workers=feed_workers)
         built = time.perf_counter()

@@ -194,12 +194,11 @@ def data_part(args) -> dict:
 
     from dali_launch.trainer.data import dali, shards
     from dali_launch.trainer.data.batches import Readers
-    from dali_launch.trainer.plan import facts, plan
-    from dali_launch.trainer.plan.placement import place
+    from dali_launch.trainer.plan import alone, plan
 
     spec = task_spec(args.data, args.workload, args.classes, 1, "cpu" if args.smoke_cpu else "gpu")
     devices = jax.local_devices()[:1]
-    decided = plan(spec, facts.alone(devices), place(spec, devices[0].platform))
+    decided = plan(alone(spec, devices))
     step = decided.step
     sharding = shards.Sharding(0, 1, 1, decided.data.readers_per_device)
 
@@ -211,7 +210,7 @@ def data_part(args) -> dict:
     sums = []
     for _ in range(2):
         start = dali.Start("shards", spec.step.seed, 1, step.batch_per_device_step, step.steps_per_call)
-        path, config = f"{args.data}/training", decided.data.config(spec.data)
+        path, config = f"{args.data}/training", decided.data
         data = dali.build(
             dali.Split(path, True, step.call_batch), Readers(devices, devices, sharding), config, start=start
         )

@@ -99,8 +99,8 @@ def pipelines_and_step(spec, gpus: int):
 
     from dali_launch.trainer.data import dali, shards
     from dali_launch.trainer.data.batches import Readers
-    from dali_launch.trainer.plan import facts, plan
-    from dali_launch.trainer.plan.placement import place
+    from dali_launch.trainer.parts import Parts
+    from dali_launch.trainer.plan import alone, plan
     from dali_launch.trainer.plan.step import parallel as choose_parallel
     from dali_launch.trainer.resilience.checkpoint import zero_tally
     from dali_launch.trainer.step import parallel
@@ -108,17 +108,17 @@ def pipelines_and_step(spec, gpus: int):
     from dali_launch.trainer.step.sgd import call_tally
 
     devices = jax.local_devices()[:gpus]
-    decided = plan(spec, facts.alone(devices), place(spec, devices[0].platform))
-    spec, step = decided.step.applied(spec), decided.step  # --attention decided, as set_up.py
+    inputs = alone(spec, devices)
+    parts = Parts(inputs, plan(inputs))  # --attention decided, as set_up.py
+    decided, step = parts.plan, parts.plan.step
     sharding = shards.Sharding(0, gpus, gpus, decided.data.readers_per_device)
     start = dali.Start(spec.data.sample_order, spec.step.seed, gpus, step.batch_per_device_step, step.steps_per_call)
     split = dali.Split(f"{spec.data.data_dir}/training", True, step.call_batch, spec.step.seed)
-    data = dali.build(split, Readers(devices, devices, sharding), decided.data.config(spec.data), start=start)
-    fresh = create_train_state(spec, data.first_sample("images"), data.steps * step.steps_per_call)
+    data = dali.build(split, Readers(devices, devices, sharding), decided.data, start=start)
+    fresh = create_train_state(spec, data.first_sample("images"), data.steps * step.steps_per_call, parts.made())
     mode_name = choose_parallel(spec.step.parallel, bool(fresh.collections), gpus)
-    mode = parallel.create(
-        mode_name, devices, devices, step.batch_per_device_step, data.sharding_spec, readers=sharding.readers
-    )
+    how = parallel.How(readers=sharding.readers)
+    mode = parallel.create(mode_name, devices, devices, step.batch_per_device_step, data.sharding_spec, how)
     state = mode.place(fresh)
     tally = data.put([call_tally(zero_tally(fresh.recipe.task.metrics), fresh.recipe.task)] * gpus)
     return decided, data, mode, state, tally

@@ -45,7 +45,7 @@ def fresh_state(setup: Setup):
 
 
 class LaidOut:
-    """A step/mesh.Mesh of one device whose state is laid out as an fsdp mesh's: Sharded then takes its
+    """A plan/mesh.Mesh of one device whose state is laid out as an fsdp mesh's: Sharded then takes its
     fsdp branch (shardings.state_shardings, shardings.keeping) where Mesh(fsdp=1).shards_state keeps it replicated."""
 
     data = fsdp = tensor = devices = 1
@@ -75,9 +75,7 @@ def runner(setup: Setup, device, shapes, layout: bool, offload: bool = False):
         [device],
         setup.batch,
         data,
-        mesh=LaidOut() if layout else None,
-        shapes=shapes,
-        offload=offload,
+        parallel.How(spread=parallel.Spread(LaidOut() if layout else None, shapes, offload)),
     )
     rows = setup.batch * setup.steps
     side = setup.image_size
@@ -97,7 +95,7 @@ def compiled(mode, shapes, tally, batch):
     """`mode.call` compiled for a state of `shapes` laid out as `mode` places it, and the seconds it took."""
     import jax
 
-    from dali_launch.trainer.step.xla_options import typed
+    from dali_launch.trainer.plan.xla_options import typed
 
     leaves, structure = jax.tree.flatten(shapes)
     shardings = mode.shardings or [mode.replicated] * len(leaves)

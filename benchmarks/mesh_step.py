@@ -93,7 +93,7 @@ SMOKE_MODEL = "tiny"  # the fsdp-cost part's model under --smoke-cpu
 
 
 def factory(name: str):
-    """A --model factory (entry_points' contract) for rung `name`: vit.py's ViT at that rung's sizes."""
+    """A --model factory (model/registry.py's contract) for rung `name`: vit.py's ViT at that rung's sizes."""
     rung = {**RUNGS, **SMOKE_RUNGS}[name]
 
     def make(num_classes: int, drop_path: float = 0.0, vit_pool: str = "gap", attention: str = "xla", remat="none"):
@@ -106,7 +106,7 @@ def factory(name: str):
     return make
 
 
-def __getattr__(name: str):  # `mesh_step:vit-l16` etc. for entry_points.load (module-level getattr)
+def __getattr__(name: str):  # `mesh_step:vit-l16` etc. for the models' loader (module-level getattr)
     if name in RUNGS or name in SMOKE_RUNGS:
         return factory(name)
     raise AttributeError(name)
@@ -117,7 +117,7 @@ def fsdp_cost(setup: Setup, seconds: float) -> dict:
     import jax
 
     from dali_launch.trainer.plan.fit import StateSize
-    from dali_launch.trainer.step.mesh import Mesh
+    from dali_launch.trainer.plan.mesh import Mesh
 
     device = jax.local_devices()[0]
     fresh, example = fresh_state(setup)
@@ -183,7 +183,7 @@ def rung(name: str, setup: Setup, seconds: float, run_anyway: bool = False, offl
     from dali_launch.trainer.errors import UsageError
     from dali_launch.trainer.model import vit
     from dali_launch.trainer.plan import fit
-    from dali_launch.trainer.step.mesh import Mesh
+    from dali_launch.trainer.plan.mesh import Mesh
 
     spec = {**RUNGS, **SMOKE_RUNGS}[name]
     vit.PATCH = spec.patch  # this process only: vit.py reads it when the model is traced

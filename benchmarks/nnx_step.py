@@ -38,16 +38,17 @@ CONTENDERS = ("linen", "split", "bridge")
 
 
 def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: str):
-    """The host train state of `model_name`, as trainer/set_up.py's create_train_state makes it (that
+    """The host train state of `model_name`, as trainer/step/initial_state.py's create_train_state makes it (that
     module imports DALI, which the GPU machine lacks): the same calls, seed 0, the default optimizer."""
     import jax
     import numpy as np
 
     from dali_launch.trainer.config import OptimizerConfig, StepConfig
-    from dali_launch.trainer.entry_points import create_model
     from dali_launch.trainer.model.forward import Forward, train_kwarg
+    from dali_launch.trainer.model.registry import create_model
     from dali_launch.trainer.step import optim
     from dali_launch.trainer.step.state import Recipe, TrainState
+    from dali_launch.trainer.tasks.classification import classification
 
     model = create_model(model_name, 10, adapter=adapter)
     config = OptimizerConfig()
@@ -63,7 +64,7 @@ def train_state(model_name: str, adapter: str, steps_per_epoch: int, precision: 
         Forward(model, precision),
         optim.optimizer(config),
         optim.schedule(config, StepConfig().epochs, steps_per_epoch),
-        Recipe(),
+        Recipe(classification()),
     )
 
 
@@ -83,7 +84,7 @@ class Contender:
         rows, self.calls = args.batch_size * args.steps_per_call, args.steps // args.steps_per_call
         mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
         data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-        self.mode = parallel.create(parallel_mode, devices, devices, args.batch_size, data, readers=1)
+        self.mode = parallel.create(parallel_mode, devices, devices, args.batch_size, data)
         host = jax.tree.map(np.asarray, train_state(model, adapter, args.steps, args.precision))
         self.state = self.mode.place(host)
         rng = np.random.default_rng(0)

@@ -47,7 +47,7 @@ class Lever:
     name: str
     decides: str  # what a win would change
     batch: int = 256
-    steps: int = 5  # per call: --steps-per-call auto for 256 (1,200 samples a call, resolve.py)
+    steps: int = 5  # per call: --steps-per-call auto for 256 (1,200 samples a call, plan/step.py)
     options: dict = field(default_factory=lambda: dict(OFF_GRAPHS))  # as --xla-options writes them
     batchnorm_stats: str = "float32"
     pool_grad: str = "scatter"  # --pool-grad (model/pooling.py)
@@ -60,8 +60,8 @@ def levers() -> list[Lever]:
         Lever("baseline", "-"),
         Lever("batch-384", "the recipe's --batch-size (with the LR rule); not a default: it changes the steps", 384, 3),
         Lever("batch-512", "the same, at 512 per GPU", 512, 2),
-        Lever("steps-per-call-1", "resolve.py's CALL_SAMPLES (fewer steps a call)", steps=1),
-        Lever("steps-per-call-10", "resolve.py's CALL_SAMPLES (more steps a call)", steps=10),
+        Lever("steps-per-call-1", "plan/step.py's CALL_SAMPLES (fewer steps a call)", steps=1),
+        Lever("steps-per-call-10", "plan/step.py's CALL_SAMPLES (more steps a call)", steps=10),
         Lever("command-buffers", "--cuda-graphs auto with nvJPEG (placement.cuda_graphs)", options={}),
         Lever(
             "autotune-0", "xla_options.GPU_DEFAULTS: xla_gpu_autotune_level", options=opts(xla_gpu_autotune_level="0")
@@ -76,7 +76,7 @@ def levers() -> list[Lever]:
             "xla_options.GPU_DEFAULTS: xla_gpu_force_conv_nhwc",
             options=opts(xla_gpu_force_conv_nhwc="true"),
         ),
-        Lever("batchnorm-compute", "resolve.py's BATCHNORM_STATS['gpu'] = 'compute'", batchnorm_stats="compute"),
+        Lever("batchnorm-compute", "plan/step.py's BATCHNORM_STATS['gpu'] = 'compute'", batchnorm_stats="compute"),
         Lever("no-donation", "nothing: donation stays (it saves a copy of the state)", donate=False),
         # --deterministic's price, and what might lower it (kernel_time.py on --trace's profiles says which kernels)
         Lever("deterministic", "determinism.GPU_XLA_FLAGS: what --deterministic costs", options=opts(**DETERMINISTIC)),
@@ -92,13 +92,15 @@ def levers() -> list[Lever]:
         ),
         Lever(
             "deterministic-bn-compute",
-            "resolve.py's BATCHNORM_STATS under --deterministic",
+            "plan/step.py's BATCHNORM_STATS under --deterministic",
             options=opts(**DETERMINISTIC),
             batchnorm_stats="compute",
         ),
         # The stem pool's gradient without a scatter (model/pooling.py): --pool-grad auto under each
         Lever(
-            "pool-masks", "resolve.py's POOL_GRAD['gpu'] (--pool-grad auto without --deterministic)", pool_grad="masks"
+            "pool-masks",
+            "plan/step.py's POOL_GRAD['gpu'] (--pool-grad auto without --deterministic)",
+            pool_grad="masks",
         ),
         Lever(
             "deterministic-pool-masks",
@@ -140,7 +142,7 @@ def build(lever: Lever, model: str, image_size: int, precision: str, device):
     fresh = _FRESH[key]
     mesh = jax.sharding.Mesh(np.array([device]), (AXIS,))
     data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-    mode = parallel.create("sharded", [device], [device], lever.batch, data, donate=lever.donate)
+    mode = parallel.create("sharded", [device], [device], lever.batch, data, parallel.How(donate=lever.donate))
     images = jax.jit(
         lambda key: jax.random.normal(key, (1, rows, image_size, image_size, 3), jnp.float16), out_shardings=data
     )(jax.random.PRNGKey(1))
@@ -157,7 +159,7 @@ def measure(lever: Lever, model: str, image_size: int, precision: str, seconds: 
     """Compile `lever`'s call, run it twice, then time it for about `seconds` (then trace it into `trace`)."""
     import jax
 
-    from dali_launch.trainer.step.xla_options import typed
+    from dali_launch.trainer.plan.xla_options import typed
 
     mode, state, tally, batch = build(lever, model, image_size, precision, jax.local_devices()[0])
     began = time.perf_counter()

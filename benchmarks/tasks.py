@@ -95,17 +95,17 @@ def step_alone(task: str, data: Path, smoke: bool, calls: int) -> dict:
     import jax
 
     from dali_launch.trainer.parts import Parts
-    from dali_launch.trainer.plan import facts, plan
-    from dali_launch.trainer.plan.placement import place
+    from dali_launch.trainer.plan import alone, plan
     from dali_launch.trainer.resilience.checkpoint import zero_tally
-    from dali_launch.trainer.resilience.start_point import StartPoint
+    from dali_launch.trainer.set_up import model_on
     from dali_launch.trainer.step.sgd import call_tally
 
     spec, devices = spec_of(task, data, smoke), jax.local_devices()
-    decided = plan(spec, facts.alone(devices), place(spec, devices[0].platform))
-    parts = Parts(decided.step.applied(spec), facts.alone(devices), decided, StartPoint.fresh())
+    inputs = alone(spec, devices)
+    parts = Parts(inputs, plan(inputs))
     pipes = parts.pipelines()
-    model = parts.model_on(pipes, None, pipes.steps * decided.step.steps_per_call)
+    model = model_on(parts, parts.first_call_on(pipes, None), pipes.steps * parts.plan.step.steps_per_call)
+    decided = parts.plan  # partitioned
     runner, batch = model.runners.runner, pipes.next()
     state = runner.place(model.initial.create())
     tally = pipes.put([call_tally(zero_tally(parts.task.metrics), parts.task)] * len(devices))

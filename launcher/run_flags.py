@@ -11,10 +11,10 @@ from dali_launch.trainer.config import replaced
 def from_flags(values) -> RunConfig:
     """The run that flags and a --config file make (`values`, which know the names given): a --task's own
     pipeline and model (tasks/contract.py) where --pipeline and --model were left out."""
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.tasks.registry import run_task
 
     run = build(RunConfig, values)
-    task, given = entry_points.run_task(run), getattr(values, "given", set(values))
+    task, given = run_task(run), getattr(values, "given", set(values))
     own = {name: value for name, value in (("pipeline", task.pipeline), ("model", task.model)) if value}
     own = {name: value for name, value in own.items() if name not in given}
     return replaced(run, **own) if own else run

@@ -3,7 +3,7 @@ with its two GPU placements made CPU ones so that it runs on CPU devices: the de
 device="cpu", and the labels stay on the CPU (the tutorial moves them with labels.gpu()). Nothing else differs:
 the module builds its sharding over jax.devices() when imported, and `dali-launch train --pipeline
 dali_tutorial:mnist_sharded_iterator` trains the function as it is (trainer/data/native.py).
-benchmarks/dali_tutorial.py holds it with its GPU placements, for GPUs.
+benchmarks/dali_tutorial_gpu.py holds it with its GPU placements, for GPUs.
 
 Beside it, the same graph written as DALI's other tutorials write pipelines: decorated with pipeline_def (the twin
 of benchmarks/dali_tutorial_gpu.py's, which decodes with device="mixed" and moves the labels with labels.gpu()),

@@ -131,10 +131,10 @@ def test_the_vits_take_spectrograms_whose_sides_their_patches_tile():
     import jax
     import jax.numpy as jnp
 
-    from dali_launch.trainer import entry_points
     from dali_launch.trainer.model import vit
+    from dali_launch.trainer.model.registry import create_model
 
-    model = entry_points.create_model("vit-ti16", 4)
+    model = create_model("vit-ti16", 4)
     x = jnp.zeros((1, *spectrograms.of(DataConfig(**SMALL)).shape))
     params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), x))
     assert jax.eval_shape(model.apply, params, x).shape == (1, 4)

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 from nvidia.dali import fn, pipeline_def
+from plans import decided
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import augment, dali, shards
@@ -90,7 +91,7 @@ def test_a_checkpoint_mid_run_restores_the_augmentations_random_state(synth_sets
         Readers(device, device, shards.Sharding(0, 1, 1, 1)),
     )
     build = lambda checkpoints=None: dali.build(
-        split, readers, config, checkpoints=checkpoints, start=dali.Start("shards", 5, 1, 64, 1)
+        split, readers, decided(config), checkpoints=checkpoints, start=dali.Start("shards", 5, 1, 64, 1)
     )
     data = build()
     for _ in range(3):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from conftest import REPO, check_ok, dali_launch
+from plans import decided
 from run_readers import only_run
 
 from dali_launch.trainer.config import DataConfig
@@ -19,11 +20,13 @@ OUTPUTS = ("images", "labels")
 
 
 def test_a_record_is_of_its_pipelines_settings_split_and_outputs(tmp_path):
-    config = DataConfig(pipeline="my_pipes:pipe", image_size=32)
+    config = decided(DataConfig(pipeline="my_pipes:pipe", image_size=32))
     name = batch_record.key(config, str(tmp_path / "training"), OUTPUTS)
     assert name == batch_record.key(config, str(tmp_path / "training"), OUTPUTS)  # the same in every process
     others = [
-        batch_record.key(DataConfig(pipeline="my_pipes:pipe", image_size=64), str(tmp_path / "training"), OUTPUTS),
+        batch_record.key(
+            decided(DataConfig(pipeline="my_pipes:pipe", image_size=64)), str(tmp_path / "training"), OUTPUTS
+        ),
         batch_record.key(config, str(tmp_path / "other"), OUTPUTS),
         batch_record.key(config, str(tmp_path / "training"), ("view1", "view2", "labels")),
     ]

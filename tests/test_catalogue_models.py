@@ -1,5 +1,5 @@
 """The catalogue of bad inputs: `--model package.module:factory` of the user's own, Flax NNX and Linen,
-refused by the launcher (entry_points.check, launcher/route/task_check.py) with one line naming the factory
+refused by the launcher (model/registry.py's check, launcher/route/task_check.py) with one line naming the factory
 and the fix, before anything is written or started. catalogue.py says how an entry runs; the module
 here is on sys.path as a user's would be on PYTHONPATH."""
 

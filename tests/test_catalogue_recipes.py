@@ -149,7 +149,7 @@ def test_recipes(capsys, place, nothing_starts, args, message):
 WRITE = """
 import sys
 import jax, jax.numpy as jnp, numpy as np, orbax.checkpoint as ocp
-from dali_launch.trainer.entry_points import create_model
+from dali_launch.trainer.model.registry import create_model
 model = create_model("vit-ti16", 10)
 shapes = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), jax.ShapeDtypeStruct((1, 64, 64, 3), jnp.float32))
 ocp.PyTreeCheckpointer().save(sys.argv[1], {"params": jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes["params"])})

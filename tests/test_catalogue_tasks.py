@@ -1,5 +1,5 @@
 """The catalogue of bad inputs: a `--task package.module:name` (or a `--model`) of the user's own that fails on the
-pipeline's shapes, refused by the launcher's preparation (launcher/route/task_check.py, trainer/tasks/check.py)
+pipeline's shapes, refused by the launcher's preparation (launcher/route/task_check.py, trainer/step/dry_run.py)
 with one line naming the part and where, before anything is written or started: a `headline` its summary does
 not give, a `summary` that raises or returns no dict, a headline that is no number, a model that fails on one
 sample. Each was a traceback after an epoch of training (or at the model's first call). catalogue.py says how an

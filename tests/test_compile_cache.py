@@ -94,13 +94,11 @@ def test_the_kept_programs_hook_takes_jaxs_writer_calls_of_either_version(tmp_pa
     """JAX 0.10 calls its writer with `host_callbacks` last, 0.11 without it (a 2-process run on the GPU
     machine's JAX 0.11.2 failed on the hook before it took a default): both calls are kept, a program
     with host callbacks or one compiled too fast for the cache is not."""
-    import jax
     from jax._src import compiler
 
     monkeypatch.setattr(compiler, "_cache_write", compiler._cache_write)  # restored after the test
     monkeypatch.setattr(compile_cache, "_PENDING", [])
-    monkeypatch.setattr(jax, "process_index", lambda: 1)
-    compile_cache.every_process_writes(tmp_path)
+    compile_cache.every_process_writes(tmp_path, 1)  # a process other than 0
     compiler._cache_write("jit_a-1", 5.0, "jit_a", "backend", "executable")  # JAX 0.11
     compiler._cache_write("jit_b-2", 5.0, "jit_b", "backend", "executable", [])  # JAX 0.10
     compiler._cache_write("jit_c-3", 5.0, "jit_c", "backend", "executable", ["a callback"])

@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from plans import decided
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, memory, shards
@@ -141,7 +142,9 @@ def _epochs(path, cache: str, epochs: int, **data_config) -> tuple[list, object]
     sharding = shards.Sharding(0, 1, 1, 2)
     config = DataConfig(decoder="cpu", reader_threads=1, decoded_cache=cache, output_dtype="float32", **data_config)
     start = dali.Start("shards", 0, 1, 50, 2)
-    data = dali.build(dali.Split(str(path), True, 100), Readers(devices, devices, sharding), config, start=start)
+    data = dali.build(
+        dali.Split(str(path), True, 100), Readers(devices, devices, sharding), decided(config), start=start
+    )
     batches = [{k: np.asarray(v) for k, v in data.next().items()} for _ in range(epochs * data.steps)]
     return batches, data
 
@@ -198,7 +201,7 @@ def test_a_folders_shard_fills_with_the_files_its_shuffling_reader_reads(tmp_pat
 
     synth(SynthSpec(tmp_path, "folders", classes=4, train=24, test=4, image_scale=0.1, workers=1))
     config = DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, output_dtype="float32", image_size=16)
-    base = dali.pipeline_args(dali.Split(str(tmp_path / "training"), True, 4), 0, 1, 4, config)
+    base = dali.pipeline_args(dali.Split(str(tmp_path / "training"), True, 4), 0, 1, 4, decided(config))
     table = decoded_cache.fill(_folders, base, [1], 2, 1).table
 
     @pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=0)

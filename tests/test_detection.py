@@ -16,8 +16,8 @@ from conftest import check_ok, dali_launch
 from run_readers import only_run, seen_prints
 
 from dali_launch.launcher.cli import main
-from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model.registry import create_model
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.tasks import centers
@@ -102,11 +102,11 @@ def test_the_summary_reads_recall_and_precision_at_its_score_and_the_curves_area
 def test_class_ids_of_real_objects_are_bounded_padding_rows_are_not():
     task = detection(num_classes=CLASSES)
     batch = {"classes": np.array([[2, 7, 9], [1, 0, 0]], np.int32), "counts": np.array([2, 1], np.int32)}
-    ids = np.asarray(task.bounds(batch)["classes"])
+    ids = np.asarray(task.bounds.values(batch)["classes"])
     assert (ids.min(), ids.max()) == (0, 7)  # the 9 is padding
-    task.check_bounds({"classes": 0}, {"classes": 2}, "training", "detection")
+    task.bounds.check({"classes": 0}, {"classes": 2}, "training", "detection")
     with pytest.raises(UsageError) as e:
-        task.check_bounds({"classes": 0}, {"classes": 7}, "training", "detection")
+        task.bounds.check({"classes": 0}, {"classes": 7}, "training", "detection")
     assert str(e.value) == "--num-classes 3 but --pipeline detection gave training label 7; use --num-classes 8 or more"
 
 

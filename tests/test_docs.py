@@ -260,6 +260,79 @@ def test_every_path_a_page_names_exists(page):
     assert not gone, f"{name} names paths that do not exist: {gone}"
 
 
+# A Python file named in code or docs, with or without its folders (`plan/step.py`, `step.py`), is one of the
+# repository's; a pattern (`records/<format>.py`) names none. Others' files are named as theirs here; the history
+# and the results' records keep what was.
+OTHERS = {
+    "examples/imagenet/models.py": "Flax's ResNet example",
+    "models/vit.py": "big_vision's ViT",
+    "tools/wds2idx.py": "DALI's WebDataset indexer",
+    "file.py": "a user's file, in a message's example",
+    "own.py": "a user's file, in a message's example",
+    "digits.py": "the user's own task, which docs/tasks.md has them save",
+}
+PY_FILE = re.compile(r"(?<![\w./<>*{-])((?:[\w-]+/)*[\w-]+\.py)\b")
+SHELL_FOLDER = re.compile(r"\$\{?\w+\}?/")  # `$here/tasks.py` is benchmarks/tasks.py
+DOTTED = re.compile(r"\bdali_launch(?:\.\w+)+")
+
+
+def tracked() -> list[str]:
+    """The repository's files, those not committed yet among them (not what .gitignore leaves out)."""
+    import subprocess
+
+    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    return subprocess.run(listed, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+
+
+def module_names() -> dict[str, Path]:
+    """`dali_launch.trainer.plan.step` -> its file, for every module of the two packages."""
+    names = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = [p for p in path.relative_to(ROOT).with_suffix("").parts if p != "__init__"]
+            names[".".join(["dali_launch", *parts])] = path
+    return names
+
+
+def public_names() -> list[str]:
+    """What `import dali_launch` gives (its names are imported on first use: the package itself imports nothing)."""
+    import dali_launch
+
+    return dali_launch.__all__
+
+
+def defines(path: Path, name: str) -> bool:
+    """Whether module `path` defines or imports `name` at its top level."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and name in [a.asname or a.name for a in node.names]:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+def test_every_module_a_file_or_page_names_exists():
+    files, modules_ = tracked(), module_names()
+    texts = [f for f in product_files() if f.suffix in (".py", ".md", ".sh", ".toml") and f != HISTORY]
+    gone = []
+    for path, line in ((p, line) for p in texts for line in p.read_text().splitlines()):
+        for name in PY_FILE.findall(SHELL_FOLDER.sub("", line)):
+            if name not in OTHERS and not any(f == name or f.endswith(f"/{name}") for f in files):
+                gone.append(f"{path.relative_to(ROOT)}: {name}")
+        for dotted in DOTTED.findall(line):
+            parts = dotted.split(".")
+            if len(parts) == 2 and parts[1] in public_names():  # `import dali_launch`'s own (dali_launch/__init__.py)
+                continue
+            known = next((k for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in modules_), 0)
+            rest = parts[known:]
+            if not known or len(rest) > 1 or (rest and not defines(modules_[".".join(parts[:known])], rest[0])):
+                gone.append(f"{path.relative_to(ROOT)}: {dotted}")
+    assert not gone, f"code or docs name modules that do not exist: {gone}"
+
+
 RESULTS = ROOT / "benchmarks" / "results"
 MACHINES = {"h200", "h200-x2", "cpu-2core"}  # benchmarks/results/README.md says what each is
 RUN_KEYS = {"command", "commit", "date", "machine", "result"}

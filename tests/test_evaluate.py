@@ -16,14 +16,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 # The run's last checkpoint (its parameters after epoch 0) evaluated on one device, in a process of its
 # own: the trainer's own Evaluator, restored through its own Checkpointer.
 ONE_DEVICE = """
-import dataclasses, json, sys
+import json, sys
 import jax, numpy as np
 from dali_launch.trainer.config import TaskSpec, replaced
+from dali_launch.trainer.data.decided import DataPlan
+from dali_launch.trainer.plan import Plan, facts
 from dali_launch.trainer.plan.eval import EvalPlan
 from dali_launch.trainer.resilience import saved
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step.initial_state import create_train_state
+from dali_launch.trainer.step.initial_state import Made, create_train_state
 from dali_launch.trainer.step.evaluate import Evaluator
 
 spec = TaskSpec.load(sys.argv[1])
@@ -32,8 +34,9 @@ paths = RunPaths(spec.run_dir)
 fresh = create_train_state(spec, np.zeros((1, 784), np.float32), slots_per_epoch=1)
 newest = saved.newest(paths)
 state, _ = Checkpointer(paths, 3).restore(newest.step, fresh, zero_tally(newest.metrics))
-data = dataclasses.replace(spec.data, decoder="cpu", reader_threads=2, output_dtype="float32")
-evaluator = Evaluator(spec, jax.local_devices()[:1], EvalPlan(25, 1, True), data)  # the job's 25 rows a device
+data = DataPlan(spec.data, decoder="cpu", reader_threads=2, readers_per_device=1, output_dtype="float32")
+plan = Plan("cpu", data, None, EvalPlan(25, 1, True))  # the job's 25 rows a device
+evaluator = Evaluator(spec, facts.alone(jax.local_devices()[:1]), plan, Made.of(spec))
 summary, count, _ = evaluator(state.variables())
 print(json.dumps({"accuracy": summary["accuracy"], "count": count, "devices": evaluator.eval_devices}))
 """

@@ -11,6 +11,7 @@ from functools import partial
 import jax
 import pytest
 from catalogue import NOT_AN_IMAGE, dataset, good_records, replace_image, synth_set
+from plans import decided
 
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, expected, formats, shards
@@ -18,6 +19,7 @@ from dali_launch.trainer.data.batches import Readers, calls_per_epoch
 from dali_launch.trainer.data.contract import OUTPUTS
 from dali_launch.trainer.data.expected import Expected
 from dali_launch.trainer.tasks.classification import classification
+from dali_launch.trainer.tasks.contract import Task
 
 
 def _split(tmp_path, found: formats.Format, spoilt: bool) -> str:
@@ -53,8 +55,8 @@ def test_every_built_in_format_gives_the_batch_expected_of_it(tmp_path, monkeypa
     )
     sharding, start = shards.Sharding(0, 1, 1, 1), dali.Start(order, 0, 1, 1, 1)
     calls = partial(calls_per_epoch, sharding=sharding, reader_batch=1, start=start)
-    guess = expected.guess(config, split, calls, classification())
-    data = dali.build(dali.Split(split, True, 1), Readers(devices, devices, sharding), config, start=start)
+    guess = expected.guess(decided(config), split, calls, classification())
+    data = dali.build(dali.Split(split, True, 1), Readers(devices, devices, sharding), decided(config), start=start)
     assert guess == Expected(data.sample_spec(), data.steps) and data.steps == 6 - spoilt
     abstract = lambda x: (x.shape, x.dtype, x.sharding)
     assert jax.tree.map(abstract, guess.batch(data.sharding_spec, 1)) == jax.tree.map(abstract, data.peek())
@@ -62,8 +64,30 @@ def test_every_built_in_format_gives_the_batch_expected_of_it(tmp_path, monkeypa
     assert (example.shape, example.dtype) == (first.shape, first.dtype)
 
 
+OTHERS = [f.name for f in formats.FORMATS if f.outputs != OUTPUTS] + [r.name for r in formats.READINGS]
+
+
+@pytest.mark.parametrize("pipeline", OTHERS)
+def test_every_built_in_pipeline_of_another_task_gives_what_is_expected_of_it(tmp_path, monkeypatch, pipeline):
+    """The pipelines of the other built-in tasks (segmentation's masks, detection's boxes, video's clips of
+    --clip-frames frames, the contrastive views) give one sample of each output as samples.py describes it."""
+    monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
+    found = formats.get(pipeline)
+    split, devices = str(synth_set(found.name)(tmp_path)["data"] / "training"), jax.local_devices(backend="cpu")[:1]
+    config = DataConfig(pipeline=pipeline, decoder="cpu", reader_threads=1, output_dtype="float32", image_size=32)
+    names = formats.reading(pipeline).outputs if formats.reading(pipeline) else found.outputs
+    sharding, start = shards.Sharding(0, 1, 1, 1), dali.Start("shards", 0, 1, 1, 1)
+    calls = partial(calls_per_epoch, sharding=sharding, reader_batch=1, start=start)
+    guess = expected.guess(decided(config), split, calls, Task(names, None, None))
+    data = dali.build(
+        dali.Split(split, True, 1, outputs=names), Readers(devices, devices, sharding), decided(config), start=start
+    )
+    assert guess == Expected(data.sample_spec(), data.steps)
+
+
 def test_a_pipeline_of_ones_own_is_not_guessed(tmp_path):
     """Only the task knows what it gives: its pipelines' first batch decides, as before."""
     assert (
-        expected.guess(DataConfig(pipeline="my_pipes:pipeline"), str(tmp_path), lambda n: n, classification()) is None
+        expected.guess(decided(DataConfig(pipeline="my_pipes:pipeline")), str(tmp_path), lambda n: n, classification())
+        is None
     )

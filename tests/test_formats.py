@@ -19,8 +19,8 @@ from nvidia.dali import pipeline_def
 
 from dali_launch.launcher.data import data_check, datasets, synth
 from dali_launch.launcher.route import task_check
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import bad_samples, formats, records, sample_scan
+from dali_launch.trainer.data import registry as pipelines
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.data.dali import epoch_size
 from dali_launch.trainer.data.sample_scan import Listing, Scan, image_problem, stamp
@@ -78,7 +78,7 @@ def test_the_screen_and_the_reader_see_the_same_files(tmp_path, monkeypatch, fou
     assert left_out == ([launcher_scan] if spoilt else [])  # the scan rides with the pipeline, no global
 
 
-# How each "module:function" a Format names is called (datasets.check, synth's units, entry_points.load; the
+# How each "module:function" a Format names is called (datasets.check, synth's units, pipelines.load; the
 # records module's by bad_samples, sample_scan and records/): what a rename or a new parameter would break.
 REFERENCES = {"check": ("path", "origin", "num_classes"), "writer": ("unit",), "pipeline": ("args",)}
 RECORDS_CALLS = {"source": ("kwargs",), "listing": ("kwargs",), "without": ("kwargs", "scan")}
@@ -99,7 +99,7 @@ def test_every_reference_a_format_names_imports_and_takes_its_call(found):
         inspect.signature(function).bind(*call)
     if found.fits:  # datasets.check_samples calls it with the data set and the run's [data]
         inspect.signature(formats.imported(found.fits)).bind("path", "data")
-    assert entry_points.load("pipeline", found.name) is formats.imported(found.pipeline)
+    assert pipelines.load(found.name) is formats.imported(found.pipeline)
     module = found.module()
     for name, call in RECORDS_CALLS.items():
         if name == "without" and not found.skips:  # nothing can be left out of its reader
@@ -203,8 +203,8 @@ TOY = formats.Format(
 def test_a_toy_format_registered_alone_is_in_every_derived_table(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(formats, "FORMATS", (*formats.FORMATS, TOY))
-    assert entry_points.builtin("pipeline")["toy"] == f"{HERE}:toy_pipeline"
-    entry_points.check("pipeline", "toy")  # a built-in name now: nothing imported
+    assert pipelines.pipelines()["toy"] == f"{HERE}:toy_pipeline"
+    pipelines.check("toy")  # a built-in name now: nothing imported
     assert "toy" in synth.synth_formats() and "toy" not in task_check.crops() and task_check.flat("toy")
     assert "toy" in records.readers()
 
@@ -233,7 +233,7 @@ def test_the_launcher_prepares_a_built_in_pipeline_without_dali_or_jax(small_lmd
     does not import DALI (0.4 s) or JAX beside its ranks."""
     from dali_launch.trainer.data.contract import Pipeline
 
-    for name, target in entry_points.builtin("pipeline").items():
+    for name, target in pipelines.pipelines().items():
         found = formats.imported(target)
         assert isinstance(found, Pipeline) and found.cacheable == formats.get(name).decodes, name
     args = ["--local", "--processes", "2", "--gpus-per-node", "2", "--dry-run", "--data-dir", str(small_lmdb)]

@@ -3,7 +3,7 @@
 pipelines' CPU outputs give, without a host copy where none is meant: device batches (training's, with their
 masks, and evaluation's), the first batch's sample and the shapes checked against it, the fingerprints of
 --record-samples, the label check's bounds, the pre-flight's sample, the host's decoded-sample table, a bad
-sample's one line. Whole runs of GPU pipelines under the stand-in: test_gpu_pipelines.py."""
+sample's one line. Whole runs of GPU pipelines under the stand-in: test_native.py (gpu_runs)."""
 
 from __future__ import annotations
 
@@ -18,26 +18,30 @@ from catalogue import replace_image, synth_set
 from gpu_standin import gpu_outputs as standin
 from nvidia.dali import backend, fn
 from nvidia.dali.pipeline import Pipeline
+from plans import decided
 from test_bad_samples import _corrupt_huffman_tables
 
 from dali_launch.launcher.api import Executor
 from dali_launch.launcher.run_config import task_spec
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, dali_outputs, decoded_cache, expected, graph_check, label_check, shards
+from dali_launch.trainer.data import registry as pipelines
 from dali_launch.trainer.data.batches import Readers, calls_per_epoch, device_batch
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model.registry import run_model
 from dali_launch.trainer.observe.replicas import SampleRecorder
+from dali_launch.trainer.plan import Plan, facts
 from dali_launch.trainer.plan.eval import EvalPlan
 from dali_launch.trainer.step.evaluate import Evaluator
+from dali_launch.trainer.step.initial_state import Made
 from dali_launch.trainer.tasks.classification import classification
 
-CONFIG = DataConfig(decoder="cpu", reader_threads=1, decoded_cache="off", output_dtype="float32")
+CONFIG = decided(DataConfig(decoder="cpu", reader_threads=1, decoded_cache="off", output_dtype="float32"))
 SHARDING, START = shards.Sharding(0, 1, 1, 2), dali.Start("shards", 0, 1, 60, 2)  # 2 readers of 60: padded calls
 
 
-def _build(path, training: bool, config: DataConfig = CONFIG):
+def _build(path, training: bool, config=CONFIG):
     """mnist's pipelines, 2 readers on one CPU device, as the trainer builds them (training's from START)."""
     devices = jax.local_devices(backend="cpu")[:1]
     split = dali.Split(str(path), training, 120)
@@ -48,7 +52,7 @@ def _read(data, run_dir) -> dict:
     """An epoch's batches, and what set-up and the loop read of them: one sample, its spec, the fingerprints
     --record-samples keeps (for a run in `run_dir`), the class ids' bounds the label check folds."""
     first, spec = data.first_sample("images"), data.sample_spec()
-    recorder = SampleRecorder(types.SimpleNamespace(run_dir=str(run_dir)), data, 0, 0)
+    recorder = SampleRecorder(types.SimpleNamespace(run_dir=str(run_dir)), data, 0, 0, 0)
     batches, seen = [], label_check.none()
     for _ in range(data.steps):
         batch = data.next()
@@ -140,14 +144,15 @@ def evaluation(small_lmdb, tmp_path_factory) -> tuple:
     cache on the devices)."""
     run = tmp_path_factory.mktemp("evaluation")
     spec = task_spec(Executor("here").run_config(data_dir=str(small_lmdb)), str(run), str(small_lmdb), "train")
-    shapes = jax.eval_shape(entry_points.run_model(spec).init, jax.random.PRNGKey(0), np.zeros((1, 784), np.float32))
+    shapes = jax.eval_shape(run_model(spec).init, jax.random.PRNGKey(0), np.zeros((1, 784), np.float32))
     draw = np.random.default_rng(0).standard_normal
     variables = jax.tree.map(lambda x: (0.05 * draw(x.shape)).astype(x.dtype), shapes)
     return spec, variables, _evaluated(spec, variables)
 
 
 def _evaluated(spec, variables) -> list:
-    evaluator = Evaluator(spec, jax.local_devices()[:1], EvalPlan(50, 2, True), CONFIG)
+    plan = Plan("cpu", CONFIG, None, EvalPlan(50, 2, True))  # what it takes of a plan
+    evaluator = Evaluator(spec, facts.alone(jax.local_devices()[:1]), plan, Made.of(spec))
     said = [evaluator(variables)[:2] for _ in range(2)]
     assert evaluator.cached is not None and said[0][1] == 200
     return said
@@ -187,11 +192,11 @@ def test_the_host_table_fills_from_gpu_outputs(small_lmdb, gpu_outputs):
     """--decoded-cache's host table holds host copies of what its fill pipelines give, GPU outputs too: the CPU
     outputs' table, each sample once."""
     base = dali.pipeline_args(dali.Split(str(small_lmdb / "training"), True, 4), 0, 1, 4, CONFIG)
-    from_gpu = decoded_cache.fill(entry_points.load("pipeline", "mnist"), base, [0], 1, 1)
+    from_gpu = decoded_cache.fill(pipelines.load("mnist"), base, [0], 1, 1)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dali_outputs, "GPU_TYPES", dali_outputs.GPU_TYPES[:2])
         patch.setattr(Pipeline, "run", Pipeline.run.original)
-        from_cpu = decoded_cache.fill(entry_points.load("pipeline", "mnist"), base, [0], 1, 1)
+        from_cpu = decoded_cache.fill(pipelines.load("mnist"), base, [0], 1, 1)
     assert len(from_gpu.table) == 800 and from_gpu.table.keys() == from_cpu.table.keys()
     assert all(np.array_equal(from_gpu.table[k], from_cpu.table[k]) for k in from_cpu.table)
     assert standin.counts["as_cpu"] == standin.counts["outputs"] > 0
@@ -203,7 +208,9 @@ def test_a_sample_corrupt_inside_is_one_line_from_gpu_pipelines(tmp_path, monkey
     monkeypatch.setenv("DALI_LAUNCH_CACHE", str(tmp_path / "cache"))
     spoil = lambda root: replace_image(root / "training", "folders", 1, _corrupt_huffman_tables)
     data = synth_set("folders", spoil)(tmp_path)["data"]
-    config = DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, image_size=16, output_dtype="float32")
+    config = decided(
+        DataConfig(pipeline="folders", decoder="cpu", reader_threads=1, image_size=16, output_dtype="float32")
+    )
     built = _build(data / "training", True, config)
     with pytest.raises(UsageError, match=r"^DALI could not decode .*1/00000001\.jpg .* it is corrupt inside"):
         for _ in range(built.steps):

@@ -1,4 +1,4 @@
-"""--mesh (trainer/step/mesh.py): the train state sharded over an fsdp axis trains the SGD steps of data
+"""--mesh (trainer/plan/mesh.py): the train state sharded over an fsdp axis trains the SGD steps of data
 parallelism, holds 1/M of the state on each device, and its checkpoints resume on another mesh."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from conftest import REPO, check_ok, dali_launch
 from run_readers import assert_same_params, only_run
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.plan import fit
-from dali_launch.trainer.step import mesh
+from dali_launch.trainer.plan import fit, mesh
 
 
 def test_a_mesh_parses_and_resolves_against_the_device_count():
@@ -106,7 +105,7 @@ def test_the_tensor_axis_splits_a_vits_attention_by_heads_and_its_mlp_by_units()
     projection and MLP kernel is split over tensor:2 along its heads or hidden units, the rest is not."""
     import jax
 
-    from dali_launch.trainer.entry_points import create_model
+    from dali_launch.trainer.model.registry import create_model
 
     shapes = jax.eval_shape(
         lambda: create_model("vit-s16", 10).init(jax.random.key(0), jax.numpy.zeros((1, 32, 32, 3)))

@@ -1,4 +1,4 @@
-"""--mixup and --cutmix on the device (step/mixing.py), as timm mixes: the targets sum to 1 and weigh each
+"""--mixup and --cutmix on the device (tasks/mixing.py), as timm mixes: the targets sum to 1 and weigh each
 image by exactly what of it the mixed image holds; the switch between the two; the same mixing whether
 a step's rows are one device's (pmap) or every device's end to end (sharded)."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from dali_launch.trainer.step import mixing
-from dali_launch.trainer.step.mixing import Mixing
+from dali_launch.trainer.tasks import mixing
+from dali_launch.trainer.tasks.mixing import Mixing
 
 ROWS, SIDE, CLASSES = 6, 16, 7  # an even count: no row is its own partner
 

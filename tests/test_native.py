@@ -20,8 +20,8 @@ from conftest import CLI, REPO, check_ok, dali_launch, standin_counts
 from nvidia.dali.pipeline import Pipeline
 from run_readers import only_run, seen_prints
 
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.data import native
+from dali_launch.trainer.data import registry as pipelines
 from dali_launch.trainer.data.contract import Pipeline as ContractPipeline
 from dali_launch.trainer.data.contract import PipelineArgs
 from dali_launch.trainer.observe.replicas import fingerprints
@@ -50,16 +50,16 @@ def test_a_decorated_function_is_its_graph_function_adapted(name):
 
     wrapper = getattr(dali_tutorial, name)
     for target in (f"dali_tutorial:{name}", wrapper):
-        function = entry_points.load("pipeline", target)
+        function = pipelines.load(target)
         assert isinstance(function, native.Native) and function.function is wrapper.__wrapped__
         assert function.output_map == (("images", "labels") if name == "mnist_sharded_iterator" else ())
 
 
 def test_plain_functions_are_told_apart_by_their_parameters():
     """A plain function taking shard_id and num_shards is DALI's way; one callable as function(args) is ours."""
-    assert entry_points.load("pipeline", plain) == native.Native(plain, "test_native:plain")
+    assert pipelines.load(plain) == native.Native(plain, "test_native:plain")
     for ours in (contract, contract_with_shards, ContractPipeline(contract)):
-        assert entry_points.load("pipeline", ours) is ours
+        assert pipelines.load(ours) is ours
 
 
 def test_pipeline_params_are_roles_or_literal_values():
@@ -71,7 +71,7 @@ def test_pipeline_params_are_roles_or_literal_values():
 
 def _built(name: str, args: PipelineArgs):
     """--pipeline `name` adapted, defined for `args` and built on the CPU, as the trainer builds one."""
-    function = entry_points.load("pipeline", name)
+    function = pipelines.load(name)
     pipe = Pipeline(batch_size=4, num_threads=1, device_id=None, seed=0)
     with pipe:
         pipe.set_outputs(*function(args))
@@ -196,14 +196,17 @@ def test_decoder_auto_on_gpus_refuses_a_module_that_starts_jax():
     """--decoder auto asks the module for its word before JAX starts; the tutorial's module starts JAX as it is
     imported: one line, naming --decoder mixed (run here as on a GPU task, in a fresh process)."""
     proc = _python(
-        "from dali_launch.trainer.config import DataConfig\n"
+        "from dali_launch.trainer.config import DataConfig, TaskSpec\n"
+        "from dali_launch.trainer.entries import Entries\n"
         "from dali_launch.trainer.errors import UsageError\n"
         "from dali_launch.trainer.plan import placement\n"
+        "config = DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator')\n"
+        "decoder = lambda: placement.decoder(config, 'gpu', Entries(TaskSpec(run_dir='x', data=config)))\n"
         "try:\n"
-        "    placement.decoder(DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator'), 'gpu')\n"
+        "    decoder()\n"
         "except UsageError as e:\n"
         "    print(e)\n"
-        "print(placement.decoder(DataConfig(pipeline='dali_tutorial:mnist_sharded_iterator'), 'gpu'))\n"
+        "print(decoder())\n"
     )
     check_ok(proc)
     said, again = proc.stdout.strip().splitlines()

@@ -115,7 +115,7 @@ def test_the_docs_example_resumes_bit_exactly_in_2_processes(user_code, small_lm
 
 @pytest.fixture(scope="module")
 def net(user_code):
-    from dali_launch.trainer.entry_points import create_model
+    from dali_launch.trainer.model.registry import create_model
 
     model = create_model("nnx_models:Net", 10)
     key = jax.random.PRNGKey(0)

@@ -156,6 +156,7 @@ def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():
 
     from dali_launch.trainer.config import ObserveConfig, TaskSpec
     from dali_launch.trainer.observe.step_log import StepLog
+    from dali_launch.trainer.step.optim import schedule
 
     class Recorder:
         def __init__(self):
@@ -169,7 +170,7 @@ def test_step_log_rate_leaves_out_compilation_and_logs_on_the_grid():
 
     spec = TaskSpec(run_dir="unused", observe=ObserveConfig(log_every_steps=25))
     rec = Recorder()
-    log = StepLog(spec, rec, steps_per_call=2, slots_per_epoch=100)
+    log = StepLog(spec, rec, steps_per_call=2, schedule=schedule(spec.optimizer, spec.step.epochs, 100))
     tally = lambda loss, count: {"loss": jnp.array([loss]), "count": jnp.array([count])}
     log.begin_epoch(0, None)
     log.compiled(tally(10.0, 100), 0.0)

@@ -72,7 +72,7 @@ def test_train_help_leaves_out_the_job_flags_train_does_not_take(capsys, capture
     """`train` is one process here: --nodes, --processes, --local and --local-timeout-s shape or bound a job, so
     its help leaves them out (the job's help lists them); given, they still reach its checks. --pipeline's help
     names every built-in pipeline, from the registry."""
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.data.registry import pipelines
 
     monkeypatch.setenv("COLUMNS", "200")
     assert cli.main(["train", "--help"]) == 0
@@ -83,7 +83,7 @@ def test_train_help_leaves_out_the_job_flags_train_does_not_take(capsys, capture
         assert flag not in train and flag in job, flag
     assert "--dry-run" in train and "--resume" in train and "--gpus-per-node" in train
     listed = re.search(r"--pipeline <str> +(.*?)\[default", train, re.S).group(1)
-    assert all(f"{name}," in listed for name in entry_points.builtin("pipeline")), listed
+    assert all(f"{name}," in listed for name in pipelines()), listed
     assert cli.main(["train", "--nodes", "2"]) == 0 and captured["run"].launch.nodes == "2"  # for its check to refuse
 
 

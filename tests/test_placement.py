@@ -14,6 +14,7 @@ from plans import planned
 from dali_launch.trainer.config import DataConfig, TaskSpec, replaced
 from dali_launch.trainer.data import codecs, contract
 from dali_launch.trainer.data.contract import PipelineArgs
+from dali_launch.trainer.entries import Entries
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import placement
 
@@ -31,7 +32,7 @@ from dali_launch.trainer.plan import placement
 )
 def test_decoder_resolution(pipeline, decoder, platform, expected):
     config = DataConfig(pipeline=pipeline, decoder=decoder)
-    assert placement.decoder(config, platform) == expected
+    assert placement.decoder(config, platform, Entries(TaskSpec(run_dir="x", data=config))) == expected
     assert placement.place(TaskSpec(run_dir="x", data=config), platform).decoder == expected
 
 
@@ -224,6 +225,6 @@ def test_gpu_decoding_settings_are_arguments_dali_takes(op):
     assert cpu.decoder_args() == {"device": "cpu"}  # CPU decoders take none of nvJPEG's settings
 
 
-def resolved_data(spec: TaskSpec, platform: str) -> DataConfig:
-    """The data config pipelines are built from: `spec`'s, its auto values decided for one device."""
-    return planned(spec, platform).data.config(spec.data)
+def resolved_data(spec: TaskSpec, platform: str):
+    """What pipelines are built from: `spec`'s [data] settings, their auto values decided for one device."""
+    return planned(spec, platform).data

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from plans import planned
+from plans import inputs, planned
 
 from dali_launch.trainer.config import DataConfig, StepConfig, TaskSpec, replaced
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.plan import partition, plan, rematerialise
 from dali_launch.trainer.plan import step as plan_step
 from dali_launch.trainer.plan.eval import eval_batch_size
 from dali_launch.trainer.plan.facts import Facts
@@ -98,9 +99,10 @@ def test_eval_batch_size(setting, platform, expected):
 
 def test_the_plan_records_every_decision():
     spec = replaced(TaskSpec(run_dir="x"), batch_size=50)
-    decided = planned(spec, local_device_count=2, process_count=2, processes_on_host=2)
-    partitioned = plan_step.partitioned(decided.step, spec.step, FOUR_CPUS, StateSize((), stateful=False), "auto")
-    assert decided.with_step(partitioned).record() == {  # the partition, once the model's shapes are known
+    given = inputs(spec, local_device_count=2, process_count=2, processes_on_host=2)
+    decided = plan(given)
+    partitioned = partition(decided, given, StateSize((), stateful=False))
+    assert partitioned.record() == {  # the partition, once the model's shapes are known
         "platform": "cpu",
         "decoder": "cpu",
         "cuda_graphs": False,
@@ -131,25 +133,20 @@ def test_the_plan_records_every_decision():
         "xla_flags": {},  # no --deterministic
         "remat": "none",
     }
-    assert decided.step.call_batch == 50 and decided.record().keys() < partitioned_record_keys(decided, partitioned)
+    assert decided.step.call_batch == 50 and decided.record().keys() < partitioned.record().keys()
     vit = replaced(TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32)), model="vit-s16")
     assert planned(vit).step.attention == "xla"  # CPUs: XLA's; GPUs in bf16 probe cuDNN's
-    data = decided.data.config(spec.data)
+    data = decided.data  # what the pipelines are built from
     assert (data.reader_threads, data.decoder) == (2, "cpu")
-
-
-FOUR_CPUS = Facts("cpu", local_device_count=2, process_count=2)
-
-
-def partitioned_record_keys(decided, step) -> set:
-    return decided.with_step(step).record().keys()
 
 
 def test_bf16_pipelines_output_float16():
     """DALI has no bfloat16: under --precision bf16 the pipelines hand over half the bytes as float16."""
     spec = replaced(TaskSpec(run_dir="x"), precision="bf16")
     assert planned(spec).data.output_dtype == "float16"
-    assert planned(spec).data.config(spec.data).output_dtype == "float16"  # what DALI gets
+    from dali_launch.trainer.data.dali import Split, pipeline_args
+
+    assert pipeline_args(Split("x", True, 8), 0, 1, 8, planned(spec).data).output_dtype == "float16"  # what DALI gets
     kept = replaced(TaskSpec(run_dir="x", data=DataConfig(output_dtype="float32")), precision="bf16")
     assert planned(kept).data.output_dtype == "float32"
 
@@ -187,3 +184,21 @@ def test_a_state_no_mesh_of_the_job_holds_is_refused_naming_the_mesh_that_would(
         "no fsdp count over the job's 2 devices fits it; --mesh fsdp:4 over 4 devices would need about 9.0 MiB each"
         in said
     )
+
+
+def test_remat_auto_turns_to_blocks_where_the_compiled_step_exceeds_the_pool_and_the_model_takes_it():
+    """The plan's last stage (plan.rematerialise) on what the first call needs of a device: a ViT's step over
+    the pool recomputes its blocks; one within it, or a model that takes no --remat, keeps none."""
+    mib = 1 << 20
+    for model, needs, expected in (
+        ("vit-ti16", 64 * mib, "blocks"),
+        ("vit-ti16", 8 * mib, "none"),
+        ("mlp", 64 * mib, "none"),
+    ):
+        spec = replaced(
+            TaskSpec(run_dir="x", data=DataConfig(pipeline="folders", image_size=32)), model=model, remat="auto"
+        )
+        given = inputs(spec, pool_bytes=16 * mib)
+        decided = plan(given)
+        assert decided.step.remat == "none"  # auto: nothing recomputed until the step has compiled
+        assert rematerialise(decided, given, needs).step.remat == expected

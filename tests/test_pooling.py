@@ -16,8 +16,8 @@ import pytest
 from plans import planned
 
 from dali_launch.trainer.config import TaskSpec, replaced
-from dali_launch.trainer.entry_points import create_model
 from dali_launch.trainer.model.pooling import max_pool_3x3_s2, stem_pool
+from dali_launch.trainer.model.registry import create_model
 from dali_launch.trainer.plan.step import pool_grad
 
 
@@ -67,7 +67,7 @@ def test_auto_resolves_by_platform_and_determinism_and_reaches_the_resnets():
     spec = replaced(TaskSpec(run_dir="x"), model="resnet50")
     decided = planned(spec)
     assert decided.record()["pool_grad"] == "masks"  # recorded in rank_map.json
-    assert decided.step.applied(spec).model.pool_grad == "masks"
+    assert decided.step.model_options(spec.model)["pool_grad"] == "masks"
     for name in ("resnet50", "resnet18"):
         assert create_model(name, 10, pool_grad="masks").pool_grad == "masks"
         assert create_model(name, 10).pool_grad == "scatter"

@@ -14,7 +14,7 @@ import pytest
 import dali_launch as dl
 from dali_launch.launcher.api import modes
 from dali_launch.launcher.api.objects import reference
-from dali_launch.trainer import entry_points
+from dali_launch.trainer.entries import builtin
 
 HEAVY = ("jax", "flax", "nvidia.dali", "typer", "dali_launch.launcher", "dali_launch.trainer")
 
@@ -43,7 +43,7 @@ def test_import_dali_launch_imports_nothing_heavy_and_gives_every_name():
 def test_the_builtins_by_name_are_what_the_flags_name_and_are_recorded_so():
     """Each mapping lists its kind's names; a value looked up is recorded by its built-in name, as the flag."""
     for kind, mapping in (("model", dl.models), ("task", dl.tasks), ("pipeline", dl.pipelines)):
-        assert list(mapping) == list(entry_points.builtin(kind)) and len(mapping) == len(entry_points.builtin(kind))
+        assert list(mapping) == list(builtin(kind)) and len(mapping) == len(builtin(kind))
     for kind, mapping, name in (("task", dl.tasks, "segmentation"), ("model", dl.models, "vit-ti16")):
         assert reference(kind, mapping[name]) == name  # vit-ti16: a factory made by a function, no qualname to it
     with pytest.raises(KeyError) as unknown:

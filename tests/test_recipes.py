@@ -234,7 +234,7 @@ def test_bad_entry_points_fail_before_anything_is_written(
 def test_broken_contracts_are_refused_before_anything_is_written(
     capsys, monkeypatch, nothing_starts, user_package, mnist_lmdb, tmp_path, flag, value, message
 ):
-    """Checked by the launcher (entry_points.check); they used to pass it and fail in the task, after the
+    """Checked by the launcher (the loaders' checks); they used to pass it and fail in the task, after the
     run directory was written."""
     monkeypatch.syspath_prepend(str(user_package))
     run_entry(

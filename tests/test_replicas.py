@@ -19,5 +19,5 @@ def test_a_resumed_epoch_forgets_what_a_killed_run_recorded_past_its_checkpoint(
     stale = [(1, 0, 8), (1, 1, 8), (2, 1, 0)]
     for epoch, rank, call in kept + stale:
         np.save(paths.sample_record(epoch, rank, call), np.zeros(2, np.uint64))
-    SampleRecorder(SimpleNamespace(run_dir=str(tmp_path)), None, 1, 8)
+    SampleRecorder(SimpleNamespace(run_dir=str(tmp_path)), None, 1, 8, 0)  # process 0 of the resumed run
     assert sorted(paths.samples.iterdir()) == sorted(paths.sample_record(*k) for k in kept)

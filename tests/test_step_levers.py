@@ -10,11 +10,11 @@ import pytest
 from plans import planned
 
 from dali_launch.trainer.config import TaskSpec, replaced
-from dali_launch.trainer.entry_points import create_model
+from dali_launch.trainer.model.registry import create_model
 from dali_launch.trainer.model.resnet import batch_norm
+from dali_launch.trainer.plan import xla_options
 from dali_launch.trainer.plan.placement import place
 from dali_launch.trainer.plan.step import batchnorm_stats
-from dali_launch.trainer.step import xla_options
 
 
 def test_xla_options_by_platform_and_parse():

@@ -228,6 +228,27 @@ def test_a_task_says_which_way_its_headline_improves_or_its_name_does():
         Task(outputs=("x",), loss=None, evaluate=None, better="up")
 
 
+def test_a_tasks_bounds_are_one_hook_and_the_earlier_three_fields_make_the_same():
+    """Bounds: its names, the values a batch gives, the check of their range; a task of the earlier form
+    (bounds=values, bounded=names, check_bounds=check) is read as that Bounds; part of it alone is one line."""
+    import numpy as np
+
+    from dali_launch.trainer.errors import UsageError
+    from dali_launch.trainer.tasks.classification import bounded_class_ids
+    from dali_launch.trainer.tasks.contract import Bounds
+
+    ids = bounded_class_ids("labels", 3)
+    assert ids.names == ("labels",) and ids.values({"labels": np.float32([[0.0, 1.0, 0.0]])}) == {"labels": None}
+    assert ids.values({"labels": np.int32([2, 0])})["labels"].tolist() == [2, 0]
+    ids.check({"labels": 0}, {"labels": 2}, "training", "mnist")
+    with pytest.raises(UsageError, match=r"^--num-classes 3 but --pipeline mnist gave training label 3; "):
+        ids.check({"labels": 0}, {"labels": 3}, "training", "mnist")
+    earlier = Task(("x", "y"), None, None, bounds=ids.values, bounded=("labels",), check_bounds=ids.check)
+    assert earlier.bounds == Bounds(("labels",), ids.values, ids.check) and Task(("x",), None, None).bounds is None
+    with pytest.raises(ValueError, match=r"^Task\(bounded=\.\.\.\) without the rest: give bounds, bounded and "):
+        Task(("x",), None, None, bounded=("labels",))
+
+
 def _row(name: str, headline: str | None, best_value: float | None) -> dict:
     return {
         "kind": "run", "run": name, "state": "finished", "why": None, "mode": "train", "nodes": 1, "processes": 1,

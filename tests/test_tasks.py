@@ -1,5 +1,5 @@
 """A task of one's own (trainer/tasks/contract.py): docs/tasks.md's example is the code run here, and what the
-launcher refuses of a task before anything is written (launcher/route/task_check.py, tasks/check.py)."""
+launcher refuses of a task before anything is written (launcher/route/task_check.py, step/dry_run.py)."""
 
 from __future__ import annotations
 
@@ -106,11 +106,11 @@ def test_a_task_factory_is_given_the_options_it_names(tmp_path):
     )
     import sys
 
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.tasks.registry import create_task
 
     sys.path.insert(0, str(tmp_path))
     try:
-        task = entry_points.create_task("made:make", num_classes=7, label_smoothing=0.1, mixup=0.0, cutmix=0.0)
+        task = create_task("made:make", num_classes=7, label_smoothing=0.1, mixup=0.0, cutmix=0.0)
         import made
 
         assert made.seen == {"num_classes": 7, "label_smoothing": 0.1} and task.outputs == ("images", "labels")

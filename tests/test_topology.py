@@ -105,7 +105,7 @@ def test_a_lone_process_given_fewer_devices_than_it_sees_trains_on_those_alone()
     mesh is that one device, not every device JAX lists."""
     code = (
         "import jax; from dali_launch.trainer.topology import job_devices; d = jax.devices(); "
-        "print(len(d), len(job_devices(d[:1])), len(job_devices(d)))"
+        "print(len(d), len(job_devices(d[:1], 0)), len(job_devices(d, 0)))"
     )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

@@ -204,7 +204,7 @@ def test_the_task_scores_clips_and_videos():
 def test_the_video_models_give_logits_of_clips(name):
     import jax
 
-    from dali_launch.trainer.entry_points import create_model
+    from dali_launch.trainer.model.registry import create_model
 
     model = create_model(name, 6)
     clip = jax.ShapeDtypeStruct((2, 8, 16, 16, 3), "float32")

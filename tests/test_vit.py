@@ -11,9 +11,9 @@ import pytest
 
 from dali_launch.launcher.route import recipe_checks
 from dali_launch.trainer.data import augment
-from dali_launch.trainer.entry_points import MODELS, create_model
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.model import attention, vit
+from dali_launch.trainer.model.registry import MODELS, create_model
 from dali_launch.trainer.step import layer_decay
 
 KEYS = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}

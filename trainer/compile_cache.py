@@ -93,13 +93,11 @@ def point_jax_at(folder: Path) -> None:
         jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
 
 
-def every_process_writes(folder: Path | None) -> None:
-    """On a process other than 0, the programs it compiles are kept (JAX's writer skips them) and written to
+def every_process_writes(folder: Path | None, process_index: int) -> None:
+    """On a process other than 0 (`process_index`: this one's), the programs it compiles are kept (JAX's writer skips them) and written to
     `folder` (the run's) by `write_pending`. Where JAX's internals are not as expected, JAX is left as it is:
     its writer's first parameters are checked by name (JAX 0.10 passes `host_callbacks` after them, 0.11 not)."""
     import inspect
-
-    import jax
 
     try:
         compiler = jax_private.compiler()
@@ -109,7 +107,7 @@ def every_process_writes(folder: Path | None) -> None:
         )
     except (ImportError, AttributeError, TypeError, ValueError):
         return
-    if folder is None or jax.process_index() == 0 or parameters[:5] != JAX_WRITER_PARAMETERS:
+    if folder is None or process_index == 0 or parameters[:5] != JAX_WRITER_PARAMETERS:
         return
 
     def keep(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks=()) -> None:
@@ -150,13 +148,11 @@ def link_all(shared: Path, mine: Path) -> None:
         _link(entry, mine / entry.name)
 
 
-def publish(spec: TaskSpec, settled_s: float = SETTLED_S) -> int:
-    """The run's entries the shared folder lacks, put there whole, by process 0 (the one JAX writes from).
-    Returns how many."""
-    import jax
-
+def publish(spec: TaskSpec, process_index: int, settled_s: float = SETTLED_S) -> int:
+    """The run's entries the shared folder lacks, put there whole, by process 0 (the one JAX writes from;
+    `process_index`: this one). Returns how many."""
     shared = shared_folder(spec)
-    if shared is None or jax.process_index() != 0:
+    if shared is None or process_index != 0:
         return 0
     return publish_new(RunPaths(spec.run_dir).compile_cache, shared, settled_s)
 

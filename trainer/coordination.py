@@ -29,13 +29,10 @@ def collect(folder: str) -> dict[str, str]:
     return {key[len(head) :]: value for key, value in _client().key_value_dir_get(head)}
 
 
-def wait_for(key: str, timeout_s: int) -> str:
-    """The value of `key` once some process published it; TimeoutError after `timeout_s`."""
-    import jax
-
+def wait_for(key: str, timeout_s: int, process_index: int) -> str:
+    """The value of `key` once some process published it; TimeoutError after `timeout_s`, naming this process
+    (`process_index`)."""
     try:
         return _client().blocking_key_value_get(PREFIX + key, timeout_s * 1000)
     except Exception as e:  # JaxRuntimeError: DEADLINE_EXCEEDED, or the service gone
-        raise TimeoutError(
-            f"process {jax.process_index()}: '{key}' was not published within {timeout_s} s ({e})"
-        ) from e
+        raise TimeoutError(f"process {process_index}: '{key}' was not published within {timeout_s} s ({e})") from e

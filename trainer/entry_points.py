@@ -1,4 +1,5 @@
-"""`--model`, `--pipeline` and `--task` values: a built-in name, or `package.module:attribute` of the user's own.
+"""What the three loaders share (model/registry.py, tasks/registry.py, data/registry.py): a `--model`, `--pipeline`
+or `--task` value is a built-in name, `package.module:attribute` of the user's own, or `<run>:NAME`.
 
     dali-launch train --model cnn                                    # built-in
     dali-launch train --model mypkg.models:build --pipeline mypkg.pipe:make --data-dir DIR
@@ -6,12 +7,12 @@
 
 The module must be importable where the tasks run: installed, or its folder on PYTHONPATH (local
 tasks inherit the environment; sbatch exports it by default). An object the Python API sent by value
-(defined in a notebook or in __main__: launcher/route/sent_objects.py) is named `<run>:NAME`: the
-run directory's objects/NAME.pkl, read by each task (`read_sent`). What the attribute must be is
-documented where it is used: model/models.py (a model factory), data/contract.py (a pipeline function),
-tasks/contract.py (a Task or its factory).
-This module imports nothing heavy, so the launcher checks built-in names without starting JAX; Flax
-only where a model is made (`create_model`).
+(defined in a notebook or in __main__: launcher/route/sent_objects.py) is named `<run>:NAME` and held by the
+submission that sent it (`Sent`): in the launcher the object itself, in a task the run directory's
+objects/NAME.pkl (`Sent.read`). Each kind is a `Kind` record its registry fills (its built-in table, the call
+the trainer makes of a target, how it adapts one); what the target must be is documented where it is used:
+model/models.py (a model factory), data/contract.py (a pipeline function), tasks/contract.py (a Task or its
+factory). This module imports nothing heavy, so the launcher checks built-in names without starting JAX.
 """
 
 from __future__ import annotations
@@ -20,87 +21,93 @@ import importlib
 import importlib.util
 import inspect
 import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from dali_launch.trainer.data import formats, native
 from dali_launch.trainer.errors import UsageError
 
-MODELS = {
-    "mlp": "dali_launch.trainer.model.models:MLP",
-    "cnn": "dali_launch.trainer.model.models:CNN",
-    "cnn-nnx": "dali_launch.trainer.model.cnn_nnx:CNN",
-    "resnet18": "dali_launch.trainer.model.models:ResNet18",
-    "resnet50": "dali_launch.trainer.model.resnet:resnet50",
-    "vit-ti16": "dali_launch.trainer.model.vit:vit_ti16",
-    "vit-s16": "dali_launch.trainer.model.vit:vit_s16",
-    "vit-b16": "dali_launch.trainer.model.vit:vit_b16",
-    "unet": "dali_launch.trainer.model.unet:UNet",
-    "simclr-cnn": "dali_launch.trainer.model.contrastive:SimCLR",
-    "centernet": "dali_launch.trainer.model.centernet:CenterNet",
-    "st-cnn": "dali_launch.trainer.model.video:SpaceTimeCNN",
-    "frame-mean": "dali_launch.trainer.model.video:FrameMean",
-    "vivit-ti16": "dali_launch.trainer.model.video:vivit_ti16",
-    "audio-cnn": "dali_launch.trainer.model.audio_cnn:AudioCNN",
-}
-TASKS = {
-    "classification": "dali_launch.trainer.tasks.classification:classification",
-    "segmentation": "dali_launch.trainer.tasks.segmentation:segmentation",
-    "detection": "dali_launch.trainer.tasks.detection:detection",
-    "contrastive": "dali_launch.trainer.tasks.contrastive:contrastive",
-    "video": "dali_launch.trainer.tasks.video:video",
-    "audio": "dali_launch.trainer.tasks.audio:audio",
-}
-# The built-ins with blocks that --mesh's tensor axis splits (step/mesh.py's TENSOR_RULES name their layers): vit.py's
-TENSOR_SPLIT = tuple(name for name, target in MODELS.items() if target.startswith("dali_launch.trainer.model.vit:"))
-
-
-def builtin(kind: str) -> dict[str, str]:
-    """The built-in names of `kind` (model, pipeline or task) and the "module:attribute" each stands for; the
-    pipelines are the formats' own (formats.FORMATS) and the further readings of them (formats.READINGS)."""
-    pipelines = {f.name: f.pipeline for f in (*formats.FORMATS, *formats.READINGS)}
-    return {"model": MODELS, "task": TASKS}.get(kind) or pipelines
-
-
 BY_VALUE = "<run>"  # the "module" of an object sent by value: `<run>:NAME` is RUN_DIR/objects/NAME.pkl
-_held: dict[str, object] = {}  # NAME -> an object sent by value: the sender's own, or loaded from its pickle
-_pickles: dict[str, Path] = {}  # NAME -> its pickle in a run directory, loaded when first named
 
 
-def hold(name: str, value) -> str:
-    """`value`, sent by value under `name` by the launcher that holds it (before its run directory exists): the
-    reference that names it, `<run>:NAME`."""
-    _held[name] = value
-    return f"{BY_VALUE}:{name}"
+@dataclass(frozen=True)
+class Kind:
+    """What one loader loads: its flag's name, its built-in table and its contract."""
+
+    name: str  # model, pipeline or task: --NAME
+    word: str  # what a target is called: factory, function, task
+    contract: str  # the docs page that says what a target must be
+    builtin: Callable[[], dict[str, str]]  # built-in name -> "module:attribute"
+    call: Callable[[inspect.Signature], tuple[str, tuple, dict]]  # the call made of a target: words, args, keywords
+    adapt: Callable[[object, str], object] = lambda value, name: value  # a target as the trainer calls it
+    whole: Callable[[object], bool] = lambda value: False  # a target that is no callable: taken as it is
+    own: Callable[[object], bool] = lambda value: False  # a target defined elsewhere that counts as a module's own
 
 
-def forget_sent() -> None:
-    """Nothing sent by value is held any more (the launcher, before another submission)."""
-    _held.clear()
-    _pickles.clear()
+class Sent:
+    """The objects one submission sent by value, by NAME: the sender's own objects (`hold`), or in a task the
+    pickles of its run directory, each unpickled when first named (so a model's Flax and JAX are imported where a
+    model is made). Two submissions in one process hold their own: neither sees the other's."""
+
+    def __init__(self):
+        self._held: dict[str, object] = {}
+        self._pickles: dict[str, Path] = {}
+
+    def hold(self, name: str, value) -> str:
+        """`value`, sent under `name` (before its run directory exists): the reference that names it, `<run>:NAME`."""
+        self._held[name] = value
+        return f"{BY_VALUE}:{name}"
+
+    def forget(self) -> None:
+        """Nothing held any more: another submission's objects are not this one's."""
+        self._held.clear()
+        self._pickles.clear()
+
+    def read(self, objects: Path) -> Sent:
+        """This holder with what a run directory's objects/ folder holds (run_dir.RunPaths.objects), in place of
+        what it held under the same names."""
+        for path in sorted(Path(objects).glob("*.pkl")):
+            self._held.pop(path.stem, None)
+            self._pickles[path.stem] = path
+        return self
+
+    def get(self, flag: str, name: str):
+        """The object sent as NAME (cloudpickle's bytes load with plain pickle where cloudpickle is installed: a
+        submitit dependency)."""
+        if name not in self._held and name in self._pickles:
+            try:
+                self._held[name] = pickle.loads(self._pickles[name].read_bytes())
+            except Exception as e:  # the launcher loaded it in a fresh interpreter before writing it: the place changed
+                raise UsageError(
+                    f"{flag}: {self._pickles[name]} does not load here ({type(e).__name__}: {e}); make what it refers "
+                    f"to importable where the tasks run (PYTHONPATH)"
+                ) from None
+        if name not in self._held:
+            raise UsageError(
+                f"{flag} names an object the Python API sent by value, which only its own run directory holds "
+                f"(objects/{name}.pkl); give {flag.split()[0]} as a built-in name or package.module:attribute"
+            )
+        return self._held[name]
 
 
-def read_sent(objects: Path) -> None:
-    """The objects sent by value into a run directory (its objects/ folder, run_dir.RunPaths.objects): each is
-    unpickled when first named, so that a model's Flax and JAX are imported where a model is made, not sooner."""
-    for path in sorted(Path(objects).glob("*.pkl")):
-        _held.pop(path.stem, None)
-        _pickles[path.stem] = path
+SUBMISSION = Sent()  # what a caller that passes no holder gets: the launcher's submission under way (one at a time)
 
 
-def load(kind: str, name):
-    """The callable `name` stands for (`kind` is model, pipeline or task), or a one-line UsageError with the fix.
-    `name` may be the object itself (a Python caller's function): it is taken as it is; `<run>:NAME` is one the
-    Python API sent by value. A pipeline written as DALI writes one (@pipeline_def, data_iterator) comes back as
-    the contract's function(args) (data/native.py)."""
+def load(kind: Kind, name, sent: Sent | None = None):
+    """The target `name` stands for, as the trainer calls it, or a one-line UsageError with the fix. `name` may be
+    the object itself (a Python caller's): taken as it is; `<run>:NAME` is one `sent` holds."""
     if not isinstance(name, str):
         return _taken(kind, name, described(name))
-    flag, target = f"--{kind} {name}", builtin(kind).get(name, name)
+    flag, target = f"--{kind.name} {name}", kind.builtin().get(name, name)
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise UsageError(_without_attribute(kind, flag, module_name))
-    value = _sent(flag, attribute) if module_name == BY_VALUE else _attribute(flag, module_name, attribute)
-    if not callable(value) and not (kind == "task" and _is_task(value)):
-        raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {_factory(kind)}")
+    if module_name == BY_VALUE:
+        value = (sent or SUBMISSION).get(flag, attribute)
+    else:
+        value = _attribute(flag, module_name, attribute)
+    if not callable(value) and not kind.whole(value):
+        raise UsageError(f"{flag}: {attribute} is a {type(value).__name__}, not a callable {kind.word}")
     return _taken(kind, value, name)
 
 
@@ -119,12 +126,20 @@ def _attribute(flag: str, module_name: str, attribute: str):
     return value
 
 
-def _taken(kind: str, value, name: str):
-    """A --KIND target `name` stands for, as the trainer calls it: a DALI-style pipeline function adapted, and the
-    call the trainer makes checked against it."""
-    if kind == "pipeline":
-        value = native.adapted(value, name)
-    _check_signature(f"--{kind} {name}", value, kind)
+def _taken(kind: Kind, value, name: str):
+    """A target `name` stands for, adapted as the trainer calls it, and that call checked against it: a TypeError
+    raised by the call itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
+    value = kind.adapt(value, name)
+    signature = signature_of(value)
+    if signature is None or kind.whole(value):
+        return value
+    said, args, kwargs = kind.call(signature)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise UsageError(
+            f"--{kind.name} {name} cannot be called as {said} ({e}); see the contract in {kind.contract}"
+        ) from None
     return value
 
 
@@ -133,27 +148,8 @@ def described(value) -> str:
     return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', type(value).__name__)}"
 
 
-def _sent(flag: str, name: str):
-    """The object sent by value as NAME: held here, or unpickled from its run directory (cloudpickle's bytes load
-    with plain pickle where cloudpickle is installed: a submitit dependency)."""
-    if name not in _held and name in _pickles:
-        try:
-            _held[name] = pickle.loads(_pickles[name].read_bytes())
-        except Exception as e:  # the launcher loaded it in a fresh interpreter before writing it: the place changed
-            raise UsageError(
-                f"{flag}: {_pickles[name]} does not load here ({type(e).__name__}: {e}); make what it refers to "
-                f"importable where the tasks run (PYTHONPATH)"
-            ) from None
-    if name not in _held:
-        raise UsageError(
-            f"{flag} names an object the Python API sent by value, which only its own run directory holds "
-            f"(objects/{name}.pkl); give {flag.split()[0]} as a built-in name or package.module:attribute"
-        )
-    return _held[name]
-
-
 def _imported(flag: str, module_name: str):
-    """The module a --model or --pipeline value names, imported; a one-line UsageError where it cannot be."""
+    """The module a --KIND value names, imported; a one-line UsageError where it cannot be."""
     try:
         return importlib.import_module(module_name)
     except ImportError as e:
@@ -164,7 +160,7 @@ def _imported(flag: str, module_name: str):
         raise UsageError(f"{flag}: importing {module_name} failed ({type(e).__name__}: {e}); fix that module") from None
 
 
-def _without_attribute(kind: str, flag: str, module_name: str) -> str:
+def _without_attribute(kind: Kind, flag: str, module_name: str) -> str:
     """What a value without `:attribute` gets: a module that exists lacks only its factory (or function), and
     the message says how to write it with the module's callables the trainer could call; else it is unknown."""
     try:
@@ -174,157 +170,33 @@ def _without_attribute(kind: str, flag: str, module_name: str) -> str:
     except Exception:  # a parent package that fails on import: _imported says so below
         found = True
     if not found:
-        return f"unknown {flag}; use one of {', '.join(builtin(kind))}, or package.module:{_factory(kind)}"
-    module, word, call = _imported(flag, module_name), _factory(kind), _CALLS[kind][0]
-    names = [key for key, value in vars(module).items() if not key.startswith("_") and _candidate(module, value, kind)]
+        return f"unknown {flag}; use one of {', '.join(kind.builtin())}, or package.module:{kind.word}"
+    module, call = _imported(flag, module_name), kind.call(inspect.Signature())[0]
+    names = [key for key, value in vars(module).items() if not key.startswith("_") and _candidate(kind, module, value)]
     more = ", ..." if len(names) > 6 else ""
     said = (
         f"its callables that take {call}: {', '.join(names[:6])}{more}"
         if names
         else f"it has no callable that takes {call}"
     )
-    return f"{flag} names a module but no {word} in it; write --{kind} {module_name}:{word.upper()} ({said})"
+    return f"{flag} names a module but no {kind.word} in it; write --{kind.name} {module_name}:{kind.word.upper()} ({said})"
 
 
-def _candidate(module, value, kind: str) -> bool:
-    """Whether `value`, found in `module`, looks like a --KIND target: its own (or a contract.Pipeline), and
+def _candidate(kind: Kind, module, value) -> bool:
+    """Whether `value`, found in `module`, looks like a --KIND target: its own (or one the kind counts so), and
     callable as the trainer calls one."""
-    from dali_launch.trainer.data.contract import Pipeline
-
-    own = getattr(value, "__module__", None) == module.__name__ or isinstance(value, Pipeline)
+    own = getattr(value, "__module__", None) == module.__name__ or kind.own(value)
     if not (own and callable(value)):
         return False
-    signature = signature_of(native.adapted(value, module.__name__) if kind == "pipeline" else value)
+    signature = signature_of(kind.adapt(value, module.__name__))
     if signature is None:
         return False
-    _, args, kwargs = _call(kind, signature)
+    _, args, kwargs = kind.call(signature)
     try:
         signature.bind(*args, **kwargs)
     except TypeError:
         return False
     return True
-
-
-def check(kind: str, name: str, num_classes: int = 10) -> None:
-    """What the launcher calls before writing anything: built-in names cost nothing; others are imported,
-    and a model factory is called abstractly (jax.eval_shape: nothing computed, no device taken), so a
-    broken contract is refused before the run directory exists rather than at the task's start."""
-    if name in builtin(kind):
-        return
-    if kind == "model":
-        create_model(name, num_classes)
-    else:
-        load(kind, name)
-
-
-def create_model(name: str, num_classes: int, adapter: str | None = None, **options):
-    """`--model NAME`, made as model/contract.py says: a flax.linen.Module, or an NNX module presented
-    as the trainer calls a Linen one (`adapter`: contract.ADAPTER unless a benchmark names another).
-    `options` (model_options) go to a Linen factory that names them as parameters."""
-    from dali_launch.trainer.model import contract  # Flax and JAX: only where a model is made
-
-    factory = load("model", name)
-    options = {k: v for k, v in options.items() if k in _named(factory)}
-    return contract.make(name, factory, num_classes, takes_rngs(factory), adapter or contract.ADAPTER, options)
-
-
-# [model] settings a model factory may name
-MODEL_OPTIONS = ("drop_path", "vit_pool", "attention", "remat", "batchnorm_stats", "pool_grad")
-
-
-def model_options(model) -> dict:
-    """The flags a model factory may take beside num_classes, from the [model] settings (their auto values
-    resolved by the task's plan)."""
-    return {name: getattr(model, name) for name in MODEL_OPTIONS}
-
-
-def run_model(spec):
-    """The run's model: --model with --num-classes and the model options."""
-    return create_model(spec.model.model, spec.data.num_classes, **model_options(spec.model))
-
-
-def create_task(name: str, **options):
-    """`--task NAME`: a tasks.contract.Task as it is, or its factory called with the `options` it names (tasks/
-    contract.py's OPTIONS: num_classes, label_smoothing, mixup, cutmix)."""
-    value = load("task", name)
-    _options_taken(name, value, options)
-    if not _is_task(value):
-        try:
-            value = value(**{k: v for k, v in options.items() if k in _named(value)})
-        except UsageError:  # the factory refused an option itself, in its own words
-            raise
-        except Exception as e:  # the user's factory: one line, where
-            raise UsageError(f"--task {name}: its factory raised {type(e).__name__}: {e}; fix the factory") from None
-        if not _is_task(value):
-            raise UsageError(f"--task {name} returned a {type(value).__name__}, not a Task (tasks/contract.py)")
-    return value
-
-
-def _options_taken(name: str, value, options: dict) -> None:
-    """A task option set (not 0) that the task's factory does not name (or any, for a Task as it is) would be
-    ignored: refused in one line. --num-classes is every data set's, taken or not."""
-    takes = () if _is_task(value) else _named(value)
-    for option, setting in options.items():
-        if setting and option != "num_classes" and option not in takes:
-            flag = "--" + option.replace("_", "-")
-            raise UsageError(f"{flag} {setting}: --task {name} does not take {flag}; leave it out")
-
-
-def task_bringing(pipeline: str) -> str:
-    """The built-in task whose own --pipeline is `pipeline`, or "" (what a run of that pipeline should add)."""
-    return next((name for name in TASKS if create_task(name).pipeline == pipeline), "")
-
-
-def task_options(spec) -> dict:
-    """The settings a task factory may take: --num-classes and the [task] table's options."""
-    from dali_launch.trainer.tasks.contract import OPTIONS
-
-    values = {"num_classes": spec.data.num_classes, **vars(spec.task)}
-    return {name: values[name] for name in OPTIONS}
-
-
-def run_task(spec):
-    """The run's task: --task with the options it names."""
-    return create_task(spec.task.task, **task_options(spec))
-
-
-def _is_task(value) -> bool:
-    from dali_launch.trainer.tasks.contract import Task
-
-    return isinstance(value, Task)
-
-
-CONTRACTS = {"model": "docs/models.md", "pipeline": "docs/data.md", "task": "docs/tasks.md"}  # where each is said
-_CALLS = {
-    "model": ("factory(num_classes=N)", (), {"num_classes": 10}),
-    "pipeline": ("function(args)", (None,), {}),
-    "task": ("factory(num_classes=N, ...)", (), {"num_classes": 10}),
-}
-
-
-def _check_signature(flag: str, value, kind: str) -> None:
-    """The call the trainer will make binds to `value`'s parameters: a TypeError raised by the call
-    itself (deep inside DALI's pipeline_def, for a pipeline) would be a traceback."""
-    signature = signature_of(value)
-    if signature is None or (kind == "task" and _is_task(value)):
-        return
-    call, args, kwargs = _call(kind, signature)
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as e:
-        raise UsageError(f"{flag} cannot be called as {call} ({e}); see the contract in {CONTRACTS[kind]}") from None
-
-
-def _call(kind: str, signature: inspect.Signature) -> tuple[str, tuple, dict]:
-    """The call the trainer makes of a `kind` target with `signature`: in words, its arguments, its keywords."""
-    call, args, kwargs = _CALLS[kind]
-    if kind == "model" and "rngs" in signature.parameters:  # Flax NNX: model/nnx_model.py
-        call, kwargs = "factory(num_classes=N, rngs=nnx.Rngs(seed))", {**kwargs, "rngs": None}
-    if kind == "task":  # the options it names, each given
-        from dali_launch.trainer.tasks.contract import OPTIONS
-
-        kwargs = {name: None for name in OPTIONS if name in signature.parameters}
-    return call, args, kwargs
 
 
 def signature_of(value) -> inspect.Signature | None:
@@ -339,20 +211,6 @@ def signature_of(value) -> inspect.Signature | None:
         return None
 
 
-def model_takes(name: str, option: str) -> bool:
-    """Whether `--model NAME`'s factory is given `option` (one of MODEL_OPTIONS) by naming it."""
-    return option in _named(load("model", name))
-
-
-def _named(factory) -> dict:
+def named(factory) -> dict:
+    """The parameters `factory` names (none where it has no signature)."""
     return (signature_of(factory) or inspect.Signature()).parameters
-
-
-def takes_rngs(factory) -> bool:
-    """A model factory that names an `rngs` parameter is called with nnx.Rngs (an NNX constructor is one)."""
-    signature = signature_of(factory)
-    return signature is not None and "rngs" in signature.parameters
-
-
-def _factory(kind: str) -> str:
-    return {"model": "factory", "pipeline": "function", "task": "task"}[kind]

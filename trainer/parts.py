@@ -1,10 +1,10 @@
-"""What set_up.py builds, part by part, from a task's plan and facts: training's pipelines (and the rest of an
-epoch begun on another layout), the model's side made on the batch they are expected to give or on their
-first, the checkpointer, the evaluator, and how a restored state goes on on this job's devices."""
+"""What set_up.py builds, part by part, from a task's plan and its inputs: training's pipelines (and the rest of an
+epoch begun on another layout), the first device call as they are expected to give it or as they gave it, the
+model the plan's options make, the checkpointer, the evaluator, and how a restored state goes on on this job's
+devices."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -14,13 +14,14 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dali_launch.trainer import compile_cache, entry_points
+from dali_launch.trainer import compile_cache
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import batch_record, dali, expected, records, remainder, shards
 from dali_launch.trainer.data.batches import DeviceBatches, Readers, batch_sharding, calls_per_epoch
+from dali_launch.trainer.data.expected import Expected
 from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.data.rows import laid_out
-from dali_launch.trainer.plan import Plan
+from dali_launch.trainer.plan import Inputs, Plan
 from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.resilience import start_point
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
@@ -28,33 +29,44 @@ from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.run_dir import RunPaths
 from dali_launch.trainer.step import build
 from dali_launch.trainer.step.evaluate import Evaluator, split_dir
+from dali_launch.trainer.step.initial_state import Made
 from dali_launch.trainer.step.sgd import call_tally
 from dali_launch.trainer.tasks.contract import Task
 
 
 @dataclass
 class Parts:
-    """The build's inputs, and what follows from them alone: this process's shards and where its pipelines start."""
+    """What the build starts from: the plan's inputs and the plan as it stands (set_up.py sets each later stage's),
+    and what follows from them alone: this process's shards and where its pipelines start."""
 
-    spec: TaskSpec  # as the model and optimizer are built from it (plan.step.applied)
-    facts: Facts
+    inputs: Inputs
     plan: Plan
-    start: StartPoint
     sharding: shards.Sharding = field(init=False)
     begin: dali.Start = field(init=False)
-    task: Task = field(init=False)  # the run's (tasks/contract.py): its outputs name the batches
 
     def __post_init__(self):
         f, p = self.facts, self.plan
-        self.task = entry_points.run_task(self.spec)
         self.sharding = shards.Sharding(
             f.first_device, f.local_device_count, f.job_device_count, p.data.readers_per_device
         )
         self.begin = _begin(self.spec, f, p, self.start)
 
     @property
-    def data_config(self):
-        return self.plan.data.config(self.spec.data)
+    def spec(self) -> TaskSpec:
+        return self.inputs.spec
+
+    @property
+    def facts(self) -> Facts:
+        return self.inputs.facts
+
+    @property
+    def start(self) -> StartPoint:
+        return self.inputs.start
+
+    @property
+    def task(self) -> Task:
+        """The run's (tasks/contract.py), resolved once (entries.py): its outputs name the batches."""
+        return self.inputs.entries.task
 
     @property
     def training(self) -> dali.Split:
@@ -62,45 +74,44 @@ class Parts:
         split, outputs = split_dir(self.spec, "training"), self.task.outputs
         return dali.Split(split, True, self.plan.step.call_batch, self.spec.step.seed, outputs)
 
+    def made(self) -> Made:
+        """The model the plan's options make (the factory resolved once: entries.py), the task, the rate's scale."""
+        model = self.inputs.entries.model(self.plan.step.model_options(self.spec.model))
+        return Made(model, self.task, self.plan.step.lr_scale)
+
     def pipelines(self) -> DeviceBatches:
         """Training's pipelines from the start point, their DALI states where they apply."""
         layout = ShardLayout(self.sharding.global_devices, self.sharding.readers, *self._batch_and_k())
         states = self.start.pipeline_states(self.sharding.shard_ids, layout)
         readers = Readers(list(self.facts.devices), list(self.facts.job_devices), self.sharding)
-        return dali.build(self.training, readers, self.data_config, checkpoints=states, start=self.begin)
+        return dali.build(self.training, readers, self.plan.data, checkpoints=states, start=self.begin)
 
     def remainder(self, data) -> DeviceBatches:
         """The rest of the start point's epoch, begun on another layout: that layout's pipelines, from their
         states, hosted on this process's devices (the data plan decided, data/hosting.py says how)."""
         devices, rest = list(self.facts.devices), self.plan.data.remainder
-        return remainder.build(self.training, devices, rest, self.data_config, self.start, data)
+        return remainder.build(self.training, devices, rest, self.plan.data, self.start, data)
 
-    def model_ahead(self) -> build.Model | None:
-        """The model's side made before the pipelines are built, on the batch they are expected to give
-        (data/expected.py): the first call compiles while they are built. None where no guess is made."""
+    def first_call_ahead(self) -> tuple[build.FirstCall, Expected] | None:
+        """The first device call as the pipelines are expected to give it (data/expected.py, else the record of
+        their last start), before they are built: the model's side is made on it while they are built. None
+        where no guess is made."""
         reader_batch = self.plan.step.call_batch // self.sharding.readers  # dali.build's
         calls = partial(calls_per_epoch, sharding=self.sharding, reader_batch=reader_batch, start=self.begin)
-        guess = expected.guess(self.data_config, split_dir(self.spec, "training"), calls, self.task)
+        guess = expected.guess(self.plan.data, split_dir(self.spec, "training"), calls, self.task)
         guess = guess or batch_record.expected(self._recorded(), self.task.outputs, calls, self.facts.room.samples)
         if guess is None:
             return None
-        on, slots = batch_sharding(list(self.facts.job_devices)), guess.steps * self.plan.step.steps_per_call
+        on = batch_sharding(list(self.facts.job_devices))
         row = lambda x: laid_out(np.shape(x), np.asarray(x).dtype, on)
         tally = jax.tree.map(row, call_tally(zero_tally(self.task.metrics), self.task))  # as put() lays them out
         example, batch = guess.example(self.task.model_input), guess.batch(on, self.plan.step.call_batch)
-        first = build.FirstCall(example, tally, batch, on, self.sharding.readers)
-        try:
-            made = build.make(self.spec, self.facts, self.plan.step, first, slots)
-        except Exception:  # made again on the pipelines' batch: a true failure is met there, in the same words
-            return None
-        if self.start.step is None:  # a fresh state is made (a checkpoint's replaces it): its init begins now
-            made.initial.start()
-        return dataclasses.replace(made, expected=guess)
+        return build.FirstCall(example, tally, batch, on, self.sharding.readers), guess
 
     def record_batches(self, data) -> None:
         """Process 0 keeps what training's pipelines gave for their next start, where expected.py foresees none
         (batch_record.py: one's own pipeline, a task's of more than two outputs)."""
-        if self.facts.process_index or expected.foresees(self.data_config, self.task):
+        if self.facts.process_index or expected.foresees(self.plan.data.pipeline, self.task):
             return
         name, shared = self._record_key(), compile_cache.shared_folder(self.spec)
         batch_record.write(batch_record.places(self.spec.run_dir, shared, name), name, data.sample, data.num_samples)
@@ -111,16 +122,15 @@ class Parts:
         return batch_record.read(batch_record.places(self.spec.run_dir, shared, name), name)
 
     def _record_key(self) -> str:
-        return batch_record.key(self.data_config, split_dir(self.spec, "training"), self.task.outputs)
+        return batch_record.key(self.plan.data, split_dir(self.spec, "training"), self.task.outputs)
 
-    def model_on(self, data, rest, slots: int) -> build.Model:
-        """The model's side made on the pipelines' first batch (the rest's, where one is read first)."""
+    def first_call_on(self, data, rest) -> build.FirstCall:
+        """The first device call as the pipelines gave it (the rest's, where one is read first)."""
         first = rest or data
         tally = first.put([call_tally(zero_tally(self.task.metrics), self.task)] * len(self.facts.devices))
         rest_batch = self.plan.data.remainder.batch_per_step if rest else None
         example, on = first.first_sample(self.task.model_input), data.sharding_spec
-        call = build.FirstCall(example, tally, first.peek(), on, self.sharding.readers, rest_batch)
-        return build.make(self.spec, self.facts, self.plan.step, call, slots)
+        return build.FirstCall(example, tally, first.peek(), on, self.sharding.readers, rest_batch)
 
     def checkpointer(self, asynchronous: bool) -> Checkpointer:
         r, timeout_s = self.spec.resilience, self.spec.distributed.barrier_timeout_s
@@ -172,14 +182,13 @@ def listed(spec: TaskSpec, facts: Facts) -> Future | None:
     )
 
 
-def evaluator(parts: Parts, runner, shapes) -> Evaluator:
-    """This process's part of the evaluation, and the variables' shapes `prepare` compiles it for: a sharded
-    state, every process evaluating, is applied as it lies over the job's devices (not gathered)."""
-    spec, facts = parts.spec, parts.facts
+def evaluator(parts: Parts, runner, shapes, made: Made) -> Evaluator:
+    """This process's part of the evaluation of `made`'s model, and the variables' shapes `prepare` compiles it for:
+    a sharded state, every process evaluating, is applied as it lies over the job's devices (not gathered)."""
+    spec = parts.spec
     laid = runner.restore_shapes(shapes) if spec.eval.eval_on == "all" else None
     evaluated = (laid or shapes).variables(ema=spec.eval.eval_ema)
-    job = list(facts.job_devices) if laid is not None else None
-    return Evaluator(spec, list(facts.devices), parts.plan.eval, parts.data_config, evaluated, job)
+    return Evaluator(spec, parts.facts, parts.plan, made, evaluated, laid is not None)
 
 
 def continued(parts: Parts, state, slots_per_epoch: int, reporter):

@@ -38,7 +38,7 @@ class RunPaths:
     bad_samples.jsonl the samples --bad-samples skip leaves out, one line each (split, sample, what is wrong)
     init_from.json    --init-from: the checkpoint and which variables were loaded, re-initialised, ignored
     objects/          NAME.pkl: a model, pipeline or task the Python API sent by value (defined in a notebook or
-                      __main__), cloudpickled; the run's settings name it `<run>:NAME` (trainer/entry_points.py)
+                      __main__), cloudpickled; the run's settings name it `<run>:NAME` (trainer/entry_points.py: Sent)
     follower.log      what the Python API's follower process printed: the launcher's console of a run it started
                       here or --local (launcher/backends/detached.py)
     listings/         a split's records as process 0 listed them, read by the other ranks (records/shared.py)

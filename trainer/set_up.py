@@ -1,7 +1,9 @@
-"""A task's build: what the epoch loop (train.py) trains with, made from its plan (trainer/plan/) and its facts.
+"""A task's build: what the epoch loop (train.py) trains with, made from its plan (trainer/plan/) and its inputs.
 
-Every process calls `set_up`; it decides nothing (every `auto` was decided by the plan) and builds in an order
-that hides the slow parts of a cold start: the devices' first transfer (a thread, begun in task.py as JAX knows
+Every process calls `set_up`. It calls the plan's stages in order -- `plan` before anything is built, `partition`
+once the model's shapes are known, `rematerialise` once its first call has compiled -- one Plan passing through
+them, and builds each part from the plan as it then stands; it decides nothing itself (every `auto` is the
+plan's), and the build never calls back into the plan. It builds in an order that hides the slow parts of a cold start: the devices' first transfer (a thread, begun in task.py as JAX knows
 them) overlaps the last imports, the pipelines' build and the model's init; the first device call compiles and
 the model initialises (threads, step/build.py and step/initial_state.py) while the pipelines are built: on the
 batch a built-in pipeline is expected to give (data/expected.py) or the record of the pipelines' last start
@@ -26,12 +28,13 @@ from dali_launch.trainer.observe import profile
 from dali_launch.trainer.observe.metrics import Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.parts import Parts, continued, evaluator, listed
-from dali_launch.trainer.plan import Plan
+from dali_launch.trainer.plan import Inputs, Plan, partition, plan, rematerialise
 from dali_launch.trainer.plan.facts import Facts
+from dali_launch.trainer.plan.fit import StateSize, size_words
 from dali_launch.trainer.resilience.checkpoint import Checkpointer, zero_tally
 from dali_launch.trainer.resilience.start_point import StartPoint
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step import build
+from dali_launch.trainer.step import build, compiled
 from dali_launch.trainer.step.evaluate import Evaluator
 from dali_launch.trainer.step.runner import Runner
 from dali_launch.trainer.step.sgd import metrics_kept
@@ -43,7 +46,8 @@ from dali_launch.trainer.step.state import TrainState
 class Training:
     """Everything the loop runs, built once."""
 
-    spec: TaskSpec  # as the model and optimizer were built from it (plan.step.applied): its learning rate scaled
+    spec: TaskSpec  # the run's settings, as given
+    facts: Facts  # this process's (its index and the job's process count among them)
     plan: Plan  # every decision, the state's partition and --remat's included
     data: DeviceBatches  # training's pipelines, starting at the start point
     runner: Runner  # step/parallel.py's Pmap or Sharded: how device calls run
@@ -57,50 +61,92 @@ class Training:
     listing: Future | None = None  # the training set's fingerprint, being listed: the first checkpoint's to take
 
 
-def set_up(spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup: Startup, start: StartPoint):
-    """What the loop runs, built from `plan` on this process's `facts`, starting at `start`."""
-    parts = Parts(plan.step.applied(spec), facts, plan, start)
+def set_up(inputs: Inputs, reporter: Reporter, startup: Startup) -> Training:
+    """What the loop runs: the plan's stages called in order (`plan` before anything is built, `partition` once
+    the model's shapes are known, `rematerialise` once its first call has compiled), each part built from the plan
+    as it then stands, starting at the start point."""
+    spec, facts = inputs.spec, inputs.facts
+    parts = Parts(inputs, plan(inputs))
     records.shared.join(spec.run_dir, facts.process_index, facts.process_count, spec.distributed.barrier_timeout_s)
-    model = None if plan.data.remainder else parts.model_ahead()
+    model = None if parts.plan.data.remainder else _ahead(parts)
     data = parts.pipelines()
-    rest = parts.remainder(data) if plan.data.remainder else None
-    listing = listed(parts.spec, facts)  # after the builds: their bad-sample screens open the LMDB too
+    rest = parts.remainder(data) if parts.plan.data.remainder else None
+    listing = listed(spec, facts)  # after the builds: their bad-sample screens open the LMDB too
     first = rest or data  # what the first epoch reads
     data.sample = first.sample = first.sample_spec()
     startup.mark("pipelines built")
     if not rest:  # what they gave, for their next start (a task's own pipelines alike: batch_record.py)
         parts.record_batches(data)
-    _warn_padding(reporter, data, plan)
-    slots = data.steps * plan.step.steps_per_call  # SGD steps (slots) an epoch
+    _warn_padding(reporter, data, parts.plan)
+    slots = data.steps * parts.plan.step.steps_per_call  # SGD steps (slots) an epoch
     profile.check(spec, slots)
     if model is None or model.expected != Expected(data.sample, data.steps):  # none, or guessed wrong
-        model = parts.model_on(data, rest, slots)
-    checkpointer = parts.checkpointer(model.plan.partition.checkpoint_async)
+        model = model_on(parts, parts.first_call_on(data, rest), slots)
+    checkpointer = parts.checkpointer(parts.plan.step.partition.checkpoint_async)
     state, tally, fresh, read = _state(parts, model, checkpointer, reporter)
     listing = parts.check_data_set(data, listing)  # before the run's files say how it goes on (afresh: unread)
     state = continued(parts, state, slots, reporter)
     startup.mark("model initialised")
     startup.warmed()  # the devices' first transfer, begun as JAX started (task.py)
-    fitted = build.fitted(spec, facts, model, reporter.say)  # the compiled step, checked (--remat as asked)
-    if fitted is not model:  # --remat auto made it again: the same parameter tree
-        state, model = build.same_tree(state, fitted), fitted
-    plan = plan.with_step(model.plan)
+    evaluated = model.initial.made  # made before --remat's stage: an evaluation takes no gradients to recompute
+    settled = _settled(parts, model, reporter.say)  # the compiled step, checked (--remat auto decided)
+    if settled is not model:  # --remat auto made it again: the same parameter tree
+        state, model = build.same_tree(state, settled), settled
     runner = model.runners.runner
-    evaluating = evaluator(parts, runner, model.initial.shapes) if plan.eval.evaluates else None
-    _report(parts, plan, model, reporter, (data, read))
+    evaluating = evaluator(parts, runner, model.initial.shapes, evaluated) if parts.plan.eval.evaluates else None
+    _report(parts, model, reporter, (data, read))
     training = Training(
-        plan.step.applied(spec),
-        plan,
-        data,
-        runner,
-        checkpointer,
-        evaluating,
-        runner.place(state),
-        tally,
-        fresh.schedule,
+        spec, facts, parts.plan, data, runner, checkpointer, evaluating, runner.place(state), tally, fresh.schedule,
         listing=listing,
-    )
-    return _with_remainder(training, rest, model.runners.rest, start, int(state.slot), slots) if rest else training
+    )  # fmt: skip
+    if rest:
+        return _with_remainder(training, rest, model.runners.rest, inputs.start, int(state.slot), slots)
+    return training
+
+
+def model_on(parts: Parts, first: build.FirstCall, slots: int) -> build.Model:
+    """The model's side for epochs of `slots` SGD steps, on the first call `first`: its state traced, the plan's
+    partition stage on its shapes (parts.plan then holds it), its runners and first call built from that (what
+    benchmarks/tasks.py builds too)."""
+    made = parts.made()  # the model the plan's options make, the task, the rate's scale
+    initial = build.traced(parts.spec, made, first, slots)
+    parts.plan = partition(parts.plan, parts.inputs, StateSize.of(initial.shapes))
+    return build.make(parts.spec, parts.facts, parts.plan.step, first, initial)
+
+
+def _ahead(parts: Parts) -> build.Model | None:
+    """The model's side made before the pipelines are built, on the batch they are expected to give: the first
+    call compiles while they are built. None where no guess is made, or where making it fails (made again on the
+    pipelines' batch: a true failure is met there, in the same words)."""
+    guessed = parts.first_call_ahead()
+    if guessed is None:
+        return None
+    first, guess = guessed
+    try:
+        made = model_on(parts, first, guess.steps * parts.plan.step.steps_per_call)
+    except Exception:
+        return None
+    if parts.start.step is None:  # a fresh state is made (a checkpoint's replaces it): its init begins now
+        made.initial.start()
+    return dataclasses.replace(made, expected=guess)
+
+
+def _settled(parts: Parts, model: build.Model, say) -> build.Model:
+    """`model` once its first call has compiled: the plan's last stage (--remat auto) on what that call needs of a
+    device, the model made again where it turns to blocks (the same parameter tree: its state's arrays stay
+    valid); then that call checked against the pool (refused in one line where it does not fit)."""
+    model.ahead.join()
+    before, facts = parts.plan, parts.facts
+    parts.plan = rematerialise(before, parts.inputs, model.ahead.total())
+    if parts.plan.step.remat != before.step.remat:
+        say(
+            f"--remat auto: blocks; without, the step needs {compiled.words(model.ahead)}, a device has "
+            f"{size_words(facts.pool_bytes)}"
+        )
+        model = dataclasses.replace(model_on(parts, model.first_call, model.initial.slots), expected=model.expected)
+    takes = parts.plan.step.remat == "none" and parts.inputs.entries.takes("remat")
+    build.check_fits(model, facts, parts.plan.step, "--remat blocks" if takes else "")  # the flag that keeps fewer
+    return model
 
 
 def _state(parts: Parts, model: build.Model, checkpointer: Checkpointer, reporter: Reporter):
@@ -120,10 +166,11 @@ def _state(parts: Parts, model: build.Model, checkpointer: Checkpointer, reporte
     return state, tally, fresh or target, read
 
 
-def _report(parts: Parts, plan: Plan, model: build.Model, reporter: Reporter, read_from: tuple) -> None:
+def _report(parts: Parts, model: build.Model, reporter: Reporter, read_from: tuple) -> None:
     """rank_map.json's row of this process (where it reads, what was decided, its state's bytes per device), and
     what the loop tracks from where it starts; `read_from`: training's pipelines and what a restore read."""
-    (data, read), p, start = read_from, plan.step.partition, parts.start
+    (data, read), plan, start = read_from, parts.plan, parts.start
+    p = plan.step.partition
     ahead = "beside the pipelines' build" if model.expected else "on the pipelines' first batch"
     reporter.rank_report(
         sharding=parts.sharding,

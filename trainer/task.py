@@ -12,8 +12,10 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from dali_launch.trainer import compile_cache, entry_points, flavours, heap, rendezvous
+from dali_launch.trainer import compile_cache, flavours, heap, rendezvous
 from dali_launch.trainer.config import TaskSpec
+from dali_launch.trainer.entries import Entries
+from dali_launch.trainer.entry_points import Sent
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.observe.library_output import tag_library_output
 from dali_launch.trainer.observe.manifest import write_manifest
@@ -29,6 +31,7 @@ from dali_launch.trainer.topology import (
     configure_process_env,
     from_environment,
     initialize,
+    job_devices,
     local_devices,
     missing_gpu,
 )
@@ -42,7 +45,7 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     spec = TaskSpec.load(run_dir)
     topology = from_environment(spec.layout, spec.distributed.platform)
     paths = RunPaths(run_dir)
-    entry_points.read_sent(paths.objects)  # a model, pipeline or task the Python API sent by value
+    entries = Entries(spec, Sent().read(paths.objects))  # each resolved once, when first needed; by value: objects/
     ending.clear(paths, topology.process_id)
     ending.record_faults(paths, topology.process_id, Path(log) if log else None)
     progress = Progress(paths, writes=topology.process_id == 0)  # what `status` says it does
@@ -54,7 +57,7 @@ def run_task(run_dir: str, log: str | None = None) -> dict:
     with ending.failures_recorded(paths, topology.process_id, topology.num_processes > 1):
         lock = _lock(paths) if topology.process_id == 0 else None
         try:
-            result = _train(spec, topology, paths, startup, watchdog, progress)
+            result = _train(entries, topology, paths, startup, watchdog, progress)
         except OSError as e:  # a write the file system refused: one line, how to go on
             if disk.refusal(e) is None:
                 raise
@@ -87,11 +90,12 @@ def _lock(paths: RunPaths):
 
 
 def _train(
-    spec: TaskSpec, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog, progress: Progress
+    entries: Entries, topology: Topology, paths: RunPaths, startup: Startup, watchdog: Watchdog, progress: Progress
 ) -> dict:
+    spec = entries.spec
     if topology.platform == "gpu" and (why := missing_gpu()):  # a node without GPUs: one line, not JAX's pages
         raise UsageError(f"--platform gpu, but on {topology.host} {why}; run on GPU nodes, or use --platform cpu")
-    placement = place(spec, topology.platform)  # the plan's first step: what the environment must say first
+    placement = place(spec, topology.platform, entries)  # the plan's first step: what the environment must say first
     configure_process_env(topology, placement)  # before the first `import jax`
     flavours.check()
     cache = compile_cache.use(spec)  # JAX imported, before anything compiles
@@ -100,30 +104,30 @@ def _train(
         topology, spec.distributed, partial(rendezvous.settle, paths=paths), rendezvous.taken_after_probe
     )
     watchdog.meet()
-    compile_cache.every_process_writes(cache)  # after initialize: which process this is
+    compile_cache.every_process_writes(cache, topology.process_id)  # after initialize: which process this is
     preemption.listen(topology, paths)  # after initialize: JAX and submitit install their own handlers before it
     devices = local_devices(topology)
     startup.warm_up(devices)  # the devices' first transfer in a thread, beside the imports and the build
     startup.mark("jax initialized")
     from dali_launch.trainer.observe.metrics import Reporter  # Flax, Optax, Orbax, DALI: while the devices warm up
-    from dali_launch.trainer.plan import facts, plan
+    from dali_launch.trainer.plan import Inputs, facts
     from dali_launch.trainer.train import train_and_evaluate
 
     heap.freeze_imports()
     if topology.process_id == 0:
         write_manifest(paths, spec, topology, devices)
     startup.mark("imports")
-    here = facts.gather(spec, topology, devices)  # this task's facts, once: the plan's input with the spec
+    job = job_devices(devices, topology.process_id)
+    here = facts.gather(spec, topology, devices, job)  # this task's facts, once: the plan's input
     if topology.process_id == 0:  # a requeued job has no launcher to check its newest checkpoint: here
         for line in start_point.repair(paths):
             print(f"dali-launch: {line}", file=sys.stderr, flush=True)
     barrier("checkpoints-checked", spec.distributed.barrier_timeout_s)
     start = start_point.read(paths, spec, topology.process_id, topology.num_processes, here.job_device_count)
     startup.mark("checkpoints read")
-    decided = plan(spec, here, placement, start)  # every decision before anything is built (a checkpoint's plan too)
     reporter = Reporter(paths, topology, spec.distributed.barrier_timeout_s, progress)
-    try:
-        result = train_and_evaluate(spec, here, decided, reporter, startup, start)
+    try:  # planned and built from these alone (set_up.py calls the plan's stages)
+        result = train_and_evaluate(Inputs(spec, here, start, placement, entries), reporter, startup)
     finally:
         reporter.close()  # event files and W&B flushed, a trace stopped: also when preempted or failing
         watchdog.stop()

@@ -258,7 +258,7 @@ def configure_process_env(topology: Topology, where: Placement) -> None:
         codecs.use_cpu_codecs_only()
     if topology.platform == "gpu" and not where.cuda_graphs:
         disable_cuda_graphs()
-    for name, value in where.xla_options.items():  # --xla-options (step/xla_options.py)
+    for name, value in where.xla_options.items():  # --xla-options (plan/xla_options.py)
         set_xla_flag(name, value)
     for name, value in where.xla_flags:
         set_xla_flag(name, value)
@@ -370,14 +370,13 @@ def local_devices(topology: Topology) -> list:
     return devices[:count]
 
 
-def job_devices(devices: list) -> list:
-    """Every device the job trains on: this process's `devices` and every other process's. Other
-    processes see only their own (jax.distributed's local_device_ids); a lone process may see more
-    GPUs than it was given, and those are no part of the job."""
+def job_devices(devices: list, process_index: int) -> list:
+    """Every device the job trains on: this process's `devices` (`process_index`: its topology's) and every other
+    process's. Other processes see only their own (jax.distributed's local_device_ids); a lone process may see
+    more GPUs than it was given, and those are no part of the job."""
     import jax
 
-    mine = jax.process_index()
-    return [d for d in jax.devices(devices[0].platform) if d.process_index != mine or d in devices]
+    return [d for d in jax.devices(devices[0].platform) if d.process_index != process_index or d in devices]
 
 
 def barrier(name: str, timeout_s: int) -> None:

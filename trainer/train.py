@@ -14,15 +14,13 @@ from typing import NamedTuple
 import jax
 
 from dali_launch.trainer import compile_cache
-from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.epoch_boundary import Boundary
 from dali_launch.trainer.observe import replicas
 from dali_launch.trainer.observe.input_wait import InputWait
 from dali_launch.trainer.observe.metrics import EpochMetrics, Reporter
 from dali_launch.trainer.observe.startup import Startup
 from dali_launch.trainer.observe.step_log import StepLog
-from dali_launch.trainer.plan import Plan
-from dali_launch.trainer.plan.facts import Facts
+from dali_launch.trainer.plan import Inputs
 from dali_launch.trainer.resilience.checkpoint import KEPT, Snapshot, order_record, shard_record, zero_tally
 from dali_launch.trainer.resilience.diverged import NanGuard
 from dali_launch.trainer.resilience.preemption import Preemption, end
@@ -33,14 +31,12 @@ from dali_launch.trainer.step.sgd import call_tally, metrics_kept
 from dali_launch.trainer.topology import barrier
 
 
-def train_and_evaluate(
-    spec: TaskSpec, facts: Facts, plan: Plan, reporter: Reporter, startup: Startup, start: StartPoint
-) -> dict:
-    """The build, the epoch loop from the start point, the finish: every process calls this, with its facts and
-    the plan they gave (trainer/plan/)."""
-    run = set_up(spec, facts, plan, reporter, startup, start)
+def train_and_evaluate(inputs: Inputs, reporter: Reporter, startup: Startup) -> dict:
+    """The build, the epoch loop from the start point, the finish: every process calls this, with what it plans
+    from (trainer/plan/: its spec, facts, start point, placement and entries)."""
+    run = set_up(inputs, reporter, startup)
     try:
-        return _train(run, reporter, startup, start)
+        return _train(run, reporter, startup, inputs.start)
     finally:  # a thread still inside DALI or XLA as the interpreter exits aborts it: a failing run's exit 2 became SIGABRT
         if run.evaluator:
             run.evaluator.settle()
@@ -78,12 +74,13 @@ def _train(run: Training, reporter: Reporter, startup: Startup, start: StartPoin
         reporter.epoch(metrics, left_out(run))
         pending = loop.epoch_end(state, epoch + 1, data.put([zero_tally(task.metrics)] * len(devices)))
     run.checkpointer.wait()  # the last checkpoint complete on disk before the task reports done
-    compile_cache.publish(spec, settled_s=0)
+    compile_cache.publish(spec, run.facts.process_index, settled_s=0)
     # Every replica of everything a step changes: parameters, BatchNorm statistics, the EMA.
     # A sharded state (--mesh fsdp) is gathered first: each device's copy is then that of a data-parallel group.
     checked = run.runner.whole({"params": state.params, "collections": state.collections, "ema": state.ema})
     copies = run.plan.step.partition.mesh.data  # data-parallel replicas (an fsdp or tensor group holds one)
-    return {"checksums": replicas.gathered_checksums(checked), "final": reporter.last, "replicas": copies}
+    checksums = replicas.gathered_checksums(checked, run.facts.process_count)
+    return {"checksums": checksums, "final": reporter.last, "replicas": copies}
 
 
 def left_out(run) -> tuple:
@@ -105,12 +102,13 @@ class Loop:
     def __init__(self, run: Training, reporter: Reporter, startup: Startup):
         spec, data, k = run.spec, run.data, run.plan.step.steps_per_call
         self.spec, self.reporter, self.checkpointer, self.startup = spec, reporter, run.checkpointer, startup
-        self.task, self.preemption = run.state.recipe.task, Preemption()
+        self.task, self.preemption, self.facts = run.state.recipe.task, Preemption(run.facts.process_count), run.facts
         self.read_with(data, run.runner, k)
         self.first_call, self.after_first_step = True, None
         self.saved_at = time.monotonic()
-        self.step_log = StepLog(spec, reporter.trackers, k, data.steps * k)
-        self.nan_guard = NanGuard(spec, k, run.checkpointer.wait)
+        self.step_log = StepLog(spec, reporter.trackers, k, run.schedule)
+        learning_rate = spec.optimizer.learning_rate * run.plan.step.lr_scale  # what the run trains with
+        self.nan_guard = NanGuard(spec, k, run.checkpointer.wait, learning_rate)
         self.boundary = Boundary(spec.data.prefetch)
         self.listing = run.listing  # set_up.py's listing of the training set, until a checkpoint takes it
 
@@ -134,7 +132,8 @@ class Loop:
         counted_before = float(saved["count"])  # by the run that was interrupted, if any
         # the metric sums of the samples before `done`, or (an earlier version's checkpoint kept none) of those after
         metrics_before = 0.0 if metrics_kept(saved.get("metrics"), self.task) else counted_before
-        recorder = replicas.SampleRecorder(self.spec, self.data, epoch, done) if self.spec.step.record_samples else None
+        recording = (self.spec, self.data, epoch, done, self.facts.process_index)
+        recorder = replicas.SampleRecorder(*recording) if self.spec.step.record_samples else None
         compile_s = None
         before = epoch * self.data.steps  # global device calls before this epoch
         self.step_log.begin_epoch(before + done, saved)
@@ -219,9 +218,9 @@ class Loop:
 
     def _check_bounds(self, tally) -> None:
         """What the task bounds (the classification task's class ids), as this process's devices saw it."""
-        if self.task.check_bounds and tally["bounds"]:
+        if self.task.bounds is not None and tally["bounds"]:
             low, high = bounds_seen(tally["bounds"])
-            self.task.check_bounds(low, high, "training", self.spec.data.pipeline)
+            self.task.bounds.check(low, high, "training", self.spec.data.pipeline)
 
     def _sync_point(self, state, tally, epoch: int, calls_done: int, recorder, data_wait_s: float) -> None:
         """Reached by every process at the same call: agree on preemption, checkpoint when due."""
@@ -259,7 +258,7 @@ class Loop:
     def _written(self, pending: Pending) -> None:
         """`pending`'s checkpoint written, and this epoch's programs published for the run root's next runs."""
         self.checkpointer.write(pending.snapshot)
-        compile_cache.publish(self.spec)
+        compile_cache.publish(self.spec, self.facts.process_index)
 
     def save(self, state, epoch: int, calls_done: int, tally) -> None:
         self.checkpointer.save(*self._checkpoint(state, epoch, calls_done, tally))

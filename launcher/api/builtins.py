@@ -8,8 +8,8 @@
 Each is a read-only mapping, name -> the object the name stands for, rather than a function per kind: it lists
 what there is (`list`, `in`, `items`) as the CLI's flags name it, and its values are what `submit` takes, recorded
 by their built-in names (`--model resnet18`). The names come from the registries without importing anything; a
-value is imported when it is looked up (a model's module imports Flax, a pipeline's DALI), by the registry's own
-loader (trainer/entry_points.py), so a name looked up here is the one a task loads.
+value is imported when it is looked up (a model's module imports Flax, a pipeline's DALI), by the kind's own
+loader (trainer/entries.py), so a name looked up here is the one a task loads.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator, Mapping
 
-from dali_launch.trainer import entry_points
+from dali_launch.trainer import entries
 
 
 class NotBuiltin(KeyError):
@@ -34,7 +34,7 @@ class Builtins(Mapping):
         self.kind = kind
 
     def _names(self) -> dict[str, str]:
-        return entry_points.builtin(self.kind)
+        return entries.builtin(self.kind)
 
     def __getitem__(self, name: str):
         if name not in self._names():
@@ -43,7 +43,7 @@ class Builtins(Mapping):
             raise NotBuiltin(
                 f"no built-in {self.kind} {name!r}; {guess}the built-in {self.kind}s are {', '.join(self._names())}"
             )
-        return entry_points.load(self.kind, name)
+        return entries.load(self.kind, name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names())

@@ -13,7 +13,7 @@ import sys
 
 from dali_launch.launcher.api.settings import a_type
 from dali_launch.launcher.route import sent_objects
-from dali_launch.trainer import entry_points
+from dali_launch.trainer import entries
 from dali_launch.trainer.errors import UsageError
 
 
@@ -25,7 +25,7 @@ def reference(kind: str, value) -> str:
         what = {"model": "a Flax module class or factory", "pipeline": "a pipeline function", "task": "a Task"}[kind]
         raise UsageError(
             f"{kind}={value!r} is {a_type(value)}; give {what}, or a name as --{kind} takes it "
-            f"(one of {', '.join(entry_points.builtin(kind))}, or package.module:attribute)"
+            f"(one of {', '.join(entries.builtin(kind))}, or package.module:attribute)"
         )
     builtin = builtin_name(kind, value)
     if builtin is not None:  # a built-in: its tasks import it as they import dali-launch
@@ -40,7 +40,7 @@ def builtin_name(kind: str, value) -> str | None:
     """The built-in name of `kind` that stands for `value` itself (dali_launch.models["vit-ti16"], or the object
     imported from its module: a factory made by a function, a Pipeline, which no qualname leads to), else None.
     Only modules already imported are looked in: a built-in object came from one."""
-    targets = entry_points.builtin(kind).items()
+    targets = entries.builtin(kind).items()
     return next((name for name, target in targets if _found(*target.split(":", 1)) is value), None)
 
 

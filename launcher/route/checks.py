@@ -7,14 +7,14 @@ from pathlib import Path
 
 from dali_launch.launcher.route import audio_checks, recipe_checks
 from dali_launch.launcher.run_config import RunConfig, counted, node_range
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig, ObserveConfig, OptimizerConfig, ResilienceConfig
 from dali_launch.trainer.data import formats, native
 from dali_launch.trainer.data.bad_samples import check_limit, check_mode
+from dali_launch.trainer.data.registry import pipelines
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan import data as plan_data
 from dali_launch.trainer.plan import step as plan_step
-from dali_launch.trainer.plan.step import MAX_STEPS
+from dali_launch.trainer.plan.step import most_steps_per_call
 from dali_launch.trainer.settings.eval import EVAL_CPU_BATCH
 from dali_launch.trainer.topology import resolve_platform
 
@@ -115,9 +115,8 @@ def profile_within(run: RunConfig, samples: int) -> None:
     steps = run.observe.profile_range()
     if steps is None:
         return
-    devices, k = run.device_counts[0], run.step.steps_per_call  # the fewest devices: the most steps
-    if not k:  # auto: 1 on CPUs, at most MAX_STEPS on GPUs (plan/step.py's steps_per_call)
-        k = MAX_STEPS if resolve_platform(run.distributed.platform) == "gpu" else 1
+    devices = run.device_counts[0]  # the fewest devices: the most steps
+    k = most_steps_per_call(run.step.steps_per_call, resolve_platform(run.distributed.platform))
     # a shard is padded to whole reader batches and an epoch to whole calls: at most 2k steps more than
     # the samples' (a device's readers divide its call's k batches)
     epochs, whole = run.step.epochs, samples // (devices * run.step.per_device_batch(devices))
@@ -137,7 +136,7 @@ def _data(data: DataConfig) -> None:
     check_limit(data.max_bad_samples)
     check_mode(data.bad_samples, data.pipeline)
     formats.check_order(data.pipeline, data.sample_order)
-    if native.parsed(data.pipeline_params) and data.pipeline in entry_points.builtin("pipeline"):
+    if native.parsed(data.pipeline_params) and data.pipeline in pipelines():
         raise UsageError(
             f"--pipeline-params fills the parameters of DALI's own pipeline functions, and --pipeline {data.pipeline} "
             f"is built in; leave --pipeline-params out"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from dali_launch.launcher.route.task_check import sample_shape
 from dali_launch.launcher.run_config import RunConfig
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import TaskSpec, settings_of
+from dali_launch.trainer.entry_points import BY_VALUE
 from dali_launch.trainer.errors import UsageError
 
 TIMEOUT_S = 300
@@ -29,7 +29,7 @@ MARK = "init-from: "  # the child's refusal, told apart from whatever else JAX a
 def check(run: RunConfig, data_dir: Path) -> None:
     """After the data's own checks: the sample shape the built-in pipelines give follows from it."""
     shape = sample_shape(run, data_dir) if run.model.init_from is not None and not run.launch.resume else None
-    if shape is None or run.model.model.startswith(f"{entry_points.BY_VALUE}:"):
+    if shape is None or run.model.model.startswith(f"{BY_VALUE}:"):
         return
     spec = TaskSpec(run_dir="", **settings_of(run))
     request = json.dumps({"spec": spec.to_json(), "sample_shape": shape})

@@ -27,11 +27,14 @@ from dali_launch.launcher.data import datasets
 from dali_launch.launcher.route import directory, init_check, machine_checks, rank_map, sent_objects, task_check
 from dali_launch.launcher.route.checks import batch_within, profile_within, validate
 from dali_launch.launcher.run_config import RunConfig, task_spec
-from dali_launch.trainer import determinism, entry_points, flavours, jax_private
+from dali_launch.trainer import determinism, flavours, jax_private
 from dali_launch.trainer.data import contract, formats, graph_check
+from dali_launch.trainer.data import registry as pipelines
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model import registry as models
+from dali_launch.trainer.plan import xla_options
 from dali_launch.trainer.run_dir import RunPaths
-from dali_launch.trainer.step import xla_options
+from dali_launch.trainer.tasks import registry as tasks
 from dali_launch.trainer.topology import missing_gpu
 
 
@@ -89,12 +92,12 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     """Every check before anything is written, cheapest first; the run's data, checked."""
     validate(run)
     flavours.check()  # before any device is taken or job queued; the task checks again
-    entry_points.check("model", run.model.model, run.data.num_classes)
-    entry_points.check("pipeline", run.data.pipeline)
-    task = entry_points.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
+    models.check(run.model.model, run.data.num_classes)
+    pipelines.check(run.data.pipeline)
+    task = tasks.run_task(run)  # --task: importable, a Task or a factory of one, its options taken
     builtin_outputs(run, task)
-    if run.data.pipeline not in entry_points.builtin("pipeline"):  # the built-ins' own modules import DALI (0.4 s)
-        contract.cacheable(entry_points.load("pipeline", run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
+    if run.data.pipeline not in pipelines.pipelines():  # the built-ins' own modules import DALI (0.4 s)
+        contract.cacheable(pipelines.load(run.data.pipeline), run.data.pipeline, run.data.decoded_cache)
     xla_options.check(run.xla.xla_options)  # an unknown name in XLA_FLAGS would abort every rank
     if backend is not None:
         backend.check(run)
@@ -103,7 +106,7 @@ def check(run: RunConfig, backend: Backend | None) -> Path:
     machine_checks.check_cache(run)
     data_dir, samples = data_of(run)
     on_this_machine = run.launch.local or getattr(backend, "name", "") in ("train", "allocation")  # where its tasks run
-    own = run.data.pipeline not in entry_points.builtin("pipeline")
+    own = run.data.pipeline not in pipelines.pipelines()
     sample = own_pipeline(run, data_dir, on_this_machine) if own else None
     task_check.check(run, data_dir, sample)  # the model, the task's loss, evaluation, summary on the data's samples
     init_check.check(run, data_dir)  # --init-from's shapes against the model's, in a CPU child (seconds)
@@ -121,7 +124,7 @@ def own_pipeline(run: RunConfig, data_dir: Path, on_this_machine: bool) -> dict 
     Such a graph is not run here: under --local and SLURM this launcher keeps off its tasks' GPUs, and a Python
     API submission checks in the caller's process while another process trains (DALI's CUDA context and memory
     pool would stay in the caller, on the GPU the run uses)."""
-    outputs = entry_points.run_task(run).outputs  # what the run's task takes from the pipeline, in order
+    outputs = tasks.run_task(run).outputs  # what the run's task takes from the pipeline, in order
     for split in datasets.SPLITS:
         args = _graph_args(run, data_dir, split)
         graph_check.check(run.data.pipeline, args, run.data.sample_order == "shards", outputs)
@@ -145,12 +148,12 @@ def builtin_outputs(run: RunConfig, task) -> None:
     if found is None or tuple(found.outputs) == outputs:
         return
     fitting = [f.name for f in (*formats.FORMATS, *formats.READINGS) if tuple(f.outputs) == outputs]
-    bringing = entry_points.task_bringing(pipeline)
+    bringing = tasks.task_bringing(pipeline)
     if task.pipeline:
         fix = f"leave --pipeline out to take the task's own ({task.pipeline})"
     elif bringing:
         fix = f"add --task {bringing}"
-    elif run.task.task not in entry_points.builtin("task"):
+    elif run.task.task not in tasks.TASKS:
         fix = "name the task's outputs as the pipeline gives them, or use a --pipeline of your own"
     else:
         fix = f"use one that gives them ({', '.join(fitting)}) or your own" if fitting else "use your own"

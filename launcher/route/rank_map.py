@@ -9,7 +9,7 @@ The trainer computes the same shard ids from what JAX reports; tests hold the tw
 from __future__ import annotations
 
 from dali_launch.launcher.run_config import RunConfig, counted
-from dali_launch.trainer.step import mesh as meshes
+from dali_launch.trainer.plan import mesh as meshes
 
 SHOWN_GROUPS = 4  # a mesh's groups listed in a dry run; the rest counted
 

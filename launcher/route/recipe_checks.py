@@ -11,8 +11,8 @@ from dali_launch.launcher.route.task_check import crops, flat
 from dali_launch.launcher.run_config import RunConfig
 from dali_launch.trainer.config import DataConfig, ModelConfig, TaskConfig
 from dali_launch.trainer.data import formats
-from dali_launch.trainer.entry_points import MODELS
 from dali_launch.trainer.errors import UsageError
+from dali_launch.trainer.model.registry import MODELS
 
 RANDAUGMENT_OPS = 14  # DALI's RandAugment suite (augment.suite)
 MAGNITUDE_BINS = 31  # augment.MAGNITUDE_BINS

@@ -23,7 +23,7 @@ from dali_launch.launcher.console import echo, error
 from dali_launch.launcher.options import Values, build
 from dali_launch.launcher.route.machine_checks import folder_problem
 from dali_launch.launcher.run_config import RunConfig, counted, marked, task_spec, with_devices
-from dali_launch.trainer import entry_points
+from dali_launch.trainer.entry_points import SUBMISSION
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.resilience import saved, start_point
 from dali_launch.trainer.run_dir import RunPaths, parse_json, read_json, read_jsonl, take_notes
@@ -51,7 +51,7 @@ def read(values: Values, entry: str, lead: bool = True) -> Resume:
     """
     paths = run_dir_of(values["resume"], values.get("run_root") or "runs")
     check_writable(paths)
-    entry_points.read_sent(paths.objects)  # what the Python API sent by value: the checks load it as the tasks do
+    SUBMISSION.read(paths.objects)  # what the Python API sent by value: the checks load it as the tasks do
     if lead:
         refuse_live(paths)
     spec = spec_of(paths)  # config.json, read this once

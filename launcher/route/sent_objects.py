@@ -2,7 +2,7 @@
 
 One its tasks can import (`module:qualname` resolves to it) is recorded as that string, as the CLI's flag would
 be; any other (defined in a notebook, in __main__, inside a function; an instance) is sent by value: pickled with
-cloudpickle, named `<run>:KIND` (trainer/entry_points.py holds it for the checks) and written into the run
+cloudpickle, named `<run>:KIND` (trainer/entry_points.py's SUBMISSION holds it for the checks) and written into the run
 directory's objects/ with the run's other files (directory.create), once every check has passed. The last check
 (`check`, in prepare.py) has a fresh interpreter with the tasks' environment (this process's working directory
 and environment: PYTHONPATH) load each as a task will; what it cannot load is one UsageError naming the object,
@@ -64,7 +64,7 @@ _sent: dict[str, Sent] = {}  # reference -> what this process sent under it, for
 def forget() -> None:
     """A new submission: what an earlier one sent is not its own."""
     _sent.clear()
-    entry_points.forget_sent()
+    entry_points.SUBMISSION.forget()
 
 
 def in_callers_words(message: str) -> str:
@@ -102,7 +102,7 @@ def by_value(kind: str, value, label: str) -> str:
             f"{kind}={label} cannot be pickled to send to its tasks ({type(e).__name__}: {_first_line(e)}); define "
             f"it and what it uses in a module they can import (a file on PYTHONPATH) and pass that"
         ) from None
-    reference = entry_points.hold(kind, value)
+    reference = entry_points.SUBMISSION.hold(kind, value)
     _sent[reference] = Sent(kind, label, reference, pickled, value)
     return reference
 

@@ -4,7 +4,7 @@ takes in the data path runs on CPU devices, and a host conversion of one fails h
 
 `TensorListGPU` and `TensorGPU` have the part of DALI's own classes' interface that the project uses, with
 their semantics (`shape()`, `layout()`, `ndim()` and `device_id()` methods, `dtype` a property, `as_cpu()` a
-copy, DLPack), and nothing the real ones lack (tests/test_gpu_standin.py compares them). Like the real
+copy, DLPack), and nothing the real ones lack (tests/test_gpu_outputs.py compares them). Like the real
 ones they have no `__array__`: `np.asarray` of one is an array of dtype object. Two differences cannot be
 helped: their memory is the host's, so `__dlpack_device__` says the CPU (JAX's CPU backend takes them), and
 they have no `__cuda_array_interface__`.

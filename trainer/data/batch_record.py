@@ -26,9 +26,12 @@ from dali_launch.trainer.run_dir import RunPaths, write_atomic
 SHARED = "batches"  # in the run root's shared compile cache
 
 
-def key(data_config, split: str, outputs: tuple[str, ...]) -> str:
-    """What the record is of: the decided data settings (the pipeline among them), the split and the outputs."""
-    what = {"data": dataclasses.asdict(data_config), "split": str(Path(split).absolute()), "outputs": list(outputs)}
+def key(data, split: str, outputs: tuple[str, ...]) -> str:
+    """What the record is of: the [data] settings (the pipeline among them) and what the pipelines were decided to
+    be built with (`data`: decided.DataPlan), the split and the outputs."""
+    decided = {"decoder": data.decoder, "reader_threads": data.reader_threads, "output_dtype": data.output_dtype}
+    what = {"data": dataclasses.asdict(data.settings), "decided": decided | {"decoded_cache_mb": data.cache_mb}}
+    what |= {"split": str(Path(split).absolute()), "outputs": list(outputs)}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from nvidia.dali import pipeline_def
 
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import DataConfig
-from dali_launch.trainer.data import augment, decoded_cache, graph_check, native
+from dali_launch.trainer.data import augment, decoded_cache, graph_check, native, registry
 from dali_launch.trainer.data.batches import DeviceBatches, Readers
 from dali_launch.trainer.data.contract import AUDIO_SETTINGS, OUTPUTS, RANDAUGMENT, PipelineArgs
+from dali_launch.trainer.data.decided import DataPlan
 from dali_launch.trainer.data.feed import Feed, pipeline_options, restored_iteration
 from dali_launch.trainer.data.global_order import Layout, fingerprint
 from dali_launch.trainer.errors import UsageError
@@ -73,10 +73,10 @@ augmented_graph = pipeline_def(enable_conditionals=True)(_graph)
 augment.transpile_less()  # ...without rewriting the parts of auto_aug that do not branch on data
 
 
-def build(split: Split, readers: Readers, config: DataConfig, checkpoints=None, start: Start | None = None):
+def build(split: Split, readers: Readers, data: DataPlan, checkpoints=None, start: Start | None = None):
     """Pipelines for this process's devices reading `readers`' shards of `split`, as DeviceBatches.
 
-    `config` holds decided values only (plan/data.py). `checkpoints` (one per pipeline, from `pipe.checkpoint()`;
+    `data`: the [data] settings and what the data plan decided (decided.py). `checkpoints` (one per pipeline, from `pipe.checkpoint()`;
     start_point.StartPoint.pipeline_states) resume each pipeline where it was (under a global order: its random
     operators; the feed starts at `start`'s call). `start`: training's.
     """
@@ -86,23 +86,23 @@ def build(split: Split, readers: Readers, config: DataConfig, checkpoints=None, 
             f"--readers-per-device {sharding.readers} does not divide the {split.call_batch} samples a device "
             f"reads per call; use a divisor of it"
         )
-    reader_batch, function = split.call_batch // sharding.readers, entry_points.load("pipeline", config.pipeline)
-    native.check(function, config.pipeline_params, split.outputs, config.pipeline)  # the launcher's check, passed
-    threads, shards_read = config.reader_threads * sharding.readers, (sharding.device_ids, sharding.global_devices)
-    keep, kept = decoded_role(function, split, shards_read, config, threads)
+    reader_batch, function = split.call_batch // sharding.readers, pipeline_function(data)
+    native.check(function, data.settings.pipeline_params, split.outputs, data.pipeline)  # the launcher's, passed
+    threads, shards_read = data.reader_threads * sharding.readers, (sharding.device_ids, sharding.global_devices)
+    keep, kept = decoded_role(function, split, shards_read, data, threads)
     pipes, feeds, given = [], [], []
     for k, shard_id in enumerate(sharding.shard_ids):
         (local, reader), checkpoint = divmod(k, sharding.readers), checkpoints[k] if checkpoints else None
         feed = start.feed(sharding.first_device + local, reader, sharding.readers, checkpoint) if start else None
-        args = pipeline_args(split, shard_id, sharding.num_shards, reader_batch, config, feed)
+        args = pipeline_args(split, shard_id, sharding.num_shards, reader_batch, data, feed)
         args = dataclasses.replace(args, decoded_cache=keep)
         feeds.append(feed)
         given.append(args)
-        pipes.append(make_pipeline(function, args, config, readers.devices[local], checkpoint, split.outputs))
+        pipes.append(make_pipeline(function, args, data, readers.devices[local], checkpoint, split.outputs))
     for pipe in pipes:
         pipe.build()
     sizes = {
-        epoch_size(pipe, config.pipeline, shard_id, sharding.num_shards, feed)
+        epoch_size(pipe, data.pipeline, shard_id, sharding.num_shards, feed)
         for pipe, shard_id, feed in zip(pipes, sharding.shard_ids, feeds)
     }
     batches = DeviceBatches(pipes, readers, sizes.pop(), reader_batch, start, split.outputs)
@@ -113,32 +113,37 @@ def build(split: Split, readers: Readers, config: DataConfig, checkpoints=None, 
     return batches
 
 
-def decoded_role(function, split: Split, devices: tuple, config: DataConfig, threads: int):
+def pipeline_function(data: DataPlan):
+    """The pipeline function `data` was planned for: the run's, resolved once (entries.py), else its built-in."""
+    return data.function or registry.load(data.pipeline)
+
+
+def decoded_role(function, split: Split, devices: tuple, data: DataPlan, threads: int):
     """The training pipelines' `args.decode` role for the decided --decoded-cache, and the host table it reads
     (`devices`: (device ids, of how many), their shards filled here, once, by `threads` threads: the decoding
     every epoch would repeat), or (None, None)."""
-    mb = config.decoded_cache_mb() if split.training else 0
-    if not mb or config.decoder != "cpu":
-        return decoded_cache.role(mb, config.decoder, None), None
+    mb = data.cache_mb if split.training else 0
+    if not mb or data.decoder != "cpu":
+        return decoded_cache.role(mb, data.decoder, None), None
     # The fill keeps what is decoded, before any augmentation: none in its graph (no conditionals there).
-    base = dataclasses.replace(pipeline_args(split, 0, 1, 1, config), augment="none")
+    base = dataclasses.replace(pipeline_args(split, 0, 1, 1, data), augment="none")
     table = decoded_cache.fill(function, base, *devices, threads)
-    return decoded_cache.role(mb, config.decoder, table), table
+    return decoded_cache.role(mb, data.decoder, table), table
 
 
-def make_pipeline(function, args: PipelineArgs, config: DataConfig, device, checkpoint, outputs=OUTPUTS):
+def make_pipeline(function, args: PipelineArgs, data: DataPlan, device, checkpoint, outputs=OUTPUTS):
     """One reader's pipeline, not built yet: on its device's GPU where it decodes there, its feed's workers
     (args.feed, --sample-order global) beside it; `outputs`: the names of what the function returns (the task's)."""
     return (augmented_graph if args.training and args.augment != "none" else graph)(
         function,
         args,
-        config.pipeline,
+        data.pipeline,
         outputs,
         batch_size=args.batch_size,
-        num_threads=config.reader_threads,
+        num_threads=data.reader_threads,
         device_id=device.local_hardware_id if args.on_gpu else None,
         seed=args.seed,
-        prefetch_queue_depth=config.prefetch,
+        prefetch_queue_depth=data.settings.prefetch,
         enable_checkpointing=True,
         checkpoint=checkpoint,
         **pipeline_options(args.feed),
@@ -146,23 +151,24 @@ def make_pipeline(function, args: PipelineArgs, config: DataConfig, device, chec
 
 
 def pipeline_args(
-    split: Split, shard_id: int, num_shards: int, reader_batch: int, config: DataConfig, feed: Feed | None = None
+    split: Split, shard_id: int, num_shards: int, reader_batch: int, data: DataPlan, feed: Feed | None = None
 ) -> PipelineArgs:
-    """What a pipeline function reading shard `shard_id` of `split` is given; `config` holds decided values (its
-    decoder cpu or mixed)."""
+    """What a pipeline function reading shard `shard_id` of `split` is given: the [data] settings and the data
+    plan's decisions (`data`: its decoder cpu or mixed, its output dtype)."""
+    config = data.settings
     return PipelineArgs(
         path=split.path,
         shard_id=shard_id,
         num_shards=num_shards,
         batch_size=reader_batch,
         training=split.training,
-        on_gpu=config.decoder == "mixed",
-        decoder=config.decoder,
+        on_gpu=data.decoder == "mixed",
+        decoder=data.decoder,
         seed=split.seed + shard_id,
         num_classes=config.num_classes,
         image_size=config.image_size,
         hw_decoder_load=config.hw_decoder_load,
-        output_dtype=config.output_dtype,
+        output_dtype=data.output_dtype,
         feed=feed,
         bad_samples=config.bad_samples,
         max_bad_samples=config.max_bad_samples,

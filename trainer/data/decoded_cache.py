@@ -1,6 +1,6 @@
 """--decoded-cache: each training sample decoded once, then kept decoded (before augmentation).
 
-What `args.decode(encoded, **kwargs)` becomes in a training pipeline (resolve.py decides the kind):
+What `args.decode(encoded, **kwargs)` becomes in a training pipeline (plan/data.py decides the kind):
   decoder  GPU pipelines (nvJPEG): DALI's own decoder cache (`fn.decoders.image`'s cache_size, type
            threshold 0: every image until full), in GPU memory, keyed by each sample's source (its
            reader's source_info); it needs readers that stick to their shard, as ours do. Only

@@ -12,7 +12,6 @@ task's.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 
@@ -90,12 +89,12 @@ def check(name: str, args, shard_order: bool, names: tuple[str, ...] = OUTPUTS) 
     args.read makes a native reader here too): its outputs (one for each of `names`, its task's); under the shard
     order its one reader and how it is sharded; under the global order, that it reads through args.read and
     nothing else. A pipeline written as DALI writes one is checked as native.py adapts it, first."""
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.data import registry
 
-    native.check(entry_points.load("pipeline", name), args.pipeline_params, names, name)
+    native.check(registry.load(name), args.pipeline_params, names, name)
     reads = []
     outputs = outputs_checked(define(name, _watched(args, reads)), name, names)
-    readers = [op for op in _operators(outputs).values() if _kind(op).startswith(dali_graph.READERS)]
+    readers = [op for op in dali_graph.operators(outputs).values() if _kind(op).startswith(dali_graph.READERS)]
     if not shard_order:
         read_checked(len(readers) - len(reads), bool(reads), name)
         return
@@ -123,9 +122,9 @@ def define(name: str, args, pipe=None):
     UsageError is ours (args.read's screen): the task would raise it, later."""
     from nvidia.dali.pipeline import Pipeline
 
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.data import registry
 
-    function = entry_points.load("pipeline", name)
+    function = registry.load(name)
     try:
         with pipe or Pipeline(batch_size=1, num_threads=1, device_id=None):
             return function(args)
@@ -140,12 +139,7 @@ def define(name: str, args, pipe=None):
 
 def operators(outputs) -> dict[int, str]:
     """The schema name of every operator behind `outputs` (DataNodes), by the operator's id."""
-    return {key: _kind(op) for key, op in _operators(outputs).items()}
-
-
-def _operators(outputs) -> dict:
-    """DALI's operator object behind every node of `outputs`, by its instance's id (dali_graph.instances)."""
-    return {key: instance._op for key, instance in dali_graph.instances(outputs).items()}
+    return {key: _kind(op) for key, op in dali_graph.operators(outputs).items()}
 
 
 _kind = dali_graph.kind
@@ -154,20 +148,12 @@ _kind = dali_graph.kind
 def _sharding(op) -> dict | None:
     """A reader operator's SHARDING arguments: as given to it, else its schema's defaults (shard 0 of 1, no
     padding). None where this DALI keeps them elsewhere: the task's check on the built reader remains."""
-    given, schema = getattr(op, "_init_args", None), getattr(op, "_schema", None)
-    if not isinstance(given, dict) or schema is None:
-        return None
-    try:
-        return {
-            k: given[k] if k in given else ast.literal_eval(schema.GetArgumentDefaultValueString(k)) for k in SHARDING
-        }
-    except (AttributeError, RuntimeError, ValueError, SyntaxError):
-        return None
+    return dali_graph.arguments(op, SHARDING)
 
 
 def sample(name: str, args, names: tuple[str, ...]) -> dict | None:
     """One sample of each output of --pipeline `name`, its graph run once on the CPU for `args`: {output: (shape,
-    dtype)}, what the task is checked against (tasks/check.py); None for a graph the function placed on the GPU
+    dtype)}, what the task is checked against (step/dry_run.py); None for a graph the function placed on the GPU
     (the task runs it: a launcher keeps off the GPUs its tasks use); where DALI's outputs are GPU ones anyway, one
     sample of each is copied to the host. A graph that fails to build or run is one
     line naming the operator and where the function made it."""

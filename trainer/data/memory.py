@@ -1,6 +1,6 @@
 """Memory for --decoded-cache auto: how large the decoded training split is, and where it may be kept.
 
-Measured once per task, before anything is built (resolve.py decides from these numbers):
+Measured once per task, before anything is built (plan/data.py decides from these numbers):
 - the decoded split: its sample count and the decoded size of a sample of its images, read from their
   headers (images.py) through the record sources of records/ (no decoding), times 3 channels: an upper
   bound for RGB output, and 3x the grey images MNIST decodes;

@@ -17,7 +17,7 @@ plain function whose parameters include `shard_id` and `num_shards`, becomes the
   num_shards; the masks also need that shard padded to whole batches, which DALI's tutorials leave unset, so
   PADDING is added to the reader before the pipeline is built (dali.epoch_size checks the built one);
 - data_iterator's `output_map` must be the task's outputs, in order.
-It imports neither JAX nor DALI: entry_points.py, which the launcher imports at its start, uses it.
+It imports neither JAX nor DALI: the pipelines' loader (registry.py), which the launcher imports at its start, uses it.
 """
 
 from __future__ import annotations
@@ -76,24 +76,12 @@ def adapted(value, name: str):
 
 def _graph_function(value) -> tuple[Callable, tuple[str, ...]] | None:
     """(the graph function, its output_map) of a DALI-style function, or None for anything else."""
-    if getattr(value, "_is_pipeline_def", False):  # nvidia.dali.pipeline_def marks its wrapper so
-        return value.__wrapped__, ()
-    closure = _closure(value)
-    if {"func", "output_map", "iterator_type"} <= set(closure):  # data_iterator's create_iterator (functools.wraps)
-        return value.__wrapped__, tuple(closure["output_map"] or ())
+    found = dali_graph.decorated(value)
+    if found is not None:
+        return found
     if inspect.isfunction(value) and _takes_shards(inspect.signature(value)):
         return value, ()
     return None
-
-
-def _closure(value) -> dict:
-    """The free variables a decorator's wrapper closes over (data_iterator's: its output_map, reader_name...)."""
-    if not inspect.isfunction(value) or not hasattr(value, "__wrapped__"):
-        return {}
-    try:
-        return inspect.getclosurevars(value).nonlocals
-    except (TypeError, ValueError):
-        return {}
 
 
 def _takes_shards(signature: inspect.Signature) -> bool:
@@ -136,7 +124,7 @@ def literal(text: str):
 def check(function, params: str, outputs: tuple[str, ...], name: str) -> None:
     """Before any pipeline is built (the launcher's pre-flight, the task's build): --pipeline-params written as it
     must be, and given to a DALI-style function only; such a function's parameters all filled, its shard ids
-    among them, and its output_map the task's `outputs`. `function`: what entry_points.load gave for `name`."""
+    among them, and its output_map the task's `outputs`. `function`: what registry.load gave for `name`."""
     given = parsed(params)
     if not isinstance(function, Native):
         if given:

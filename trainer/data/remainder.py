@@ -13,10 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dali_launch.trainer import entry_points
-from dali_launch.trainer.config import DataConfig
 from dali_launch.trainer.data import dali, shards
 from dali_launch.trainer.data.batches import DeviceBatches, Readers, device_batch
+from dali_launch.trainer.data.decided import DataPlan
 from dali_launch.trainer.data.hosting import Remainder
 
 
@@ -88,28 +87,28 @@ class RemainderBatches(DeviceBatches):
         return masks
 
 
-def build(split: dali.Split, devices: list, remainder: Remainder, config: DataConfig, start, main):
+def build(split: dali.Split, devices: list, remainder: Remainder, data: DataPlan, start, main):
     """The old layout's pipelines this process hosts (`devices`: its own) reading training's `split`, each built as
     the old job built it (its shard, batch and seed) and restored from its state (`start`, the start point: its
-    states by shard, and the sample its record holds, which shapes padding slots); `config` holds decided values,
+    states by shard, and the sample its record holds, which shapes padding slots); `data` as the data plan decided,
     its threads shared out among the pipelines a device now runs; `main`: the job's own training batches."""
-    old, function = remainder.reading, entry_points.load("pipeline", config.pipeline)
+    old, function = remainder.reading, dali.pipeline_function(data)
     # The checkpoint's DALI graph, decoded cache included (the data plan keeps its kind): a host table of the
     # old shards hosted here, apart from the job's own (main's), for this epoch's rest alone.
     hosted = [d for device in main.sharding.device_ids for d in remainder.hosted(device) if d is not None]
-    keep, _ = dali.decoded_role(function, split, (hosted, old.devices), config, config.reader_threads)
-    threads = max(1, config.reader_threads * main.sharding.readers // (remainder.slots * old.readers))
-    config = dataclasses.replace(config, reader_threads=threads)
+    keep, _ = dali.decoded_role(function, split, (hosted, old.devices), data, data.reader_threads)
+    threads = max(1, data.reader_threads * main.sharding.readers // (remainder.slots * old.readers))
+    data = dataclasses.replace(data, reader_threads=threads)
     pipes, shard_ids = [], []
     for local, device in enumerate(main.sharding.device_ids):
         for shard in remainder.shard_ids([device]):
-            args = dali.pipeline_args(split, shard, old.num_shards, old.reader_batch, config)
+            args = dali.pipeline_args(split, shard, old.num_shards, old.reader_batch, data)
             args = dataclasses.replace(args, decoded_cache=keep)
-            pipe = dali.make_pipeline(function, args, config, devices[local], start.states[shard], split.outputs)
+            pipe = dali.make_pipeline(function, args, data, devices[local], start.states[shard], split.outputs)
             pipes.append(pipe)
             shard_ids.append(shard)
     for pipe in pipes:
         pipe.build()
     for pipe, shard in zip(pipes, shard_ids):
-        dali.epoch_size(pipe, config.pipeline, shard, old.num_shards)  # read as the old job read it
+        dali.epoch_size(pipe, data.pipeline, shard, old.num_shards)  # read as the old job read it
     return RemainderBatches(pipes, main, remainder, start.shards["sample"])

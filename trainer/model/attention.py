@@ -6,7 +6,7 @@
                   `key_value_seq_lengths`, its query rows dropped after): on one H200 cuDNN refused ViT-B/16's
                   197 tokens; a flash kernel works in tiles of 64 rows anyway
 
-`auto` resolves once per task (resolve.py, recorded in rank_map.json) to xla: the form measured on one H200
+`auto` is decided once per task (plan/step.py, recorded in rank_map.json) to xla: the form measured on one H200
 (ViT-S/16 and ViT-B/16 train within a few per cent of their step alone with it: docs/performance.md); the
 cuDNN forms are taken when
 given, after a probe that their forward and backward pass compile for the model's own shapes here.

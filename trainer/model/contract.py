@@ -27,8 +27,8 @@ def make(
     options: dict | None = None,
 ):
     """The module `factory` makes: a flax.linen.Module, or for an nnx.Module its adapter;
-    `takes_rngs`: the factory names an `rngs` parameter (entry_points.takes_rngs); `options`: the
-    model flags a Linen factory names (entry_points.model_options)."""
+    `takes_rngs`: the factory names an `rngs` parameter (registry.takes_rngs); `options`: the
+    model flags a Linen factory names (registry.model_options)."""
     if takes_rngs:  # Flax's NNX, imported for models of it alone (0.1 s of every other process's start)
         from dali_launch.trainer.model import nnx_model
 

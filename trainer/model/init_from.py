@@ -195,7 +195,7 @@ def check(spec, sample_shape: tuple[int, ...], source: Source) -> Plan:
     import jax
     import jax.numpy as jnp
 
-    from dali_launch.trainer.entry_points import run_model
+    from dali_launch.trainer.model.registry import run_model
 
     model = run_model(spec)
     init = lambda x: model.init({"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}, x)

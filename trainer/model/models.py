@@ -17,7 +17,7 @@ job after each step and kept in checkpoints; evaluation uses them as they are. A
 stream is given while training: a different key per step and device, reproducible from --seed.
 A plain `__call__(self, x)` with params only works as it always did. An NNX module is switched with
 its own `train()` / `eval()` instead, keeps its statistics in nnx.BatchStat (`batch_stats`) and
-draws dropout from the same per-step, per-device stream. entry_points.create_model makes the module a
+draws dropout from the same per-step, per-device stream. registry.create_model makes the module a
 `--model` names (model/contract.py checks it). Built in (`--model NAME`):
 
     mlp       the DALI + Flax example's 784-784-1024-1024-10 MLP, layer for layer
@@ -31,7 +31,7 @@ draws dropout from the same per-step, per-device stream. entry_points.create_mod
     st-cnn, frame-mean, vivit-ti16  --task video's models of clips (batch, T, H, W, C) (video.py)
 
 A Linen factory that also names `drop_path`, `vit_pool`, `attention` or `remat` as parameters is given those
-flags' values (entry_points.model_options); other factories never see them.
+flags' values (registry.model_options); other factories never see them.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def _factory(name: str):
     def factory(
         num_classes: int, drop_path: float = 0.0, vit_pool: str = "gap", attention: str = "xla", remat: str = "none"
     ) -> ViT:
-        implementation = "xla" if attention == "auto" else attention  # `auto` is resolved by the task (resolve.py)
+        implementation = "xla" if attention == "auto" else attention  # `auto` is the plan's (plan/step.py)
         return ViT(num_classes, width, depth, mlp_dim, heads, vit_pool, drop_path, implementation, remat == "blocks")
 
     factory.__name__ = name.replace("-", "_")

@@ -28,8 +28,8 @@ from dali_launch.trainer.data import bad_samples
 from dali_launch.trainer.observe.profile import Profile
 from dali_launch.trainer.observe.progress import Progress as LiveProgress
 from dali_launch.trainer.observe.trackers import Trackers
+from dali_launch.trainer.plan import mesh
 from dali_launch.trainer.run_dir import RunPaths, read_jsonl, write_atomic
-from dali_launch.trainer.step import mesh
 from dali_launch.trainer.topology import Topology, barrier
 
 
@@ -244,7 +244,7 @@ def _plain(value):
 
 
 def _how(resolved: dict) -> str:
-    """--parallel, and --mesh where it shards the train state (step/mesh.py)."""
+    """--parallel, and --mesh where it shards the train state (plan/mesh.py)."""
     setting = resolved.get("mesh") or "auto"  # a run directory written before --mesh existed: none
     layout = mesh.parse(setting)
     how = f"{resolved['parallel']}, mesh {setting}" if layout and layout.shards_state else resolved["parallel"]

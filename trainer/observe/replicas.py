@@ -23,10 +23,10 @@ def local_checksums(params) -> list[str]:
     return [d.hexdigest() for d in digests]
 
 
-def gathered_checksums(params) -> list[str]:
+def gathered_checksums(params, processes: int) -> list[str]:
     """Every replica's checksum from every process, in global device order (all processes call this)."""
     local = np.array([[int(h[i : i + 8], 16) for i in range(0, 64, 8)] for h in local_checksums(params)], np.uint32)
-    everyone = np.asarray(multihost_utils.process_allgather(local, tiled=True)) if jax.process_count() > 1 else local
+    everyone = np.asarray(multihost_utils.process_allgather(local, tiled=True)) if processes > 1 else local
     return ["".join(f"{w:08x}" for w in row) for row in everyone.reshape(-1, 8)]
 
 
@@ -46,10 +46,10 @@ def fingerprints(outputs: list[np.ndarray]) -> np.ndarray:
 class SampleRecorder:
     """--record-samples: the fingerprints of the real (unpadded) training samples this process saw."""
 
-    def __init__(self, spec, data, epoch: int, first_call: int):
+    def __init__(self, spec, data, epoch: int, first_call: int, process_index: int):
         self.spec, self.data, self.epoch, self.prints = spec, data, epoch, []
-        self.first_call = first_call
-        if jax.process_index() == 0:  # before any rank can save: that takes steps with process 0
+        self.first_call, self.process_index = first_call, process_index
+        if process_index == 0:  # before any rank can save: that takes steps with process 0
             _forget_from(RunPaths(spec.run_dir), epoch, first_call)
 
     def add(self, step: int, batch: dict) -> None:
@@ -65,7 +65,7 @@ class SampleRecorder:
         record = np.concatenate(self.prints) if self.prints else np.zeros(0, np.uint64)
         out = io.BytesIO()  # whole or not at all: a rank killed mid-write leaves no cut record
         np.save(out, record)
-        write_atomic(paths.sample_record(self.epoch, jax.process_index(), self.first_call), out.getvalue())
+        write_atomic(paths.sample_record(self.epoch, self.process_index, self.first_call), out.getvalue())
         self.prints, self.first_call = [], next_call
 
 

@@ -18,7 +18,6 @@ import numpy as np
 
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.observe.trackers import Trackers
-from dali_launch.trainer.step.optim import schedule
 
 
 def _read(tally) -> tuple[float, float]:
@@ -41,9 +40,10 @@ class Sums:
 class StepLog:
     """Process 0 logs; elsewhere every call returns at once."""
 
-    def __init__(self, spec: TaskSpec, trackers: Trackers, steps_per_call: int, slots_per_epoch: int):
+    def __init__(self, spec: TaskSpec, trackers: Trackers, steps_per_call: int, schedule):
+        """`schedule`: the run's learning rate of each optimizer update (the train state's)."""
         self.spec, self.trackers, self.k = spec, trackers, steps_per_call
-        self.rate = schedule(spec.optimizer, spec.step.epochs, slots_per_epoch) if trackers else None
+        self.rate = schedule if trackers else None
         self.every = spec.observe.log_every_steps if trackers else 0
         self.sums = Sums()
         self.point_step = 0  # the last sync point's global step

@@ -25,12 +25,11 @@ remainder        shard order, resumed mid-epoch on another layout than the check
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 
 from dali_launch.trainer.config import DataConfig, TaskSpec
-from dali_launch.trainer.data.hosting import Remainder, ShardLayout
+from dali_launch.trainer.data.decided import DECODER, HOST, OFF, DataPlan
+from dali_launch.trainer.data.hosting import ShardLayout
 from dali_launch.trainer.data.memory import Room
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan.facts import Facts
@@ -38,7 +37,6 @@ from dali_launch.trainer.plan.facts import Facts
 CPU_DECODE_THREADS = 2  # per reader, where the CPU decodes: more readers scale better than more threads
 MAX_GPU_DECODE_THREADS = 8  # nvJPEG's host side: 8 threads decoded 1.26-1.8x faster than 4 on an H200
 MAX_FEED_WORKERS = 4  # one reads as fast as DALI's own reader; more ride out slow reads
-OFF, HOST, DECODER = "off", "host", "decoder"  # --decoded-cache's kinds
 # What auto turns on where it fits, by platform: only a kind measured faster than decoding every epoch there
 # (benchmarks/against.py; tests/test_decoded_cache.py holds this table to the measured runs). The host table lost
 # on both: MNIST's epoch 0.61 s with it, 0.23 s without, on one H200 (DALI's CPU python_function converts each
@@ -48,60 +46,21 @@ AUTO_KINDS: dict[str, tuple[str, ...]] = {"cpu": (), "gpu": ()}
 DECODER_SLACK = 1.25  # DALI's decoder cache sized a quarter above the estimate: no image left out by its error
 
 
-@dataclass(frozen=True)
-class DataPlan:
-    decoder: str  # cpu or mixed
-    reader_threads: int
-    readers_per_device: int
-    output_dtype: str  # float32 or float16
-    sample_order: str = "shards"
-    feed_workers: int = 0
-    decoded_cache: str = OFF  # off, host (this process's decoded shards in host memory) or decoder (DALI's)
-    decoded_cache_mb: int = 0  # host: the estimated decoded shards; decoder: its size per device
-    decoded_cache_note: str = ""  # why, for the start-up line
-    remainder: Remainder | None = None
-
-    def config(self, data: DataConfig) -> DataConfig:
-        """`data` with its auto values replaced by these: what the pipelines are built from."""
-        return dataclasses.replace(
-            data,
-            decoder=self.decoder,
-            reader_threads=self.reader_threads,
-            output_dtype=self.output_dtype,
-            decoded_cache=str(self.decoded_cache_mb) if self.decoded_cache != OFF else "off",
-        )
-
-    def phrase(self, data: DataConfig) -> str:
-        """How this task's DALI pipelines run, for its start-up line."""
-        from dali_launch.trainer.data import augment
-
-        hardware = f" ({data.hw_decoder_load:.0%} on the hardware decoder)" if self.decoder == "mixed" else ""
-        feed = ""
-        if self.sample_order == "global":
-            where = f"{self.feed_workers} worker processes per pipeline" if self.feed_workers else "this process"
-            feed = f", records read in {where}"
-        return (
-            f"DALI decodes on {'the GPU' if self.decoder == 'mixed' else 'the CPU'}{hardware}, "
-            f"{self.reader_threads} threads per pipeline, prefetch {data.prefetch}, {self.output_dtype} out{feed}"
-            f"{augment.phrase(data)}, decoded cache {self.decoded_cache_note}"
-        )
-
-
-def plan_data(spec: TaskSpec, facts: Facts, decoder: str, step, start) -> DataPlan:
-    """The data side's decisions for the step plan's batch (`step`), `decoder` the placement's."""
-    from dali_launch.trainer import entry_points
+def plan_data(spec: TaskSpec, facts: Facts, decoder: str, step, start, pipeline) -> DataPlan:
+    """The data side's decisions for the step plan's batch (`step`), `decoder` the placement's, for the pipeline
+    function `pipeline` (the run's, resolved once: entries.py)."""
     from dali_launch.trainer.data import contract
 
     cores, data = facts.cores_per_device, spec.data
     threads = reader_threads(data.reader_threads, decoder, cores)
     readers = readers_per_device(data.readers_per_device, threads, facts.platform, decoder, step.call_batch, cores)
     share = facts.local_device_count / facts.job_device_count if decoder == "cpu" else 1 / facts.job_device_count
-    pipeline = entry_points.load("pipeline", data.pipeline)
     cacheable = contract.cacheable(pipeline, data.pipeline, data.decoded_cache)
     whole = contract.decodes_whole_images(pipeline)
     kept = decoded_cache(data, decoder, cacheable, facts.room.shared(share), start.decoded_cache, facts.platform, whole)
     layout = ShardLayout(facts.job_device_count, readers, step.batch_per_device_step, step.steps_per_call)
     return DataPlan(
+        data,
         decoder=decoder,
         reader_threads=threads,
         readers_per_device=readers,
@@ -112,6 +71,7 @@ def plan_data(spec: TaskSpec, facts: Facts, decoder: str, step, start) -> DataPl
         decoded_cache_mb=kept[1],
         decoded_cache_note=kept[2],
         remainder=start.remainder(layout, spec.step.elastic_batch),
+        function=pipeline,
     )
 
 

@@ -41,12 +41,12 @@ class Facts:
         return max(1, self.cores // (self.local_device_count * self.processes_on_host))
 
 
-def gather(spec, topology, devices: list) -> Facts:
-    """The facts of this task, once JAX has started and its devices are known (task.py): the pool is read from
-    the first device, the decoded split measured (data/memory.py) where a decoded cache could be kept."""
+def gather(spec, topology, devices: list, job_devices: list) -> Facts:
+    """The facts of this task, once JAX has started and its devices are known (task.py: `topology`, where it sits
+    in the job, and its devices and the job's): the pool is read from the first device, the decoded split measured
+    (data/memory.py) where a decoded cache could be kept."""
     from dali_launch.trainer.data import memory
     from dali_launch.trainer.plan.fit import pool_bytes
-    from dali_launch.trainer.topology import job_devices
 
     return Facts(
         platform=topology.platform,
@@ -58,7 +58,7 @@ def gather(spec, topology, devices: list) -> Facts:
         pool_bytes=pool_bytes(devices[0]),
         room=memory.measure(spec, devices, topology.processes_on_host),
         devices=tuple(devices),
-        job_devices=tuple(job_devices(devices)),
+        job_devices=tuple(job_devices),
     )
 
 

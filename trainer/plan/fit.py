@@ -2,7 +2,7 @@
 plan weighs for --mesh auto and --offload auto, and refuses a mesh by, before anything is placed.
 
 The state as laid out (parameters, optimizer state, EMA, statistics) is counted per device from each array's
-shape and the axes that split it (step/mesh.py's rules: an fsdp dimension, a tensor dimension), the optimizer's
+shape and the axes that split it (plan/mesh.py's rules: an fsdp dimension, a tensor dimension), the optimizer's
 state kept in host memory under --offload; the gradients are the parameters' bytes in the state's proportion per
 device. Activations are not counted here: the compiled step's own count is checked once it has compiled
 (step/compiled.py). The room is XLA's pool on the device (its `bytes_limit`); CPU devices do not say, and are
@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.step.mesh import Mesh, fsdp_dimension, tensor_dimension
+from dali_launch.trainer.plan.mesh import Mesh, fsdp_dimension, tensor_dimension
 
 ENV = "DALI_LAUNCH_DEVICE_MEMORY_MB"
 GIB, MIB = 1 << 30, 1 << 20

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dali_launch.trainer import compile_cache, determinism, entry_points, jax_private
+from dali_launch.trainer import compile_cache, determinism, jax_private
 from dali_launch.trainer.config import DataConfig, TaskSpec
 from dali_launch.trainer.data.contract import auto_decoder
+from dali_launch.trainer.entries import Entries
 from dali_launch.trainer.errors import UsageError
-from dali_launch.trainer.step import xla_options
+from dali_launch.trainer.plan.xla_options import chosen
 
 
 @dataclass(frozen=True)
@@ -32,18 +33,19 @@ class Placement:
     platform: str  # gpu or cpu
     decoder: str  # cpu or mixed
     cuda_graphs: bool  # XLA may run programs as CUDA graphs (GPUs only)
-    xla_options: dict = field(default_factory=dict)  # --xla-options resolved (step/xla_options.py)
+    xla_options: dict = field(default_factory=dict)  # --xla-options resolved (plan/xla_options.py)
     xla_flags: tuple[tuple[str, str], ...] = ()  # --deterministic's (determinism.py), the autotuning folder's
 
 
-def place(spec: TaskSpec, platform: str) -> Placement:
+def place(spec: TaskSpec, platform: str, entries: Entries | None = None) -> Placement:
     """--decoder, --cuda-graphs and --deterministic resolved on this task's platform (gpu or cpu,
-    topology.resolve_platform)."""
-    where = decoder(spec.data, platform)
+    topology.resolve_platform); `entries`: the run's parts (entries.py), whose pipeline --decoder auto asks for its
+    word (None: the spec's own)."""
+    where = decoder(spec.data, platform, entries or Entries(spec))
     if where == "mixed" and platform != "gpu":
         raise UsageError("--decoder mixed decodes on the GPU, but this run has CPU devices; use --decoder cpu")
     graphs = platform == "gpu" and cuda_graphs(spec.xla.cuda_graphs, where == "mixed")
-    options = xla_options.chosen(spec.xla.xla_options, platform)
+    options = chosen(spec.xla.xla_options, platform)
     return Placement(platform, where, graphs, options, xla_flags(spec, platform))
 
 
@@ -55,23 +57,23 @@ def xla_flags(spec: TaskSpec, platform: str) -> tuple[tuple[str, str], ...]:
     return kept + determinism.xla_flags(spec.xla.deterministic, platform)
 
 
-def decoder(config: DataConfig, platform: str) -> str:
+def decoder(config: DataConfig, platform: str, entries: Entries) -> str:
     """--decoder resolved to cpu or mixed. `auto` is cpu on CPU devices; on GPUs it is the pipeline's
     own word, a `contract.Pipeline`'s auto_decoder (mnist: cpu, nvJPEG is slower on 28x28 images), else mixed."""
     if config.decoder != "auto":
         return config.decoder
     if platform != "gpu":
         return "cpu"
-    return auto_decoder(_loaded_before_jax(config.pipeline))
+    return auto_decoder(_loaded_before_jax(config.pipeline, entries))
 
 
-def _loaded_before_jax(name: str):
+def _loaded_before_jax(name: str, entries: Entries):
     """--pipeline `name`, loaded for --decoder auto's word before JAX starts. A module that starts JAX itself when
     imported (DALI's JAX tutorials build their sharding from jax.devices()) would start it before XLA's flags and
     jax.distributed.initialize, which fails; one line instead. With --decoder given, the task imports the module
     only after both (plan/data.py)."""
     started = jax_private.backends_started()
-    pipeline = entry_points.load("pipeline", name)
+    pipeline = entries.pipeline
     if not started and jax_private.backends_started():
         raise UsageError(
             f"--pipeline {name} starts JAX when imported (it asks JAX for its devices), and --decoder auto must "

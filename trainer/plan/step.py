@@ -41,13 +41,12 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
-from dali_launch.trainer.config import StepConfig, TaskSpec, replaced
+from dali_launch.trainer.config import ModelConfig, StepConfig, TaskSpec
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan.facts import Facts
 from dali_launch.trainer.plan.fit import StateSize, fits, fitting
 from dali_launch.trainer.plan.fit import check as check_fit
-from dali_launch.trainer.step import mesh
-from dali_launch.trainer.step.mesh import Mesh
+from dali_launch.trainer.plan.mesh import Mesh, for_job, parse
 
 CALL_SAMPLES = 1200
 MAX_STEPS = 64  # --steps-per-call auto's most on GPUs
@@ -89,17 +88,13 @@ class StepPlan:
         """Samples per device and device call: what each device's DALI readers read together."""
         return self.batch_per_device_step * self.steps_per_call
 
-    def applied(self, spec: TaskSpec) -> TaskSpec:
-        """`spec` as the model and optimizer are built from it: the learning rate elastic.py's rescale rule sets,
-        and the model's options decided (entry_points.model_options)."""
-        return replaced(
-            spec,
-            learning_rate=spec.optimizer.learning_rate * self.lr_scale,
-            attention=self.attention or spec.model.attention,
-            remat=self.remat,
-            batchnorm_stats=self.batchnorm_stats,
-            pool_grad=self.pool_grad,
-        )
+    def model_options(self, settings: ModelConfig) -> dict:
+        """The options a model factory may name (model/registry.py's MODEL_OPTIONS): the [model] settings, with
+        the ones this plan decides as it decided them."""
+        from dali_launch.trainer.model.registry import model_options
+
+        decided = {"remat": self.remat, "batchnorm_stats": self.batchnorm_stats, "pool_grad": self.pool_grad}
+        return {**model_options(settings), **decided, "attention": self.attention or settings.attention}
 
     def record(self) -> dict:
         """What rank_map.json records of it (the partition's values as its own keys)."""
@@ -115,16 +110,12 @@ class StepPlan:
 def plan_step(spec: TaskSpec, facts: Facts, placement, start) -> StepPlan:
     """The decisions made before anything is built: `placement` the first step's (plan/placement.py), `start`
     the start point (a checkpoint on another device count brings elastic.py's plan)."""
-    from dali_launch.trainer.data import spectrograms
-    from dali_launch.trainer.model import attention, vit  # JAX: only where a task plans
-
     elastic = start.plan
     batch = elastic.batch_per_device_step if elastic else spec.step.per_device_batch(facts.job_device_count)
     readers = spec.data.readers_per_device
     per_device = math.ceil(facts.room.samples / facts.job_device_count) if facts.room.samples else None
     k = elastic.steps_per_call if elastic else steps_per_call(spec.step.steps_per_call, facts.platform, batch, readers)
     k = k if elastic or spec.step.steps_per_call else least_padding(k, batch, readers, per_device)
-    shape = vit.attention_shape(spec.model.model, spectrograms.input_sides(spec.data), spec.model.vit_pool)
     return StepPlan(
         batch_per_device_step=batch,
         steps_per_call=k,
@@ -132,12 +123,22 @@ def plan_step(spec: TaskSpec, facts: Facts, placement, start) -> StepPlan:
         elastic=elastic.as_dict() if elastic and elastic.changed else None,
         batchnorm_stats=batchnorm_stats(spec.model.batchnorm_stats, facts.platform),
         pool_grad=pool_grad(spec.model.pool_grad, facts.platform, spec.xla.deterministic),
-        attention=attention.choose(spec.model.attention, facts.platform, spec.model.precision, shape),
         remat="none" if spec.model.remat == "auto" else spec.model.remat,
         cuda_graphs=placement.cuda_graphs,
         xla_options=placement.xla_options,
         xla_flags=dict(placement.xla_flags),
+        attention=attention_of(spec, facts.platform),
     )
+
+
+def attention_of(spec: TaskSpec, platform: str) -> str:
+    """--attention decided for the model's attention shapes on `platform` (model/attention.py's rule; "" for a
+    model without attention of ours)."""
+    from dali_launch.trainer.data import spectrograms
+    from dali_launch.trainer.model import attention, vit  # JAX: only where a task plans
+
+    shape = vit.attention_shape(spec.model.model, spectrograms.input_sides(spec.data), spec.model.vit_pool)
+    return attention.choose(spec.model.attention, platform, spec.model.precision, shape)
 
 
 def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) -> int:
@@ -145,9 +146,14 @@ def steps_per_call(setting: int, platform: str, batch: int, readers: int = 0) ->
     the steps that make a call R readers can share equally."""
     if setting:
         return setting
-    k = max(1, min(MAX_STEPS, round(CALL_SAMPLES / batch))) if platform == "gpu" else 1
-    unit = readers // math.gcd(readers, batch) if readers else 1
+    k, unit = min(most_steps_per_call(0, platform), max(1, round(CALL_SAMPLES / batch))), _unit(readers, batch)
     return max(unit, round(k / unit) * unit)
+
+
+def most_steps_per_call(setting: int, platform: str) -> int:
+    """The most SGD steps a call fuses before the batch is known (what the launcher bounds a run's steps with):
+    --steps-per-call given, else auto's most on `platform`."""
+    return setting or (MAX_STEPS if platform == "gpu" else 1)
 
 
 def least_padding(k: int, batch: int, readers: int, per_device: int | None) -> int:
@@ -156,9 +162,14 @@ def least_padding(k: int, batch: int, readers: int, per_device: int | None) -> i
     `k` itself where the count is unknown."""
     if not per_device:
         return k
-    unit = readers // math.gcd(readers, batch) if readers else 1
+    unit = _unit(readers, batch)
     fewer = [c for c in range(k, max(1, k // 2) - 1, -1) if c % unit == 0] or [k]
     return min(fewer, key=lambda c: math.ceil(per_device / (c * batch)) * c * batch)  # min keeps the first: largest
+
+
+def _unit(readers: int, batch: int) -> int:
+    """The fewest steps whose batches `readers` readers share equally (0 readers: any count)."""
+    return readers // math.gcd(readers, batch) if readers else 1
 
 
 def batchnorm_stats(setting: str, platform: str) -> str:
@@ -177,8 +188,8 @@ def partitioned(plan: StepPlan, settings: StepConfig, facts: Facts, size: StateS
     """`plan` with its partition: --mesh, --parallel, --offload and --checkpoint-async decided for a train state
     of `size` on this job's devices (facts.pool_bytes: the room on one); a mesh it cannot fit is refused."""
     devices, pool = facts.job_device_count, facts.pool_bytes
-    layout = mesh.for_job(settings.mesh, devices)  # the launcher checked the setting: no error left here
-    if mesh.parse(settings.mesh) is None and settings.parallel != "pmap":  # auto: data parallel while it fits
+    layout = for_job(settings.mesh, devices)  # the launcher checked the setting: no error left here
+    if parse(settings.mesh) is None and settings.parallel != "pmap":  # auto: data parallel while it fits
         layout = fitting(layout, devices, size, pool)
     offload = settings.offload == "optimizer"
     how = parallel(settings.parallel, size.stateful, devices, layout.shards_state or offload)
@@ -216,11 +227,11 @@ def rematerialised(plan: StepPlan, asked: str, takes: bool, step_bytes: int | No
 def check(settings: StepConfig, model: str, device_counts: list[int], per_node: int) -> None:
     """The launcher's checks of the step's settings for every device count a job may start with (`per_node`
     devices on each node), before anything is written: the same rules the task plans with."""
-    from dali_launch.trainer import entry_points
+    from dali_launch.trainer.model.registry import MODELS, TENSOR_SPLIT
 
     try:
         for devices in device_counts:
-            layout = mesh.for_job(settings.mesh, devices)
+            layout = for_job(settings.mesh, devices)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if per_node % layout.tensor:
@@ -239,9 +250,9 @@ def check(settings: StepConfig, model: str, device_counts: list[int], per_node: 
             f"--mesh {settings.mesh} shards the train state, which --parallel pmap (one whole copy per device) "
             "cannot; use --parallel sharded or auto"
         )
-    if layout.tensor > 1 and model in entry_points.MODELS and model not in entry_points.TENSOR_SPLIT:
+    if layout.tensor > 1 and model in MODELS and model not in TENSOR_SPLIT:
         raise UsageError(
             f"--mesh {settings.mesh}: the tensor axis splits attention heads and MLP blocks, which --model {model} "
             f"has none of; use fsdp instead (--mesh fsdp:{layout.tensor * layout.fsdp}), or a ViT "
-            f"({', '.join(entry_points.TENSOR_SPLIT)})"
+            f"({', '.join(TENSOR_SPLIT)})"
         )

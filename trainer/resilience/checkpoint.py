@@ -176,7 +176,7 @@ class Checkpointer:
         decoded_cache: str = "off",
         resume: str = "resume the run",
     ):
-        """`decoded_cache`: resolve.py's kind, recorded with the DALI states (their graph depends on it);
+        """`decoded_cache`: plan/data.py's kind, recorded with the DALI states (their graph depends on it);
         `resume`: the command that continues the run, for the line a refused write ends with."""
         # Naming every process makes Orbax sync through jax.distributed's barrier, not by running a
         # collective on every device (a compile, ~2.7 s at start-up on 2 GPUs; gloo on CPU). Orbax

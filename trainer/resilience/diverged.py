@@ -36,10 +36,11 @@ class Diverged(UsageError):
 class NanGuard:
     """Remembers the last sync point whose loss was finite, and stops at the first one that is not."""
 
-    def __init__(self, spec, steps_per_call: int, settle_checkpoints):
+    def __init__(self, spec, steps_per_call: int, settle_checkpoints, learning_rate: float):
         """`settle_checkpoints()`: the checkpoints' background writes finished, so the line names the last
-        good one whole and is the task's last (Orbax's pool would speak after it)."""
+        good one whole and is the task's last (Orbax's pool would speak after it); `learning_rate`: the run's."""
         self.spec, self.k, self.settle_checkpoints = spec, steps_per_call, settle_checkpoints
+        self.learning_rate = learning_rate
         self.last_good = None  # global device calls done at the last finite sync point
 
     def begin(self, calls_done: int) -> None:
@@ -55,7 +56,7 @@ class NanGuard:
         raise Diverged(
             f"the training loss became {loss_sum} between SGD steps {first} and {last} (epoch {epoch}), so "
             f"the run stopped; {self._kept()}; train again with a lower --learning-rate "
-            f"(now {self.spec.optimizer.learning_rate:g}) or normalised images, or "
+            f"(now {self.learning_rate:g}) or normalised images, or "
             f"`dali-launch --resume {RunPaths(self.spec.run_dir).root} --on-nan skip-step` to drop such steps"
         )
 
@@ -70,7 +71,7 @@ class NanGuard:
             raise Diverged(
                 f"the training loss or gradients were not finite in every SGD step of epoch {epoch} (--on-nan "
                 f"skip-step dropped all {int(skipped)} this task ran), so the run stopped{held}; train again "
-                f"from the start with a lower --learning-rate (now {self.spec.optimizer.learning_rate:g}) or normalised images",
+                f"from the start with a lower --learning-rate (now {self.learning_rate:g}) or normalised images",
                 resumable=False,
             )
 

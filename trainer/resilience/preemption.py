@@ -89,18 +89,20 @@ def _on_signal(signum, frame) -> None:
 
 
 class Preemption:
+    def __init__(self, processes: int = 1):
+        self.processes = processes  # the job's (Facts.process_count): every one of them agrees
+
     def agreed(self, *also: bool) -> list[int]:
         """[strongest request anywhere, its signal, any process's `also[i]`, ...], alike on every process.
 
         A collective (all processes call it at the same point); other per-process decisions, like a
         clock saying a checkpoint is due, ride along so every process acts alike.
         """
-        import jax  # here, not at the module's top: a task imports this module before JAX's environment is set
-        from jax.experimental import multihost_utils
-
         local = np.array([_asked["what"], _asked["signum"], *also], np.int32)
-        if jax.process_count() == 1:
+        if self.processes == 1:
             return [int(v) for v in local]
+        from jax.experimental import multihost_utils  # here: a task imports this module before JAX's env is set
+
         flags = np.asarray(multihost_utils.process_allgather(local)).reshape(-1, local.size)
         return [int(v) for v in flags.max(axis=0)]
 
@@ -108,8 +110,6 @@ class Preemption:
 def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
     """After the agreed checkpoint at `step`: requeue (SLURM's warning, within --max-requeues) or stop.
     Never returns."""
-    import jax
-
     topology, max_requeues = _task["topology"], spec.resilience.max_requeues
     job_id = topology.job_id
     if what == REQUEUE and scheduler.may_requeue(topology, max_requeues):
@@ -124,17 +124,15 @@ def end(what: int, signum: int, step: int, spec: TaskSpec) -> None:
         f"{'preempted' if what == REQUEUE else f'stopped by {name}'}; checkpoint written at step {step}{why}; "
         f"resume with {spec.how_to_resume()}"
     )
-    ending.record(_task["paths"], jax.process_index(), ending.STOPPED, line, step=step, signal=name)
-    if jax.process_index() == 0 and not _task["paths"].cancel.exists():  # a cancel's launcher says it, once
+    ending.record(_task["paths"], topology.process_id, ending.STOPPED, line, step=step, signal=name)
+    if topology.process_id == 0 and not _task["paths"].cancel.exists():  # a cancel's launcher says it, once
         print(f"dali-launch: {line}", file=sys.stderr, flush=True)
     sys.exit(128 + signum)
 
 
 def _requeue(topology: Topology, max_requeues: int, spec: TaskSpec, step: int) -> None:
-    import jax
-
     job_id = topology.job_id
-    if jax.process_index() == 0:
+    if topology.process_id == 0:
         before = " (sent before the tasks started; the batch shell kept it)" if _asked["early"] else ""
         scheduler.requeue(topology, _task["paths"], f"SIGUSR2{before}, checkpoint at step {step}")
         print(

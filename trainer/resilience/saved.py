@@ -50,7 +50,7 @@ class Saved:
     dali: tuple[tuple[str, ...], ...]  # per process that wrote it: its pipelines' states, base64
     order: dict | None  # --sample-order global: the position in the epoch's order (checkpoint.order_record)
     shards: dict | None = None  # shard order: the layout read and the shard of every state (checkpoint.shard_record)
-    decoded_cache: str = "off"  # --decoded-cache's kind when written (resolve.py): its DALI graph's
+    decoded_cache: str = "off"  # --decoded-cache's kind when written (plan/data.py): its DALI graph's
     metrics: tuple[str, ...] | None = None  # the training-metric sums its tally holds; None: an earlier version's
 
     @property

@@ -44,7 +44,7 @@ class StartPoint:
     offset: int = 0  # global order: positions of the first call's epoch done before its calls (another batch)
     shards: dict | None = None  # shard order: the checkpoint's record (checkpoint.shard_record)
     states: dict[int, bytes] | None = None  # shard order: every pipeline's DALI state, by shard id
-    decoded_cache: str | None = None  # the kind the DALI states were written with (resolve.py keeps it); None: afresh
+    decoded_cache: str | None = None  # the kind the DALI states were written with (plan/data.py keeps it); None: afresh
     metrics: tuple[str, ...] | None = None  # the training-metric sums the checkpoint's tally holds (saved.Saved)
 
     @classmethod

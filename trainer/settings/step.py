@@ -44,7 +44,7 @@ class StepConfig:
         "auto",
         "How devices split the work, e.g. data:2,fsdp:4 or tensor:2 (auto: what fits).",
         details=(
-            "How the job's devices split the work (step/mesh.py), as AXIS:COUNT parts whose counts multiply to the "
+            "How the job's devices split the work (plan/mesh.py), as AXIS:COUNT parts whose counts multiply to the "
             "device count: data (replicas of the train state) and fsdp (the state sharded over a group's devices, "
             "ZeRO-3: each array's largest dividing dimension split, gathered for the forward pass), e.g. "
             "data:2,fsdp:4, and tensor (a transformer block split as Megatron does: attention by heads, the MLP by "

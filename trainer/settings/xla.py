@@ -40,7 +40,7 @@ class XlaConfig:
         details=(
             "XLA's own settings for every program of the task, as XLA_FLAGS names them without dashes: space-separated "
             "NAME=VALUE, e.g. 'xla_gpu_autotune_level=2 xla_gpu_enable_latency_hiding_scheduler=true'. auto: the ones "
-            "measured fastest (trainer/step/xla_options.py, docs/performance.md) on GPUs, none on CPUs; none: XLA's defaults."
+            "measured fastest (trainer/plan/xla_options.py, docs/performance.md) on GPUs, none on CPUs; none: XLA's defaults."
         ),
         on_resume="may change",
     )

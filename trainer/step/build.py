@@ -1,24 +1,22 @@
-"""The step's side of a task's build, from its plan: the initial state traced, its partition over the devices
-decided (plan/step.py's `partitioned`: the state's shapes are known now), the runners made, the first device call
-compiled ahead in a thread; made again with its blocks recomputed where --remat auto's rule asks, once that call
-has compiled (`fitted`). It decides nothing: every choice is the plan's.
+"""The step's side of a task's build, from its plan: the initial state traced (its shapes: what the plan's partition
+weighs), the runners the partition names, the first device call compiled ahead in a thread, and that call checked
+against the pool once it has compiled. It decides nothing: set_up.py calls the plan's later stages (the partition,
+--remat auto) between these steps and hands each the plan as it stands.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 
-from dali_launch.trainer import entry_points
 from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.plan.facts import Facts
-from dali_launch.trainer.plan.fit import StateSize, size_words
-from dali_launch.trainer.plan.step import StepPlan, partitioned, rematerialised
+from dali_launch.trainer.plan.fit import StateSize
+from dali_launch.trainer.plan.step import StepPlan
 from dali_launch.trainer.step import compiled, parallel
-from dali_launch.trainer.step.initial_state import InitialState
+from dali_launch.trainer.step.initial_state import InitialState, Made
 from dali_launch.trainer.step.runner import Runner
 
 
@@ -48,8 +46,7 @@ class Runners(NamedTuple):
 
 @dataclass(frozen=True)
 class Model:
-    initial: InitialState
-    plan: StepPlan  # partitioned
+    initial: InitialState  # its `made`: the model and task the state is made of
     runners: Runners
     ahead: compiled.Ahead  # the first call, compiling
     first_call: FirstCall
@@ -57,47 +54,40 @@ class Model:
     expected: object = None  # the batch it was made for ahead of the pipelines (data/expected.py); None: theirs
 
 
-def make(spec: TaskSpec, facts: Facts, plan: StepPlan, first: FirstCall, slots: int) -> Model:
-    """The model's side for epochs of `slots` SGD steps: `spec` as the model is built from it (plan.applied)."""
-    initial = InitialState(spec, first.example, slots)  # traced once: its shapes now, its values later
+def traced(spec: TaskSpec, made: Made, first: FirstCall, slots: int) -> InitialState:
+    """The initial state of `made`'s model and task for epochs of `slots` SGD steps, traced on the first call's
+    example: its shapes now (what the plan's partition weighs), its values later."""
+    return InitialState(spec, first.example, slots, made)
+
+
+def make(spec: TaskSpec, facts: Facts, step: StepPlan, first: FirstCall, initial: InitialState) -> Model:
+    """The model's side of `initial` as the partitioned `step` plan lays it out: its runners, its first call
+    compiling ahead in a thread."""
     size = StateSize.of(initial.shapes)
-    plan = partitioned(plan, spec.step, facts, size, spec.resilience.checkpoint_async)
-    runners = _runners(facts, plan, first, initial.shapes)
-    host = size.on_host(plan.partition.mesh, plan.partition.offload)
+    runners = _runners(facts, step, first, initial.shapes)
+    host = size.on_host(step.partition.mesh, step.partition.offload)
     args = (first.tally, first.batch)
     ahead = compiled.Ahead(runners.first, initial.shapes, host, args, enabled=spec.xla.compile_cache != "off")
-    return Model(initial, plan, runners, ahead, first, size)
+    return Model(initial, runners, ahead, first, size)
 
 
-def _runners(facts: Facts, plan: StepPlan, first: FirstCall, shapes) -> Runners:
+def _runners(facts: Facts, step: StepPlan, first: FirstCall, shapes) -> Runners:
     """The runner the partition names, and the rest's runner (another batch per step, the same partition)."""
-    p, devices, job = plan.partition, list(facts.devices), list(facts.job_devices)
-    how = {"mesh": p.mesh, "shapes": shapes, "offload": p.offload} if p.parallel == "sharded" else {}
-    make_one = lambda batch, **more: parallel.create(p.parallel, devices, job, batch, first.on, **how, **more)
-    runner = make_one(plan.batch_per_device_step, readers=first.readers)
-    rest = make_one(first.rest_batch) if first.rest_batch else None
+    p, devices, job = step.partition, list(facts.devices), list(facts.job_devices)
+    spread = parallel.Spread(p.mesh, shapes, p.offload) if p.parallel == "sharded" else parallel.Spread()
+    made = lambda batch, readers: parallel.create(
+        p.parallel, devices, job, batch, first.on, parallel.How(readers, spread)
+    )
+    runner = made(step.batch_per_device_step, first.readers)
+    rest = made(first.rest_batch, 1) if first.rest_batch else None
     return Runners(runner, rest)
 
 
-def fitted(spec: TaskSpec, facts: Facts, model: Model, say) -> Model:
-    """`model` once its first call has compiled (`spec`: the run's, --remat as asked), where that call fits a
-    device; else, under --remat auto and for a
-    model that takes it (plan/step.py's `rematerialised`), the model made again with its blocks recomputed (the
-    same parameter tree: its state's arrays stay valid); else refused in one line (step/compiled.py)."""
+def check_fits(model: Model, facts: Facts, step: StepPlan, hint: str) -> None:
+    """The first call, compiled, against a device's pool: refused in one line where it does not fit
+    (step/compiled.py), `hint` the flag that would keep fewer buffers ("" for none)."""
     model.ahead.join()
-    takes = entry_points.model_takes(spec.model.model, "remat")
-    plan = rematerialised(model.plan, spec.model.remat, takes, model.ahead.total(), facts.pool_bytes)
-    if plan.remat != model.plan.remat:
-        say(
-            f"--remat auto: blocks; without, the step needs {compiled.words(model.ahead)}, a device has "
-            f"{size_words(facts.pool_bytes)}"
-        )
-        again = make(plan.applied(spec), facts, plan, model.first_call, model.initial.slots)
-        model = dataclasses.replace(again, expected=model.expected)
-        model.ahead.join()
-    hint = "--remat blocks" if model.plan.remat == "none" and takes else ""  # the flag that would keep fewer
-    compiled.check(model.ahead, facts.pool_bytes, model.plan.partition.mesh, hint)
-    return model
+    compiled.check(model.ahead, facts.pool_bytes, step.partition.mesh, hint)
 
 
 def same_tree(state, model: Model):

@@ -24,14 +24,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from dali_launch.trainer.config import DataConfig, TaskSpec
+from dali_launch.trainer.config import TaskSpec
 from dali_launch.trainer.data import dali, shards
 from dali_launch.trainer.data.batches import Readers
 from dali_launch.trainer.data.rows import AXIS, first_row
-from dali_launch.trainer.entry_points import run_model, run_task
 from dali_launch.trainer.model.forward import Forward
+from dali_launch.trainer.plan import Plan
+from dali_launch.trainer.plan.facts import Facts
+from dali_launch.trainer.step.initial_state import Made
 from dali_launch.trainer.step.parallel import finished
-from dali_launch.trainer.step.sgd import NONE, fold
+from dali_launch.trainer.step.sgd import NONE, bounded, fold
 from dali_launch.trainer.step.view import evaluating
 
 PREPARE_WAIT_S = 600  # the evaluation's own build and compile take over past this
@@ -63,22 +65,23 @@ class Evaluator:
     the first evaluation, and DALI is done with (each process keeps its own shards).
     """
 
-    def __init__(self, spec: TaskSpec, devices: list, plan, data_config: DataConfig, variables=None, job=None):
-        """`plan`: the evaluation's (plan/eval.py: its batch and readers per device); `data_config`: the spec's,
-        its auto values decided (plan/data.py); `variables`: the abstract shapes of what it will evaluate
-        (jax.eval_shape's; with their shardings where they lie sharded), for `prepare`; `job`: every device of
-        the job, where the variables stay sharded over them (one program evaluates)."""
-        self.spec, self.devices, self.data_config = spec, devices, data_config
-        self.readers, self.batch = plan.eval_readers_per_device, plan.eval_batch_per_device
-        self.mesh_devices, self.sharded = job or devices, job is not None
-        self.every_process = spec.eval.eval_on == "all" and jax.process_count() > 1
-        self.eval_devices = len(devices) * (jax.process_count() if self.every_process else 1)
+    def __init__(self, spec: TaskSpec, facts: Facts, plan: Plan, made: Made, variables=None, sharded: bool = False):
+        """On this process's `facts` (its devices, the job's, its index), as `plan` decided (plan/eval.py: its batch
+        and readers per device; plan/data.py: how its pipelines read), applying `made`'s model and task;
+        `variables`: the abstract shapes of what it will evaluate (jax.eval_shape's; with their shardings where
+        they lie sharded), for `prepare`; `sharded`: they stay sharded over the job's devices (one program
+        evaluates)."""
+        self.spec, self.devices, self.data_plan, self.facts = spec, list(facts.devices), plan.data, facts
+        self.readers, self.batch = plan.eval.eval_readers_per_device, plan.eval.eval_batch_per_device
+        self.mesh_devices, self.sharded = list(facts.job_devices) if sharded else self.devices, sharded
+        self.every_process = spec.eval.eval_on == "all" and facts.process_count > 1
+        self.eval_devices = len(self.devices) * (facts.process_count if self.every_process else 1)
         self.data = self.shard_sizes = self.cached = None  # the pipelines are built at the first evaluation
         self.variables, self.compiled, self.ready = variables, None, finished()
         self.ahead: dict | None = None  # what `prepare` did, for the first evaluation's metrics
-        self.cache_bytes, self.task = spec.eval.eval_cache_mb << 20, run_task(spec)
-        self.forward = Forward(run_model(spec), spec.model.precision)
-        mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+        self.cache_bytes, self.task = spec.eval.eval_cache_mb << 20, made.task
+        self.forward = Forward(made.model, spec.model.precision)
+        mesh = jax.sharding.Mesh(np.array(self.devices), (AXIS,))
         self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self.eval = jax.jit(partial(eval_call, self.task, self.forward), donate_argnums=(1,))
         self.shapes = None  # {name: shape} of what the task's `evaluate` sums, once known (`_sum_shapes`)
@@ -100,8 +103,8 @@ class Evaluator:
             if self.cached is None and self._fits(batch):
                 kept.append(batch)
         sums, low, high = self._summed(tally)
-        if self.task.check_bounds:
-            self.task.check_bounds(low, high, "testing", self.spec.data.pipeline)
+        if self.task.bounds is not None:
+            self.task.bounds.check(low, high, "testing", self.spec.data.pipeline)
         if self.cached is None and len(kept) == self.data.steps:
             self.cached, self.data.pipes = kept, []  # DALI's threads and buffers go with the pipelines
         return self.task.summary(sums), int(sums["count"]), time.perf_counter() - start
@@ -158,7 +161,7 @@ class Evaluator:
         """An evaluation's first tally, per device: nothing summed yet (the task's sums shaped as it gives them)."""
         shapes = self._sum_shapes(variables)
         sums = {name: np.zeros(shape, np.float32) for name, shape in shapes.items()}
-        bounds = {name: np.array(NONE, np.int32) for name in self.task.bounded}
+        bounds = {name: np.array(NONE, np.int32) for name in bounded(self.task)}
         zero = {"position": np.int32(0), "sums": sums, "count": np.float32(0), "bounds": bounds}
         return self.data.put([zero] * len(self.data.devices))
 
@@ -180,7 +183,7 @@ class Evaluator:
         are read in one step of the largest one's size, not padded to it (40 test images and the default
         500: 92 % of every evaluation was padding); every process sizes its program alike."""
         local = len(self.devices)
-        first_device = jax.process_index() * local if self.every_process else 0
+        first_device = self.facts.process_index * local if self.every_process else 0
         sharding = shards.Sharding(first_device, local, self.eval_devices, self.readers)
         batch = self.batch
         self.data = self._pipelines(sharding, batch)
@@ -193,7 +196,7 @@ class Evaluator:
         """This process's shards of the test split, `batch` samples a device and step; its arrays span this
         process's devices alone (each process sums its own shards), or the job's (sharded variables)."""
         split = dali.Split(split_dir(self.spec, "testing"), False, batch, 0, self.task.outputs)
-        return dali.build(split, Readers(self.devices, self.mesh_devices, sharding), self.data_config)
+        return dali.build(split, Readers(self.devices, self.mesh_devices, sharding), self.data_plan)
 
     def _fits(self, batch) -> bool:
         per_device = sum(x.nbytes for x in batch.values()) // len(self.mesh_devices)

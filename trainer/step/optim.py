@@ -45,13 +45,14 @@ def optimizer(train: OptimizerConfig) -> optax.GradientTransformation:
     return tx
 
 
-def schedule(train: OptimizerConfig, epochs: int, slots_per_epoch: int) -> optax.Schedule:
-    """The learning rate of optimizer update `n` (0-based), for `epochs` (--epochs) of `slots_per_epoch` SGD steps."""
+def schedule(train: OptimizerConfig, epochs: int, slots_per_epoch: int, lr_scale: float = 1.0) -> optax.Schedule:
+    """The learning rate of optimizer update `n` (0-based), for `epochs` (--epochs) of `slots_per_epoch` SGD steps,
+    --learning-rate scaled by `lr_scale` (the plan's: elastic.py's rescale rule)."""
     per_epoch = slots_per_epoch / train.accumulate_steps  # optimizer updates per epoch
     total = max(1, round(epochs * per_epoch))
     warmup = train.warmup_steps or round(train.warmup_epochs * per_epoch)
     warmup = min(warmup, total - 1)
-    lr, after = train.learning_rate, total - warmup
+    lr, after = train.learning_rate * lr_scale, total - warmup
     if train.schedule == "cosine":
         decay = optax.cosine_decay_schedule(lr, after)
     elif train.schedule == "linear":

@@ -3,7 +3,7 @@
     pmap     one replica of the state per device; each device's program sees its own rows and sums
              losses and gradients over the job with `lax.psum`.
     sharded  one jit program over a job-wide mesh: the state is replicated (or, under --mesh with an
-             fsdp or tensor axis, sharded: step/mesh.py, step/shardings.py), the batch is split over the
+             fsdp or tensor axis, sharded: plan/mesh.py, step/shardings.py), the batch is split over the
              devices by its NamedSharding, and XLA inserts the all-reduce (the gathers and reduce-scatters).
 
 Both run the same SGD steps (step/sgd.py) on the same device call. How the state is partitioned, and so which
@@ -22,7 +22,7 @@ from flax import jax_utils
 from jax.sharding import PartitionSpec as P
 
 from dali_launch.trainer.data.rows import AXIS, first_row
-from dali_launch.trainer.step.mesh import Mesh
+from dali_launch.trainer.plan.mesh import Mesh
 from dali_launch.trainer.step.runner import Runner
 from dali_launch.trainer.step.sgd import pmap_call, sharded_call
 from dali_launch.trainer.step.shardings import device_grid, each, keeping, on_device, state_shardings
@@ -60,7 +60,7 @@ class Pmap:
 
 
 class Spread(NamedTuple):
-    """How a sharded runner spreads the train state over the devices: the `mesh` (step/mesh.py: replicated, or
+    """How a sharded runner spreads the train state over the devices: the `mesh` (plan/mesh.py: replicated, or
     sharded over its fsdp and tensor axes), the state's abstract arrays (`shapes`, which each array's sharding is
     read from), and whether the optimizer's state stays in host memory (`offload`)."""
 
@@ -154,12 +154,19 @@ def finished() -> threading.Thread:
     return thread
 
 
-def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, **how) -> Runner:
-    """The --parallel runner `name` (pmap or sharded: the step plan's partition); `how`: readers (per device),
-    and a sharded runner's mesh, the state's `shapes` and `offload` (its Spread); `donate` False only for
-    benchmarks/step_levers.py's lever."""
-    readers, donate = how.get("readers", 1), how.get("donate", True)
+class How(NamedTuple):
+    """How a runner's device calls run beside their batch: the pipelines per device whose rows a call holds end to
+    end (`readers`), how a sharded runner spreads the train state (`spread`; a pmap one holds it whole), and whether
+    a call donates the state's buffers (False only for benchmarks/step_levers.py's lever)."""
+
+    readers: int = 1
+    spread: Spread = Spread()
+    donate: bool = True
+
+
+def create(name: str, devices: list, all_devices: list, batch_size: int, data_sharding, how: How = How()) -> Runner:
+    """The --parallel runner `name` (pmap or sharded: the step plan's partition) of `batch_size` samples per device
+    and step, the batch laid out by `data_sharding`."""
     if name == Pmap.name:
-        return Pmap(devices, all_devices, batch_size, readers, donate)
-    spread = Spread(how.get("mesh"), how.get("shapes"), how.get("offload", False))
-    return Sharded(data_sharding, batch_size, readers, spread, donate)
+        return Pmap(devices, all_devices, batch_size, how.readers, how.donate)
+    return Sharded(data_sharding, batch_size, how.readers, how.spread, how.donate)

@@ -98,7 +98,7 @@ def fold(task, seen: dict, batch: dict) -> dict:
     reductions on the device, no collective, no sync (the host reads them where it waits anyway)."""
     if task.bounds is None:
         return seen
-    values, out = task.bounds(batch), {}
+    values, out = task.bounds.values(batch), {}
     for name, now in seen.items():
         ids = values.get(name)
         if ids is None:
@@ -150,8 +150,13 @@ def call_tally(tally: dict, task) -> dict:
     one). Metric sums the tally lacks (an earlier version's checkpoint kept none) start at zero here."""
     kept = tally["metrics"] if metrics_kept(tally.get("metrics"), task) else {}  # other names' are no part of these
     metrics = {name: kept.get(name, np.zeros((), np.float32)) for name in task.metrics}
-    bounds = {name: np.array(NONE, np.int32) for name in task.bounded}
+    bounds = {name: np.array(NONE, np.int32) for name in bounded(task)}
     return {**tally, "skipped": np.zeros((), np.float32), "metrics": metrics, "bounds": bounds}
+
+
+def bounded(task) -> tuple[str, ...]:
+    """The names of what `task` bounds (tasks/contract.py's Bounds), whose ranges a tally carries."""
+    return task.bounds.names if task.bounds is not None else ()
 
 
 def metrics_kept(names, task) -> bool:

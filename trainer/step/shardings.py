@@ -1,4 +1,4 @@
-"""How the train state lies on the devices under a --mesh that shards it (step/mesh.py says which dimension
+"""How the train state lies on the devices under a --mesh that shards it (plan/mesh.py says which dimension
 of an array each axis splits): the devices as a data × fsdp × tensor grid, one sharding per array of
 the state, and the constraints that keep a step's new state where they say. parallel.Sharded uses them;
 plan/fit.py counts the same shards' bytes without JAX.
@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 from dali_launch.trainer.errors import UsageError
 from dali_launch.trainer.plan.fit import OPTIMIZER
-from dali_launch.trainer.step.mesh import fsdp_dimension, tensor_dimension
+from dali_launch.trainer.plan.mesh import fsdp_dimension, tensor_dimension
 
 HOST = "pinned_host"  # where --offload keeps the optimizer's state: the host's page-locked memory
 
@@ -77,7 +77,7 @@ def state_shardings(shapes, grid: jax.sharding.Mesh, offload: bool = False) -> l
         raise UsageError(
             f"--mesh tensor:{tensor} splits attention projections (nn.MultiHeadDotProductAttention's) and MLP blocks "
             "(an MlpBlock's Dense_0 and Dense_1) by heads or units that the count divides, and this model has none; "
-            "use the fsdp axis instead, or name its layers so (step/mesh.py)"
+            "use the fsdp axis instead, or name its layers so (plan/mesh.py)"
         )
     return shardings
 

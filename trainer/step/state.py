@@ -11,7 +11,7 @@ continues them exactly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -20,7 +20,6 @@ import optax
 from flax import struct
 
 from dali_launch.trainer.model.forward import Forward
-from dali_launch.trainer.tasks.classification import classification
 from dali_launch.trainer.tasks.contract import Task
 
 
@@ -28,10 +27,10 @@ from dali_launch.trainer.tasks.contract import Task
 class Recipe:
     """What a step does besides the optimizer; static (part of the compiled program)."""
 
+    task: Task  # its loss, metrics and evaluation (tasks/contract.py): the run's, never a default
     accumulate_steps: int = 1
     ema_decay: float = 0.0
     skip_nonfinite: bool = False  # --on-nan skip-step: a step whose loss or gradients are not finite is dropped
-    task: Task = field(default_factory=classification)  # its loss, metrics and evaluation (tasks/contract.py)
 
 
 class TrainState(struct.PyTreeNode):

@@ -3,7 +3,7 @@
 The pipeline gives `images` and `labels`: integer class ids (shape () or (1,)) in 0..--num-classes - 1, or float
 one-hot or soft targets (--num-classes wide). The loss is the softmax cross-entropy of the model's logits against
 the one-hot targets, smoothed by --label-smoothing, then mixed by --mixup/--cutmix on each device's batch of a
-step (step/mixing.py), summed over real samples. Evaluation counts the test samples whose largest logit is their
+step (tasks/mixing.py), summed over real samples. Evaluation counts the test samples whose largest logit is their
 class. Class ids out of range are caught while training (data/label_check.py's words): nothing else fails on
 them (`jax.nn.one_hot` of 12 with 10 classes is a zero row, its loss 0).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from dali_launch.trainer.tasks.contract import Task
+from dali_launch.trainer.tasks.contract import Bounds, Task
 
 
 def classification(num_classes: int = 10, label_smoothing: float = 0.0, mixup: float = 0.0, cutmix: float = 0.0):
@@ -25,9 +25,7 @@ def classification(num_classes: int = 10, label_smoothing: float = 0.0, mixup: f
         headline="accuracy",
         better="higher",
         unit="images",
-        bounds=_bounds,
-        bounded=("labels",),
-        check_bounds=partial(class_ids_in_range, "labels", num_classes),
+        bounds=bounded_class_ids("labels", num_classes),
         check_model=partial(_check_model, num_classes),
     )
 
@@ -36,7 +34,7 @@ def _loss(step, batch, num_classes: int, smoothing: float, mixing: tuple[float, 
     import jax.numpy as jnp
     import optax
 
-    from dali_launch.trainer.step import mixing as mixes
+    from dali_launch.trainer.tasks import mixing as mixes
 
     images, labels, goal, mixing = batch["images"], batch["labels"], None, mixes.Mixing(*mixing)
     if mixing.on:  # the images change before the forward pass, the targets with them
@@ -85,16 +83,21 @@ def _smoothed(smoothing: float, goal):
     return optax.smooth_labels(goal, smoothing) if smoothing else goal
 
 
-def _bounds(batch) -> dict:
-    """Class ids, whose range the host checks (float targets have none to bound)."""
+def bounded_class_ids(output: str, num_classes: int, values=None) -> Bounds:
+    """Output `output`'s class ids, in 0..num_classes-1 (data/label_check.py's line where one is not): a task's
+    `bounds`. `values(batch)` gives them where the output holds more than ids (padding rows), else they are read
+    from it (data/contract.py's class_ids: one-hot rows too; float targets have none to bound)."""
+    return Bounds((output,), values or partial(_ids, output), partial(_in_range, output, num_classes))
+
+
+def _ids(output: str, batch) -> dict:
     from dali_launch.trainer.data.contract import class_ids
 
-    labels = batch["labels"]
-    return {"labels": None if labels.dtype.kind == "f" else class_ids(labels)}
+    labels = batch[output]
+    return {output: None if labels.dtype.kind == "f" else class_ids(labels)}
 
 
-def class_ids_in_range(output: str, num_classes: int, low: dict, high: dict, split: str, pipeline: str) -> None:
-    """`check_bounds` of a task whose `output` holds class ids: 0..num_classes-1, else data/label_check.py's line."""
+def _in_range(output: str, num_classes: int, low: dict, high: dict, split: str, pipeline: str) -> None:
     from dali_launch.trainer.data.label_check import check_range
 
     check_range(low[output], high[output], num_classes, pipeline, split)

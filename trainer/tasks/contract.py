@@ -40,9 +40,11 @@ The `step` view (trainer/step/view.py makes it):
 - `step.per_device(fn, *xs)`: `fn(key, *x_rows)` on each device's own rows with that device's key, so that
   --parallel pmap and sharded make the same steps (what mixing a device's batch needs).
 `inputs` names the output the model is initialised on (one sample of it); `pipeline` and `model` are what
---pipeline and --model default to for the task (a built-in task's own). `bounds(batch)` (optional) gives
-integer arrays (named in `bounded`) whose smallest and largest values are tracked on the device and handed, as {name: int}, to
-`check_bounds(low, high, split, pipeline)` on the host at the loop's sync points, to refuse bad labels in one line;
+--pipeline and --model default to for the task (a built-in task's own). `bounds` (optional) is one `Bounds`:
+integer values of the batch whose smallest and largest are tracked on the device, and the check the host makes
+of them at the loop's sync points and after each evaluation, to refuse bad labels in one line -- for class ids,
+tasks/classification.py's `bounded_class_ids("labels", num_classes)` (a task written with the earlier three fields, `bounds=values,
+bounded=names, check_bounds=check`, is read as the same Bounds);
 `check_model(name, outputs)` (optional) sees the model's outputs on one sample (abstract: shapes and dtypes)
 before anything is computed, to refuse a model that cannot serve the task. `options` are what
 `dali-launch` passes a task factory that names them (as a model factory's): `num_classes`, `label_smoothing`,
@@ -52,7 +54,7 @@ before anything is computed, to refuse a model that cannot serve the task. `opti
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 
 OPTIONS = ("num_classes", "label_smoothing", "mixup", "cutmix")  # settings a task factory may name
 LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "nll", "perplexity", "distance")  # in a headline's name
@@ -72,6 +74,18 @@ def ratios(sums: dict) -> dict:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """Integer values of a batch whose range the host checks: `values(batch)` gives {name: integer array, or None
+    where there is nothing to bound} for each of `names` (inside the step: each one's smallest and largest are
+    tracked on the device, no sync), and `check(low, high, split, pipeline)` raises the one-line error for the
+    smallest and largest seen ({name: int} each; `split`: training or testing, `pipeline`: --pipeline)."""
+
+    names: tuple[str, ...]
+    values: Callable
+    check: Callable
+
+
+@dataclass(frozen=True)
 class Task:
     outputs: tuple[str, ...]
     loss: Callable
@@ -84,12 +98,23 @@ class Task:
     pipeline: str = ""  # the --pipeline a run of this task takes where none is given ("": the flag's default)
     model: str = ""  # likewise --model
     metrics: tuple[str, ...] = ()  # the names of the training metrics `loss` returns beside its sum
-    bounds: Callable | None = None  # batch -> {name: integer array, or None where there is nothing to bound}
-    bounded: tuple[str, ...] = ()  # the names `bounds` gives
-    check_bounds: Callable | None = None
+    bounds: Bounds | None = None  # integer values whose range is checked (class ids), or None
     check_model: Callable | None = None  # (model name, its outputs on one sample, abstract) -> refuse in one line
+    # the earlier form of `bounds`: bounds=values, bounded=names, check_bounds=check (read as one Bounds)
+    bounded: InitVar[tuple[str, ...]] = ()
+    check_bounds: InitVar[Callable | None] = None
 
-    def __post_init__(self):
+    def __post_init__(self, bounded: tuple[str, ...], check_bounds: Callable | None):
+        if bounded or check_bounds or (self.bounds is not None and not isinstance(self.bounds, Bounds)):
+            if not (bounded and callable(self.bounds) and callable(check_bounds)):
+                given = ", ".join(
+                    n for n, v in (("bounds", self.bounds), ("bounded", bounded), ("check_bounds", check_bounds)) if v
+                )
+                raise ValueError(
+                    f"Task({given}=...) without the rest: give bounds, bounded and check_bounds together, or "
+                    f"bounds=Bounds(names, values, check)"
+                )
+            object.__setattr__(self, "bounds", Bounds(tuple(bounded), self.bounds, check_bounds))
         if not self.outputs or len(set(self.outputs)) != len(self.outputs) or "valid" in self.outputs:
             raise ValueError(f"Task(outputs={self.outputs!r}): give distinct names, other than 'valid'")
         if self.inputs and self.inputs not in self.outputs:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
-from dali_launch.trainer.tasks.classification import class_ids_in_range
+from dali_launch.trainer.tasks.classification import bounded_class_ids
 from dali_launch.trainer.tasks.contract import Task
 
 TEMPERATURE = 0.5  # SimCLR's for CIFAR-10-sized batches (its ImageNet runs, at batch 4096, took 0.1)
@@ -39,10 +39,8 @@ def contrastive(num_classes: int = 10, temperature: float = TEMPERATURE):
         pipeline="views",
         model="simclr-cnn",
         metrics=("contrastive", "probe_loss", "pair_accuracy"),
-        bounds=_bounds,
-        bounded=("labels",),
         # class ids out of range would be a probe row of zeros, its loss silently 0 (jax.nn.one_hot)
-        check_bounds=partial(class_ids_in_range, "labels", num_classes),
+        bounds=bounded_class_ids("labels", num_classes, _labels),
         check_model=partial(_check_model, num_classes),
     )
 
@@ -101,7 +99,7 @@ def _evaluate(step, batch):
     return {"probe_accuracy": jnp.sum((predicted == class_ids(batch["labels"])) * step.valid)}
 
 
-def _bounds(batch) -> dict:
+def _labels(batch) -> dict:
     from dali_launch.trainer.data.contract import class_ids
 
     return {"labels": class_ids(batch["labels"])}

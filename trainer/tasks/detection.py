@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from dali_launch.trainer.tasks.classification import class_ids_in_range
+from dali_launch.trainer.tasks.classification import bounded_class_ids
 from dali_launch.trainer.tasks.contract import Task
 
 THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # 0.05 .. 0.95
@@ -45,9 +45,7 @@ def detection(num_classes: int = 10):
         pipeline="detection",
         model="centernet",
         metrics=("heatmap_loss", "box_loss"),
-        bounds=_bounds,
-        bounded=("classes",),
-        check_bounds=partial(class_ids_in_range, "classes", num_classes),
+        bounds=bounded_class_ids("classes", num_classes, _classes),
         check_model=partial(_check_model, num_classes),
     )
 
@@ -133,7 +131,7 @@ def _area(recall, precision, some) -> float:
     return float(np.sum(np.diff(np.concatenate([[0.0], r])) * envelope))
 
 
-def _bounds(batch) -> dict:
+def _classes(batch) -> dict:
     """The real objects' class ids (padding rows read as 0, in range whatever --num-classes), for the host's check."""
     import jax.numpy as jnp
 

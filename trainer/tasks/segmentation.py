@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from dali_launch.trainer.tasks.contract import Task
+from dali_launch.trainer.tasks.contract import Bounds, Task
 
 
 def segmentation(num_classes: int = 2, label_smoothing: float = 0.0, mixup: float = 0.0, cutmix: float = 0.0):
@@ -36,9 +36,7 @@ def segmentation(num_classes: int = 2, label_smoothing: float = 0.0, mixup: floa
         pipeline="segmentation",
         model="unet",
         metrics=("pixel_accuracy",),
-        bounds=lambda batch: {"masks": batch["masks"]},
-        bounded=("masks",),
-        check_bounds=partial(_check_bounds, num_classes),
+        bounds=Bounds(("masks",), lambda batch: {"masks": batch["masks"]}, partial(_check_bounds, num_classes)),
         check_model=partial(_check_model, num_classes),
     )
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from functools import partial
 
+from dali_launch.trainer.tasks.classification import bounded_class_ids
 from dali_launch.trainer.tasks.contract import Task
 
 
 def video(num_classes: int = 10, label_smoothing: float = 0.0, mixup: float = 0.0, cutmix: float = 0.0):
     """The task for --num-classes classes; --mixup and --cutmix (which mix images) are refused."""
-    from dali_launch.trainer.tasks.classification import class_ids_in_range
-
     if mixup or cutmix:
         from dali_launch.trainer.errors import UsageError
 
@@ -34,9 +33,7 @@ def video(num_classes: int = 10, label_smoothing: float = 0.0, mixup: float = 0.
         pipeline="video",
         model="st-cnn",
         metrics=("accuracy",),
-        bounds=lambda batch: {"labels": batch["labels"].reshape(batch["labels"].shape[0])},
-        bounded=("labels",),
-        check_bounds=partial(class_ids_in_range, "labels", num_classes),
+        bounds=bounded_class_ids("labels", num_classes, lambda batch: {"labels": _labels(batch)}),
         check_model=partial(_check_model, num_classes),
     )
 

@@ -45,7 +45,7 @@ def opened(key: str, open_here: Callable):
             write_atomic(path.with_suffix(".txt"), source.file_list())
         coordination.publish(f"listing/{path.stem}", path.name)
         return source
-    coordination.wait_for(f"listing/{path.stem}", _JOB["timeout_s"])
+    coordination.wait_for(f"listing/{path.stem}", _JOB["timeout_s"], _JOB["process_id"])
     return pickle.loads(path.read_bytes())
 
 
@@ -64,7 +64,7 @@ def file_list(key: str) -> str:
     first; another process waits for its listing, without reading the listing's pickle."""
     path = _listing(key)
     if not lists_here():
-        coordination.wait_for(f"listing/{path.stem}", _JOB["timeout_s"])
+        coordination.wait_for(f"listing/{path.stem}", _JOB["timeout_s"], _JOB["process_id"])
     return str(path.with_suffix(".txt"))
 
 

@@ -1,5 +1,5 @@
-"""A task checked against its model and one sample of each of its pipeline's outputs, abstractly (jax.eval_shape:
-nothing computed, no device taken): the model initialised on it, the task's loss and evaluation traced on a
+"""A task run dry: checked against its model and one sample of each of its pipeline's outputs, abstractly
+(jax.eval_shape: nothing computed, no device taken): the model initialised on it, the task's loss and evaluation traced on a
 batch of them, and its `summary` called on sums of its evaluation's shapes (ones: a ratio of two sums stays
 finite), its `headline` looked up in what that returns. What does not fit is one line before anything is
 written. The launcher calls it where the samples' shapes are known (a built-in pipeline's, or a pipeline of
